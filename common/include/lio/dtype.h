@@ -1,0 +1,88 @@
+// dtype.h — tensor element types as GGUF/ggml stores them, their block layouts,
+// and exact (de)quantization of one row.
+//
+// Source for every layout: ggml's `ggml-common.h` (block_q4_0, block_q4_1, block_q8_0)
+// and the GGUF spec (docs/gguf.md in the ggml repository). A quantized row is a run of
+// blocks of 32 elements; each block stores its scale (and for Q4_1 its minimum) as f16.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace lio {
+
+/// Element type of a tensor. Values are the ggml type ids GGUF writes on disk.
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  BF16 = 30,
+};
+
+/// Elements per quantization block (32 for Q4_0/Q4_1/Q8_0, source: ggml-common.h QK4_0/QK4_1/QK8_0).
+inline constexpr int64_t kQuantBlockElems = 32;
+
+/// Q4_0 block: x[i] = d * (q[i] - 8), q in [0, 15]. 18 bytes per 32 elements.
+/// Nibble layout: qs[j] low nibble is element j, high nibble is element j + 16.
+struct BlockQ4_0 {
+  uint16_t d;       // scale, IEEE f16 bits
+  uint8_t qs[16];   // 32 x 4-bit quants
+};
+/// Q4_1 block: x[i] = d * q[i] + m, q in [0, 15]. 20 bytes per 32 elements. Same nibble layout.
+struct BlockQ4_1 {
+  uint16_t d;       // scale, f16 bits
+  uint16_t m;       // minimum, f16 bits
+  uint8_t qs[16];   // 32 x 4-bit quants
+};
+/// Q8_0 block: x[i] = d * q[i], q in [-128, 127]. 34 bytes per 32 elements.
+struct BlockQ8_0 {
+  uint16_t d;       // scale, f16 bits
+  int8_t qs[32];    // 32 x int8 quants
+};
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34,
+              "block layouts must match ggml-common.h byte for byte");
+
+/// Static facts about one dtype.
+struct DTypeInfo {
+  std::string_view name;  // "F32", "Q4_1", ... as ggml names them
+  int64_t block_elems;    // elements per block (1 for F32/F16/BF16)
+  int64_t block_bytes;    // bytes per block
+};
+
+/// Returns the dtype for a ggml type id, or nullopt when LIO does not support it.
+std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
+
+/// Name of a ggml type id even when unsupported (e.g. 12 -> "Q4_K"), for error messages.
+std::string_view ggml_type_name(uint32_t ggml_type);
+
+/// Facts about a supported dtype.
+DTypeInfo dtype_info(DType dtype);
+
+/// Bytes taken by `n_elems` elements stored in `dtype`.
+/// Throws InvalidArgument if n_elems is not a multiple of the block size.
+int64_t dtype_row_bytes(DType dtype, int64_t n_elems);
+
+/// IEEE 754 half (bits) -> float, exact.
+float f16_to_f32(uint16_t bits);
+/// float -> IEEE 754 half bits, round to nearest even (used by writers and tests).
+uint16_t f32_to_f16(float value);
+/// bfloat16 (bits) -> float, exact.
+float bf16_to_f32(uint16_t bits);
+/// float -> bfloat16 bits, round to nearest even.
+uint16_t f32_to_bf16(float value);
+
+/// Dequantizes one row of `n_elems` elements from `src` (in `dtype`) into `dst` (f32).
+/// Exact: each element equals the format's formula evaluated in f32.
+/// Precondition: n_elems is a multiple of the block size of `dtype`.
+void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems);
+
+/// Quantizes one f32 row into `dtype` (`dst` must hold dtype_row_bytes(dtype, n_elems)).
+/// Same rounding rules as ggml's reference quantizers (quantize_row_*_ref), so a row
+/// written here reads back as ggml would read it. Used by the test-model writers.
+void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems);
+
+}  // namespace lio

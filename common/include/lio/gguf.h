@@ -1,0 +1,144 @@
+// gguf.h — reader (mmap, validated) and writer for GGUF v2/v3 files.
+//
+// Source: the GGUF specification, ggml repository docs/gguf.md. Layout: magic "GGUF",
+// u32 version, u64 tensor_count, u64 kv_count, kv pairs (string key, u32 value type,
+// value), tensor infos (string name, u32 n_dims, u64 ne[n_dims], u32 ggml type, u64 offset),
+// padding to `general.alignment` (default 32), then tensor data. Strings are u64 length +
+// UTF-8 bytes. ne[0] is the fastest-varying (innermost) dimension.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "lio/dtype.h"
+#include "lio/mapped_file.h"
+
+namespace lio {
+
+/// GGUF metadata value types (spec: gguf_metadata_value_type).
+enum class GgufType : uint32_t {
+  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7,
+  String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
+};
+
+struct GgufValue;
+/// A homogeneous metadata array (arrays of arrays are allowed by the spec).
+struct GgufArray {
+  GgufType elem_type = GgufType::U8;
+  std::vector<GgufValue> items;
+};
+
+/// One metadata value. Integers widen to int64/uint64, floats to double; `type` keeps
+/// the on-disk type so a writer can reproduce it.
+struct GgufValue {
+  GgufType type = GgufType::U8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> data;
+
+  static GgufValue u32(uint32_t v);
+  static GgufValue i32(int32_t v);
+  static GgufValue u64(uint64_t v);
+  static GgufValue f32(float v);
+  static GgufValue boolean(bool v);
+  static GgufValue str(std::string v);
+  static GgufValue str_array(std::vector<std::string> v);
+  static GgufValue i32_array(std::vector<int32_t> v);
+  static GgufValue f32_array(std::vector<float> v);
+};
+
+/// One tensor as described by the file. `shape` is row-major (outermost first), i.e. the
+/// reverse of GGUF's ne[]: a weight with ne = {576, 1536} has shape {1536, 576}
+/// (1536 rows of 576 contiguous elements).
+struct GgufTensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // row-major, outermost first
+  uint64_t offset = 0;         // bytes from the start of the data section
+  int64_t size_bytes = 0;      // bytes of tensor data
+  const std::byte* data = nullptr;  // into the mapping; valid while the GgufFile lives
+  int64_t n_elems() const;
+};
+
+/// A GGUF file opened read-only via mmap and fully validated on open.
+class GgufFile {
+ public:
+  /// Opens and parses `path`. Throws InvalidArgument if the file cannot be opened;
+  /// FormatError (naming the file and the key/tensor) on bad magic, unsupported version
+  /// (only 2 and 3), truncation, a string or array running past the end, a tensor with
+  /// data past the end of the file or misaligned, duplicate names, or a shape whose
+  /// element count is not a multiple of its block size; UnsupportedError naming the
+  /// tensor and type for a ggml type LIO cannot read (e.g. Q4_K).
+  static GgufFile open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+
+  /// All metadata, by key.
+  const std::map<std::string, GgufValue>& metadata() const { return kv_; }
+  /// Tensors in file order.
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+
+  bool has(const std::string& key) const;
+  /// nullptr if absent.
+  const GgufValue* find(const std::string& key) const;
+  const GgufTensorInfo* find_tensor(const std::string& name) const;
+
+  // Typed getters: throw FormatError("<file>: key '<key>' missing" / "has type X, expected Y").
+  std::string get_string(const std::string& key) const;
+  /// Any integer type; throws if negative or out of range.
+  uint64_t get_uint(const std::string& key) const;
+  /// Any integer or float type.
+  double get_float(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::vector<std::string> get_string_array(const std::string& key) const;
+  std::vector<int64_t> get_int_array(const std::string& key) const;
+  std::vector<float> get_float_array(const std::string& key) const;
+
+  /// Total bytes of the file.
+  int64_t file_bytes() const;
+
+ private:
+  std::string path_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::shared_ptr<MappedFile> map_;
+  std::map<std::string, GgufValue> kv_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t> tensor_index_;
+};
+
+/// Builds a GGUF v3 file in memory and writes it. Used by tests (tiny random models)
+/// and tools. Tensor data is copied in; shapes are row-major as in GgufTensorInfo.
+class GgufWriter {
+ public:
+  void set(const std::string& key, GgufValue value);
+  /// Adds a tensor; `data` must hold dtype_row_bytes(dtype, n_elems) bytes.
+  /// Throws InvalidArgument on a duplicate name or a wrong byte count.
+  void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                  std::span<const std::byte> data);
+  /// Convenience: quantizes f32 values into `dtype` with quantize_row, row by row.
+  void add_tensor_f32(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                      std::span<const float> values);
+  /// Serialized file bytes (version 3, alignment 32 unless `general.alignment` is set).
+  std::vector<std::byte> serialize() const;
+  /// Writes serialize() to `path`. Throws InvalidArgument if it cannot be written.
+  void write(const std::string& path) const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<std::byte> data;
+  };
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace lio

@@ -1,0 +1,56 @@
+// model_config.h — the hyper-parameters of a Llama-family decoder, read from GGUF
+// metadata (`<arch>.*` keys) or a Hugging Face config.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lio {
+
+class GgufFile;
+
+/// Which pairs of a head's dimensions RoPE rotates together.
+/// Source: RoFormer (Su et al. 2021) eq. 34; llama.cpp ggml_rope modes 0 and 2.
+enum class RopeStyle {
+  Normal,  // interleaved pairs (x[2i], x[2i+1]) — GGUF llama (Q/K stored permuted for it)
+  Neox,    // rotate-half pairs (x[i], x[i + d/2]) — Hugging Face checkpoints
+};
+
+/// Shapes and constants of the model. All counts are plain element/token counts.
+struct ModelConfig {
+  std::string architecture;     // "llama"
+  std::string name;             // general.name or the directory name
+  int64_t n_layers = 0;         // decoder blocks
+  int64_t d_model = 0;          // hidden size (embedding length)
+  int64_t n_heads = 0;          // query heads
+  int64_t n_kv_heads = 0;       // key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int64_t head_dim = 0;         // per-head dimension
+  int64_t d_ff = 0;             // SwiGLU intermediate size
+  int64_t vocab_size = 0;       // rows of the embedding
+  int64_t context_length = 0;   // max positions the model was trained for (tokens)
+  float rope_theta = 10000.0f;  // RoPE base frequency
+  float rms_norm_eps = 1e-5f;   // RMSNorm epsilon
+  RopeStyle rope_style = RopeStyle::Normal;
+  bool tied_embeddings = false; // LM head reuses token_embd
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  /// KV-cache bytes for one token across all layers: 2 * n_layers * n_kv_heads * head_dim * bytes.
+  int64_t kv_bytes_per_token(int64_t bytes_per_elem) const {
+    return 2 * n_layers * n_kv_heads * head_dim * bytes_per_elem;
+  }
+  /// Throws FormatError naming `source` when a value is missing, non-positive or
+  /// inconsistent (n_heads not a multiple of n_kv_heads, odd head_dim, ...).
+  void validate(const std::string& source) const;
+};
+
+/// Reads a config from GGUF metadata. Throws UnsupportedError("<file>: architecture 'x' is
+/// not supported (supported: llama)") for other architectures; FormatError for missing keys.
+ModelConfig config_from_gguf(const GgufFile& file);
+
+/// Reads a Hugging Face config.json (model_type "llama" or architectures LlamaForCausalLM).
+/// Throws InvalidArgument if missing, FormatError on bad JSON or missing fields,
+/// UnsupportedError for other model types.
+ModelConfig config_from_hf_json(const std::string& config_json_path);
+
+}  // namespace lio

@@ -1,0 +1,48 @@
+// cpu_ops.h — the CPU operators of the Llama forward pass (Eigen + OpenMP + hand loops).
+// kernels/cuda/cuda_ops.h declares the same operators for device pointers.
+//
+// Shapes are written (outer, ..., inner), row-major, f32 unless stated.
+#pragma once
+
+#include <cstdint>
+
+#include "lio/model_config.h"
+#include "lio/tensor.h"
+
+namespace lio::cpu {
+
+/// RMSNorm (Zhang & Sennrich 2019, eq. 4): out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.
+/// x, out: (n_rows, dim) (may alias); weight: (dim).
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n_rows, int64_t dim,
+             float eps);
+
+/// Rotary position embedding in place (Su et al. 2021, RoFormer eq. 34), theta_i =
+/// base^(-2i/head_dim). x: (n_tokens, n_heads, head_dim); positions: (n_tokens).
+/// `style` picks the pairing (RopeStyle::Normal interleaved, RopeStyle::Neox rotate-half).
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
+          int64_t head_dim, float theta_base, RopeStyle style);
+
+/// y = x W^T for a batch of rows: x (n, w.cols), y (n, w.rows). Any supported weight dtype;
+/// quantized blocks are dequantized on the fly (n == 1: fused dequant-dot GEMV; n > 1:
+/// tiles dequantized to f32 and multiplied with Eigen GEMM). Threads: OpenMP.
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n);
+
+/// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+/// Copies row `token` of the embedding table, dequantized, into out (w.cols).
+/// Throws InvalidArgument if token is outside [0, w.rows).
+void embedding_row(const WeightMatrix& w, int64_t token, float* out);
+
+/// Causal grouped-query attention for a chunk of queries against a contiguous cache.
+/// q: (n_q, n_heads, head_dim) for positions start_pos .. start_pos + n_q - 1;
+/// k_cache, v_cache: (n_ctx, n_kv_heads, head_dim) with n_ctx >= start_pos + n_q, holding
+/// keys/values for positions 0 .. n_ctx-1; query i attends to positions <= start_pos + i.
+/// Query head h reads KV head h / (n_heads / n_kv_heads) (Ainslie et al. 2023, GQA).
+/// out: (n_q, n_heads, head_dim). scale is usually 1/sqrt(head_dim).
+/// Softmax uses the running-max form, so no score overflows.
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+               int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
+               int64_t head_dim, float scale);
+
+}  // namespace lio::cpu

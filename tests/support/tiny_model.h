@@ -1,0 +1,65 @@
+// tiny_model.h — writes tiny random-weight Llama models with LIO's own GGUF and
+// safetensors writers, so unit tests run in milliseconds without the real model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lio/dtype.h"
+
+namespace lio::testing {
+
+/// Shape and contents of a tiny model. Weights are drawn from N(0, init_std) with `seed`;
+/// norm weights from 1 + N(0, 0.1). The vocabulary is byte-level BPE: 3 control tokens
+/// (<|endoftext|> = 0, <|im_start|> = 1, <|im_end|> = 2), the 256 byte tokens in GPT-2's
+/// bytes_to_unicode order, then one token per merge in `merges`.
+struct TinyModelSpec {
+  int64_t n_layers = 2;
+  int64_t d_model = 64;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t head_dim = 16;
+  int64_t d_ff = 128;
+  int64_t context_length = 256;
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-5f;
+  DType weight_dtype = DType::F32;  // dtype of the 2-D matrices (norms stay F32)
+  DType embd_dtype = DType::F32;    // dtype of token_embd
+  bool tied_embeddings = true;      // no output.weight / lm_head.weight when true
+  float init_std = 0.2f;
+  uint64_t seed = 1;
+  /// Merges as "left right" in vocabulary-string form (e.g. "Ġ t"), rank = position.
+  std::vector<std::string> merges = {"Ġ t", "h e", "Ġt he", "i n", "Ġ a"};
+
+  int64_t vocab_size() const { return 3 + 256 + static_cast<int64_t>(merges.size()); }
+};
+
+/// Writes `path` as a GGUF v3 "llama" model: llama.* keys, tokenizer.ggml.* keys
+/// (model "gpt2", pre "smollm", ChatML chat template), tensors named as llama.cpp does
+/// (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight [, output.weight]).
+/// Q and K weights are stored permuted for RopeStyle::Normal exactly as llama.cpp's
+/// convert_hf_to_gguf.py `permute` does, so the GGUF and HF files of one spec are the
+/// same model and must give the same logits.
+void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec);
+
+/// Writes a Hugging Face directory: config.json (LlamaForCausalLM), tokenizer.json
+/// (byte-level BPE with the same vocabulary and merges), tokenizer_config.json, and
+/// model.safetensors — or, with n_shards > 1, model-0000K-of-0000N.safetensors shards plus
+/// model.safetensors.index.json. Weights in HF layout (unpermuted Q/K), as F32 unless
+/// `weight_dtype` is F16 or BF16. Creates `dir` if needed.
+void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_shards = 1);
+
+/// The model's tensors in HF naming and layout (row-major f32), for tests that compute
+/// a reference forward pass. Same values write_tiny_gguf / write_tiny_hf_dir store
+/// (before quantization).
+struct TinyModelTensors {
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // HF name -> values
+  const std::vector<float>& get(const std::string& hf_name) const;
+};
+TinyModelTensors make_tiny_tensors(const TinyModelSpec& spec);
+
+/// A fresh empty directory under the system temp dir, unique per call.
+std::string make_temp_dir(const std::string& prefix);
+
+}  // namespace lio::testing
