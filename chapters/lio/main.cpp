@@ -1,1 +1,229 @@
-int main() { return 0; }
+// lio — the engine's command-line front door.
+//   lio info      model metadata, tensor table, parameter count, weight bytes
+//   lio tokenize  text -> token ids
+//   lio generate  prompt (or --chat) -> streamed text
+//   lio logits    teacher-forced logits for given token ids (for conformance tests)
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lio/cli_common.h"
+#include "lio/error.h"
+#include "lio/generate.h"
+#include "lio/gguf.h"
+#include "lio/model.h"
+#include "lio/safetensors.h"
+
+namespace {
+using json = nlohmann::ordered_json;
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? " x " : "") + std::to_string(shape[i]);
+  return s;
+}
+
+/// Short printable form of a GGUF metadata value (arrays summarized by length).
+json gguf_value_json(const lio::GgufValue& v) {
+  return std::visit(
+      [&](const auto& x) -> json {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::shared_ptr<lio::GgufArray>>) {
+          json arr = json::array();
+          const size_t n = x ? x->items.size() : 0;
+          if (n > 16) return "[array of " + std::to_string(n) + " items]";
+          for (size_t i = 0; i < n; ++i) arr.push_back(gguf_value_json(x->items[i]));
+          return arr;
+        } else {
+          return x;
+        }
+      },
+      v.data);
+}
+
+int cmd_info(const lio::CommonOptions& o) {
+  lio::LoadedModel m = lio::load_from_options(o);
+  const lio::ModelConfig& c = m.config;
+  json j;
+  j["model"] = m.path;
+  j["format"] = m.format;
+  j["architecture"] = c.architecture;
+  j["name"] = c.name;
+  j["config"] = {{"n_layers", c.n_layers},         {"d_model", c.d_model},
+                 {"n_heads", c.n_heads},           {"n_kv_heads", c.n_kv_heads},
+                 {"head_dim", c.head_dim},         {"d_ff", c.d_ff},
+                 {"vocab_size", c.vocab_size},     {"context_length", c.context_length},
+                 {"rope_theta", c.rope_theta},     {"rms_norm_eps", c.rms_norm_eps},
+                 {"rope_style", c.rope_style == lio::RopeStyle::Normal ? "normal" : "neox"},
+                 {"tied_embeddings", c.tied_embeddings}};
+  j["n_params"] = m.weights.n_params();
+  j["weight_bytes"] = m.weights.size_bytes();
+  j["kv_bytes_per_token_f32"] = c.kv_bytes_per_token(4);
+  json tensors = json::array();
+  json meta = json::object();
+  if (m.format == "gguf") {
+    lio::GgufFile f = lio::GgufFile::open(m.path);
+    j["gguf_version"] = f.version();
+    for (const auto& [k, v] : f.metadata()) meta[k] = gguf_value_json(v);
+    for (const auto& t : f.tensors())
+      tensors.push_back({{"name", t.name}, {"type", std::string(lio::dtype_info(t.dtype).name)},
+                         {"shape", t.shape}, {"bytes", t.size_bytes}});
+  } else {
+    lio::SafetensorsSet s = lio::SafetensorsSet::open_dir(m.path);
+    for (const auto& [name, t] : s.tensors())
+      tensors.push_back({{"name", name}, {"type", t.dtype_name}, {"shape", t.shape}, {"bytes", t.size_bytes}});
+  }
+  j["metadata"] = meta;
+  j["tensors"] = tensors;
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("model        %s (%s)\n", m.path.c_str(), m.format.c_str());
+  std::printf("name         %s, architecture %s\n", c.name.c_str(), c.architecture.c_str());
+  std::printf("layers %lld, d_model %lld, heads %lld (kv %lld), head_dim %lld, d_ff %lld, vocab %lld, ctx %lld\n",
+              (long long)c.n_layers, (long long)c.d_model, (long long)c.n_heads, (long long)c.n_kv_heads,
+              (long long)c.head_dim, (long long)c.d_ff, (long long)c.vocab_size, (long long)c.context_length);
+  std::printf("rope theta %.1f (%s), rms eps %.2e, tied embeddings %s\n", c.rope_theta,
+              c.rope_style == lio::RopeStyle::Normal ? "normal" : "neox", c.rms_norm_eps,
+              c.tied_embeddings ? "yes" : "no");
+  std::printf("parameters   %lld (%.1f M)\n", (long long)m.weights.n_params(), m.weights.n_params() / 1e6);
+  std::printf("weight bytes %lld (%.1f MiB)\n", (long long)m.weights.size_bytes(),
+              m.weights.size_bytes() / 1048576.0);
+  std::printf("KV bytes/token (f32) %lld\n\nmetadata:\n", (long long)c.kv_bytes_per_token(4));
+  for (const auto& [k, v] : meta.items()) {
+    std::string s = v.dump();
+    if (s.size() > 100) s = s.substr(0, 97) + "...";
+    std::printf("  %-44s %s\n", k.c_str(), s.c_str());
+  }
+  std::printf("\ntensors (%zu):\n", tensors.size());
+  for (const auto& t : tensors)
+    std::printf("  %-32s %-5s %-14s %10lld bytes\n", t["name"].get<std::string>().c_str(),
+                t["type"].get<std::string>().c_str(), shape_str(t["shape"].get<std::vector<int64_t>>()).c_str(),
+                (long long)t["bytes"].get<int64_t>());
+  return 0;
+}
+
+int cmd_tokenize(const lio::CommonOptions& o, bool no_special) {
+  const std::string path = o.model.empty() ? lio::default_model_path() : o.model;
+  std::unique_ptr<lio::Tokenizer> tok = lio::load_tokenizer(path);
+  std::vector<int32_t> ids = tok->encode(o.prompt, !no_special, tok->add_bos_default());
+  if (o.json) {
+    std::cout << json{{"ids", ids}}.dump() << "\n";
+    return 0;
+  }
+  for (int32_t id : ids) std::printf("%6d  %s\n", id, json(tok->token_text(id)).dump().c_str());
+  return 0;
+}
+
+int cmd_generate(const lio::CommonOptions& o) {
+  lio::apply_threads(o.threads);
+  lio::LoadedModel m = lio::load_from_options(o);
+  std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
+  lio::Model model(m.config, m.weights);
+  lio::GenerateOptions g;
+  g.max_tokens = o.max_tokens;
+  g.stop = o.stop;
+  g.sampler = o.sampler;
+  auto stream = [&](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  lio::GenerateResult r = lio::generate(model, *m.tokenizer, prompt, g,
+                                        o.json ? lio::TextCallback{} : lio::TextCallback{stream});
+  if (o.json) {
+    json j{{"text", r.text},
+           {"token_ids", r.token_ids},
+           {"n_prompt_tokens", r.n_prompt_tokens},
+           {"n_generated_tokens", r.token_ids.size()},
+           {"finish_reason", lio::finish_reason_name(r.finish_reason)},
+           {"ttft_ms", r.ttft_ms},
+           {"tpot_ms", r.tpot_ms},
+           {"tokens_per_s", r.tokens_per_s},
+           {"kv_bytes", r.kv_bytes}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "[%lld prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms, %.1f tok/s]\n",
+                 (long long)r.n_prompt_tokens, r.token_ids.size(), lio::finish_reason_name(r.finish_reason),
+                 r.ttft_ms, r.tpot_ms, r.tokens_per_s);
+  }
+  return 0;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long v = std::stol(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      throw lio::InvalidArgument("--ids must be comma-separated integers, got '" + item + "'");
+    }
+  }
+  if (ids.empty()) throw lio::InvalidArgument("--ids is empty");
+  return ids;
+}
+
+int cmd_logits(const lio::CommonOptions& o, const std::string& ids_text, const std::string& out_path) {
+  lio::apply_threads(o.threads);
+  lio::LoadedModel m = lio::load_from_options(o);
+  std::vector<int32_t> ids = parse_ids(ids_text);
+  if (static_cast<int64_t>(ids.size()) > m.config.context_length)
+    throw lio::InvalidArgument("--ids has " + std::to_string(ids.size()) + " tokens; the context holds " +
+                               std::to_string(m.config.context_length));
+  lio::Model model(m.config, m.weights);
+  lio::KvCache cache(m.config, static_cast<int64_t>(ids.size()));
+  std::span<const float> logits = model.forward(ids, cache, /*all_logits=*/true);
+  std::ofstream out(out_path, std::ios::binary);
+  if (!out) throw lio::InvalidArgument("cannot write --out '" + out_path + "'");
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
+  json j{{"n_tokens", ids.size()}, {"vocab_size", m.config.vocab_size}, {"out", out_path}, {"dtype", "f32"}};
+  std::cout << j.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"LIO inference engine: inspect a model, tokenize, generate", "lio"};
+  app.require_subcommand(1);
+  lio::CommonOptions info_o, tok_o, gen_o, log_o;
+
+  CLI::App* info = app.add_subcommand("info", "Model metadata, tensor table, parameter count, weight bytes");
+  lio::add_model_flags(*info, info_o);
+
+  CLI::App* tokenize = app.add_subcommand("tokenize", "Text -> token ids");
+  bool no_special = false;
+  tokenize->add_option("--model", tok_o.model, "A .gguf file, HF directory or tokenizer.json");
+  tokenize->add_option("--prompt", tok_o.prompt, "Text to tokenize")->required();
+  tokenize->add_flag("--no-special", no_special, "Treat special-token text as plain text");
+  tokenize->add_flag("--json", tok_o.json, "Print {\"ids\": [...]}");
+
+  CLI::App* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
+  lio::add_model_flags(*gen, gen_o);
+  gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9
+  lio::add_generation_flags(*gen, gen_o, /*default_temperature=*/0.2f);
+
+  CLI::App* logits = app.add_subcommand("logits", "Teacher-forced logits (n_tokens x vocab, f32) to a file");
+  lio::add_model_flags(*logits, log_o);
+  std::string ids_text, out_path;
+  logits->add_option("--ids", ids_text, "Comma-separated token ids")->required();
+  logits->add_option("--out", out_path, "Output file (raw little-endian f32)")->required();
+
+  return lio::run_main(app, argc, argv, [&]() -> int {
+    if (info->parsed()) return cmd_info(info_o);
+    if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
+    if (gen->parsed()) return cmd_generate(gen_o);
+    if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
+    return 2;
+  });
+}

@@ -1,1 +1,83 @@
-// placeholder — being written
+#include "lio/cli_common.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "lio/error.h"
+
+namespace lio {
+
+void add_model_flags(CLI::App& app, CommonOptions& o) {
+  app.add_option("--model", o.model,
+                 "Model: a .gguf file or a Hugging Face directory (default: $LIO_MODEL, else "
+                 "models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+  app.add_option("--dtype", o.dtype,
+                 "Weights in memory: auto = as stored (quantized blocks dequantized on the fly), "
+                 "f32 = dequantized once at load")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  app.add_flag("--json", o.json, "Print one JSON summary on stdout instead of streaming text");
+}
+
+void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature) {
+  o.sampler.temperature = default_temperature;
+  app.add_option("--prompt", o.prompt, "Prompt text (with --chat: the user message)")->required();
+  app.add_flag("--chat", o.chat, "Apply the model's chat template (ChatML for SmolLM2)");
+  app.add_option("--system", o.system, "System message for --chat (default: the template's own)");
+  app.add_option("--max-tokens", o.max_tokens, "Generate at most this many tokens")->capture_default_str();
+  app.add_option("--stop", o.stop, "Stop when this text appears (repeatable; not included in the output)");
+  app.add_option("--temperature", o.sampler.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  app.add_option("--top-k", o.sampler.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
+  app.add_option("--top-p", o.sampler.top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->capture_default_str();
+  app.add_option("--min-p", o.sampler.min_p, "Drop tokens below min_p x p(max); 0 = off")->capture_default_str();
+  app.add_option("--repeat-penalty", o.sampler.repeat_penalty, "Repetition penalty (CTRL); 1 = off")
+      ->capture_default_str();
+  app.add_option("--seed", o.sampler.seed, "RNG seed: same seed, same output")->capture_default_str();
+}
+
+void apply_threads(int threads) {
+  if (threads < 0) throw InvalidArgument("--threads must be >= 0, got " + std::to_string(threads));
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+LoadedModel load_from_options(const CommonOptions& o) {
+  const std::string path = o.model.empty() ? default_model_path() : o.model;
+  return load_model(path, parse_weight_mode(o.dtype));
+}
+
+std::vector<int32_t> prompt_tokens(const LoadedModel& m, const CommonOptions& o) {
+  if (o.prompt.empty()) throw InvalidArgument("--prompt is empty");
+  const Tokenizer& tok = *m.tokenizer;
+  if (o.chat) {
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", o.prompt});
+    return tok.encode(tok.apply_chat_template(messages, true), /*parse_special=*/true,
+                      tok.add_bos_default());
+  }
+  return tok.encode(o.prompt, /*parse_special=*/true, tok.add_bos_default());
+}
+
+int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::cerr << app.get_name() << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << app.get_name() << ": internal error: " << e.what() << "\n";
+    return 3;
+  }
+}
+
+}  // namespace lio

@@ -1,1 +1,46 @@
-// placeholder — being written
+#include "lio/kv_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lio/error.h"
+
+namespace lio {
+
+KvCache::KvCache(const ModelConfig& config, int64_t capacity_tokens)
+    : n_layers_(config.n_layers),
+      kv_dim_(config.kv_dim()),
+      capacity_tokens_(capacity_tokens),
+      layer_stride_(capacity_tokens * config.kv_dim()) {
+  if (capacity_tokens <= 0 || capacity_tokens > config.context_length) {
+    throw InvalidArgument("KV cache capacity must be in [1, " + std::to_string(config.context_length) +
+                          "] tokens (the context length), got " + std::to_string(capacity_tokens));
+  }
+  k_.assign(static_cast<size_t>(n_layers_ * layer_stride_), 0.0f);
+  v_.assign(static_cast<size_t>(n_layers_ * layer_stride_), 0.0f);
+}
+
+void KvCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
+  if (pos < 0 || pos >= capacity_tokens_) {
+    throw InvalidArgument("KV cache position " + std::to_string(pos) + " outside capacity " +
+                          std::to_string(capacity_tokens_) + " tokens");
+  }
+  LIO_CHECK(layer >= 0 && layer < n_layers_, "layer out of range");
+  std::copy_n(k, kv_dim_, keys(layer) + pos * kv_dim_);
+  std::copy_n(v, kv_dim_, values(layer) + pos * kv_dim_);
+}
+
+void KvCache::set_n_tokens(int64_t n) {
+  LIO_CHECK(n >= 0 && n <= capacity_tokens_, "n_tokens outside capacity");
+  n_tokens_ = n;
+}
+
+int64_t KvCache::allocated_bytes() const {
+  return static_cast<int64_t>((k_.size() + v_.size()) * sizeof(float));
+}
+
+int64_t KvCache::used_bytes() const {
+  return 2 * n_layers_ * kv_dim_ * n_tokens_ * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace lio

@@ -1,1 +1,134 @@
-// placeholder — being written
+#include "lio/model_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "lio/error.h"
+#include "lio/gguf.h"
+
+namespace lio {
+
+void ModelConfig::validate(const std::string& source) const {
+  auto positive = [&](int64_t v, const char* what) {
+    if (v <= 0) throw FormatError(source + ": " + what + " must be > 0, got " + std::to_string(v));
+  };
+  positive(n_layers, "n_layers");
+  positive(d_model, "d_model");
+  positive(n_heads, "n_heads");
+  positive(n_kv_heads, "n_kv_heads");
+  positive(head_dim, "head_dim");
+  positive(d_ff, "d_ff");
+  positive(vocab_size, "vocab_size");
+  positive(context_length, "context_length");
+  if (n_heads % n_kv_heads != 0)
+    throw FormatError(source + ": n_heads (" + std::to_string(n_heads) +
+                      ") must be a multiple of n_kv_heads (" + std::to_string(n_kv_heads) + ")");
+  if (head_dim % 2 != 0)
+    throw FormatError(source + ": head_dim must be even for RoPE, got " + std::to_string(head_dim));
+  if (!(rope_theta > 0.0f)) throw FormatError(source + ": rope theta must be > 0");
+  if (!(rms_norm_eps > 0.0f)) throw FormatError(source + ": rms_norm_eps must be > 0");
+}
+
+ModelConfig config_from_gguf(const GgufFile& file) {
+  const std::string arch = file.get_string("general.architecture");
+  if (arch != "llama") {
+    throw UnsupportedError(file.path() + ": architecture '" + arch +
+                           "' is not supported (supported: llama)");
+  }
+  ModelConfig c;
+  c.architecture = arch;
+  c.name = file.has("general.name") ? file.get_string("general.name") : "unnamed";
+  const std::string p = arch + ".";
+  c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
+  c.d_model = static_cast<int64_t>(file.get_uint(p + "embedding_length"));
+  c.n_heads = static_cast<int64_t>(file.get_uint(p + "attention.head_count"));
+  c.n_kv_heads = file.has(p + "attention.head_count_kv")
+                     ? static_cast<int64_t>(file.get_uint(p + "attention.head_count_kv"))
+                     : c.n_heads;
+  c.d_ff = static_cast<int64_t>(file.get_uint(p + "feed_forward_length"));
+  c.context_length = static_cast<int64_t>(file.get_uint(p + "context_length"));
+  // head_dim: attention.key_length when present (llama.cpp's n_embd_head_k), else d_model / n_heads.
+  if (file.has(p + "attention.key_length")) {
+    c.head_dim = static_cast<int64_t>(file.get_uint(p + "attention.key_length"));
+  } else if (c.n_heads > 0) {
+    c.head_dim = c.d_model / c.n_heads;
+  }
+  if (file.has(p + "vocab_size")) {
+    c.vocab_size = static_cast<int64_t>(file.get_uint(p + "vocab_size"));
+  } else if (file.has("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int64_t>(file.get_string_array("tokenizer.ggml.tokens").size());
+  }
+  c.rope_theta = file.has(p + "rope.freq_base")
+                     ? static_cast<float>(file.get_float(p + "rope.freq_base"))
+                     : 10000.0f;
+  c.rms_norm_eps = file.has(p + "attention.layer_norm_rms_epsilon")
+                       ? static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon"))
+                       : 1e-5f;
+  if (file.has(p + "rope.dimension_count") &&
+      static_cast<int64_t>(file.get_uint(p + "rope.dimension_count")) != c.head_dim) {
+    throw UnsupportedError(file.path() + ": partial RoPE (rope.dimension_count " +
+                           std::to_string(file.get_uint(p + "rope.dimension_count")) +
+                           " != head_dim " + std::to_string(c.head_dim) + ") is not supported");
+  }
+  // llama.cpp applies "normal" (interleaved) RoPE to llama-arch GGUF; convert_hf_to_gguf.py
+  // permutes Q/K rows so this equals HF's rotate-half on the original weights.
+  c.rope_style = RopeStyle::Normal;
+  c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  c.validate(file.path());
+  return c;
+}
+
+ModelConfig config_from_hf_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("cannot open config file '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path + ": invalid JSON: " + e.what());
+  }
+  auto need = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw FormatError(path + ": key '" + key + "' missing");
+    return j.at(key);
+  };
+  std::string model_type = j.value("model_type", "");
+  bool is_llama = model_type == "llama";
+  if (j.contains("architectures") && j["architectures"].is_array()) {
+    for (const auto& a : j["architectures"])
+      if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") is_llama = true;
+  }
+  if (!is_llama) {
+    throw UnsupportedError(path + ": architecture '" +
+                           (model_type.empty() ? std::string("unknown") : model_type) +
+                           "' is not supported (supported: llama)");
+  }
+  ModelConfig c;
+  try {
+    c.architecture = "llama";
+    c.name = std::filesystem::path(path).parent_path().filename().string();
+    c.n_layers = need("num_hidden_layers").get<int64_t>();
+    c.d_model = need("hidden_size").get<int64_t>();
+    c.n_heads = need("num_attention_heads").get<int64_t>();
+    c.n_kv_heads = j.value("num_key_value_heads", c.n_heads);
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
+                                                                     : c.d_model / c.n_heads;
+    c.d_ff = need("intermediate_size").get<int64_t>();
+    c.vocab_size = need("vocab_size").get<int64_t>();
+    c.context_length = j.value("max_position_embeddings", int64_t{2048});
+    c.rope_theta = j.value("rope_theta", 10000.0f);
+    c.rms_norm_eps = j.value("rms_norm_eps", 1e-5f);
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path + ": bad value: " + e.what());
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    throw UnsupportedError(path + ": rope_scaling is not supported yet");
+  }
+  c.rope_style = RopeStyle::Neox;
+  c.validate(path);
+  return c;
+}
+
+}  // namespace lio

@@ -1,1 +1,235 @@
-// placeholder — being written
+#include "lio/model_loader.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+
+#include "lio/error.h"
+#include "lio/gguf.h"
+#include "lio/safetensors.h"
+
+namespace lio {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// A raw tensor as either reader found it: enough to build matrices and vectors.
+struct RawTensor {
+  DType dtype;
+  std::vector<int64_t> shape;
+  const std::byte* data;
+};
+
+using Lookup = std::function<const RawTensor*(const std::string&)>;
+
+/// Loads tensors by name from one source, checking shapes against the config.
+class TensorBinder {
+ public:
+  TensorBinder(std::string source, std::map<std::string, RawTensor> tensors, WeightMode mode,
+               Weights& weights)
+      : source_(std::move(source)), tensors_(std::move(tensors)), mode_(mode), weights_(weights) {}
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+  const RawTensor& get(const std::string& name, const std::vector<int64_t>& want) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw FormatError(source_ + ": tensor '" + name + "' is missing");
+    if (it->second.shape != want) {
+      throw FormatError(source_ + ": tensor '" + name + "' has shape " + shape_str(it->second.shape) +
+                        ", expected " + shape_str(want));
+    }
+    return it->second;
+  }
+
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const RawTensor& t = get(name, {rows, cols});
+    WeightMatrix m;
+    m.name = name;
+    m.rows = rows;
+    m.cols = cols;
+    if (mode_ == WeightMode::F32 && t.dtype != DType::F32) {
+      auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
+      const int64_t src_row_bytes = dtype_row_bytes(t.dtype, cols);
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r)
+        dequantize_row(t.dtype, t.data + r * src_row_bytes, buf->data() + r * cols, cols);
+      m.dtype = DType::F32;
+      m.data = reinterpret_cast<const std::byte*>(buf->data());
+      weights_.storage.push_back(buf);
+    } else {
+      m.dtype = t.dtype;
+      m.data = t.data;
+    }
+    m.row_bytes = dtype_row_bytes(m.dtype, cols);
+    return m;
+  }
+
+  std::vector<float> vector(const std::string& name, int64_t n) const {
+    const RawTensor& t = get(name, {n});
+    std::vector<float> out(static_cast<size_t>(n));
+    dequantize_row(t.dtype, t.data, out.data(), n);
+    return out;
+  }
+
+ private:
+  std::string source_;
+  std::map<std::string, RawTensor> tensors_;
+  WeightMode mode_;
+  Weights& weights_;
+};
+
+/// Tensor names of one family of checkpoints.
+struct NameScheme {
+  std::string embd, out_norm, output;
+  std::function<std::string(int64_t, const char*)> layer;  // (layer, role) -> name
+};
+
+const NameScheme kGgufNames{
+    "token_embd.weight", "output_norm.weight", "output.weight",
+    [](int64_t l, const char* role) { return "blk." + std::to_string(l) + "." + role + ".weight"; }};
+
+const NameScheme kHfNames{
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+    [](int64_t l, const char* role) {
+      static const std::map<std::string, std::string> hf = {
+          {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
+          {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
+          {"attn_output", "self_attn.o_proj"},  {"ffn_norm", "post_attention_layernorm"},
+          {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
+          {"ffn_down", "mlp.down_proj"}};
+      return "model.layers." + std::to_string(l) + "." + hf.at(role) + ".weight";
+    }};
+
+void bind_weights(const ModelConfig& c, TensorBinder& b, const NameScheme& names, Weights& w) {
+  const int64_t d = c.d_model;
+  w.token_embd = b.matrix(names.embd, c.vocab_size, d);
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    L.attn_norm = b.vector(names.layer(l, "attn_norm"), d);
+    L.wq = b.matrix(names.layer(l, "attn_q"), c.q_dim(), d);
+    L.wk = b.matrix(names.layer(l, "attn_k"), c.kv_dim(), d);
+    L.wv = b.matrix(names.layer(l, "attn_v"), c.kv_dim(), d);
+    L.wo = b.matrix(names.layer(l, "attn_output"), d, c.q_dim());
+    L.ffn_norm = b.vector(names.layer(l, "ffn_norm"), d);
+    L.w_gate = b.matrix(names.layer(l, "ffn_gate"), c.d_ff, d);
+    L.w_up = b.matrix(names.layer(l, "ffn_up"), c.d_ff, d);
+    L.w_down = b.matrix(names.layer(l, "ffn_down"), d, c.d_ff);
+  }
+  w.output_norm = b.vector(names.out_norm, d);
+  w.output = c.tied_embeddings ? w.token_embd : b.matrix(names.output, c.vocab_size, d);
+}
+
+LoadedModel load_gguf(const std::string& path, WeightMode mode) {
+  auto file = std::make_shared<GgufFile>(GgufFile::open(path));
+  LoadedModel m;
+  m.path = path;
+  m.format = "gguf";
+  m.mode = mode;
+  m.config = config_from_gguf(*file);
+  std::map<std::string, RawTensor> raw;
+  for (const auto& t : file->tensors()) raw[t.name] = RawTensor{t.dtype, t.shape, t.data};
+  m.weights.storage.push_back(file);
+  TensorBinder binder(path, std::move(raw), mode, m.weights);
+  bind_weights(m.config, binder, kGgufNames, m.weights);
+  m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(*file));
+  if (m.tokenizer->vocab_size() != m.config.vocab_size) {
+    throw FormatError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                      " tokens, model vocab_size is " + std::to_string(m.config.vocab_size));
+  }
+  return m;
+}
+
+LoadedModel load_hf_dir(const std::string& dir, WeightMode mode) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  LoadedModel m;
+  m.path = dir;
+  m.format = "hf";
+  m.mode = mode;
+  m.config = config_from_hf_json(config_path);
+  auto set = std::make_shared<SafetensorsSet>(SafetensorsSet::open_dir(dir));
+  std::map<std::string, RawTensor> raw;
+  for (const auto& [name, t] : set->tensors()) {
+    if (!t.supported) {
+      if (name.find("rotary_emb") != std::string::npos) continue;  // recomputed, not weights
+      throw UnsupportedError(t.file + ": tensor '" + name + "' has dtype " + t.dtype_name +
+                             " (supported: F32, F16, BF16)");
+    }
+    raw[name] = RawTensor{t.dtype, t.shape, t.data};
+  }
+  m.weights.storage.push_back(set);
+  if (m.config.tied_embeddings == false && raw.count("lm_head.weight") == 0) {
+    m.config.tied_embeddings = true;  // some exports drop lm_head when it equals the embedding
+  }
+  TensorBinder binder(dir, std::move(raw), mode, m.weights);
+  bind_weights(m.config, binder, kHfNames, m.weights);
+  m.tokenizer = load_tokenizer(dir);
+  return m;
+}
+
+}  // namespace
+
+int64_t Weights::size_bytes() const {
+  int64_t total = token_embd.size_bytes();
+  for (const auto& L : layers) {
+    total += static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      total += m->size_bytes();
+  }
+  total += static_cast<int64_t>(output_norm.size() * sizeof(float));
+  if (output.data != token_embd.data) total += output.size_bytes();
+  return total;
+}
+
+int64_t Weights::n_params() const {
+  int64_t total = token_embd.rows * token_embd.cols;
+  for (const auto& L : layers) {
+    total += static_cast<int64_t>(L.attn_norm.size() + L.ffn_norm.size());
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      total += m->rows * m->cols;
+  }
+  total += static_cast<int64_t>(output_norm.size());
+  if (output.data != token_embd.data) total += output.rows * output.cols;
+  return total;
+}
+
+WeightMode parse_weight_mode(const std::string& text) {
+  if (text == "auto" || text == "stored") return WeightMode::AsStored;
+  if (text == "f32") return WeightMode::F32;
+  throw InvalidArgument("--dtype must be 'auto' (keep the file's types) or 'f32', got '" + text + "'");
+}
+
+LoadedModel load_model(const std::string& path, WeightMode mode) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InvalidArgument("model path '" + path + "' does not exist");
+  if (fs::is_directory(path, ec)) return load_hf_dir(path, mode);
+  return load_gguf(path, mode);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InvalidArgument("tokenizer path '" + path + "' does not exist");
+  if (fs::is_directory(path, ec)) {
+    const std::string json = (fs::path(path) / "tokenizer.json").string();
+    if (!fs::exists(json, ec)) throw FormatError(path + ": no tokenizer.json in the model directory");
+    return std::make_unique<Tokenizer>(Tokenizer::from_hf_json(json));
+  }
+  if (fs::path(path).extension() == ".json") {
+    return std::make_unique<Tokenizer>(Tokenizer::from_hf_json(path));
+  }
+  GgufFile file = GgufFile::open(path);
+  return std::make_unique<Tokenizer>(Tokenizer::from_gguf(file));
+}
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("LIO_MODEL"); env && *env) return env;
+  return std::string(LIO_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+}  // namespace lio

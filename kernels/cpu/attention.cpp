@@ -1,1 +1,66 @@
-// placeholder — being written
+// attention.cpp — causal grouped-query attention over a contiguous KV cache (CPU).
+//
+// For query i at absolute position p = start_pos + i and head h (KV head g = h / group):
+//   s_j = scale * q[i,h] . k[j,g]   for j = 0 .. p        (causal: no future keys)
+//   out[i,h] = sum_j softmax(s)_j v[j,g]
+// Softmax subtracts the running maximum (Milakov & Gimelshein 2018, "Online normalizer
+// calculation for softmax") so exp never overflows; here the two passes are explicit, the
+// one-pass tiled form is chapter 07 (FlashAttention).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "lio/error.h"
+
+namespace lio::cpu {
+
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+               int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
+               int64_t head_dim, float scale) {
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) {
+    throw InvalidArgument("attention: n_heads must be a multiple of n_kv_heads");
+  }
+  const int64_t group = n_heads / n_kv_heads;  // query heads per KV head
+  const int64_t q_stride = n_heads * head_dim;
+  const int64_t kv_stride = n_kv_heads * head_dim;
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(start_pos + n_q));
+#pragma omp for schedule(dynamic, 1) collapse(2)
+    for (int64_t i = 0; i < n_q; ++i) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float* qv = q + i * q_stride + h * head_dim;
+        const int64_t g = h / group;
+        const int64_t n_keys = start_pos + i + 1;
+        float max_s = -INFINITY;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float* kv = k_cache + j * kv_stride + g * head_dim;
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t d = 0; d < head_dim; ++d) s += qv[d] * kv[d];
+          s *= scale;
+          scores[static_cast<size_t>(j)] = s;
+          max_s = std::max(max_s, s);
+        }
+        float denom = 0.0f;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float e = std::exp(scores[static_cast<size_t>(j)] - max_s);
+          scores[static_cast<size_t>(j)] = e;
+          denom += e;
+        }
+        const float inv = 1.0f / denom;
+        float* o = out + i * q_stride + h * head_dim;
+        std::fill_n(o, head_dim, 0.0f);
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float p = scores[static_cast<size_t>(j)] * inv;
+          const float* vv = v_cache + j * kv_stride + g * head_dim;
+#pragma omp simd
+          for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vv[d];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lio::cpu

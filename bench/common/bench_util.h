@@ -1,0 +1,45 @@
+// bench_util.h — what every LIO benchmark prints: the machine, medians over repeats,
+// and a read bandwidth measured in the same run (the roofline for batch-1 decode).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace lio::bench {
+
+/// Median of `values` (copies). Returns 0 for an empty input.
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/// Seconds since an arbitrary epoch (steady clock).
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// "model name" from /proc/cpuinfo, or "unknown".
+inline std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+/// Measures sustained read bandwidth (bytes/s) with all OpenMP threads summing a buffer
+/// of `buffer_bytes` (much larger than the last-level cache), median of `repeats` passes.
+/// This is the ceiling batch-1 decode can reach: every weight byte is read once per token.
+double measure_read_bandwidth(int64_t buffer_bytes, int repeats);
+
+}  // namespace lio::bench

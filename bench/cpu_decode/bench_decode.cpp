@@ -1,0 +1,96 @@
+// bench_decode — batch-1 prefill and decode throughput of LIO's CPU engine, with the
+// achieved weight-read bandwidth next to a read bandwidth measured in the same run.
+//
+// Decode at batch 1 reads every weight byte once per token, so
+//   tokens/s <= read bandwidth / weight bytes            (the memory roofline)
+// and "achieved GB/s" = weight bytes x tokens/s. Prefill pushes P tokens through each
+// weight at once (GEMM), so it is compute-bound and reported in tokens/s only.
+// bench/cpu_decode/run.py runs this next to llama.cpp on the same files.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "bench_util.h"
+#include "lio/cli_common.h"
+#include "lio/model.h"
+#include "lio/sampler.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Batch-1 prefill/decode throughput and achieved bandwidth", "bench_decode"};
+  lio::CommonOptions o;
+  lio::add_model_flags(app, o);
+  int64_t prompt_tokens = 128, decode_tokens = 64;
+  int repeats = 5;
+  double bw_gib = 1.0;
+  app.add_option("--prompt-tokens", prompt_tokens, "Prefill length (tokens)")->capture_default_str();
+  app.add_option("--decode-tokens", decode_tokens, "Decode steps per repeat (tokens)")->capture_default_str();
+  app.add_option("--repeats", repeats, "Repeats; medians are reported")->capture_default_str();
+  app.add_option("--bandwidth-gib", bw_gib, "Buffer size for the read-bandwidth probe (GiB)")->capture_default_str();
+
+  return lio::run_main(app, argc, argv, [&]() -> int {
+    lio::apply_threads(o.threads);
+    lio::LoadedModel m = lio::load_from_options(o);
+    const lio::ModelConfig& c = m.config;
+    const double bw = lio::bench::measure_read_bandwidth(static_cast<int64_t>(bw_gib * (1 << 30)), 5);
+
+    // A fixed, real-text prompt, repeated up to the requested length.
+    std::vector<int32_t> base = m.tokenizer->encode(
+        "The quick brown fox jumps over the lazy dog while the engine measures how fast it can read "
+        "its weights from memory, one token at a time. ",
+        false, false);
+    std::vector<int32_t> prompt;
+    while (static_cast<int64_t>(prompt.size()) < prompt_tokens) prompt.insert(prompt.end(), base.begin(), base.end());
+    prompt.resize(static_cast<size_t>(prompt_tokens));
+
+    lio::Model model(c, m.weights);
+    lio::KvCache cache(c, prompt_tokens + decode_tokens);
+    std::vector<double> prefill_tps, decode_tps;
+    for (int r = 0; r < repeats + 1; ++r) {  // repeat 0 warms caches and page tables
+      cache.clear();
+      double t0 = lio::bench::now_s();
+      auto logits = model.forward(prompt, cache);
+      const double t_prefill = lio::bench::now_s() - t0;
+      int32_t next = lio::argmax(logits);
+      t0 = lio::bench::now_s();
+      for (int64_t i = 0; i < decode_tokens; ++i) {
+        logits = model.forward(std::span(&next, 1), cache);
+        next = lio::argmax(logits);
+      }
+      const double t_decode = lio::bench::now_s() - t0;
+      if (r == 0) continue;
+      prefill_tps.push_back(static_cast<double>(prompt_tokens) / t_prefill);
+      decode_tps.push_back(static_cast<double>(decode_tokens) / t_decode);
+    }
+    const double dec = lio::bench::median(decode_tps), pre = lio::bench::median(prefill_tps);
+    const double bytes = static_cast<double>(m.weights.size_bytes());
+    nlohmann::ordered_json j{{"engine", "lio"},
+                             {"cpu", lio::bench::cpu_name()},
+                             {"threads", omp_get_max_threads()},
+                             {"model", m.path},
+                             {"dtype_mode", o.dtype},
+                             {"weight_bytes", bytes},
+                             {"prompt_tokens", prompt_tokens},
+                             {"decode_tokens", decode_tokens},
+                             {"repeats", repeats},
+                             {"read_bandwidth_gbs", bw / 1e9},
+                             {"prefill_tokens_per_s", pre},
+                             {"decode_tokens_per_s", dec},
+                             {"decode_achieved_gbs", bytes * dec / 1e9},
+                             {"decode_fraction_of_bandwidth", bytes * dec / bw},
+                             {"prefill_runs", prefill_tps},
+                             {"decode_runs", decode_tps}};
+    if (o.json) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::printf("%s | %d threads | %s (%s, %.1f MiB of weights)\n", lio::bench::cpu_name().c_str(),
+                  omp_get_max_threads(), m.path.c_str(), o.dtype.c_str(), bytes / 1048576.0);
+      std::printf("read bandwidth (measured) %.2f GB/s\n", bw / 1e9);
+      std::printf("prefill %lld tokens: %.1f tok/s (median of %d)\n", (long long)prompt_tokens, pre, repeats);
+      std::printf("decode  %lld tokens: %.1f tok/s, %.2f GB/s achieved = %.0f%% of measured bandwidth\n",
+                  (long long)decode_tokens, dec, bytes * dec / 1e9, 100.0 * bytes * dec / bw);
+    }
+    return 0;
+  });
+}

@@ -1,0 +1,48 @@
+// cli_common.h — the flags every LIO program shares, spelled the same everywhere, and
+// the error boundary of `main`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lio/generate.h"
+#include "lio/model_loader.h"
+
+namespace lio {
+
+/// Values of the shared flags (see add_model_flags / add_generation_flags for meanings).
+struct CommonOptions {
+  std::string model;            // --model: .gguf file or HF directory ($LIO_MODEL or models/...)
+  std::string prompt;           // --prompt: text to continue (or the user message with --chat)
+  bool chat = false;            // --chat: wrap the prompt in the model's chat template
+  std::string system;           // --system: system message for --chat (default: the template's)
+  int64_t max_tokens = 128;     // --max-tokens
+  std::vector<std::string> stop;  // --stop (repeatable)
+  SamplerConfig sampler;        // --temperature --top-k --top-p --min-p --repeat-penalty --seed
+  std::string dtype = "auto";   // --dtype auto|f32
+  int threads = 0;              // --threads (0 = all cores)
+  bool json = false;            // --json: one machine-readable summary on stdout
+};
+
+/// --model, --dtype, --threads, --json.
+void add_model_flags(CLI::App& app, CommonOptions& o);
+/// --prompt, --chat, --system, --max-tokens, --stop and the sampler flags.
+void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature);
+
+/// Applies --threads to OpenMP (0 = leave the default: all cores). Throws InvalidArgument if < 0.
+void apply_threads(int threads);
+
+/// Loads the model named by --model (default_model_path() when empty) in --dtype mode.
+LoadedModel load_from_options(const CommonOptions& o);
+
+/// Tokenizes the prompt: plain text, or with --chat the chat template applied
+/// (+ generation prompt) and special tokens parsed. Throws InvalidArgument if empty.
+std::vector<int32_t> prompt_tokens(const LoadedModel& m, const CommonOptions& o);
+
+/// Runs `body` and turns every exception into one line on stderr and a non-zero exit:
+/// CLI11 parse errors -> CLI11's exit code (usage), lio::Error -> 1, anything else -> 3.
+int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+}  // namespace lio

@@ -1,0 +1,58 @@
+// kv_cache.h — the contiguous per-sequence KV cache (chapter 01).
+//
+// During decode, every new token's query attends to the keys and values of all earlier
+// tokens. Those K/V vectors never change once computed, so we keep them: one slab per
+// layer of shape (capacity_tokens, n_kv_heads, head_dim) for K and one for V. Size:
+// 2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_elem (Pope et al. 2022,
+// "Efficiently Scaling Transformer Inference", sec. 2.1). Chapter 04 replaces the slab
+// with fixed-size blocks behind the same interface (PagedAttention, Kwon et al. 2023).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lio/model_config.h"
+
+namespace lio {
+
+/// Contiguous K/V storage for one sequence, f32. Positions 0 .. n_tokens()-1 are filled.
+class KvCache {
+ public:
+  /// Allocates room for `capacity_tokens` positions (all layers, K and V).
+  /// Throws InvalidArgument if capacity_tokens <= 0 or exceeds config.context_length.
+  KvCache(const ModelConfig& config, int64_t capacity_tokens);
+
+  /// Keys of layer `layer` for positions [0, capacity): (capacity_tokens, n_kv_heads, head_dim).
+  float* keys(int64_t layer) { return k_.data() + layer * layer_stride_; }
+  float* values(int64_t layer) { return v_.data() + layer * layer_stride_; }
+  const float* keys(int64_t layer) const { return k_.data() + layer * layer_stride_; }
+  const float* values(int64_t layer) const { return v_.data() + layer * layer_stride_; }
+
+  /// Writes one token's K and V for `layer` at `pos` (each (n_kv_heads * head_dim) floats).
+  /// Throws InvalidArgument if pos >= capacity_tokens.
+  void write(int64_t layer, int64_t pos, const float* k, const float* v);
+
+  /// Positions filled so far (tokens). The model advances it after each forward.
+  int64_t n_tokens() const { return n_tokens_; }
+  void set_n_tokens(int64_t n);
+  int64_t capacity_tokens() const { return capacity_tokens_; }
+  /// Drops every cached position (keeps the allocation).
+  void clear() { n_tokens_ = 0; }
+
+  /// Bytes allocated for K and V together (what the slab costs).
+  int64_t allocated_bytes() const;
+  /// Bytes holding live positions: 2 * n_layers * kv_dim * n_tokens * sizeof(float).
+  int64_t used_bytes() const;
+
+ private:
+  int64_t n_layers_;
+  int64_t kv_dim_;
+  int64_t capacity_tokens_;
+  int64_t layer_stride_;  // capacity_tokens * kv_dim floats
+  int64_t n_tokens_ = 0;
+  std::vector<float> k_;  // (n_layers, capacity_tokens, kv_dim)
+  std::vector<float> v_;  // (n_layers, capacity_tokens, kv_dim)
+};
+
+}  // namespace lio

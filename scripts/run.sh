@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# run.sh — sets up (if needed) and asks the default model a question through the engine,
+# streaming the answer token by token. Extra arguments go to `lio generate`, e.g.
+#   scripts/run.sh --prompt "Write a haiku about caches." --max-tokens 64
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+args=("$@")
+if ((${#args[@]} == 0)); then
+  args=(--prompt "What is a KV cache in LLM inference? Answer in two sentences." --max-tokens 96)
+fi
+exec "$root/build/bin/lio" generate --chat "${args[@]}"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bad_input.sh BIN_DIR WORK_DIR — every bad input gives a one-line error naming the
+# problem and a non-zero exit (1 for input errors, CLI11's code for usage errors), never
+# a crash (signal, sanitizer report) or a silent success.
+set -uo pipefail
+bin="$1"
+work="$2"
+rm -rf "$work" && mkdir -p "$work"
+"$bin/make_test_models" "$work/models" >/dev/null || { echo "FAIL: make_test_models"; exit 1; }
+m="$work/models"
+pass=0
+fail=0
+
+# expect_error NAME EXPECTED_SUBSTRING CMD...
+expect_error() {
+  local name="$1" want="$2"
+  shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  local lines
+  lines=$(grep -c . "$work/err")
+  if ((rc == 0)); then
+    echo "FAIL $name: exit 0 (expected an error)"; ((fail++)); return
+  fi
+  if ((rc >= 128)) || grep -qE "Sanitizer|runtime error|Segmentation|Aborted|terminate called" "$work/err"; then
+    echo "FAIL $name: crashed (rc=$rc)"; cat "$work/err"; ((fail++)); return
+  fi
+  if ! grep -qF -- "$want" "$work/err"; then
+    echo "FAIL $name: stderr lacks '$want':"; cat "$work/err"; ((fail++)); return
+  fi
+  if ((lines != 1)); then
+    echo "FAIL $name: expected a one-line error, got $lines lines:"; cat "$work/err"; ((fail++)); return
+  fi
+  echo "ok   $name (rc=$rc): $(cat "$work/err")"
+  ((pass++))
+}
+
+long_prompt=$(printf 'token %.0s' $(seq 1 400))
+expect_error missing_file        "does not exist"        "$bin/lio" info --model "$m/nope.gguf"
+expect_error empty_file          "empty.gguf"            "$bin/lio" info --model "$m/empty.gguf"
+expect_error truncated_gguf      "truncated.gguf"        "$bin/lio" info --model "$m/truncated.gguf"
+expect_error truncated_header    "truncated_header.gguf" "$bin/lio" generate --model "$m/truncated_header.gguf" --prompt hi
+expect_error bad_magic           "magic"                 "$bin/lio" info --model "$m/bad_magic.gguf"
+expect_error offset_past_end     "token_embd.weight"     "$bin/lio" info --model "$m/offset_past_end.gguf"
+expect_error unknown_tensor_type "Q4_K"                  "$bin/lio" info --model "$m/unknown_type.gguf"
+expect_error unknown_arch        "architecture 'mamba'"  "$bin/lio" generate --model "$m/unknown_arch.gguf" --prompt hi
+expect_error prompt_too_long     "the context holds"     "$bin/lio" generate --model "$m/tiny.gguf" --prompt "$long_prompt"
+expect_error temperature_neg     "--temperature"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --temperature -1
+expect_error top_p_zero          "--top-p"               "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --top-p 0
+expect_error top_p_big           "--top-p"               "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --top-p 1.5
+expect_error bad_dtype           "--dtype"               "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --dtype q3
+expect_error max_tokens_zero     "--max-tokens"          "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --max-tokens 0
+expect_error ch01_temperature    "--temperature"         "$bin/ch01_kv_cache" --model "$m/tiny.gguf" --prompt hi --temperature -0.5
+expect_error ch01_missing        "does not exist"        "$bin/ch01_kv_cache" --model "$m/missing" --prompt hi
+expect_error hf_missing_config   "config.json"           "$bin/lio" info --model "$m"
+expect_error bad_ids             "--ids"                 "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,x --out "$work/l.bin"
+expect_error id_out_of_range     "token"                 "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,99999 --out "$work/l.bin"
+
+# And the good path still works on the same tiny model (so the errors above are specific).
+if "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --max-tokens 4 --json >"$work/out" 2>"$work/err"; then
+  echo "ok   tiny_model_generates"; ((pass++))
+else
+  echo "FAIL tiny_model_generates"; cat "$work/err"; ((fail++))
+fi
+echo "$pass passed, $fail failed"
+((fail == 0))
