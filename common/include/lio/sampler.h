@@ -35,9 +35,12 @@ class Sampler {
   /// Validates `config` (throws InvalidArgument).
   explicit Sampler(const SamplerConfig& config);
 
-  /// Picks the next token. logits: (vocab) — modified in place (penalty, temperature).
+  /// Picks the next token. logits: (vocab) — modified in place by the repetition penalty
+  /// (temperature is applied inside the softmax and not written back).
   /// history: tokens so far (prompt + generated) for the repetition penalty.
-  /// Throws InvalidArgument if logits is empty.
+  /// -inf logits are allowed (masked, never drawn). Throws InvalidArgument if logits is empty,
+  /// holds a NaN or +inf, or is all -inf, or if a history token in the penalty window is
+  /// outside [0, vocab).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
 
   const SamplerConfig& config() const { return config_; }
@@ -46,10 +49,11 @@ class Sampler {
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::vector<int32_t> candidates_;  // scratch: token ids
-  std::vector<float> probs_;         // scratch
+  std::vector<float> probs_;         // scratch: (vocab) exp((l - l_max) / T), by token id
 };
 
-/// Index of the largest value (first one on ties). Throws InvalidArgument if empty.
+/// Index of the largest value (first one on ties; NaN is never chosen over a number).
+/// Throws InvalidArgument if empty.
 int32_t argmax(std::span<const float> values);
 
 }  // namespace lio
