@@ -1,1 +1,45 @@
-// placeholder — being written
+// elementwise.cpp — the CPU's one-value-at-a-time operators: SwiGLU and the embedding lookup.
+#include <cmath>
+#include <string>
+
+#include "cpu_ops.h"
+#include "lio/dtype.h"
+#include "lio/error.h"
+
+namespace lio::cpu {
+
+namespace {
+
+// An FFN hidden row (e.g. 1536 or 14336 values) is too short to split across threads;
+// prefill batches (n_tokens * ffn_dim) are not.
+constexpr int64_t kParallelMinElems = int64_t{1} << 16;
+
+}  // namespace
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n < 0) throw InvalidArgument("cpu::swiglu: n must be >= 0, got " + std::to_string(n));
+  if (n == 0) return;
+  if (gate == nullptr || up == nullptr || out == nullptr) {
+    throw InvalidArgument("cpu::swiglu: null pointer (gate, up or out)");
+  }
+  // silu(g) = g * sigmoid(g) = g / (1 + e^-g), in float. For g < -88, e^-g overflows to +inf
+  // and the quotient is -0, which is the correct limit; no NaN arises for finite g.
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElems)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void embedding_row(const WeightMatrix& w, int64_t token, float* out) {
+  if (token < 0 || token >= w.rows) {
+    throw InvalidArgument("cpu::embedding_row: token id " + std::to_string(token) +
+                          " outside [0, " + std::to_string(w.rows) + ") of '" + w.name + "'");
+  }
+  if (w.data == nullptr || out == nullptr) {
+    throw InvalidArgument("cpu::embedding_row: null data or output for '" + w.name + "'");
+  }
+  dequantize_row(w.dtype, w.row(token), out, w.cols);
+}
+
+}  // namespace lio::cpu

@@ -1,0 +1,180 @@
+// cuda_ops.h — the CUDA operators of the Llama forward pass, and the small runtime helpers
+// their callers and tests need.
+//
+// Each operator mirrors the CPU one in kernels/cpu/cpu_ops.h (same name, shapes and
+// semantics) but takes device pointers and runs asynchronously on an explicit stream:
+// the call returns once the kernel is queued. The function is the host launcher: it checks
+// shapes and pointers (throwing lio::InvalidArgument), launches, and checks the launch
+// (throwing lio::cuda::CudaError). Kernels trust their launcher; they do not re-check.
+// Each optimized kernel has a `*_naive` twin — the plain one-thread-per-output version it is
+// equivalent to — kept for tests and as the before/after of the course.
+//
+// Shapes are written (outer, ..., inner), row-major, f32 unless stated. "Device pointer"
+// means memory the device can read/write (cudaMalloc, managed, or mapped pinned memory);
+// whether a pointer is one is not checked — a host pointer makes the kernel fault.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cuda_check.h"
+#include "lio/error.h"
+#include "lio/model_config.h"
+
+namespace lio::cuda {
+
+// ---- runtime --------------------------------------------------------------------------
+
+/// Number of CUDA devices this process can use: 0 when there is no driver, no GPU, or the
+/// runtime reports any error. Never throws. It clears the runtime's last-error slot, but
+/// without a driver every later runtime call still fails (cudaErrorInsufficientDriver).
+int cuda_device_count() noexcept;
+
+/// True when device 0 exists and this build's kernels have an image it can run (we build
+/// sm_80/sm_90 SASS plus PTX, so older GPUs answer false). Creates the CUDA context on
+/// first use (tens to hundreds of ms). Never throws. Tests start with
+/// `if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";`.
+bool cuda_available() noexcept;
+
+// ---- operators --------------------------------------------------------------------------
+
+/// Largest head_dim rope() accepts: its cos/sin table for one token lives in shared memory
+/// (kRopeMaxHeadDim / 2 pairs x 2 floats = 4 KiB). Real models use 64..256.
+inline constexpr int64_t kRopeMaxHeadDim = 1024;
+
+/// RMSNorm (Zhang & Sennrich 2019, eq. 4): out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.
+/// x, out: (n_rows, dim) device pointers, may alias; weight: (dim) device pointer.
+/// One block per row; the sum of squares is accumulated in float, strided per thread and then
+/// combined by warp shuffles: about dim/256 + 8 roundings deep, so relative error <~ 1e-6 for
+/// dim <= 4096 (the CPU op sums in double).
+/// Preconditions (throw InvalidArgument): pointers non-null, n_rows >= 0 (0 launches
+/// nothing), 0 < dim <= INT32_MAX, n_rows <= INT32_MAX, eps finite and >= 0.
+/// Throws CudaError if the launch fails.
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n_rows, int64_t dim,
+             float eps, cudaStream_t stream);
+
+/// Same contract as rmsnorm(); one thread per row, sequential double-precision sum
+/// (the CPU algorithm, verbatim). The reference the optimized kernel is tested against.
+void rmsnorm_naive(const float* x, const float* weight, float* out, int64_t n_rows,
+                   int64_t dim, float eps, cudaStream_t stream);
+
+/// Rotary position embedding in place (Su et al. 2021, RoFormer eq. 34), pair k of each head
+/// rotated by positions[t] * theta_base^(-2k/head_dim); `style` picks the pairing
+/// (RopeStyle::Normal (x[2k], x[2k+1]), RopeStyle::Neox (x[k], x[k + head_dim/2])).
+/// x: (n_tokens, n_heads, head_dim) device pointer; positions: (n_tokens) int32 device pointer.
+/// Angles and their cos/sin are computed in double and rounded to float once, like the CPU op,
+/// so results agree with cpu::rope to ~1 ulp.
+/// Preconditions (throw InvalidArgument): pointers non-null, n_tokens >= 0 (0 launches
+/// nothing), n_heads > 0, head_dim even, 0 < head_dim <= kRopeMaxHeadDim,
+/// n_tokens <= INT32_MAX, n_heads <= INT32_MAX / head_dim, theta_base finite and > 0.
+/// Throws CudaError if the launch fails.
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
+          int64_t head_dim, float theta_base, RopeStyle style, cudaStream_t stream);
+
+/// Same contract as rope(); one thread per (token, head, pair), recomputing its angle.
+void rope_naive(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
+                int64_t head_dim, float theta_base, RopeStyle style, cudaStream_t stream);
+
+// ---- DeviceBuffer -------------------------------------------------------------------------
+
+/// Owning, move-only array of `n_elems` T in device memory (cudaMalloc / cudaFree), for tests
+/// and tools. Copies are synchronous: each returns when the data has arrived. They are ordered
+/// after work on the legacy default stream (and blocking streams) but not after work on
+/// cudaStreamNonBlocking streams — synchronize such a stream before copying its results back.
+/// Errors throw CudaError / InvalidArgument.
+template <typename T>
+class DeviceBuffer {
+  static_assert(std::is_trivially_copyable_v<T>, "DeviceBuffer holds plain data only");
+
+ public:
+  DeviceBuffer() = default;
+
+  /// Allocates n_elems elements (uninitialized). n_elems == 0 allocates nothing.
+  explicit DeviceBuffer(int64_t n_elems) : n_elems_(n_elems) {
+    if (n_elems < 0) {
+      throw InvalidArgument("DeviceBuffer: n_elems must be >= 0, got " + std::to_string(n_elems));
+    }
+    if (n_elems > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size_bytes()));
+  }
+
+  /// Allocates host.size() elements and copies `host` into them.
+  static DeviceBuffer from_host(const std::vector<T>& host) {
+    DeviceBuffer buf(static_cast<int64_t>(host.size()));
+    buf.copy_from_host(host.data(), buf.n_elems());
+    return buf;
+  }
+
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), n_elems_(std::exchange(other.n_elems_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      n_elems_ = std::exchange(other.n_elems_, 0);
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  int64_t n_elems() const { return n_elems_; }
+  size_t size_bytes() const { return static_cast<size_t>(n_elems_) * sizeof(T); }
+
+  /// Copies n_elems elements from host `src` to the start of the buffer.
+  /// Throws InvalidArgument if n_elems is negative or exceeds the buffer.
+  void copy_from_host(const T* src, int64_t n_elems) {
+    check_count(n_elems, "copy_from_host");
+    if (n_elems > 0) {
+      CUDA_CHECK(cudaMemcpy(data_, src, static_cast<size_t>(n_elems) * sizeof(T),
+                            cudaMemcpyHostToDevice));
+      // From pageable memory cudaMemcpy may return before the DMA lands; a kernel launched
+      // next on a non-blocking stream would not wait for it. Wait here.
+      CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    }
+  }
+
+  /// Copies the first n_elems elements to host `dst`.
+  void copy_to_host(T* dst, int64_t n_elems) const {
+    check_count(n_elems, "copy_to_host");
+    if (n_elems > 0) {
+      CUDA_CHECK(cudaMemcpy(dst, data_, static_cast<size_t>(n_elems) * sizeof(T),
+                            cudaMemcpyDeviceToHost));
+    }
+  }
+
+  /// The whole buffer, copied to a new host vector.
+  std::vector<T> to_host() const {
+    std::vector<T> host(static_cast<size_t>(n_elems_));
+    copy_to_host(host.data(), n_elems_);
+    return host;
+  }
+
+ private:
+  void check_count(int64_t n_elems, const char* what) const {
+    if (n_elems < 0 || n_elems > n_elems_) {
+      throw InvalidArgument(std::string("DeviceBuffer::") + what + ": " +
+                            std::to_string(n_elems) + " elements requested, buffer holds " +
+                            std::to_string(n_elems_));
+    }
+  }
+  // cudaFree's error is dropped: a destructor must not throw, and a failure here means the
+  // context is already broken (a sticky error), which the next checked call reports.
+  void release() noexcept {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    n_elems_ = 0;
+  }
+
+  T* data_ = nullptr;
+  int64_t n_elems_ = 0;
+};
+
+}  // namespace lio::cuda
