@@ -28,20 +28,36 @@ class Tokenizer {
  public:
   /// Builds from GGUF metadata: tokenizer.ggml.{model,pre,tokens,token_type,merges,
   /// bos_token_id,eos_token_id,add_bos_token} and tokenizer.chat_template.
+  /// `pre` selects the pre-tokenizer regexes as llama.cpp does: smollm/starcoder/refact/
+  /// command-r/codeshell/exaone/minerva = "\p{N}" then GPT-2's; gpt2/gpt-2 = GPT-2's;
+  /// llama-bpe/llama3 = Llama-3's (whole-word tokens skip merging, BOS on by default);
+  /// qwen2; "default"/absent = llama.cpp's legacy four-regex fallback.
   /// Throws UnsupportedError for a tokenizer model other than "gpt2" or an unknown `pre`;
-  /// FormatError naming the key when arrays are missing or inconsistent.
+  /// FormatError naming the key when arrays are missing or inconsistent (token_type length,
+  /// a merge that is not "left right", bos/eos id outside the vocabulary).
   static Tokenizer from_gguf(const GgufFile& file);
   /// Builds from a Hugging Face `tokenizer.json` (model.type "BPE", byte-level), honouring
-  /// its pre_tokenizer Sequence (Split regexes, ByteLevel, Digits), and reads
-  /// `tokenizer_config.json` beside it when present (bos/eos tokens, chat_template).
+  /// its pre_tokenizer Sequence (Split{Regex|String, behavior Isolated}, Digits, ByteLevel
+  /// with use_regex = GPT-2's regex), merges as "a b" strings or ["a", "b"] pairs, and
+  /// added_tokens ("special": true -> control, false -> user-defined). Reads
+  /// `tokenizer_config.json` beside it when present (bos_token, eos_token, add_bos_token,
+  /// chat_template). Throws InvalidArgument if a file cannot be opened; FormatError for bad
+  /// JSON or structure; UnsupportedError for a non-BPE model, byte_fallback, a normalizer,
+  /// ByteLevel add_prefix_space, or another pre_tokenizer type.
   static Tokenizer from_hf_json(const std::string& tokenizer_json_path);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  /// Text -> token ids. With `parse_special`, control/user-defined token texts in `text`
-  /// (e.g. "<|im_start|>") become their ids; otherwise they are tokenized as plain text.
+  /// Text -> token ids. With `parse_special`, control token texts in `text` (e.g.
+  /// "<|im_start|>") become their ids; otherwise they are tokenized as plain text.
+  /// User-defined tokens (GGUF type 4, tokenizer.json added tokens with "special": false)
+  /// always become their ids, as in llama.cpp and HF tokenizers. Special texts are matched
+  /// longest token first (llama.cpp tokenizer_st_partition); the text between them is split
+  /// by the pre-tokenizer regexes and BPE-merged by merge rank.
+  /// Invalid UTF-8 never throws: each byte that does not start a valid UTF-8 sequence is
+  /// replaced by U+FFFD before tokenizing, as llama.cpp does (unicode_cpts_from_utf8).
   /// Adds BOS first when `add_bos` is true (use add_bos_default() for the model's choice).
   std::vector<int32_t> encode(std::string_view text, bool parse_special, bool add_bos) const;
   /// Ids -> bytes (may end inside a UTF-8 character). Control tokens render as their text
@@ -50,7 +66,10 @@ class Tokenizer {
   /// Raw bytes of one token (byte-level decoded).
   std::string token_bytes(int32_t id) const;
   /// The token's vocabulary string as stored (e.g. "Ġthe").
+  /// Throws InvalidArgument on an id out of range.
   const std::string& token_text(int32_t id) const;
+  /// The id whose vocabulary string is exactly `text` (e.g. "Ġthe", "<|im_end|>"), or -1.
+  int32_t token_id(std::string_view text) const;
 
   int64_t vocab_size() const;
   int32_t bos_id() const;          // -1 if none
@@ -66,6 +85,8 @@ class Tokenizer {
   /// template carries one (SmolLM2's does). Throws UnsupportedError for other templates.
   std::string apply_chat_template(std::span<const ChatMessage> messages,
                                   bool add_generation_prompt) const;
+  /// The model's chat template text (Jinja source) as read from the file; "" if none.
+  const std::string& chat_template() const;
 
   struct Impl;
 
@@ -73,6 +94,19 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// Renders `messages` with the Jinja chat template text `chat_template` (what
+/// Tokenizer::apply_chat_template does with the model's template). Only ChatML is
+/// understood: a template containing "<|im_start|>" renders each message as
+/// "<|im_start|>{role}\n{content}<|im_end|>\n", and "<|im_start|>assistant\n" follows when
+/// `add_generation_prompt`. When the template carries a default system prompt as a string
+/// literal '<|im_start|>system\n...<|im_end|>\n' (SmolLM2, Qwen2.5), that turn is prepended
+/// if messages is non-empty and messages[0].role != "system". An empty template means
+/// plain ChatML without a default system prompt.
+/// Throws UnsupportedError (quoting the template's start) for any other template family.
+std::string render_chat_template(std::string_view chat_template,
+                                 std::span<const ChatMessage> messages,
+                                 bool add_generation_prompt);
 
 /// Turns a stream of token ids into text pieces that are always complete UTF-8:
 /// bytes of a partial character are held back until the character completes.
