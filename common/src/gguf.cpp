@@ -1,1 +1,779 @@
-// placeholder — being written
+// gguf.cpp — validated GGUF v2/v3 reader over an mmap, and a v3 writer.
+//
+// Source: GGUF specification (ggml repository, docs/gguf.md) and ggml's gguf.cpp reader,
+// whose checks (n_dims <= 4, ne product overflow, block-size multiple, alignment) this
+// reader mirrors. Every length or count read from the file is checked against the bytes
+// that remain BEFORE anything is allocated, so a corrupt count gives a FormatError rather
+// than std::bad_alloc, and every error message starts with the file path.
+#include "lio/gguf.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <numeric>
+
+#include "lio/error.h"
+
+namespace lio {
+
+static_assert(std::endian::native == std::endian::little,
+              "GGUF is read by memcpy of little-endian fields; big-endian hosts are unsupported");
+
+namespace {
+
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+constexpr uint64_t kDefaultAlignment = 32;   // spec: used when general.alignment is absent
+constexpr uint32_t kMaxDims = 4;             // spec / GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 8;            // arrays of arrays nest at most this deep
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;  // empty key + type + smallest value
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, 1 dim, type, offset
+
+bool is_valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::F64); }
+
+bool is_unsigned(GgufType t) {
+  return t == GgufType::U8 || t == GgufType::U16 || t == GgufType::U32 || t == GgufType::U64;
+}
+bool is_signed(GgufType t) {
+  return t == GgufType::I8 || t == GgufType::I16 || t == GgufType::I32 || t == GgufType::I64;
+}
+bool is_integer(GgufType t) { return is_unsigned(t) || is_signed(t); }
+bool is_float(GgufType t) { return t == GgufType::F32 || t == GgufType::F64; }
+
+// Bytes one value of `t` takes on disk, or the least it can take (string: its length
+// field; array: its element type and count fields).
+uint64_t min_encoded_bytes(GgufType t) {
+  switch (t) {
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::Bool: return 1;
+    case GgufType::U16:
+    case GgufType::I16: return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32: return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64: return 8;
+    case GgufType::String: return 8;
+    case GgufType::Array: return 4 + 8;
+  }
+  return 1;
+}
+
+uint64_t align_up(uint64_t n, uint64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+
+// Built by appends: GCC 12 reports a false -Wrestrict on `"'" + std::string(s) + "'"`.
+std::string single_quoted(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '\'';
+  out += s;
+  out += '\'';
+  return out;
+}
+
+// ---- reading ------------------------------------------------------------------------------
+
+/// A bounds-checked little-endian reader over the mapped bytes.
+class Cursor {
+ public:
+  Cursor(const std::byte* data, uint64_t size_bytes, const std::string& path)
+      : data_(data), size_bytes_(size_bytes), path_(path) {}
+
+  uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return size_bytes_ - pos_; }
+
+  [[noreturn]] void fail(const std::string& msg) const { throw FormatError(path_ + ": " + msg); }
+
+  void need(uint64_t n_bytes, std::string_view what) const {
+    if (n_bytes > remaining()) {
+      fail("truncated: " + std::string(what) + " needs " + std::to_string(n_bytes) +
+           " bytes at offset " + std::to_string(pos_) + ", but only " +
+           std::to_string(remaining()) + " remain");
+    }
+  }
+
+  template <typename T>
+  T read(std::string_view what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, data_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+
+  std::string read_string(std::string_view what) {
+    const uint64_t n_bytes = read<uint64_t>(what);
+    need(n_bytes, what);  // checked before the string is allocated
+    std::string s(reinterpret_cast<const char*>(data_ + pos_), n_bytes);
+    pos_ += n_bytes;
+    return s;
+  }
+
+ private:
+  const std::byte* data_;
+  uint64_t size_bytes_;
+  uint64_t pos_ = 0;
+  const std::string& path_;
+};
+
+GgufValue read_value(Cursor& c, GgufType type, const std::string& what, int depth) {
+  GgufValue v;
+  v.type = type;
+  switch (type) {
+    case GgufType::U8: v.data = uint64_t{c.read<uint8_t>(what)}; break;
+    case GgufType::U16: v.data = uint64_t{c.read<uint16_t>(what)}; break;
+    case GgufType::U32: v.data = uint64_t{c.read<uint32_t>(what)}; break;
+    case GgufType::U64: v.data = c.read<uint64_t>(what); break;
+    case GgufType::I8: v.data = int64_t{c.read<int8_t>(what)}; break;
+    case GgufType::I16: v.data = int64_t{c.read<int16_t>(what)}; break;
+    case GgufType::I32: v.data = int64_t{c.read<int32_t>(what)}; break;
+    case GgufType::I64: v.data = c.read<int64_t>(what); break;
+    case GgufType::F32: v.data = double{c.read<float>(what)}; break;
+    case GgufType::F64: v.data = c.read<double>(what); break;
+    case GgufType::Bool: {
+      const uint8_t b = c.read<uint8_t>(what);
+      if (b > 1) c.fail(what + ": bool value is " + std::to_string(b) + ", expected 0 or 1");
+      v.data = b == 1;
+      break;
+    }
+    case GgufType::String: v.data = c.read_string(what); break;
+    case GgufType::Array: {
+      const uint32_t elem_raw = c.read<uint32_t>(what);
+      if (!is_valid_type(elem_raw)) {
+        c.fail(what + ": array element type " + std::to_string(elem_raw) +
+               " is not a GGUF value type (0..12)");
+      }
+      const auto elem_type = static_cast<GgufType>(elem_raw);
+      if (elem_type == GgufType::Array && depth + 1 >= kMaxArrayDepth) {
+        c.fail(what + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth));
+      }
+      const uint64_t count = c.read<uint64_t>(what);
+      const uint64_t min_bytes = min_encoded_bytes(elem_type);
+      if (count > c.remaining() / min_bytes) {
+        c.fail(what + ": array of " + std::to_string(count) + " " +
+               std::string(gguf_type_name(elem_type)) + " needs at least " +
+               (count > std::numeric_limits<uint64_t>::max() / min_bytes
+                    ? std::string("2^64")
+                    : std::to_string(count * min_bytes)) +
+               " bytes, but only " + std::to_string(c.remaining()) + " remain");
+      }
+      auto array = std::make_shared<GgufArray>();
+      array->elem_type = elem_type;
+      array->items.reserve(count);
+      for (uint64_t i = 0; i < count; ++i) {
+        array->items.push_back(read_value(c, elem_type, what, depth + 1));
+      }
+      v.data = std::move(array);
+      break;
+    }
+    default: c.fail(what + ": unknown value type " + std::to_string(static_cast<uint32_t>(type)));
+  }
+  return v;
+}
+
+std::string describe_version_error(uint32_t version) {
+  if (version == 1) return "GGUF version 1 is not supported (supported: 2, 3)";
+  const uint32_t swapped = __builtin_bswap32(version);
+  if (swapped == 2 || swapped == 3) {
+    return "big-endian GGUF (version " + std::to_string(swapped) +
+           ") is not supported; only little-endian files are";
+  }
+  return "unsupported GGUF version " + std::to_string(version) + " (supported: 2, 3)";
+}
+
+}  // namespace
+
+// =========================================================================================
+// GgufValue / GgufTensorInfo
+// =========================================================================================
+
+std::string_view gguf_type_name(GgufType type) {
+  switch (type) {
+    case GgufType::U8: return "u8";
+    case GgufType::I8: return "i8";
+    case GgufType::U16: return "u16";
+    case GgufType::I16: return "i16";
+    case GgufType::U32: return "u32";
+    case GgufType::I32: return "i32";
+    case GgufType::F32: return "f32";
+    case GgufType::Bool: return "bool";
+    case GgufType::String: return "string";
+    case GgufType::Array: return "array";
+    case GgufType::U64: return "u64";
+    case GgufType::I64: return "i64";
+    case GgufType::F64: return "f64";
+  }
+  return "invalid";
+}
+
+GgufValue GgufValue::u32(uint32_t v) { return {GgufType::U32, uint64_t{v}}; }
+GgufValue GgufValue::i32(int32_t v) { return {GgufType::I32, int64_t{v}}; }
+GgufValue GgufValue::u64(uint64_t v) { return {GgufType::U64, v}; }
+GgufValue GgufValue::f32(float v) { return {GgufType::F32, double{v}}; }
+GgufValue GgufValue::boolean(bool v) { return {GgufType::Bool, v}; }
+GgufValue GgufValue::str(std::string v) { return {GgufType::String, std::move(v)}; }
+
+GgufValue GgufValue::str_array(std::vector<std::string> v) {
+  auto array = std::make_shared<GgufArray>();
+  array->elem_type = GgufType::String;
+  array->items.reserve(v.size());
+  for (auto& s : v) array->items.push_back(str(std::move(s)));
+  return {GgufType::Array, std::move(array)};
+}
+
+GgufValue GgufValue::i32_array(std::vector<int32_t> v) {
+  auto array = std::make_shared<GgufArray>();
+  array->elem_type = GgufType::I32;
+  array->items.reserve(v.size());
+  for (int32_t x : v) array->items.push_back(i32(x));
+  return {GgufType::Array, std::move(array)};
+}
+
+GgufValue GgufValue::f32_array(std::vector<float> v) {
+  auto array = std::make_shared<GgufArray>();
+  array->elem_type = GgufType::F32;
+  array->items.reserve(v.size());
+  for (float x : v) array->items.push_back(f32(x));
+  return {GgufType::Array, std::move(array)};
+}
+
+int64_t GgufTensorInfo::n_elems() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+// =========================================================================================
+// GgufFile: parsing and validation
+// =========================================================================================
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile f;
+  f.path_ = path;
+  f.map_ = std::make_shared<MappedFile>(path);  // InvalidArgument when missing/unreadable
+  const uint64_t file_bytes = static_cast<uint64_t>(f.map_->size_bytes());
+  Cursor c(f.map_->data(), file_bytes, path);
+
+  // ---- fixed header ----
+  const uint32_t magic = c.read<uint32_t>("magic");
+  if (magic != kGgufMagic) {
+    char found[32];
+    std::snprintf(found, sizeof(found), "%02x %02x %02x %02x", magic & 0xff, (magic >> 8) & 0xff,
+                  (magic >> 16) & 0xff, magic >> 24);
+    c.fail(std::string("not a GGUF file: magic bytes are ") + found +
+           ", expected 47 47 55 46 (\"GGUF\")");
+  }
+  f.version_ = c.read<uint32_t>("version");
+  if (f.version_ != 2 && f.version_ != 3) c.fail(describe_version_error(f.version_));
+  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
+  const uint64_t n_kv = c.read<uint64_t>("metadata count");
+
+  // ---- metadata ----
+  if (n_kv > c.remaining() / kMinKvBytes) {
+    c.fail("header declares " + std::to_string(n_kv) + " metadata pairs, but only " +
+           std::to_string(c.remaining()) + " bytes remain (each needs at least " +
+           std::to_string(kMinKvBytes) + ")");
+  }
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string key = c.read_string("key of metadata pair #" + std::to_string(i));
+    const std::string what = "key " + single_quoted(key);
+    const uint32_t type_raw = c.read<uint32_t>(what + " value type");
+    if (!is_valid_type(type_raw)) {
+      c.fail(what + ": value type " + std::to_string(type_raw) +
+             " is not a GGUF value type (0..12)");
+    }
+    GgufValue value = read_value(c, static_cast<GgufType>(type_raw), what, 0);
+    if (f.kv_.count(key) != 0) c.fail("duplicate metadata " + what);
+    f.kv_.emplace(std::move(key), std::move(value));
+  }
+
+  if (const GgufValue* a = f.find("general.alignment")) {
+    if (!is_integer(a->type)) {
+      c.fail("key 'general.alignment' has type " + std::string(gguf_type_name(a->type)) +
+             ", expected u32");
+    }
+    const uint64_t alignment = f.get_uint("general.alignment");
+    if (alignment == 0 || !std::has_single_bit(alignment) || alignment > (1u << 30)) {
+      c.fail("key 'general.alignment' is " + std::to_string(alignment) +
+             ", expected a power of two between 1 and 2^30");
+    }
+    f.alignment_ = alignment;
+  } else {
+    f.alignment_ = kDefaultAlignment;
+  }
+
+  // ---- tensor infos ----
+  if (n_tensors > c.remaining() / kMinTensorInfoBytes) {
+    c.fail("header declares " + std::to_string(n_tensors) + " tensors, but only " +
+           std::to_string(c.remaining()) + " bytes remain (each tensor info needs at least " +
+           std::to_string(kMinTensorInfoBytes) + ")");
+  }
+  f.tensors_.reserve(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensorInfo t;
+    t.name = c.read_string("name of tensor #" + std::to_string(i));
+    const std::string what = "tensor " + single_quoted(t.name);
+    if (f.tensor_index_.count(t.name) != 0) c.fail("duplicate " + what);
+
+    const uint32_t n_dims = c.read<uint32_t>(what + " n_dims");
+    if (n_dims == 0 || n_dims > kMaxDims) {
+      c.fail(what + ": n_dims is " + std::to_string(n_dims) + ", expected 1.." +
+             std::to_string(kMaxDims));
+    }
+    uint64_t ne[kMaxDims] = {1, 1, 1, 1};
+    int64_t n_elems = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      ne[d] = c.read<uint64_t>(what + " ne[" + std::to_string(d) + "]");
+      if (ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          __builtin_mul_overflow(n_elems, static_cast<int64_t>(ne[d]), &n_elems)) {
+        c.fail(what + ": element count overflows int64 (ne[" + std::to_string(d) +
+               "] = " + std::to_string(ne[d]) + ")");
+      }
+    }
+    for (uint32_t d = n_dims; d-- > 0;) t.shape.push_back(static_cast<int64_t>(ne[d]));
+
+    const uint32_t ggml_type = c.read<uint32_t>(what + " type");
+    const std::optional<DType> dtype = dtype_from_ggml(ggml_type);
+    if (!dtype) {
+      const std::string type_desc = "ggml type " + std::to_string(ggml_type) + " (" +
+                                    std::string(ggml_type_name(ggml_type)) + ")";
+      if (ggml_type < 40) {
+        throw UnsupportedError(path + ": " + what + " has " + type_desc +
+                               ", which LIO cannot read (supported: F32, F16, BF16, Q8_0, "
+                               "Q4_0, Q4_1)");
+      }
+      c.fail(what + " has unknown " + type_desc);
+    }
+    t.dtype = *dtype;
+    const DTypeInfo info = dtype_info(t.dtype);
+    if (static_cast<int64_t>(ne[0]) % info.block_elems != 0) {
+      c.fail(what + ": ne[0] = " + std::to_string(ne[0]) + " is not a multiple of the " +
+             std::string(info.name) + " block size " + std::to_string(info.block_elems));
+    }
+    if (n_elems / info.block_elems > std::numeric_limits<int64_t>::max() / info.block_bytes) {
+      c.fail(what + ": byte size overflows int64");
+    }
+    t.size_bytes = n_elems / info.block_elems * info.block_bytes;
+
+    t.offset = c.read<uint64_t>(what + " offset");
+    if (t.offset % f.alignment_ != 0) {
+      c.fail(what + ": data offset " + std::to_string(t.offset) +
+             " is not a multiple of the alignment " + std::to_string(f.alignment_));
+    }
+    f.tensor_index_.emplace(t.name, f.tensors_.size());
+    f.tensors_.push_back(std::move(t));
+  }
+
+  // ---- tensor data: inside the file, not overlapping ----
+  const uint64_t data_start = align_up(c.pos(), f.alignment_);
+  const uint64_t data_bytes = data_start <= file_bytes ? file_bytes - data_start : 0;
+  for (GgufTensorInfo& t : f.tensors_) {
+    const auto size = static_cast<uint64_t>(t.size_bytes);
+    if (data_start > file_bytes || t.offset > data_bytes || size > data_bytes - t.offset) {
+      c.fail("tensor " + single_quoted(t.name) + ": data at offset " + std::to_string(t.offset) +
+             " with " + std::to_string(size) + " bytes runs past the end of the file (data " +
+             "section starts at byte " + std::to_string(data_start) + ", file has " +
+             std::to_string(file_bytes) + " bytes)");
+    }
+    t.data = f.map_->data() + data_start + t.offset;
+  }
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const GgufTensorInfo& t : f.tensors_) {
+    if (t.size_bytes > 0) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& prev = *by_offset[i - 1];
+    const GgufTensorInfo& next = *by_offset[i];
+    if (next.offset < prev.offset + static_cast<uint64_t>(prev.size_bytes)) {
+      c.fail("tensor " + single_quoted(next.name) + " at offset " + std::to_string(next.offset) +
+             " overlaps tensor " + single_quoted(prev.name) + " (offset " +
+             std::to_string(prev.offset) + ", " + std::to_string(prev.size_bytes) + " bytes)");
+    }
+  }
+  return f;
+}
+
+// =========================================================================================
+// GgufFile: lookups and typed getters
+// =========================================================================================
+
+bool GgufFile::has(const std::string& key) const { return kv_.count(key) != 0; }
+
+const GgufValue* GgufFile::find(const std::string& key) const {
+  auto it = kv_.find(key);
+  return it == kv_.end() ? nullptr : &it->second;
+}
+
+const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+int64_t GgufFile::file_bytes() const { return map_ ? map_->size_bytes() : 0; }
+
+namespace {
+
+const GgufValue& require_key(const GgufFile& f, const std::string& key) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr)
+    throw FormatError(f.path() + ": metadata key " + single_quoted(key) + " missing");
+  return *v;
+}
+
+[[noreturn]] void throw_type(const GgufFile& f, const std::string& key, const GgufValue& v,
+                             const std::string& expected) {
+  std::string actual(gguf_type_name(v.type));
+  if (v.type == GgufType::Array) {
+    actual += " of " +
+              std::string(gguf_type_name(std::get<std::shared_ptr<GgufArray>>(v.data)->elem_type));
+  }
+  throw FormatError(f.path() + ": key " + single_quoted(key) + " has type " + actual +
+                    ", expected " + expected);
+}
+
+const GgufArray& require_array(const GgufFile& f, const std::string& key, const GgufValue& v,
+                               bool (*elem_ok)(GgufType), const std::string& expected) {
+  if (v.type != GgufType::Array) throw_type(f, key, v, expected);
+  const GgufArray& array = *std::get<std::shared_ptr<GgufArray>>(v.data);
+  if (!elem_ok(array.elem_type)) throw_type(f, key, v, expected);
+  return array;
+}
+
+// Integer value as int64 (uint64 values above INT64_MAX are reported, not wrapped).
+int64_t to_int64(const GgufFile& f, const std::string& key, const GgufValue& v) {
+  if (is_signed(v.type)) return std::get<int64_t>(v.data);
+  const uint64_t u = std::get<uint64_t>(v.data);
+  if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw FormatError(f.path() + ": key " + single_quoted(key) + " holds " + std::to_string(u) +
+                      ", which does not fit in int64");
+  }
+  return static_cast<int64_t>(u);
+}
+
+double to_double(const GgufValue& v) {
+  if (is_float(v.type)) return std::get<double>(v.data);
+  if (is_signed(v.type)) return static_cast<double>(std::get<int64_t>(v.data));
+  return static_cast<double>(std::get<uint64_t>(v.data));
+}
+
+}  // namespace
+
+std::string GgufFile::get_string(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  if (v.type != GgufType::String) throw_type(*this, key, v, "string");
+  return std::get<std::string>(v.data);
+}
+
+uint64_t GgufFile::get_uint(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  if (is_unsigned(v.type)) return std::get<uint64_t>(v.data);
+  if (!is_signed(v.type)) throw_type(*this, key, v, "an integer");
+  const int64_t i = std::get<int64_t>(v.data);
+  if (i < 0) {
+    throw FormatError(path_ + ": key " + single_quoted(key) + " is " + std::to_string(i) +
+                      ", expected a non-negative integer");
+  }
+  return static_cast<uint64_t>(i);
+}
+
+double GgufFile::get_float(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  if (!is_integer(v.type) && !is_float(v.type)) throw_type(*this, key, v, "a number");
+  return to_double(v);
+}
+
+bool GgufFile::get_bool(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  if (v.type != GgufType::Bool) throw_type(*this, key, v, "bool");
+  return std::get<bool>(v.data);
+}
+
+std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  const GgufArray& array = require_array(
+      *this, key, v, [](GgufType t) { return t == GgufType::String; }, "array of string");
+  std::vector<std::string> out;
+  out.reserve(array.items.size());
+  for (const GgufValue& item : array.items) out.push_back(std::get<std::string>(item.data));
+  return out;
+}
+
+std::vector<int64_t> GgufFile::get_int_array(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  const GgufArray& array = require_array(*this, key, v, is_integer, "array of integers");
+  std::vector<int64_t> out;
+  out.reserve(array.items.size());
+  for (const GgufValue& item : array.items) out.push_back(to_int64(*this, key, item));
+  return out;
+}
+
+std::vector<float> GgufFile::get_float_array(const std::string& key) const {
+  const GgufValue& v = require_key(*this, key);
+  const GgufArray& array = require_array(
+      *this, key, v, [](GgufType t) { return is_integer(t) || is_float(t); }, "array of numbers");
+  std::vector<float> out;
+  out.reserve(array.items.size());
+  for (const GgufValue& item : array.items) out.push_back(static_cast<float>(to_double(item)));
+  return out;
+}
+
+// =========================================================================================
+// GgufWriter
+// =========================================================================================
+
+namespace {
+
+[[noreturn]] void throw_writer(const std::string& what, const std::string& msg) {
+  throw InvalidArgument("GgufWriter: " + what + ": " + msg);
+}
+
+// Checks that `v` can be written as its declared type: the variant holds the matching
+// alternative, integers fit their width, and array items all have the element type.
+void validate_value(const GgufValue& v, const std::string& what, int depth) {
+  const std::string type(gguf_type_name(v.type));
+  auto fits_unsigned = [&](uint64_t max) {
+    if (!std::holds_alternative<uint64_t>(v.data))
+      throw_writer(what, type + " value must hold uint64_t");
+    if (std::get<uint64_t>(v.data) > max) {
+      throw_writer(what, std::to_string(std::get<uint64_t>(v.data)) + " does not fit in " + type);
+    }
+  };
+  auto fits_signed = [&](int64_t min, int64_t max) {
+    if (!std::holds_alternative<int64_t>(v.data))
+      throw_writer(what, type + " value must hold int64_t");
+    const int64_t i = std::get<int64_t>(v.data);
+    if (i < min || i > max) throw_writer(what, std::to_string(i) + " does not fit in " + type);
+  };
+  switch (v.type) {
+    case GgufType::U8: fits_unsigned(UINT8_MAX); return;
+    case GgufType::U16: fits_unsigned(UINT16_MAX); return;
+    case GgufType::U32: fits_unsigned(UINT32_MAX); return;
+    case GgufType::U64: fits_unsigned(UINT64_MAX); return;
+    case GgufType::I8: fits_signed(INT8_MIN, INT8_MAX); return;
+    case GgufType::I16: fits_signed(INT16_MIN, INT16_MAX); return;
+    case GgufType::I32: fits_signed(INT32_MIN, INT32_MAX); return;
+    case GgufType::I64: fits_signed(INT64_MIN, INT64_MAX); return;
+    case GgufType::F32:
+    case GgufType::F64:
+      if (!std::holds_alternative<double>(v.data))
+        throw_writer(what, type + " value must hold double");
+      return;
+    case GgufType::Bool:
+      if (!std::holds_alternative<bool>(v.data)) throw_writer(what, "bool value must hold bool");
+      return;
+    case GgufType::String:
+      if (!std::holds_alternative<std::string>(v.data)) {
+        throw_writer(what, "string value must hold std::string");
+      }
+      return;
+    case GgufType::Array: {
+      if (!std::holds_alternative<std::shared_ptr<GgufArray>>(v.data) ||
+          !std::get<std::shared_ptr<GgufArray>>(v.data)) {
+        throw_writer(what, "array value must hold a non-null GgufArray");
+      }
+      if (depth >= kMaxArrayDepth) {  // the reader's limit: arrays at depths 0..7
+        throw_writer(what, "arrays nested deeper than " + std::to_string(kMaxArrayDepth));
+      }
+      const GgufArray& array = *std::get<std::shared_ptr<GgufArray>>(v.data);
+      if (!is_valid_type(static_cast<uint32_t>(array.elem_type))) {
+        throw_writer(what, "invalid array element type");
+      }
+      for (size_t i = 0; i < array.items.size(); ++i) {
+        if (array.items[i].type != array.elem_type) {
+          throw_writer(what, "array item " + std::to_string(i) + " has type " +
+                                 std::string(gguf_type_name(array.items[i].type)) +
+                                 ", array element type is " +
+                                 std::string(gguf_type_name(array.elem_type)));
+        }
+        validate_value(array.items[i], what, depth + 1);
+      }
+      return;
+    }
+  }
+  throw_writer(what, "invalid value type " + std::to_string(static_cast<uint32_t>(v.type)));
+}
+
+class ByteSink {
+ public:
+  explicit ByteSink(std::vector<std::byte>& out) : out_(out) {}
+  template <typename T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const std::byte*>(&v);
+    out_.insert(out_.end(), p, p + sizeof(T));
+  }
+  void put_string(const std::string& s) {
+    put<uint64_t>(s.size());
+    const auto* p = reinterpret_cast<const std::byte*>(s.data());
+    out_.insert(out_.end(), p, p + s.size());
+  }
+  void put_bytes(const std::vector<std::byte>& b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  void pad_to(uint64_t alignment) { out_.resize(align_up(out_.size(), alignment), std::byte{0}); }
+
+  void put_value(const GgufValue& v) {
+    switch (v.type) {
+      case GgufType::U8: put(static_cast<uint8_t>(std::get<uint64_t>(v.data))); return;
+      case GgufType::U16: put(static_cast<uint16_t>(std::get<uint64_t>(v.data))); return;
+      case GgufType::U32: put(static_cast<uint32_t>(std::get<uint64_t>(v.data))); return;
+      case GgufType::U64: put(std::get<uint64_t>(v.data)); return;
+      case GgufType::I8: put(static_cast<int8_t>(std::get<int64_t>(v.data))); return;
+      case GgufType::I16: put(static_cast<int16_t>(std::get<int64_t>(v.data))); return;
+      case GgufType::I32: put(static_cast<int32_t>(std::get<int64_t>(v.data))); return;
+      case GgufType::I64: put(std::get<int64_t>(v.data)); return;
+      case GgufType::F32: put(static_cast<float>(std::get<double>(v.data))); return;
+      case GgufType::F64: put(std::get<double>(v.data)); return;
+      case GgufType::Bool: put(static_cast<uint8_t>(std::get<bool>(v.data) ? 1 : 0)); return;
+      case GgufType::String: put_string(std::get<std::string>(v.data)); return;
+      case GgufType::Array: {
+        const GgufArray& array = *std::get<std::shared_ptr<GgufArray>>(v.data);
+        put(static_cast<uint32_t>(array.elem_type));
+        put<uint64_t>(array.items.size());
+        for (const GgufValue& item : array.items) put_value(item);
+        return;
+      }
+    }
+  }
+
+ private:
+  std::vector<std::byte>& out_;
+};
+
+}  // namespace
+
+void GgufWriter::set(const std::string& key, GgufValue value) {
+  validate_value(value, "key " + single_quoted(key), 0);
+  if (key == "general.alignment") {
+    if (value.type != GgufType::U32) throw_writer("key 'general.alignment'", "must be u32");
+    const uint64_t a = std::get<uint64_t>(value.data);
+    if (a == 0 || !std::has_single_bit(a) || a > (1u << 30)) {
+      throw_writer("key 'general.alignment'",
+                   "is " + std::to_string(a) + ", expected a power of two between 1 and 2^30");
+    }
+  }
+  for (auto& [k, v] : kv_) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  kv_.emplace_back(key, std::move(value));
+}
+
+void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                            std::span<const std::byte> data) {
+  const std::string what = "tensor " + single_quoted(name);
+  for (const PendingTensor& t : tensors_) {
+    if (t.name == name) throw_writer(what, "duplicate tensor name");
+  }
+  if (shape.empty() || shape.size() > kMaxDims) {
+    throw_writer(
+        what, "rank " + std::to_string(shape.size()) + ", expected 1.." + std::to_string(kMaxDims));
+  }
+  int64_t n_elems = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0 || __builtin_mul_overflow(n_elems, dim, &n_elems)) {
+      throw_writer(what, "invalid or overflowing shape dimension " + std::to_string(dim));
+    }
+  }
+  const DTypeInfo info = dtype_info(dtype);
+  if (shape.back() % info.block_elems != 0) {
+    throw_writer(what, "innermost dimension " + std::to_string(shape.back()) +
+                           " is not a multiple of the " + std::string(info.name) + " block size " +
+                           std::to_string(info.block_elems));
+  }
+  const int64_t expected_bytes = dtype_row_bytes(dtype, n_elems);
+  if (static_cast<int64_t>(data.size()) != expected_bytes) {
+    throw_writer(what, "data has " + std::to_string(data.size()) + " bytes, expected " +
+                           std::to_string(expected_bytes) + " for " + std::to_string(n_elems) +
+                           " elements of " + std::string(info.name));
+  }
+  tensors_.push_back({name, dtype, std::move(shape), {data.begin(), data.end()}});
+}
+
+void GgufWriter::add_tensor_f32(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                                std::span<const float> values) {
+  int64_t n_elems = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0 || __builtin_mul_overflow(n_elems, dim, &n_elems)) {
+      throw_writer("tensor " + single_quoted(name),
+                   "invalid shape dimension " + std::to_string(dim));
+    }
+  }
+  if (static_cast<int64_t>(values.size()) != n_elems) {
+    throw_writer("tensor " + single_quoted(name), std::to_string(values.size()) +
+                                                      " values given for a shape of " +
+                                                      std::to_string(n_elems) + " elements");
+  }
+  if (shape.empty() || n_elems == 0) {
+    add_tensor(name, dtype, std::move(shape), {});  // reports rank / block errors
+    return;
+  }
+  const int64_t row_elems = shape.back();
+  if (row_elems % dtype_info(dtype).block_elems != 0) {
+    add_tensor(name, dtype, std::move(shape), {});  // reports the block-size error
+    return;
+  }
+  const int64_t row_bytes = dtype_row_bytes(dtype, row_elems);
+  std::vector<std::byte> bytes(static_cast<size_t>(dtype_row_bytes(dtype, n_elems)));
+  for (int64_t r = 0; r < n_elems / row_elems; ++r) {
+    quantize_row(dtype, values.data() + r * row_elems, bytes.data() + r * row_bytes, row_elems);
+  }
+  add_tensor(name, dtype, std::move(shape), bytes);
+}
+
+std::vector<std::byte> GgufWriter::serialize() const {
+  uint64_t alignment = kDefaultAlignment;
+  for (const auto& [k, v] : kv_) {
+    if (k == "general.alignment") alignment = std::get<uint64_t>(v.data);
+  }
+  std::vector<std::byte> out;
+  ByteSink sink(out);
+  sink.put(kGgufMagic);
+  sink.put<uint32_t>(3);
+  sink.put<uint64_t>(tensors_.size());
+  sink.put<uint64_t>(kv_.size());
+  for (const auto& [key, value] : kv_) {
+    sink.put_string(key);
+    sink.put(static_cast<uint32_t>(value.type));
+    sink.put_value(value);
+  }
+  uint64_t offset = 0;
+  for (const PendingTensor& t : tensors_) {
+    sink.put_string(t.name);
+    sink.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) sink.put<uint64_t>(*it);
+    sink.put(static_cast<uint32_t>(t.dtype));
+    sink.put<uint64_t>(offset);
+    offset = align_up(offset + t.data.size(), alignment);
+  }
+  // Like ggml's writer, every tensor (the last one included) is padded to the alignment.
+  sink.pad_to(alignment);
+  for (const PendingTensor& t : tensors_) {
+    sink.put_bytes(t.data);
+    sink.pad_to(alignment);
+  }
+  return out;
+}
+
+void GgufWriter::write(const std::string& path) const {
+  const std::vector<std::byte> bytes = serialize();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    throw InvalidArgument("cannot write GGUF file '" + path + "': " + std::strerror(errno));
+  }
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) {
+    throw InvalidArgument("cannot write GGUF file '" + path + "': write failed (" +
+                          std::strerror(errno) + ")");
+  }
+}
+
+}  // namespace lio

@@ -41,13 +41,18 @@ struct TinyModelSpec {
 /// Q and K weights are stored permuted for RopeStyle::Normal exactly as llama.cpp's
 /// convert_hf_to_gguf.py `permute` does, so the GGUF and HF files of one spec are the
 /// same model and must give the same logits.
+/// Throws InvalidArgument on an inconsistent spec (n_heads % n_kv_heads != 0, odd head_dim,
+/// a merge whose parts are not yet in the vocabulary or whose result is a duplicate).
 void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec);
 
 /// Writes a Hugging Face directory: config.json (LlamaForCausalLM), tokenizer.json
 /// (byte-level BPE with the same vocabulary and merges), tokenizer_config.json, and
 /// model.safetensors — or, with n_shards > 1, model-0000K-of-0000N.safetensors shards plus
-/// model.safetensors.index.json. Weights in HF layout (unpermuted Q/K), as F32 unless
-/// `weight_dtype` is F16 or BF16. Creates `dir` if needed.
+/// model.safetensors.index.json. Weights in HF layout (unpermuted Q/K). The 2-D matrices
+/// are stored as `weight_dtype` when it is F16 or BF16 and as F32 otherwise, the embedding
+/// likewise from `embd_dtype`, norms always F32 — so the GGUF and HF forms of an F32/F16/BF16
+/// spec hold bit-identical weights. config.json's torch_dtype follows the matrices.
+/// Creates `dir` if needed. Throws InvalidArgument unless 1 <= n_shards <= tensor count.
 void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_shards = 1);
 
 /// The model's tensors in HF naming and layout (row-major f32), for tests that compute

@@ -57,13 +57,15 @@ struct DTypeInfo {
 std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
 
 /// Name of a ggml type id even when unsupported (e.g. 12 -> "Q4_K"), for error messages.
+/// Ids without a ggml name (removed types, ids past the table) give "type<N>" for N < 1000.
 std::string_view ggml_type_name(uint32_t ggml_type);
 
 /// Facts about a supported dtype.
 DTypeInfo dtype_info(DType dtype);
 
 /// Bytes taken by `n_elems` elements stored in `dtype`.
-/// Throws InvalidArgument if n_elems is not a multiple of the block size.
+/// Throws InvalidArgument if n_elems is negative, not a multiple of the block size, or the
+/// byte count overflows int64.
 int64_t dtype_row_bytes(DType dtype, int64_t n_elems);
 
 /// IEEE 754 half (bits) -> float, exact.
@@ -76,13 +78,17 @@ float bf16_to_f32(uint16_t bits);
 uint16_t f32_to_bf16(float value);
 
 /// Dequantizes one row of `n_elems` elements from `src` (in `dtype`) into `dst` (f32).
-/// Exact: each element equals the format's formula evaluated in f32.
-/// Precondition: n_elems is a multiple of the block size of `dtype`.
+/// Exact: each element equals the format's formula evaluated in f32. `src` may be unaligned
+/// (blocks are read with memcpy). Throws InvalidArgument when n_elems is not a non-negative
+/// multiple of the block size of `dtype`.
 void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems);
 
 /// Quantizes one f32 row into `dtype` (`dst` must hold dtype_row_bytes(dtype, n_elems)).
 /// Same rounding rules as ggml's reference quantizers (quantize_row_*_ref), so a row
-/// written here reads back as ggml would read it. Used by the test-model writers.
+/// written here reads back as ggml would read it (checked bit for bit against gguf-py's
+/// numpy port). F32/F16/BF16 are plain conversions. Used by the test-model writers.
+/// Throws InvalidArgument on a partial block, or on a NaN/Inf input for a quantized
+/// dtype (ggml's cast of such a value to int8 is undefined behaviour).
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems);
 
 }  // namespace lio

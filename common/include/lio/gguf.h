@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -26,6 +27,9 @@ enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7,
   String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
 };
+
+/// Lower-case spec name of a value type ("u32", "string", "array"), for messages.
+std::string_view gguf_type_name(GgufType type);
 
 struct GgufValue;
 /// A homogeneous metadata array (arrays of arrays are allowed by the spec).
@@ -69,10 +73,14 @@ class GgufFile {
  public:
   /// Opens and parses `path`. Throws InvalidArgument if the file cannot be opened;
   /// FormatError (naming the file and the key/tensor) on bad magic, unsupported version
-  /// (only 2 and 3), truncation, a string or array running past the end, a tensor with
-  /// data past the end of the file or misaligned, duplicate names, or a shape whose
-  /// element count is not a multiple of its block size; UnsupportedError naming the
-  /// tensor and type for a ggml type LIO cannot read (e.g. Q4_K).
+  /// (only 2 and 3), truncation, a string or array running past the end (every count is
+  /// checked against the remaining bytes before allocating), an unknown value type, a bool
+  /// other than 0/1, arrays nested deeper than 8, a bad `general.alignment`, n_dims outside
+  /// 1..4, an element count overflowing int64, ne[0] not a multiple of the block size, a
+  /// tensor with data past the end of the file, misaligned or overlapping another,
+  /// duplicate keys or tensor names, or a ggml type id outside ggml's table;
+  /// UnsupportedError naming the tensor and type for a ggml type LIO cannot read (e.g. Q4_K).
+  /// Copies share the mapping; tensor `data` pointers stay valid while any copy lives.
   static GgufFile open(const std::string& path);
 
   const std::string& path() const { return path_; }

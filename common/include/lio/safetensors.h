@@ -36,12 +36,17 @@ struct SafetensorsTensor {
 class SafetensorsSet {
  public:
   /// Opens one `.safetensors` file. Throws InvalidArgument if missing; FormatError naming
-  /// the file and tensor on a bad header length, invalid JSON, offsets past the end,
-  /// overlapping or unordered offsets, or a byte count that does not match dtype x shape.
+  /// the file and tensor on a bad header length, invalid JSON, a missing or mistyped field,
+  /// a dtype name not in the spec, offsets past the end, overlapping offsets, a hole
+  /// between tensors or bytes after the last one (the reference implementation's rule:
+  /// tensors tile the data buffer), or a byte count that does not match dtype x shape.
+  /// `data` pointers are not necessarily aligned to the element size.
   static SafetensorsSet open_file(const std::string& path);
   /// Opens a HF model directory: `model.safetensors`, or the shards listed in
   /// `model.safetensors.index.json` ("weight_map"). Throws as open_file, plus FormatError
-  /// when the index names a shard that is missing or a tensor not found in its shard.
+  /// when the index is not valid JSON, names a shard that is missing or outside `dir`, or a
+  /// tensor not found in its shard, or when two shards hold the same tensor;
+  /// InvalidArgument when `dir` is missing or has neither file.
   static SafetensorsSet open_dir(const std::string& dir);
 
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
@@ -58,6 +63,7 @@ class SafetensorsSet {
 };
 
 /// Writes a single safetensors file (test fixtures and tools). Supported dtypes: F32, F16, BF16.
+/// Tensors are stored in insertion order; the header is space-padded to a multiple of 8 bytes.
 class SafetensorsWriter {
  public:
   /// Throws InvalidArgument on a duplicate name, an unsupported dtype or a wrong byte count.

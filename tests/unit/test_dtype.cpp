@@ -1,0 +1,438 @@
+// test_dtype.cpp — dtype tables, f16/bf16 conversion, and Q8_0/Q4_0/Q4_1 (de)quantization
+// against hand-worked blocks (layouts: ggml-common.h; rounding: ggml-quants.c *_ref).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "lio/dtype.h"
+#include "lio/error.h"
+
+namespace {
+
+using lio::DType;
+
+// f16 bit patterns used below (IEEE binary16: 1 sign, 5 exponent, 10 mantissa bits).
+constexpr uint16_t kF16Half = 0x3800;          // 0.5
+constexpr uint16_t kF16Quarter = 0x3400;       // 0.25
+constexpr uint16_t kF16One = 0x3c00;           // 1.0
+constexpr uint16_t kF16MinusOne = 0xbc00;      // -1.0
+constexpr uint16_t kF16MinusQuarter = 0xb400;  // -0.25
+
+std::vector<std::byte> as_bytes(const void* p, size_t n) {
+  std::vector<std::byte> out(n);
+  std::memcpy(out.data(), p, n);
+  return out;
+}
+
+// =========================================================================================
+// Tables
+// =========================================================================================
+
+TEST(Dtype, GgmlIdsAndNames) {
+  EXPECT_EQ(lio::dtype_from_ggml(0), DType::F32);
+  EXPECT_EQ(lio::dtype_from_ggml(1), DType::F16);
+  EXPECT_EQ(lio::dtype_from_ggml(2), DType::Q4_0);
+  EXPECT_EQ(lio::dtype_from_ggml(3), DType::Q4_1);
+  EXPECT_EQ(lio::dtype_from_ggml(8), DType::Q8_0);
+  EXPECT_EQ(lio::dtype_from_ggml(30), DType::BF16);
+  EXPECT_FALSE(lio::dtype_from_ggml(12).has_value());  // Q4_K
+  EXPECT_FALSE(lio::dtype_from_ggml(14).has_value());  // Q6_K
+  EXPECT_FALSE(lio::dtype_from_ggml(4000).has_value());
+
+  EXPECT_EQ(lio::ggml_type_name(0), "F32");
+  EXPECT_EQ(lio::ggml_type_name(8), "Q8_0");
+  EXPECT_EQ(lio::ggml_type_name(12), "Q4_K");
+  EXPECT_EQ(lio::ggml_type_name(14), "Q6_K");
+  EXPECT_EQ(lio::ggml_type_name(23), "IQ4_XS");
+  EXPECT_EQ(lio::ggml_type_name(29), "IQ1_M");
+  EXPECT_EQ(lio::ggml_type_name(30), "BF16");
+  EXPECT_EQ(lio::ggml_type_name(35), "TQ2_0");
+  EXPECT_EQ(lio::ggml_type_name(4), "type4");    // removed Q4_2
+  EXPECT_EQ(lio::ggml_type_name(33), "type33");  // removed Q4_0_8_8
+  EXPECT_EQ(lio::ggml_type_name(123), "type123");
+}
+
+TEST(Dtype, InfoMatchesGgmlLayouts) {
+  EXPECT_EQ(lio::dtype_info(DType::F32).block_bytes, 4);
+  EXPECT_EQ(lio::dtype_info(DType::F16).block_bytes, 2);
+  EXPECT_EQ(lio::dtype_info(DType::BF16).block_bytes, 2);
+  EXPECT_EQ(lio::dtype_info(DType::Q4_0).block_bytes, 18);
+  EXPECT_EQ(lio::dtype_info(DType::Q4_1).block_bytes, 20);
+  EXPECT_EQ(lio::dtype_info(DType::Q8_0).block_bytes, 34);
+  EXPECT_EQ(lio::dtype_info(DType::Q8_0).block_elems, 32);
+  EXPECT_EQ(lio::dtype_info(DType::Q4_1).name, "Q4_1");
+}
+
+TEST(Dtype, RowBytes) {
+  EXPECT_EQ(lio::dtype_row_bytes(DType::F32, 10), 40);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::BF16, 3), 6);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::F16, 0), 0);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q8_0, 32), 34);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q4_0, 64), 36);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q4_1, 576), 18 * 20);
+}
+
+TEST(Dtype, RowBytesRejectsPartialBlocksAndNegativeCounts) {
+  EXPECT_THROW(lio::dtype_row_bytes(DType::Q4_0, 33), lio::InvalidArgument);
+  EXPECT_THROW(lio::dtype_row_bytes(DType::Q8_0, 16), lio::InvalidArgument);
+  EXPECT_THROW(lio::dtype_row_bytes(DType::F32, -1), lio::InvalidArgument);
+  EXPECT_THROW(lio::dtype_row_bytes(DType::F32, std::numeric_limits<int64_t>::max() / 2),
+               lio::InvalidArgument);  // byte count overflows
+  try {
+    lio::dtype_row_bytes(DType::Q4_1, 40);
+    FAIL() << "expected InvalidArgument";
+  } catch (const lio::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("40"), std::string::npos) << e.what();
+  }
+}
+
+// =========================================================================================
+// f16 / bf16
+// =========================================================================================
+
+TEST(Dtype, F16ToF32KnownValues) {
+  EXPECT_EQ(lio::f16_to_f32(0x0000), 0.0f);
+  EXPECT_TRUE(std::signbit(lio::f16_to_f32(0x8000)));
+  EXPECT_EQ(lio::f16_to_f32(kF16One), 1.0f);
+  EXPECT_EQ(lio::f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(lio::f16_to_f32(kF16Half), 0.5f);
+  EXPECT_EQ(lio::f16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_EQ(lio::f16_to_f32(0x7bff), 65504.0f);                  // largest finite
+  EXPECT_EQ(lio::f16_to_f32(0x0400), 6.103515625e-05f);          // smallest normal, 2^-14
+  EXPECT_EQ(lio::f16_to_f32(0x0001), 5.9604644775390625e-08f);   // smallest subnormal, 2^-24
+  EXPECT_EQ(lio::f16_to_f32(0x03ff), 6.09755516052246094e-05f);  // largest subnormal
+  EXPECT_EQ(lio::f16_to_f32(0x8001), -5.9604644775390625e-08f);
+  EXPECT_EQ(lio::f16_to_f32(0x7c00), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(lio::f16_to_f32(0xfc00), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(lio::f16_to_f32(0x7e00)));
+  EXPECT_TRUE(std::isnan(lio::f16_to_f32(0x7c01)));  // signalling NaN stays NaN
+}
+
+TEST(Dtype, F32ToF16RoundsToNearestEven) {
+  EXPECT_EQ(lio::f32_to_f16(1.0f), kF16One);
+  EXPECT_EQ(lio::f32_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(lio::f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(lio::f32_to_f16(65519.0f), 0x7bff);  // below the 65520 midpoint
+  EXPECT_EQ(lio::f32_to_f16(65520.0f), 0x7c00);  // midpoint, ties to even = Inf
+  EXPECT_EQ(lio::f32_to_f16(1e6f), 0x7c00);
+  EXPECT_EQ(lio::f32_to_f16(-1e6f), 0xfc00);
+  EXPECT_EQ(lio::f32_to_f16(std::numeric_limits<float>::infinity()), 0x7c00);
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to the even mantissa (1.0).
+  EXPECT_EQ(lio::f32_to_f16(1.0f + 0x1.0p-11f), 0x3c00);
+  // 1 + 3 * 2^-11 is halfway between mantissas 1 and 2: ties to 2.
+  EXPECT_EQ(lio::f32_to_f16(1.0f + 0x3.0p-11f), 0x3c02);
+  EXPECT_EQ(lio::f32_to_f16(1.0f + 0x1.0p-11f + 0x1.0p-20f), 0x3c01);  // above the tie
+  // Subnormals: multiples of 2^-24.
+  EXPECT_EQ(lio::f32_to_f16(0x1.0p-24f), 0x0001);
+  EXPECT_EQ(lio::f32_to_f16(0x1.0p-25f), 0x0000);  // tie, to even (0)
+  EXPECT_EQ(lio::f32_to_f16(0x3.0p-25f), 0x0002);  // 1.5 units, tie, to even (2)
+  EXPECT_EQ(lio::f32_to_f16(0x1.2p-25f), 0x0001);  // just above half a unit
+  EXPECT_EQ(lio::f32_to_f16(0x1.0p-30f), 0x0000);  // underflows to zero
+  EXPECT_EQ(lio::f32_to_f16(-0x1.0p-24f), 0x8001);
+  EXPECT_EQ(lio::f32_to_f16(0x3ffp-24f), 0x03ff);  // largest subnormal
+  EXPECT_EQ(lio::f32_to_f16(0x7ffp-25f), 0x0400);  // rounds up into the smallest normal
+  EXPECT_EQ(lio::f32_to_f16(-0.0f), 0x8000);
+  const uint16_t nan = lio::f32_to_f16(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7c00, 0x7c00);
+  EXPECT_NE(nan & 0x03ff, 0);
+}
+
+TEST(Dtype, F16RoundTripsEveryBitPatternAndRoundsEveryMidpoint) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const auto bits = static_cast<uint16_t>(h);
+    const float f = lio::f16_to_f32(bits);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(lio::f16_to_f32(lio::f32_to_f16(f)))) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(lio::f32_to_f16(f), bits) << std::hex << h;
+  }
+  // Between each pair of adjacent positive finite halves: the midpoint ties to the even
+  // one, and the floats just either side of it round to the nearer half.
+  for (uint16_t lo = 0; lo < 0x7bff; ++lo) {
+    const uint16_t hi = static_cast<uint16_t>(lo + 1);
+    const float flo = lio::f16_to_f32(lo);
+    const float fhi = lio::f16_to_f32(hi);
+    const float mid = (flo + fhi) / 2;  // exact: halves have 11 significant bits
+    ASSERT_EQ(lio::f32_to_f16(mid), (lo % 2 == 0) ? lo : hi) << std::hex << lo;
+    ASSERT_EQ(lio::f32_to_f16(std::nextafter(mid, 0.0f)), lo) << std::hex << lo;
+    ASSERT_EQ(lio::f32_to_f16(std::nextafter(mid, 1e9f)), hi) << std::hex << lo;
+  }
+}
+
+TEST(Dtype, Bf16Conversions) {
+  EXPECT_EQ(lio::bf16_to_f32(0x3f80), 1.0f);
+  EXPECT_EQ(lio::bf16_to_f32(0xc040), -3.0f);
+  EXPECT_EQ(lio::bf16_to_f32(0x0001), 0x1.0p-133f);  // smallest subnormal
+  EXPECT_EQ(lio::bf16_to_f32(0x7f80), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(lio::bf16_to_f32(0x7fc0)));
+
+  EXPECT_EQ(lio::f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(lio::f32_to_bf16(-3.0f), 0xc040);
+  EXPECT_EQ(lio::f32_to_bf16(1.0f + 0x1.0p-8f), 0x3f80);  // tie, to even
+  EXPECT_EQ(lio::f32_to_bf16(1.0f + 0x3.0p-8f), 0x3f82);  // tie, to even
+  EXPECT_EQ(lio::f32_to_bf16(1.0f + 0x1.0p-8f + 0x1.0p-20f), 0x3f81);
+  EXPECT_EQ(lio::f32_to_bf16(0x1.0p-133f), 0x0001);                        // subnormal kept
+  EXPECT_EQ(lio::f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds to Inf
+  EXPECT_EQ(lio::f32_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
+  // A NaN whose payload lives only in the low 16 bits must not become Inf.
+  const float low_payload_nan = std::bit_cast<float>(0x7f800001u);
+  EXPECT_TRUE(std::isnan(lio::bf16_to_f32(lio::f32_to_bf16(low_payload_nan))));
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = lio::bf16_to_f32(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(lio::f32_to_bf16(f), h) << std::hex << h;
+    }
+  }
+}
+
+// =========================================================================================
+// Dequantization of hand-built blocks
+// =========================================================================================
+
+TEST(Dtype, DequantizeQ8_0HandWorkedBlocks) {
+  lio::BlockQ8_0 blocks[2];
+  blocks[0].d = kF16Half;
+  blocks[1].d = kF16MinusQuarter;
+  const int8_t qs0[32] = {-128, -100, -17, -3, -2, -1, 0, 1, 2, 3, 5, 8, 13, 21, 34, 55,
+                          89,   127,  0,   0,  0,  0,  0, 0, 0, 0, 0, 0, 0,  0,  4,  -4};
+  const float expected0[32] = {-64, -50, -8.5, -1.5, -1,   -0.5, 0,    0.5, 1, 1.5, 2.5,
+                               4,   6.5, 10.5, 17,   27.5, 44.5, 63.5, 0,   0, 0,   0,
+                               0,   0,   0,    0,    0,    0,    0,    0,   2, -2};
+  std::memcpy(blocks[0].qs, qs0, 32);
+  for (int j = 0; j < 32; ++j) blocks[1].qs[j] = static_cast<int8_t>(j - 16);
+
+  // At an odd address: blocks inside a mapped file are not aligned.
+  std::vector<std::byte> buf(1 + sizeof(blocks));
+  std::memcpy(buf.data() + 1, blocks, sizeof(blocks));
+  float out[64];
+  lio::dequantize_row(DType::Q8_0, buf.data() + 1, out, 64);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], expected0[j]) << j;
+  // Second block: q = j - 16, d = -0.25 -> 4.0, 3.75, ..., -3.75.
+  EXPECT_EQ(out[32 + 0], 4.0f);
+  EXPECT_EQ(out[32 + 1], 3.75f);
+  EXPECT_EQ(out[32 + 16], -0.0f);
+  EXPECT_EQ(out[32 + 31], -3.75f);
+}
+
+TEST(Dtype, DequantizeQ4_0HandWorkedBlock) {
+  // d = 0.5; qs[j] low nibble (element j) = 15 - j, high nibble (element j + 16) = j.
+  lio::BlockQ4_0 block;
+  block.d = kF16Half;
+  for (int j = 0; j < 16; ++j) block.qs[j] = static_cast<uint8_t>((15 - j) | (j << 4));
+  // x = d * (q - 8)
+  const float expected[32] = {3.5,  3.0,  2.5,  2.0,  1.5,  1.0,  0.5,  0.0,   // q 15..8
+                              -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -3.5, -4.0,  // q 7..0
+                              -4.0, -3.5, -3.0, -2.5, -2.0, -1.5, -1.0, -0.5,  // q 0..7
+                              0.0,  0.5,  1.0,  1.5,  2.0,  2.5,  3.0,  3.5};  // q 8..15
+  float out[32];
+  lio::dequantize_row(DType::Q4_0, &block, out, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], expected[j]) << j;
+}
+
+TEST(Dtype, DequantizeQ4_1HandWorkedBlock) {
+  // d = 0.25, m = -1; qs[j] low nibble (element j) = j, high nibble (element j + 16) = 15 - j.
+  lio::BlockQ4_1 block;
+  block.d = kF16Quarter;
+  block.m = kF16MinusOne;
+  for (int j = 0; j < 16; ++j) block.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  // x = d * q + m
+  const float expected[32] = {-1.0, -0.75, -0.5, -0.25, 0.0,   0.25, 0.5,   0.75,   // q 0..7
+                              1.0,  1.25,  1.5,  1.75,  2.0,   2.25, 2.5,   2.75,   // q 8..15
+                              2.75, 2.5,   2.25, 2.0,   1.75,  1.5,  1.25,  1.0,    // q 15..8
+                              0.75, 0.5,   0.25, 0.0,   -0.25, -0.5, -0.75, -1.0};  // q 7..0
+  float out[32];
+  lio::dequantize_row(DType::Q4_1, &block, out, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], expected[j]) << j;
+}
+
+TEST(Dtype, DequantizeF16AndBf16Rows) {
+  const uint16_t f16[4] = {kF16One, kF16MinusQuarter, 0x7c00, 0x0001};
+  float out[4];
+  lio::dequantize_row(DType::F16, f16, out, 4);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -0.25f);
+  EXPECT_TRUE(std::isinf(out[2]));
+  EXPECT_EQ(out[3], 0x1.0p-24f);
+  const uint16_t bf16[2] = {0x3f80, 0xc040};
+  lio::dequantize_row(DType::BF16, bf16, out, 2);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -3.0f);
+}
+
+TEST(Dtype, DequantizeRejectsPartialBlock) {
+  lio::BlockQ8_0 block{};
+  float out[32] = {};
+  EXPECT_THROW(lio::dequantize_row(DType::Q8_0, &block, out, 31), lio::InvalidArgument);
+  EXPECT_THROW(lio::quantize_row(DType::Q4_0, out, &block, 20), lio::InvalidArgument);
+}
+
+// =========================================================================================
+// Quantization: hand-worked blocks (ggml *_ref rounding), then random-data error bounds
+// =========================================================================================
+
+TEST(Dtype, QuantizeQ8_0HandWorkedBlock) {
+  // amax = 127 -> d = 1, id = 1, q = roundf(x): halves round away from zero.
+  float x[32] = {127, -127, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 0.49f, 3.2f, -100.7f};
+  lio::BlockQ8_0 block;
+  lio::quantize_row(DType::Q8_0, x, &block, 32);
+  EXPECT_EQ(block.d, kF16One);
+  const int8_t expected[10] = {127, -127, 1, -1, 2, 3, -3, 0, 3, -101};
+  for (int j = 0; j < 10; ++j) EXPECT_EQ(block.qs[j], expected[j]) << j;
+  for (int j = 10; j < 32; ++j) EXPECT_EQ(block.qs[j], 0) << j;
+}
+
+TEST(Dtype, QuantizeQ4_0HandWorkedBlock) {
+  // The largest-magnitude element is -8, so d = -8 / -8 = 1, id = 1, and
+  // q = min(15, (int8)(x + 8.5)) truncates toward zero.
+  float x[32] = {};
+  x[0] = -8.0f;   // q 0
+  x[1] = 7.0f;    // q 15
+  x[2] = 0.4f;    // 8.9 -> 8
+  x[3] = 0.5f;    // 9.0 -> 9
+  x[4] = -0.5f;   // 8.0 -> 8
+  x[5] = -0.6f;   // 7.9 -> 7
+  x[6] = 3.2f;    // 11.7 -> 11
+  x[16] = 1.0f;   // 9.5 -> 9
+  x[17] = -3.0f;  // 5.5 -> 5
+  x[31] = 7.9f;   // 16.4 -> 16, clamped to 15
+  lio::BlockQ4_0 block;
+  lio::quantize_row(DType::Q4_0, x, &block, 32);
+  EXPECT_EQ(block.d, kF16One);
+  // qs[j] = q[j] | q[j + 16] << 4; all other elements are 0 -> q 8.
+  EXPECT_EQ(block.qs[0], 0x90);  // q0 = 0, q16 = 9
+  EXPECT_EQ(block.qs[1], 0x5f);  // q1 = 15, q17 = 5
+  EXPECT_EQ(block.qs[2], 0x88);
+  EXPECT_EQ(block.qs[3], 0x89);
+  EXPECT_EQ(block.qs[4], 0x88);
+  EXPECT_EQ(block.qs[5], 0x87);
+  EXPECT_EQ(block.qs[6], 0x8b);
+  EXPECT_EQ(block.qs[7], 0x88);
+  EXPECT_EQ(block.qs[15], 0xf8);  // q15 = 8, q31 = 15
+
+  // Positive extreme: max = 8 -> d = -1, so 8 maps to q 0 and -8 would clamp at 15.
+  float y[32] = {};
+  y[0] = 8.0f;
+  y[1] = -7.0f;
+  lio::quantize_row(DType::Q4_0, y, &block, 32);
+  EXPECT_EQ(block.d, 0xbc00);    // -1
+  EXPECT_EQ(block.qs[0], 0x80);  // 8 * -1 + 8.5 = 0.5 -> 0
+  EXPECT_EQ(block.qs[1], 0x8f);  // 7 + 8.5 -> 15
+}
+
+TEST(Dtype, QuantizeQ4_1HandWorkedBlock) {
+  // min = -1, max = 2.75 -> d = 3.75 / 15 = 0.25, id = 4, q = (int8)((x + 1) * 4 + 0.5).
+  float x[32];
+  for (float& v : x) v = 0.0f;  // q = (int8)(4.5) = 4
+  x[0] = -1.0f;                 // q 0
+  x[1] = 2.75f;                 // q 15
+  x[2] = 0.1f;                  // 4.9 -> 4
+  x[3] = 0.2f;                  // 5.3 -> 5
+  x[16] = 1.0f;                 // 8.5 -> 8
+  x[17] = -0.9f;                // 0.9 -> 0
+  lio::BlockQ4_1 block;
+  lio::quantize_row(DType::Q4_1, x, &block, 32);
+  EXPECT_EQ(block.d, kF16Quarter);
+  EXPECT_EQ(block.m, kF16MinusOne);
+  EXPECT_EQ(block.qs[0], 0x80);
+  EXPECT_EQ(block.qs[1], 0x0f);
+  EXPECT_EQ(block.qs[2], 0x44);
+  EXPECT_EQ(block.qs[3], 0x45);
+  EXPECT_EQ(block.qs[4], 0x44);
+}
+
+TEST(Dtype, QuantizeAllZeroBlockGivesZeroScale) {
+  float x[32] = {};
+  lio::BlockQ8_0 q8;
+  lio::quantize_row(DType::Q8_0, x, &q8, 32);
+  EXPECT_EQ(q8.d, 0);
+  lio::BlockQ4_0 q4;
+  lio::quantize_row(DType::Q4_0, x, &q4, 32);
+  EXPECT_EQ(q4.qs[0], 0x88);
+  float out[32];
+  lio::dequantize_row(DType::Q4_0, &q4, out, 32);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Dtype, QuantizeRejectsNonFinite) {
+  float x[32] = {};
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  lio::BlockQ8_0 block;
+  EXPECT_THROW(lio::quantize_row(DType::Q8_0, x, &block, 32), lio::InvalidArgument);
+  x[7] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(lio::quantize_row(DType::Q4_1, x, &block, 32), lio::InvalidArgument);
+}
+
+// Per-block worst-case error of quantize -> dequantize, from each format's rounding:
+//   Q8_0: |x - x'| <= d/2 + 127 * |d - f16(d)|, d = amax / 127
+//   Q4_0: |x - x'| <= |d| (the value -max maps to q 16, clamped to 15) + 8 * |d - f16(d)|
+//   Q4_1: |x - x'| <= d/2 + 15 * |d - f16(d)| + |min - f16(min)|
+// with |v - f16(v)| <= |v| * 2^-11 for normal halves.
+TEST(Dtype, QuantizeDequantizeErrorWithinFormatBounds) {
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t n = 32 * 256;
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng) * 3.0f + 0.5f;
+  constexpr float f16_rel = 0x1.0p-11f;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    std::vector<std::byte> q(static_cast<size_t>(lio::dtype_row_bytes(dtype, n)));
+    std::vector<float> back(n);
+    lio::quantize_row(dtype, x.data(), q.data(), n);
+    lio::dequantize_row(dtype, q.data(), back.data(), n);
+    double sum_sq_err = 0, sum_sq = 0;
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float amax = 0, mn = x[b * 32], mx = x[b * 32];
+      for (int j = 0; j < 32; ++j) {
+        amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        mn = std::min(mn, x[b * 32 + j]);
+        mx = std::max(mx, x[b * 32 + j]);
+      }
+      float bound = 0;
+      if (dtype == DType::Q8_0) {
+        const float d = amax / 127;
+        bound = d * (0.5f + 127 * f16_rel);
+      } else if (dtype == DType::Q4_0) {
+        const float d = amax / 8;
+        bound = d * (1.0f + 8 * f16_rel);
+      } else {
+        const float d = (mx - mn) / 15;
+        bound = d * (0.5f + 15 * f16_rel) + std::fabs(mn) * f16_rel;
+      }
+      bound = bound * 1.001f + 1e-6f;
+      for (int j = 0; j < 32; ++j) {
+        const int64_t i = b * 32 + j;
+        ASSERT_LE(std::fabs(x[i] - back[i]), bound)
+            << lio::dtype_info(dtype).name << " element " << i << " x " << x[i];
+        sum_sq_err += (x[i] - back[i]) * (x[i] - back[i]);
+        sum_sq += x[i] * x[i];
+      }
+    }
+    // Signal-to-noise sanity: 8-bit ~ 40 dB, 4-bit ~ 20 dB on Gaussian data.
+    const double snr_db = 10 * std::log10(sum_sq / sum_sq_err);
+    EXPECT_GT(snr_db, dtype == DType::Q8_0 ? 35.0 : 15.0) << lio::dtype_info(dtype).name;
+  }
+}
+
+TEST(Dtype, QuantizeF16Bf16F32RowsAreConversions) {
+  const float x[3] = {1.0f, -0.25f, 1.0f + 0x1.0p-11f};
+  uint16_t h[3];
+  lio::quantize_row(DType::F16, x, h, 3);
+  EXPECT_EQ(h[0], kF16One);
+  EXPECT_EQ(h[1], kF16MinusQuarter);
+  EXPECT_EQ(h[2], kF16One);
+  uint16_t b[3];
+  lio::quantize_row(DType::BF16, x, b, 3);
+  EXPECT_EQ(b[0], 0x3f80);
+  float f[3];
+  lio::quantize_row(DType::F32, x, f, 3);
+  EXPECT_EQ(as_bytes(f, sizeof(f)), as_bytes(x, sizeof(x)));
+}
+
+}  // namespace
