@@ -54,6 +54,10 @@ fi
 
 # ---- 3. model --------------------------------------------------------------------------
 bash scripts/fetch_model.sh
+# An F32 copy made by llama.cpp's own quantize API: the conformance test's strict case and
+# the benchmark's F32 row (~540 MB, gitignored).
+.venv/bin/python scripts/make_f32_copy.py models/SmolLM2-135M-Instruct.Q4_1.gguf \
+  models/SmolLM2-135M-Instruct.F32.gguf
 
 # ---- 4. build --------------------------------------------------------------------------
 if ((build)); then

@@ -11,6 +11,7 @@
 
 #include "bench_util.h"
 #include "lio/cli_common.h"
+#include "lio/error.h"
 #include "lio/generate.h"
 #include "lio/model.h"
 

@@ -11,7 +11,6 @@ decode tokens/s, for both engines over the same byte count (LIO's, from the same
 Writes bench/results/cpu_decode.csv and .md.
 """
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -21,20 +20,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def make_f32_copy(src, dst):
-    import llama_cpp
-
-    if os.path.exists(dst):
-        return
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = 0  # LLAMA_FTYPE_ALL_F32
-    params.allow_requantize = True
-    params.nthread = os.cpu_count() or 1
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
-    if rc != 0:
-        sys.exit(f"llama_model_quantize failed ({rc})")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from make_f32_copy import make_f32_copy  # noqa: E402
 
 
 def bench_llama(model, prompt_tokens, decode_tokens, repeats, threads):
