@@ -10,7 +10,6 @@
 // Source: SmolLM2-135M-Instruct tokenizer_config.json; llama.cpp src/llama-chat.cpp
 // (LLM_CHAT_TEMPLATE_CHATML detection by "<|im_start|>").
 #include <optional>
-#include <regex>
 #include <string>
 
 #include "lio/error.h"
@@ -46,12 +45,24 @@ std::string unescape_literal(const std::string& s) {
 /// '<|im_start|>system\n CONTENT <|im_end|>' (single or double quotes; the newline may be
 /// real or escaped). std::nullopt when the template has none.
 std::optional<std::string> default_system_prompt(const std::string& tmpl) {
-  // One pattern per quote style; the content runs to <|im_end|> without leaving the literal.
-  static const std::regex kSingle(R"('<\|im_start\|>system(?:\n|\\n)((?:[^'\\]|\\.)*?)<\|im_end\|>)");
-  static const std::regex kDouble(R"("<\|im_start\|>system(?:\n|\\n)((?:[^"\\]|\\.)*?)<\|im_end\|>)");
-  std::smatch m;
-  if (std::regex_search(tmpl, m, kSingle) || std::regex_search(tmpl, m, kDouble)) {
-    return unescape_literal(m[1].str());
+  for (const char quote : {'\'', '"'}) {
+    const std::string open = std::string(1, quote) + std::string(kImStart) + "system";
+    for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
+      size_t i = at + open.size();
+      if (tmpl.compare(i, 1, "\n") == 0 || tmpl.compare(i, 2, "\\n") == 0) {
+        i += tmpl[i] == '\n' ? 1 : 2;
+      } else {
+        continue;  // "system" not followed by a newline: not a turn header
+      }
+      // Scan the literal up to <|im_end|>, honouring backslash escapes; stop at its closing quote.
+      std::string raw;
+      for (; i < tmpl.size(); ++i) {
+        if (tmpl.compare(i, kImEnd.size(), kImEnd) == 0) return unescape_literal(raw);
+        if (tmpl[i] == quote) break;
+        if (tmpl[i] == '\\' && i + 1 < tmpl.size()) raw += tmpl[i++];
+        raw += tmpl[i];
+      }
+    }
   }
   return std::nullopt;
 }
