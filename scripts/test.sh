@@ -3,12 +3,22 @@
 #   1. the default build: unit, CUDA (skipped without a GPU), CLI bad-input and conformance
 #      tests (real model against llama.cpp and Hugging Face tokenizers);
 #   2. the same unit and bad-input tests under AddressSanitizer + UBSan (preset "asan").
-# Flags: --no-asan skips stage 2.
+#   3. with --check-stubs (CI): every chapter's grading tests built against the unsolved
+#      stubs in exercises/ must fail, every test case of them (a test that passes on a stub is
+#      a bug in the test). Not for learners whose exercises are already solved.
+# Flags: --no-asan skips stage 2; --check-stubs adds stage 3.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 asan=1
-[[ "${1:-}" == "--no-asan" ]] && asan=0
+check_stubs=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-asan) asan=0 ;;
+    --check-stubs) check_stubs=1 ;;
+    *) echo "test.sh: unknown flag $arg" >&2; exit 2 ;;
+  esac
+done
 
 stage() { echo; echo "=== $* ($(date +%T))"; }
 t0=$SECONDS
@@ -16,6 +26,13 @@ stage "setup + build (default preset)"
 bash scripts/setup.sh
 stage "ctest (default preset)"
 ctest --preset default
+if ((check_stubs)); then
+  stage "stub check: grading tests must fail on exercises/ stubs"
+  cmake --preset default -DLIO_CHECK_STUBS=ON >/dev/null
+  cmake --build --preset default -j "$(nproc)"
+  ctest --preset default -L stubcheck
+  cmake --preset default -DLIO_CHECK_STUBS=OFF >/dev/null
+fi
 if ((asan)); then
   stage "build (asan preset)"
   cmake --preset asan >/dev/null

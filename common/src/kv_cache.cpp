@@ -1,6 +1,5 @@
 #include "lio/kv_cache.h"
 
-#include <algorithm>
 #include <string>
 
 #include "lio/error.h"
@@ -20,15 +19,8 @@ KvCache::KvCache(const ModelConfig& config, int64_t capacity_tokens)
   v_.assign(static_cast<size_t>(n_layers_ * layer_stride_), 0.0f);
 }
 
-void KvCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
-  if (pos < 0 || pos >= capacity_tokens_) {
-    throw InvalidArgument("KV cache position " + std::to_string(pos) + " outside capacity " +
-                          std::to_string(capacity_tokens_) + " tokens");
-  }
-  LIO_CHECK(layer >= 0 && layer < n_layers_, "layer out of range");
-  std::copy_n(k, kv_dim_, keys(layer) + pos * kv_dim_);
-  std::copy_n(v, kv_dim_, values(layer) + pos * kv_dim_);
-}
+// KvCache::write, key_prefix and value_prefix are chapter 01's Task 3: they live in
+// solutions/01_kv_cache/kv_cache_ops.cpp and exercises/01_kv_cache/kv_cache_ops.cpp.
 
 void KvCache::set_n_tokens(int64_t n) {
   LIO_CHECK(n >= 0 && n <= capacity_tokens_, "n_tokens outside capacity");

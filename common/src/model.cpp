@@ -50,8 +50,14 @@ std::span<const float> Model::forward(std::span<const int32_t> tokens, KvCache& 
     cpu::rope(k_.data(), positions_.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_style);
     for (int64_t i = 0; i < n; ++i)
       cache.write(l, start + i, k_.data() + i * kvd, v_.data() + i * kvd);
-    cpu::attention(q_.data(), cache.keys(l), cache.values(l), attn_.data(), n, start, c.n_heads,
-                   c.n_kv_heads, c.head_dim, scale);
+    if (n == 1) {  // decode: one query over the cached prefix (chapter 01, Tasks 3 and 4)
+      cpu::decode_attention(q_.data(), cache.key_prefix(l, start + 1).data(),
+                            cache.value_prefix(l, start + 1).data(), attn_.data(), start + 1,
+                            c.n_heads, c.n_kv_heads, c.head_dim, scale);
+    } else {  // prefill: a causal block of queries
+      cpu::attention(q_.data(), cache.keys(l), cache.values(l), attn_.data(), n, start, c.n_heads,
+                     c.n_kv_heads, c.head_dim, scale);
+    }
     cpu::matmul(L.wo, attn_.data(), proj_.data(), n);
     for (int64_t i = 0; i < n * d; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
     // ---- SwiGLU MLP ----

@@ -45,4 +45,17 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
                int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
                int64_t head_dim, float scale);
 
+/// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
+/// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:
+/// the decode step. q: (n_heads, head_dim); k_cache, v_cache: (n_ctx, n_kv_heads, head_dim)
+/// holding positions 0 .. n_ctx-1 (the new token's own K/V included, at n_ctx-1);
+/// out: (n_heads, head_dim). Query head h reads KV head h / (n_heads / n_kv_heads).
+///   out[h] = sum_j softmax_j(scale * q[h] . k[j, g]) v[j, g]
+/// No causal mask is needed: every cached position is in the past. Must equal
+/// attention(q, k, v, out, 1, n_ctx - 1, ...) to f32 rounding.
+/// Throws InvalidArgument if n_ctx < 1 or n_heads is not a multiple of n_kv_heads.
+void decode_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                      int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                      float scale);
+
 }  // namespace lio::cpu

@@ -29,9 +29,23 @@ class KvCache {
   const float* keys(int64_t layer) const { return k_.data() + layer * layer_stride_; }
   const float* values(int64_t layer) const { return v_.data() + layer * layer_stride_; }
 
-  /// Writes one token's K and V for `layer` at `pos` (each (n_kv_heads * head_dim) floats).
-  /// Throws InvalidArgument if pos >= capacity_tokens.
+  /// Task 3 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/kv_cache_ops.cpp).
+  /// Appends one token's key and value for `layer` at position `pos`: copies kv_dim floats
+  /// from `k` into the key slab at row `pos`, and from `v` into the value slab.
+  /// k, v: (n_kv_heads * head_dim). Throws InvalidArgument if pos is outside
+  /// [0, capacity_tokens) or layer outside [0, n_layers).
   void write(int64_t layer, int64_t pos, const float* k, const float* v);
+
+  /// Task 3 (same file). The cached keys of `layer` for positions [0, n_tokens), the prefix a
+  /// decode step attends over: a view of (n_tokens, n_kv_heads, head_dim) floats.
+  /// Throws InvalidArgument if n_tokens is outside [0, capacity_tokens] or layer is out of range.
+  std::span<const float> key_prefix(int64_t layer, int64_t n_tokens) const;
+  /// Task 3 (same file). The cached values, as key_prefix.
+  std::span<const float> value_prefix(int64_t layer, int64_t n_tokens) const;
+
+  int64_t n_layers() const { return n_layers_; }
+  /// Floats per cached token and layer: n_kv_heads * head_dim.
+  int64_t kv_dim() const { return kv_dim_; }
 
   /// Positions filled so far (tokens). The model advances it after each forward.
   int64_t n_tokens() const { return n_tokens_; }

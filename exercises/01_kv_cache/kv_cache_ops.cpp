@@ -1,0 +1,39 @@
+// Chapter 01, Task 3 — YOUR implementation: append one step's K/V, read the cached prefix.
+// Declarations: common/include/lio/kv_cache.h (class KvCache). Grade: ctest -R ch01_task_3
+//
+// Layout you work with (members of KvCache): for each layer, a key slab and a value slab of
+// capacity_tokens_ rows x kv_dim_ floats (kv_dim_ = n_kv_heads * head_dim), row-major.
+// keys(layer) / values(layer) return the start of a layer's slab.
+#include <algorithm>
+#include <string>
+
+#include "lio/error.h"
+#include "lio/kv_cache.h"
+
+namespace lio {
+
+void KvCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
+  // TODO(Task 3): check 0 <= pos < capacity_tokens_ and 0 <= layer < n_layers_ (else throw
+  //   lio::InvalidArgument saying which), then copy kv_dim_ floats from k into row `pos` of
+  //   the layer's key slab (keys(layer) + pos * kv_dim_), and the same for v.
+  (void)layer, (void)pos, (void)k, (void)v;
+  throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::write — "
+                       "copy k and v into row pos of the layer's slabs");
+}
+
+std::span<const float> KvCache::key_prefix(int64_t layer, int64_t n_tokens) const {
+  // TODO(Task 3): validate layer and 0 <= n_tokens <= capacity_tokens_, then return a span
+  //   over the first n_tokens rows of the layer's key slab (n_tokens * kv_dim_ floats).
+  (void)layer, (void)n_tokens;
+  throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::key_prefix — "
+                       "a view of the first n_tokens rows");
+}
+
+std::span<const float> KvCache::value_prefix(int64_t layer, int64_t n_tokens) const {
+  // TODO(Task 3): as key_prefix, over the value slab.
+  (void)layer, (void)n_tokens;
+  throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::value_prefix — "
+                       "a view of the first n_tokens rows");
+}
+
+}  // namespace lio

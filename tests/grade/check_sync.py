@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Keeps exercises/ and solutions/ in step (COURSE.md, "Exercises and grading"):
+1. every chapter directory has the same files in exercises/ and solutions/;
+2. each pair of files defines the same functions (same signatures, in any order);
+3. every "Task K -> `path`" in docs/NN_topic.md names a stub file that exists and carries a
+   "TODO(Task K)", and every TODO(Task K) in a stub has its "Task K" section in the lesson.
+Usage: check_sync.py REPO_ROOT. Exit 1 with one line per problem."""
+import os
+import re
+import sys
+
+
+def strip_comments_and_strings(src):
+    src = re.sub(r"//[^\n]*", "", src)
+    src = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', src)
+
+
+def definitions(path):
+    """Signatures of the functions defined in `path` (text before each body's `{`)."""
+    src = strip_comments_and_strings(open(path, encoding="utf-8").read())
+    sigs, depth_stack, start = [], [], 0
+    i = 0
+    while i < len(src):
+        c = src[i]
+        if c == "{":
+            head = src[start:i].strip()
+            if re.search(r"\bnamespace\b[\w:\s]*$", head) or not depth_stack and not head:
+                depth_stack.append("ns")
+            elif all(d == "ns" for d in depth_stack) and head.endswith(")") or re.search(r"\)\s*const$", head):
+                if all(d == "ns" for d in depth_stack):
+                    sig = " ".join(head.split(";")[-1].split())
+                    sig = re.sub(r"^#.*?(?=\S+\s)", "", sig)
+                    sigs.append(sig)
+                depth_stack.append("fn")
+            else:
+                depth_stack.append("other")
+            start = i + 1
+        elif c == "}":
+            if depth_stack:
+                depth_stack.pop()
+            start = i + 1
+        elif c in ";" and all(d == "ns" for d in depth_stack):
+            start = i + 1
+        elif c == "\n" and src[start:i].lstrip().startswith("#"):
+            start = i + 1
+        i += 1
+    return sorted(sigs)
+
+
+def main():
+    root = sys.argv[1]
+    problems = []
+    ex_root, sol_root = os.path.join(root, "exercises"), os.path.join(root, "solutions")
+    chapters = sorted(set(os.listdir(ex_root)) | set(os.listdir(sol_root)))
+    chapters = [c for c in chapters if re.match(r"\d\d_", c)]
+    for ch in chapters:
+        ex_dir, sol_dir = os.path.join(ex_root, ch), os.path.join(sol_root, ch)
+        ex_files = set(os.listdir(ex_dir)) if os.path.isdir(ex_dir) else set()
+        sol_files = set(os.listdir(sol_dir)) if os.path.isdir(sol_dir) else set()
+        for f in sorted(ex_files ^ sol_files):
+            where = "exercises" if f in ex_files else "solutions"
+            problems.append(f"{ch}/{f}: only in {where}/")
+        for f in sorted(ex_files & sol_files):
+            if not f.endswith((".cpp", ".cu", ".h")):
+                continue
+            a, b = definitions(os.path.join(ex_dir, f)), definitions(os.path.join(sol_dir, f))
+            if a != b:
+                problems.append(f"{ch}/{f}: definitions differ:\n  exercises: {a}\n  solutions: {b}")
+            if not a:
+                problems.append(f"{ch}/{f}: no function definitions found")
+        # Lesson <-> stubs.
+        lesson = os.path.join(root, "docs", ch + ".md")
+        todo_tasks = {}
+        for f in sorted(ex_files):
+            for k in re.findall(r"TODO\(Task (\d+)\)", open(os.path.join(ex_dir, f), encoding="utf-8").read()):
+                todo_tasks.setdefault(k, set()).add(f"exercises/{ch}/{f}")
+        if not os.path.exists(lesson):
+            problems.append(f"{ch}: lesson docs/{ch}.md is missing")
+            continue
+        text = open(lesson, encoding="utf-8").read()
+        named = re.findall(r"Task (\d+) -> `([^`]+)`", text)
+        if not named:
+            problems.append(f"docs/{ch}.md: no 'Task K -> `path`' sections")
+        for k, path in named:
+            full = os.path.join(root, path)
+            if not os.path.isfile(full):
+                problems.append(f"docs/{ch}.md: Task {k} names {path}, which does not exist")
+            elif f"TODO(Task {k})" not in open(full, encoding="utf-8").read():
+                problems.append(f"docs/{ch}.md: Task {k} names {path}, which has no TODO(Task {k})")
+        for k, files in todo_tasks.items():
+            if not any(nk == k for nk, _ in named):
+                problems.append(f"{sorted(files)}: TODO(Task {k}) has no 'Task {k} -> ' section in docs/{ch}.md")
+    for p in problems:
+        print("SYNC: " + p)
+    print(f"checked {len(chapters)} chapter(s): {'in sync' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
