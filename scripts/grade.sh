@@ -36,8 +36,10 @@ for t in "${tests[@]}"; do
   if ctest --test-dir "$build" -R "^${t}\$" --output-on-failure >"$build/grade_${t}.log" 2>&1; then
     printf "%-44s %s\n" "$t" "PASS"; ((passed++))
   else
-    reason=$(grep -m1 -oE "Task [0-9]+ \([^)]*\): [^\"]*|Failure|C\+\+ exception[^\"]*" "$build/grade_${t}.log" | head -1)
-    printf "%-44s %s  %s\n" "$t" "FAIL" "${reason:0:70}"
+    # The stub's hint when a stub is still there, else the first failed expectation.
+    reason=$(grep -m1 -oE "Task [0-9]+ \([^)]*\): [^\"]*" "$build/grade_${t}.log")
+    [[ -n "$reason" ]] || reason=$(grep -m1 -A1 "Failure" "$build/grade_${t}.log" | tail -1 | sed 's/^ *//')
+    printf "%-44s %s  %s\n" "$t" "FAIL" "${reason:0:90}"
   fi
 done
 printf "\nscore: %d / %d tasks   (details: %s/grade_<task>.log; one task: ctest --test-dir %s -R ch%s_task_K)\n" \

@@ -9,6 +9,7 @@
 #include "lio/model_config.h"
 #include "lio/tensor.h"
 
+/// CPU operators of the Llama forward pass (f32, row-major).
 namespace lio::cpu {
 
 /// RMSNorm (Zhang & Sennrich 2019, eq. 4): out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.

@@ -26,6 +26,8 @@
 #include "lio/error.h"
 #include "lio/model_config.h"
 
+/// CUDA operators of the Llama forward pass (device pointers, explicit stream) and
+/// runtime helpers.
 namespace lio::cuda {
 
 // ---- runtime --------------------------------------------------------------------------
@@ -111,8 +113,10 @@ class DeviceBuffer {
 
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  /// Takes over `other`'s allocation; `other` is left empty.
   DeviceBuffer(DeviceBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), n_elems_(std::exchange(other.n_elems_, 0)) {}
+  /// Frees this buffer's allocation, then takes over `other`'s; `other` is left empty.
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
       release();
@@ -123,9 +127,13 @@ class DeviceBuffer {
   }
   ~DeviceBuffer() { release(); }
 
+  /// Device pointer to the first element; nullptr when empty.
   T* data() { return data_; }
+  /// Device pointer to the first element; nullptr when empty.
   const T* data() const { return data_; }
+  /// Number of elements of type T.
   int64_t n_elems() const { return n_elems_; }
+  /// Allocation size in bytes: n_elems * sizeof(T).
   size_t size_bytes() const { return static_cast<size_t>(n_elems_) * sizeof(T); }
 
   /// Copies n_elems elements from host `src` to the start of the buffer.

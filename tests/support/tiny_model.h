@@ -24,9 +24,9 @@ struct TinyModelSpec {
   int64_t context_length = 256;
   float rope_theta = 10000.0f;
   float rms_norm_eps = 1e-5f;
-  DType weight_dtype = DType::F32;  // dtype of the 2-D matrices (norms stay F32)
-  DType embd_dtype = DType::F32;    // dtype of token_embd
-  bool tied_embeddings = true;      // no output.weight / lm_head.weight when true
+  DType weight_dtype = DType::F32;  ///< dtype of the 2-D matrices (norms stay F32)
+  DType embd_dtype = DType::F32;    ///< dtype of token_embd
+  bool tied_embeddings = true;      ///< no output.weight / lm_head.weight when true
   float init_std = 0.2f;
   uint64_t seed = 1;
   /// Merges as "left right" in vocabulary-string form (e.g. "Ġ t"), rank = position.
@@ -59,7 +59,7 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
 /// a reference forward pass. Same values write_tiny_gguf / write_tiny_hf_dir store
 /// (before quantization).
 struct TinyModelTensors {
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // HF name -> values
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;  ///< HF name -> values
   const std::vector<float>& get(const std::string& hf_name) const;
 };
 TinyModelTensors make_tiny_tensors(const TinyModelSpec& spec);

@@ -14,16 +14,16 @@ namespace lio {
 
 /// Values of the shared flags (see add_model_flags / add_generation_flags for meanings).
 struct CommonOptions {
-  std::string model;            // --model: .gguf file or HF directory ($LIO_MODEL or models/...)
-  std::string prompt;           // --prompt: text to continue (or the user message with --chat)
-  bool chat = false;            // --chat: wrap the prompt in the model's chat template
-  std::string system;           // --system: system message for --chat (default: the template's)
-  int64_t max_tokens = 128;     // --max-tokens
-  std::vector<std::string> stop;  // --stop (repeatable)
-  SamplerConfig sampler;        // --temperature --top-k --top-p --min-p --repeat-penalty --seed
-  std::string dtype = "auto";   // --dtype auto|f32
-  int threads = 0;              // --threads (0 = all cores)
-  bool json = false;            // --json: one machine-readable summary on stdout
+  std::string model;            ///< --model: .gguf file or HF directory ($LIO_MODEL or models/...)
+  std::string prompt;           ///< --prompt: text to continue (or the user message with --chat)
+  bool chat = false;            ///< --chat: wrap the prompt in the model's chat template
+  std::string system;           ///< --system: system message for --chat (default: the template's)
+  int64_t max_tokens = 128;     ///< --max-tokens
+  std::vector<std::string> stop;  ///< --stop (repeatable)
+  SamplerConfig sampler;        ///< --temperature --top-k --top-p --min-p --repeat-penalty --seed
+  std::string dtype = "auto";   ///< --dtype auto|f32
+  int threads = 0;              ///< --threads (0 = all cores)
+  bool json = false;            ///< --json: one machine-readable summary on stdout
 };
 
 /// --model, --dtype, --threads, --json.

@@ -29,28 +29,28 @@ inline constexpr int64_t kQuantBlockElems = 32;
 /// Q4_0 block: x[i] = d * (q[i] - 8), q in [0, 15]. 18 bytes per 32 elements.
 /// Nibble layout: qs[j] low nibble is element j, high nibble is element j + 16.
 struct BlockQ4_0 {
-  uint16_t d;       // scale, IEEE f16 bits
-  uint8_t qs[16];   // 32 x 4-bit quants
+  uint16_t d;       ///< scale, IEEE f16 bits
+  uint8_t qs[16];   ///< 32 x 4-bit quants
 };
 /// Q4_1 block: x[i] = d * q[i] + m, q in [0, 15]. 20 bytes per 32 elements. Same nibble layout.
 struct BlockQ4_1 {
-  uint16_t d;       // scale, f16 bits
-  uint16_t m;       // minimum, f16 bits
-  uint8_t qs[16];   // 32 x 4-bit quants
+  uint16_t d;       ///< scale, f16 bits
+  uint16_t m;       ///< minimum, f16 bits
+  uint8_t qs[16];   ///< 32 x 4-bit quants
 };
 /// Q8_0 block: x[i] = d * q[i], q in [-128, 127]. 34 bytes per 32 elements.
 struct BlockQ8_0 {
-  uint16_t d;       // scale, f16 bits
-  int8_t qs[32];    // 32 x int8 quants
+  uint16_t d;       ///< scale, f16 bits
+  int8_t qs[32];    ///< 32 x int8 quants
 };
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34,
               "block layouts must match ggml-common.h byte for byte");
 
 /// Static facts about one dtype.
 struct DTypeInfo {
-  std::string_view name;  // "F32", "Q4_1", ... as ggml names them
-  int64_t block_elems;    // elements per block (1 for F32/F16/BF16)
-  int64_t block_bytes;    // bytes per block
+  std::string_view name;  ///< "F32", "Q4_1", ... as ggml names them
+  int64_t block_elems;    ///< elements per block (1 for F32/F16/BF16)
+  int64_t block_bytes;    ///< bytes per block
 };
 
 /// Returns the dtype for a ggml type id, or nullopt when LIO does not support it.

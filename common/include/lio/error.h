@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+/// LIO: model files, tokenizer, sampler, forward pass and generation.
 namespace lio {
 
 /// Base of every error LIO raises on purpose. `what()` is one line, ready to print.

@@ -20,30 +20,33 @@
 
 namespace lio {
 
+/// Settings for one generate() call.
 struct GenerateOptions {
-  int64_t max_tokens = 128;             // generated tokens at most (>= 1)
-  std::vector<std::string> stop;        // stop strings (not included in the output text)
-  bool use_kv_cache = true;             // false: recompute the whole sequence every step
-  bool ignore_eos = false;              // keep generating past EOS (benchmarks need fixed lengths)
-  SamplerConfig sampler;
+  int64_t max_tokens = 128;       ///< generated tokens at most (>= 1)
+  std::vector<std::string> stop;  ///< stop strings (not included in the output text)
+  bool use_kv_cache = true;       ///< false: recompute the whole sequence every step
+  bool ignore_eos = false;        ///< keep generating past EOS (benchmarks need fixed lengths)
+  SamplerConfig sampler;          ///< token selection (validated by Sampler)
 };
 
 /// Why generation ended.
 enum class FinishReason { Stop, Length };  // Stop: EOS/stop string; Length: max_tokens or context
+/// "stop" or "length", as in OpenAI-style `finish_reason` fields.
 const char* finish_reason_name(FinishReason r);
 
+/// Output text, token ids and timings of one generate() call.
 struct GenerateResult {
-  std::string text;                 // generated text (prompt excluded, stop string excluded)
-  std::vector<int32_t> token_ids;   // generated ids (EOS excluded)
-  int64_t n_prompt_tokens = 0;
-  double ttft_ms = 0;               // prefill + first token
-  double tpot_ms = 0;               // mean time per later token
-  double tokens_per_s = 0;          // decode throughput (tokens after the first / their time)
-  double total_ms = 0;
-  int64_t kv_bytes = 0;             // K/V bytes held at the end (0 without a cache)
-  int64_t kv_bytes_allocated = 0;   // bytes the cache allocated
-  int64_t kv_tokens = 0;            // positions held in the cache at the end
-  FinishReason finish_reason = FinishReason::Length;
+  std::string text;                 ///< generated text (prompt excluded, stop string excluded)
+  std::vector<int32_t> token_ids;   ///< generated ids (EOS excluded)
+  int64_t n_prompt_tokens = 0;      ///< tokens in the prompt
+  double ttft_ms = 0;               ///< prefill + first token
+  double tpot_ms = 0;               ///< mean time per later token
+  double tokens_per_s = 0;          ///< decode throughput (tokens after the first / their time)
+  double total_ms = 0;              ///< prefill + decode wall time
+  int64_t kv_bytes = 0;             ///< K/V bytes held at the end (0 without a cache)
+  int64_t kv_bytes_allocated = 0;   ///< bytes the cache allocated
+  int64_t kv_tokens = 0;            ///< positions held in the cache at the end
+  FinishReason finish_reason = FinishReason::Length;  ///< why generation ended
 };
 
 /// Callback receiving each newly completed piece of text (UTF-8 complete).

@@ -34,24 +34,29 @@ std::string_view gguf_type_name(GgufType type);
 struct GgufValue;
 /// A homogeneous metadata array (arrays of arrays are allowed by the spec).
 struct GgufArray {
-  GgufType elem_type = GgufType::U8;
-  std::vector<GgufValue> items;
+  GgufType elem_type = GgufType::U8;  ///< type shared by every item
+  std::vector<GgufValue> items;       ///< the elements, each with `type == elem_type`
 };
 
 /// One metadata value. Integers widen to int64/uint64, floats to double; `type` keeps
 /// the on-disk type so a writer can reproduce it.
 struct GgufValue {
-  GgufType type = GgufType::U8;
+  GgufType type = GgufType::U8;  ///< on-disk value type
+  /// The value: uint64_t for unsigned, int64_t for signed, double for float types; bool,
+  /// string, or a shared GgufArray for arrays.
   std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> data;
 
-  static GgufValue u32(uint32_t v);
-  static GgufValue i32(int32_t v);
-  static GgufValue u64(uint64_t v);
-  static GgufValue f32(float v);
-  static GgufValue boolean(bool v);
-  static GgufValue str(std::string v);
+  static GgufValue u32(uint32_t v);     ///< A u32 value.
+  static GgufValue i32(int32_t v);      ///< An i32 value.
+  static GgufValue u64(uint64_t v);     ///< A u64 value.
+  static GgufValue f32(float v);        ///< An f32 value.
+  static GgufValue boolean(bool v);     ///< A bool value.
+  static GgufValue str(std::string v);  ///< A string value.
+  /// An array of strings.
   static GgufValue str_array(std::vector<std::string> v);
+  /// An array of i32.
   static GgufValue i32_array(std::vector<int32_t> v);
+  /// An array of f32.
   static GgufValue f32_array(std::vector<float> v);
 };
 
@@ -59,12 +64,13 @@ struct GgufValue {
 /// reverse of GGUF's ne[]: a weight with ne = {576, 1536} has shape {1536, 576}
 /// (1536 rows of 576 contiguous elements).
 struct GgufTensorInfo {
-  std::string name;
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;  // row-major, outermost first
-  uint64_t offset = 0;         // bytes from the start of the data section
-  int64_t size_bytes = 0;      // bytes of tensor data
-  const std::byte* data = nullptr;  // into the mapping; valid while the GgufFile lives
+  std::string name;            ///< tensor name as stored (e.g. "blk.0.attn_q.weight")
+  DType dtype = DType::F32;    ///< element type (from the ggml type id)
+  std::vector<int64_t> shape;  ///< row-major, outermost first
+  uint64_t offset = 0;         ///< bytes from the start of the data section
+  int64_t size_bytes = 0;      ///< bytes of tensor data
+  const std::byte* data = nullptr;  ///< into the mapping; valid while the GgufFile lives
+  /// Number of elements: the product of `shape`.
   int64_t n_elems() const;
 };
 
@@ -83,8 +89,11 @@ class GgufFile {
   /// Copies share the mapping; tensor `data` pointers stay valid while any copy lives.
   static GgufFile open(const std::string& path);
 
+  /// Path the file was opened from.
   const std::string& path() const { return path_; }
+  /// GGUF format version (2 or 3).
   uint32_t version() const { return version_; }
+  /// Data-section alignment in bytes (`general.alignment`, default 32).
   uint64_t alignment() const { return alignment_; }
 
   /// All metadata, by key.
@@ -92,20 +101,27 @@ class GgufFile {
   /// Tensors in file order.
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
 
+  /// True if metadata key `key` is present.
   bool has(const std::string& key) const;
   /// nullptr if absent.
   const GgufValue* find(const std::string& key) const;
+  /// The tensor named `name`, or nullptr if absent.
   const GgufTensorInfo* find_tensor(const std::string& name) const;
 
   // Typed getters: throw FormatError("<file>: key '<key>' missing" / "has type X, expected Y").
+  /// String value of `key`.
   std::string get_string(const std::string& key) const;
   /// Any integer type; throws if negative or out of range.
   uint64_t get_uint(const std::string& key) const;
   /// Any integer or float type.
   double get_float(const std::string& key) const;
+  /// Bool value of `key`.
   bool get_bool(const std::string& key) const;
+  /// Array-of-string value of `key`.
   std::vector<std::string> get_string_array(const std::string& key) const;
+  /// Array of any integer type; throws FormatError if an element does not fit in int64.
   std::vector<int64_t> get_int_array(const std::string& key) const;
+  /// Array of any integer or float type, converted to float.
   std::vector<float> get_float_array(const std::string& key) const;
 
   /// Total bytes of the file.
@@ -125,6 +141,10 @@ class GgufFile {
 /// and tools. Tensor data is copied in; shapes are row-major as in GgufTensorInfo.
 class GgufWriter {
  public:
+  /// Sets metadata `key` to `value`, replacing an earlier value (keys keep first-set order).
+  /// Throws InvalidArgument if `data` does not match `type` (or an integer overflows it),
+  /// an array item's type differs from its element type, arrays nest deeper than 8, or
+  /// `general.alignment` is not a u32 power of two in 1..2^30.
   void set(const std::string& key, GgufValue value);
   /// Adds a tensor; `data` must hold dtype_row_bytes(dtype, n_elems) bytes.
   /// Throws InvalidArgument on a duplicate name or a wrong byte count.

@@ -25,8 +25,11 @@ class KvCache {
 
   /// Keys of layer `layer` for positions [0, capacity): (capacity_tokens, n_kv_heads, head_dim).
   float* keys(int64_t layer) { return k_.data() + layer * layer_stride_; }
+  /// Values of layer `layer`, laid out as keys().
   float* values(int64_t layer) { return v_.data() + layer * layer_stride_; }
+  /// Read-only keys(); (capacity_tokens, n_kv_heads, head_dim).
   const float* keys(int64_t layer) const { return k_.data() + layer * layer_stride_; }
+  /// Read-only values(); (capacity_tokens, n_kv_heads, head_dim).
   const float* values(int64_t layer) const { return v_.data() + layer * layer_stride_; }
 
   /// Task 3 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/kv_cache_ops.cpp).
@@ -43,13 +46,17 @@ class KvCache {
   /// Task 3 (same file). The cached values, as key_prefix.
   std::span<const float> value_prefix(int64_t layer, int64_t n_tokens) const;
 
+  /// Decoder layers the cache holds K/V for.
   int64_t n_layers() const { return n_layers_; }
   /// Floats per cached token and layer: n_kv_heads * head_dim.
   int64_t kv_dim() const { return kv_dim_; }
 
   /// Positions filled so far (tokens). The model advances it after each forward.
   int64_t n_tokens() const { return n_tokens_; }
+  /// Sets the filled length to `n` tokens. Throws InternalError (LIO_CHECK) if `n` is
+  /// outside [0, capacity_tokens].
   void set_n_tokens(int64_t n);
+  /// Positions allocated (tokens), fixed at construction.
   int64_t capacity_tokens() const { return capacity_tokens_; }
   /// Drops every cached position (keeps the allocation).
   void clear() { n_tokens_ = 0; }
@@ -63,10 +70,10 @@ class KvCache {
   int64_t n_layers_;
   int64_t kv_dim_;
   int64_t capacity_tokens_;
-  int64_t layer_stride_;  // capacity_tokens * kv_dim floats
+  int64_t layer_stride_;  ///< capacity_tokens * kv_dim floats
   int64_t n_tokens_ = 0;
-  std::vector<float> k_;  // (n_layers, capacity_tokens, kv_dim)
-  std::vector<float> v_;  // (n_layers, capacity_tokens, kv_dim)
+  std::vector<float> k_;  ///< (n_layers, capacity_tokens, kv_dim)
+  std::vector<float> v_;  ///< (n_layers, capacity_tokens, kv_dim)
 };
 
 }  // namespace lio

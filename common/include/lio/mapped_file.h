@@ -17,8 +17,11 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  /// Start of the mapping; nullptr for an empty file.
   const std::byte* data() const { return data_; }
+  /// Length of the file in bytes.
   int64_t size_bytes() const { return size_bytes_; }
+  /// Path the file was opened from.
   const std::string& path() const { return path_; }
 
  private:

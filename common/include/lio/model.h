@@ -20,6 +20,7 @@ namespace lio {
 /// it) and its own scratch buffers, so one Model serves one sequence at a time.
 class Model {
  public:
+  /// Keeps references to `config` and `weights` (not copied; they must outlive the Model).
   Model(const ModelConfig& config, const Weights& weights);
 
   /// Processes `tokens` at positions cache.n_tokens() .. cache.n_tokens() + n - 1, appends
@@ -31,22 +32,23 @@ class Model {
   std::span<const float> forward(std::span<const int32_t> tokens, KvCache& cache,
                                  bool all_logits = false);
 
+  /// The config this model was built with.
   const ModelConfig& config() const { return config_; }
 
  private:
   const ModelConfig& config_;
   const Weights& weights_;
   // Scratch, resized to the chunk length n on demand. Shapes with n rows:
-  std::vector<float> x_;       // (n, d_model) residual stream
-  std::vector<float> xn_;      // (n, d_model) normalized
-  std::vector<float> q_;       // (n, n_heads * head_dim)
-  std::vector<float> k_;       // (n, n_kv_heads * head_dim)
-  std::vector<float> v_;       // (n, n_kv_heads * head_dim)
-  std::vector<float> attn_;    // (n, n_heads * head_dim)
-  std::vector<float> proj_;    // (n, d_model)
-  std::vector<float> gate_;    // (n, d_ff)
-  std::vector<float> up_;      // (n, d_ff)
-  std::vector<float> logits_;  // (n_out, vocab_size)
+  std::vector<float> x_;       ///< (n, d_model) residual stream
+  std::vector<float> xn_;      ///< (n, d_model) normalized
+  std::vector<float> q_;       ///< (n, n_heads * head_dim)
+  std::vector<float> k_;       ///< (n, n_kv_heads * head_dim)
+  std::vector<float> v_;       ///< (n, n_kv_heads * head_dim)
+  std::vector<float> attn_;    ///< (n, n_heads * head_dim)
+  std::vector<float> proj_;    ///< (n, d_model)
+  std::vector<float> gate_;    ///< (n, d_ff)
+  std::vector<float> up_;      ///< (n, d_ff)
+  std::vector<float> logits_;  ///< (n_out, vocab_size)
   std::vector<int32_t> positions_;
 };
 

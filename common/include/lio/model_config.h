@@ -12,28 +12,30 @@ class GgufFile;
 /// Which pairs of a head's dimensions RoPE rotates together.
 /// Source: RoFormer (Su et al. 2021) eq. 34; llama.cpp ggml_rope modes 0 and 2.
 enum class RopeStyle {
-  Normal,  // interleaved pairs (x[2i], x[2i+1]) — GGUF llama (Q/K stored permuted for it)
-  Neox,    // rotate-half pairs (x[i], x[i + d/2]) — Hugging Face checkpoints
+  Normal,  ///< interleaved pairs (x[2i], x[2i+1]) — GGUF llama (Q/K stored permuted for it)
+  Neox,    ///< rotate-half pairs (x[i], x[i + d/2]) — Hugging Face checkpoints
 };
 
 /// Shapes and constants of the model. All counts are plain element/token counts.
 struct ModelConfig {
-  std::string architecture;     // "llama"
-  std::string name;             // general.name or the directory name
-  int64_t n_layers = 0;         // decoder blocks
-  int64_t d_model = 0;          // hidden size (embedding length)
-  int64_t n_heads = 0;          // query heads
-  int64_t n_kv_heads = 0;       // key/value heads (GQA: n_heads % n_kv_heads == 0)
-  int64_t head_dim = 0;         // per-head dimension
-  int64_t d_ff = 0;             // SwiGLU intermediate size
-  int64_t vocab_size = 0;       // rows of the embedding
-  int64_t context_length = 0;   // max positions the model was trained for (tokens)
-  float rope_theta = 10000.0f;  // RoPE base frequency
-  float rms_norm_eps = 1e-5f;   // RMSNorm epsilon
-  RopeStyle rope_style = RopeStyle::Normal;
-  bool tied_embeddings = false; // LM head reuses token_embd
+  std::string architecture;     ///< "llama"
+  std::string name;             ///< general.name or the directory name
+  int64_t n_layers = 0;         ///< decoder blocks
+  int64_t d_model = 0;          ///< hidden size (embedding length)
+  int64_t n_heads = 0;          ///< query heads
+  int64_t n_kv_heads = 0;       ///< key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int64_t head_dim = 0;         ///< per-head dimension
+  int64_t d_ff = 0;             ///< SwiGLU intermediate size
+  int64_t vocab_size = 0;       ///< rows of the embedding
+  int64_t context_length = 0;   ///< max positions the model was trained for (tokens)
+  float rope_theta = 10000.0f;  ///< RoPE base frequency
+  float rms_norm_eps = 1e-5f;   ///< RMSNorm epsilon
+  RopeStyle rope_style = RopeStyle::Normal;  ///< RoPE pairing of head dimensions
+  bool tied_embeddings = false; ///< LM head reuses token_embd
 
+  /// Width of the concatenated query heads: n_heads * head_dim.
   int64_t q_dim() const { return n_heads * head_dim; }
+  /// Width of the concatenated key (or value) heads: n_kv_heads * head_dim.
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   /// KV-cache bytes for one token across all layers: 2 * n_layers * n_kv_heads * head_dim * bytes.
   int64_t kv_bytes_per_token(int64_t bytes_per_elem) const {

@@ -16,24 +16,25 @@ namespace lio {
 
 /// Weights of one decoder block. Matrices are (out_features, in_features), row-major.
 struct LayerWeights {
-  std::vector<float> attn_norm;  // (d_model) RMSNorm weight before attention
-  WeightMatrix wq;               // (n_heads * head_dim, d_model)
-  WeightMatrix wk;               // (n_kv_heads * head_dim, d_model)
-  WeightMatrix wv;               // (n_kv_heads * head_dim, d_model)
-  WeightMatrix wo;               // (d_model, n_heads * head_dim)
-  std::vector<float> ffn_norm;   // (d_model) RMSNorm weight before the MLP
-  WeightMatrix w_gate;           // (d_ff, d_model)
-  WeightMatrix w_up;             // (d_ff, d_model)
-  WeightMatrix w_down;           // (d_model, d_ff)
+  std::vector<float> attn_norm;  ///< (d_model) RMSNorm weight before attention
+  WeightMatrix wq;               ///< (n_heads * head_dim, d_model)
+  WeightMatrix wk;               ///< (n_kv_heads * head_dim, d_model)
+  WeightMatrix wv;               ///< (n_kv_heads * head_dim, d_model)
+  WeightMatrix wo;               ///< (d_model, n_heads * head_dim)
+  std::vector<float> ffn_norm;   ///< (d_model) RMSNorm weight before the MLP
+  WeightMatrix w_gate;           ///< (d_ff, d_model)
+  WeightMatrix w_up;             ///< (d_ff, d_model)
+  WeightMatrix w_down;           ///< (d_model, d_ff)
 };
 
 /// All weights of a Llama-family decoder. Matrix data points into the file mapping
 /// (as-stored mode) or into owned f32 buffers (F32 mode); `storage` keeps either alive.
 struct Weights {
-  WeightMatrix token_embd;         // (vocab_size, d_model)
-  std::vector<LayerWeights> layers;
-  std::vector<float> output_norm;  // (d_model)
-  WeightMatrix output;             // (vocab_size, d_model); same data as token_embd when tied
+  WeightMatrix token_embd;         ///< (vocab_size, d_model)
+  std::vector<LayerWeights> layers;  ///< (n_layers) decoder blocks, in order
+  std::vector<float> output_norm;  ///< (d_model)
+  WeightMatrix output;             ///< (vocab_size, d_model); same data as token_embd when tied
+  /// Owners of the bytes the matrices point into (file mapping or f32 buffers).
   std::vector<std::shared_ptr<const void>> storage;
 
   /// Bytes of weight data one forward pass reads (matrices + norms; the tied head once).
@@ -44,8 +45,8 @@ struct Weights {
 
 /// How matrices are kept in memory.
 enum class WeightMode {
-  AsStored,  // quantized blocks stay quantized; dequantized inside the matmul kernels
-  F32,       // every matrix dequantized to f32 once at load (4 bytes/weight)
+  AsStored,  ///< quantized blocks stay quantized; dequantized inside the matmul kernels
+  F32,       ///< every matrix dequantized to f32 once at load (4 bytes/weight)
 };
 
 /// Parses "auto"/"stored" -> AsStored and "f32" -> F32. Throws InvalidArgument otherwise.
@@ -53,12 +54,12 @@ WeightMode parse_weight_mode(const std::string& text);
 
 /// A loaded model: config, weights and tokenizer from one source.
 struct LoadedModel {
-  std::string path;     // the .gguf file or the HF directory
-  std::string format;   // "gguf" | "hf"
-  ModelConfig config;
-  Weights weights;
-  std::unique_ptr<Tokenizer> tokenizer;
-  WeightMode mode = WeightMode::AsStored;
+  std::string path;     ///< the .gguf file or the HF directory
+  std::string format;   ///< "gguf" | "hf"
+  ModelConfig config;                      ///< validated hyper-parameters
+  Weights weights;                         ///< shapes checked against `config`
+  std::unique_ptr<Tokenizer> tokenizer;    ///< the model's tokenizer
+  WeightMode mode = WeightMode::AsStored;  ///< how `weights` keeps its matrices
 };
 
 /// Loads `path`: a `.gguf` file, or a directory with config.json + safetensors (+ tokenizer.json).
@@ -70,7 +71,8 @@ LoadedModel load_model(const std::string& path, WeightMode mode);
 /// Loads only the tokenizer of `path` (a .gguf file, a HF directory, or a tokenizer.json).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
-/// The default model path: $LIO_MODEL if set, else <source dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf.
+/// The default model path: $LIO_MODEL if set, else
+/// `<source dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
 std::string default_model_path();
 
 }  // namespace lio

@@ -22,14 +22,14 @@ namespace lio {
 /// One tensor of a safetensors file. Only F32, F16 and BF16 map to a DType; other
 /// dtypes (I64, U8, ...) are listed with `dtype_name` but `dtype` unset and rejected on use.
 struct SafetensorsTensor {
-  std::string name;
-  std::string dtype_name;          // as in the header: "F32", "F16", "BF16", ...
-  DType dtype = DType::F32;        // valid when supported == true
-  bool supported = false;
-  std::vector<int64_t> shape;      // row-major, as written
-  int64_t size_bytes = 0;
-  const std::byte* data = nullptr; // into the mapping of `file`
-  std::string file;                // which shard it came from
+  std::string name;                ///< tensor name as in the header
+  std::string dtype_name;          ///< as in the header: "F32", "F16", "BF16", ...
+  DType dtype = DType::F32;        ///< valid when supported == true
+  bool supported = false;          ///< dtype is F32, F16 or BF16
+  std::vector<int64_t> shape;      ///< row-major, as written
+  int64_t size_bytes = 0;          ///< bytes of tensor data (data_offsets end - begin)
+  const std::byte* data = nullptr; ///< into the mapping of `file`
+  std::string file;                ///< which shard it came from
 };
 
 /// All tensors of a single file or a sharded checkpoint, with the mappings kept alive.
@@ -49,6 +49,7 @@ class SafetensorsSet {
   /// InvalidArgument when `dir` is missing or has neither file.
   static SafetensorsSet open_dir(const std::string& dir);
 
+  /// All tensors, by name.
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
   /// nullptr if absent.
   const SafetensorsTensor* find(const std::string& name) const;
@@ -72,6 +73,7 @@ class SafetensorsWriter {
   /// Convenience: converts f32 values to `dtype` (F32/F16/BF16).
   void add_tensor_f32(const std::string& name, DType dtype, std::vector<int64_t> shape,
                       std::span<const float> values);
+  /// Sets `key` in the header's "__metadata__" map, replacing an earlier value.
   void set_metadata(const std::string& key, const std::string& value);
   /// Throws InvalidArgument if the file cannot be written.
   void write(const std::string& path) const;

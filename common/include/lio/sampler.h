@@ -16,13 +16,13 @@ namespace lio {
 
 /// Sampling settings. Defaults follow llama.cpp's CLI except where noted.
 struct SamplerConfig {
-  float temperature = 0.0f;     // 0 = greedy (argmax); must be >= 0
-  int32_t top_k = 0;            // keep the k most likely tokens; 0 = off; must be >= 0
-  float top_p = 1.0f;           // nucleus mass in (0, 1]; 1 = off
-  float min_p = 0.0f;           // drop tokens with p < min_p * p_max; in [0, 1]; 0 = off
-  float repeat_penalty = 1.0f;  // > 0; 1 = off. Positive logits divided, negative multiplied.
-  int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at (>= 0)
-  uint64_t seed = 42;           // same seed + same logits => same tokens
+  float temperature = 0.0f;     ///< 0 = greedy (argmax); must be >= 0
+  int32_t top_k = 0;            ///< keep the k most likely tokens; 0 = off; must be >= 0
+  float top_p = 1.0f;           ///< nucleus mass in (0, 1]; 1 = off
+  float min_p = 0.0f;           ///< drop tokens with p < min_p * p_max; in [0, 1]; 0 = off
+  float repeat_penalty = 1.0f;  ///< > 0; 1 = off. Positive logits divided, negative multiplied.
+  int32_t repeat_last_n = 64;   ///< how many recent tokens the penalty looks at (>= 0)
+  uint64_t seed = 42;           ///< same seed + same logits => same tokens
 
   /// Throws InvalidArgument with the flag name and the allowed range on a bad value
   /// (e.g. "--temperature must be >= 0, got -1").
@@ -43,13 +43,14 @@ class Sampler {
   /// outside [0, vocab).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
 
+  /// The validated settings.
   const SamplerConfig& config() const { return config_; }
 
  private:
   SamplerConfig config_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> candidates_;  // scratch: token ids
-  std::vector<float> probs_;         // scratch: (vocab) exp((l - l_max) / T), by token id
+  std::vector<int32_t> candidates_;  ///< scratch: token ids
+  std::vector<float> probs_;         ///< scratch: (vocab) exp((l - l_max) / T), by token id
 };
 
 /// Index of the largest value (first one on ties; NaN is never chosen over a number).

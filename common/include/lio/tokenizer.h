@@ -19,8 +19,8 @@ class GgufFile;
 
 /// One chat turn for apply_chat_template.
 struct ChatMessage {
-  std::string role;     // "system" | "user" | "assistant"
-  std::string content;
+  std::string role;     ///< "system" | "user" | "assistant"
+  std::string content;  ///< message text
 };
 
 /// Byte-level BPE tokenizer. Immutable after construction; thread-safe to use.
@@ -29,7 +29,7 @@ class Tokenizer {
   /// Builds from GGUF metadata: tokenizer.ggml.{model,pre,tokens,token_type,merges,
   /// bos_token_id,eos_token_id,add_bos_token} and tokenizer.chat_template.
   /// `pre` selects the pre-tokenizer regexes as llama.cpp does: smollm/starcoder/refact/
-  /// command-r/codeshell/exaone/minerva = "\p{N}" then GPT-2's; gpt2/gpt-2 = GPT-2's;
+  /// command-r/codeshell/exaone/minerva = `"\p{N}"` then GPT-2's; gpt2/gpt-2 = GPT-2's;
   /// llama-bpe/llama3 = Llama-3's (whole-word tokens skip merging, BOS on by default);
   /// qwen2; "default"/absent = llama.cpp's legacy four-regex fallback.
   /// Throws UnsupportedError for a tokenizer model other than "gpt2" or an unknown `pre`;
@@ -46,7 +46,9 @@ class Tokenizer {
   /// ByteLevel add_prefix_space, or another pre_tokenizer type.
   static Tokenizer from_hf_json(const std::string& tokenizer_json_path);
 
+  /// Moves; the moved-from tokenizer must not be used.
   Tokenizer(Tokenizer&&) noexcept;
+  /// Move-assigns; the moved-from tokenizer must not be used.
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
@@ -71,9 +73,11 @@ class Tokenizer {
   /// The id whose vocabulary string is exactly `text` (e.g. "Ġthe", "<|im_end|>"), or -1.
   int32_t token_id(std::string_view text) const;
 
+  /// Number of tokens in the vocabulary.
   int64_t vocab_size() const;
-  int32_t bos_id() const;          // -1 if none
-  int32_t eos_id() const;          // -1 if none
+  int32_t bos_id() const;          ///< -1 if none
+  int32_t eos_id() const;          ///< -1 if none
+  /// Whether the model expects BOS prepended (add_bos_token, or the `pre` default).
   bool add_bos_default() const;
   /// End-of-generation: EOS, and control tokens such as <|im_end|> or <|endoftext|>.
   bool is_eog(int32_t id) const;
@@ -81,7 +85,7 @@ class Tokenizer {
   bool is_control(int32_t id) const;
 
   /// Renders a conversation with the model's chat template. Supports ChatML
-  /// (<|im_start|>role\ncontent<|im_end|>\n), including a default system prompt when the
+  /// (`<|im_start|>role\ncontent<|im_end|>\n`), including a default system prompt when the
   /// template carries one (SmolLM2's does). Throws UnsupportedError for other templates.
   std::string apply_chat_template(std::span<const ChatMessage> messages,
                                   bool add_generation_prompt) const;
@@ -98,9 +102,9 @@ class Tokenizer {
 /// Renders `messages` with the Jinja chat template text `chat_template` (what
 /// Tokenizer::apply_chat_template does with the model's template). Only ChatML is
 /// understood: a template containing "<|im_start|>" renders each message as
-/// "<|im_start|>{role}\n{content}<|im_end|>\n", and "<|im_start|>assistant\n" follows when
+/// `"<|im_start|>{role}\n{content}<|im_end|>\n"`, and `"<|im_start|>assistant\n"` follows when
 /// `add_generation_prompt`. When the template carries a default system prompt as a string
-/// literal '<|im_start|>system\n...<|im_end|>\n' (SmolLM2, Qwen2.5), that turn is prepended
+/// literal `'<|im_start|>system\n...<|im_end|>\n'` (SmolLM2, Qwen2.5), that turn is prepended
 /// if messages is non-empty and messages[0].role != "system". An empty template means
 /// plain ChatML without a default system prompt.
 /// Throws UnsupportedError (quoting the template's start) for any other template family.
@@ -112,6 +116,7 @@ std::string render_chat_template(std::string_view chat_template,
 /// bytes of a partial character are held back until the character completes.
 class StreamingDetokenizer {
  public:
+  /// Keeps a pointer to `tokenizer`, which must outlive this object.
   explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
   /// Returns the newly completed text (possibly empty) after appending `id`.
   std::string push(int32_t id);
