@@ -2,6 +2,7 @@
 # test.sh — sets up (if needed), then runs the whole test suite:
 #   1. the default build: unit, CUDA (skipped without a GPU), CLI bad-input and conformance
 #      tests (real model against llama.cpp and Hugging Face tokenizers);
+#      then the Doxygen API reference, which must build without a warning;
 #   2. the same unit and bad-input tests under AddressSanitizer + UBSan (preset "asan").
 #   3. with --check-stubs (CI): every chapter's grading tests built against the unsolved
 #      stubs in exercises/ must fail, every test case of them (a test that passes on a stub is
@@ -26,6 +27,10 @@ stage "setup + build (default preset)"
 bash scripts/setup.sh
 stage "ctest (default preset)"
 ctest --preset default
+if command -v doxygen >/dev/null; then
+  stage "API reference (Doxygen; fails on any warning in public headers)"
+  cmake --build --preset default --target docs
+fi
 if ((check_stubs)); then
   stage "stub check: grading tests must fail on exercises/ stubs"
   cmake --preset default -DLIO_CHECK_STUBS=ON >/dev/null
