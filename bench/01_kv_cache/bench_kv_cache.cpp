@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt;
     while (static_cast<int64_t>(prompt.size()) < prompt_tokens) prompt.insert(prompt.end(), base.begin(), base.end());
     prompt.resize(static_cast<size_t>(prompt_tokens));
-    lio::Model model(m.config, m.weights);
+    lio::CpuRunner runner(m.config, m.weights);
 
     std::printf("%s | %d threads | %s (%s) | prompt %lld tokens | greedy, EOS ignored\n",
                 lio::bench::cpu_name().c_str(), omp_get_max_threads(), m.path.c_str(), o.dtype.c_str(),
@@ -58,14 +58,14 @@ int main(int argc, char** argv) {
       std::vector<int32_t> ids_cached, ids_recompute;
       for (int r = 0; r < repeats; ++r) {
         g.use_kv_cache = true;
-        auto a = lio::generate(model, *m.tokenizer, prompt, g);
+        auto a = lio::generate(runner, *m.tokenizer, prompt, g);
         cached.push_back(a.total_ms);
         ids_cached = a.token_ids;
       }
       const int rr = len >= long_from ? recompute_repeats_long : repeats;
       for (int r = 0; r < rr; ++r) {
         g.use_kv_cache = false;
-        auto b = lio::generate(model, *m.tokenizer, prompt, g);
+        auto b = lio::generate(runner, *m.tokenizer, prompt, g);
         recompute.push_back(b.total_ms);
         ids_recompute = b.token_ids;
       }

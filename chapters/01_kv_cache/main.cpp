@@ -8,30 +8,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
 #include "lio/cli_common.h"
 #include "lio/generate.h"
-#include "lio/model.h"
 
 namespace {
 using json = nlohmann::ordered_json;
-
-json summary(const lio::GenerateResult& r) {
-  return json{{"text", r.text},
-              {"token_ids", r.token_ids},
-              {"n_prompt_tokens", r.n_prompt_tokens},
-              {"n_generated_tokens", r.token_ids.size()},
-              {"finish_reason", lio::finish_reason_name(r.finish_reason)},
-              {"ttft_ms", r.ttft_ms},
-              {"tpot_ms", r.tpot_ms},
-              {"tokens_per_s", r.tokens_per_s},
-              {"total_ms", r.total_ms},
-              {"kv_bytes", r.kv_bytes},
-              {"kv_tokens", r.kv_tokens},
-              {"kv_bytes_allocated", r.kv_bytes_allocated}};
-}
-
 void print_mode(const char* name, const lio::GenerateResult& r) {
   std::printf("%-10s %6zu tok  TTFT %8.1f ms  TPOT %8.2f ms  %8.1f tok/s  total %8.1f ms\n", name,
               r.token_ids.size(), r.ttft_ms, r.tpot_ms, r.tokens_per_s, r.total_ms);
@@ -43,6 +25,7 @@ int main(int argc, char** argv) {
   lio::CommonOptions o;
   o.max_tokens = 64;
   lio::add_model_flags(app, o);
+  lio::add_device_flag(app, o);
   lio::add_generation_flags(app, o, /*default_temperature=*/0.0f);
   bool no_kv_cache = false;
   app.add_flag("--no-kv-cache", no_kv_cache, "Run only the recompute baseline (no KV cache)");
@@ -52,16 +35,17 @@ int main(int argc, char** argv) {
     lio::LoadedModel m = lio::load_from_options(o);
     const lio::ModelConfig& c = m.config;
     std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
-    lio::Model model(c, m.weights);
+    std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
     lio::GenerateOptions g;
     g.max_tokens = o.max_tokens;
     g.stop = o.stop;
     g.sampler = o.sampler;
 
     if (!o.json) {
-      std::printf("model %s | %lld layers, %lld KV heads x %lld head_dim | prompt %zu tokens | %s\n\n",
+      std::printf("model %s | %lld layers, %lld KV heads x %lld head_dim | prompt %zu tokens | %s | %s\n\n",
                   m.path.c_str(), (long long)c.n_layers, (long long)c.n_kv_heads, (long long)c.head_dim,
-                  prompt.size(), o.sampler.temperature == 0.0f ? "greedy" : "sampled");
+                  prompt.size(), o.sampler.temperature == 0.0f ? "greedy" : "sampled",
+                  runner->device_description().c_str());
     }
     auto stream = [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -71,21 +55,21 @@ int main(int argc, char** argv) {
 
     g.use_kv_cache = false;
     if (!o.json) std::printf("--- recompute (no cache) ---\n");
-    lio::GenerateResult recompute = lio::generate(model, *m.tokenizer, prompt, g, cb);
+    lio::GenerateResult recompute = lio::generate(*runner, *m.tokenizer, prompt, g, cb);
     lio::GenerateResult cached;
     if (!no_kv_cache) {
       g.use_kv_cache = true;
       if (!o.json) std::printf("\n--- with KV cache ---\n");
-      cached = lio::generate(model, *m.tokenizer, prompt, g, cb);
+      cached = lio::generate(*runner, *m.tokenizer, prompt, g, cb);
     }
     const bool identical = !no_kv_cache && cached.token_ids == recompute.token_ids;
     // The formula, in the cache's element size (f32 = 4 bytes).
     const int64_t formula_bytes = c.kv_bytes_per_token(sizeof(float)) * cached.kv_tokens;
 
     if (o.json) {
-      json j{{"model", m.path}, {"recompute", summary(recompute)}};
+      json j{{"model", m.path}, {"device", runner->device_description()}, {"recompute", lio::generate_result_json(recompute)}};
       if (!no_kv_cache) {
-        j["kv_cache"] = summary(cached);
+        j["kv_cache"] = lio::generate_result_json(cached);
         j["identical"] = identical;
         j["kv_bytes_formula"] = formula_bytes;
         j["speedup_total"] = cached.total_ms > 0 ? recompute.total_ms / cached.total_ms : 0.0;

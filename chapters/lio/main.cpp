@@ -15,7 +15,7 @@
 #include "lio/error.h"
 #include "lio/generate.h"
 #include "lio/gguf.h"
-#include "lio/model.h"
+#include "lio/model_runner.h"
 #include "lio/safetensors.h"
 
 namespace {
@@ -124,7 +124,7 @@ int cmd_generate(const lio::CommonOptions& o) {
   lio::apply_threads(o.threads);
   lio::LoadedModel m = lio::load_from_options(o);
   std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
-  lio::Model model(m.config, m.weights);
+  std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
   lio::GenerateOptions g;
   g.max_tokens = o.max_tokens;
   g.stop = o.stop;
@@ -133,18 +133,11 @@ int cmd_generate(const lio::CommonOptions& o) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
-  lio::GenerateResult r = lio::generate(model, *m.tokenizer, prompt, g,
+  lio::GenerateResult r = lio::generate(*runner, *m.tokenizer, prompt, g,
                                         o.json ? lio::TextCallback{} : lio::TextCallback{stream});
   if (o.json) {
-    json j{{"text", r.text},
-           {"token_ids", r.token_ids},
-           {"n_prompt_tokens", r.n_prompt_tokens},
-           {"n_generated_tokens", r.token_ids.size()},
-           {"finish_reason", lio::finish_reason_name(r.finish_reason)},
-           {"ttft_ms", r.ttft_ms},
-           {"tpot_ms", r.tpot_ms},
-           {"tokens_per_s", r.tokens_per_s},
-           {"kv_bytes", r.kv_bytes}};
+    json j = lio::generate_result_json(r);
+    j["device"] = runner->device_description();
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("\n");
@@ -180,13 +173,14 @@ int cmd_logits(const lio::CommonOptions& o, const std::string& ids_text, const s
   if (static_cast<int64_t>(ids.size()) > m.config.context_length)
     throw lio::InvalidArgument("--ids has " + std::to_string(ids.size()) + " tokens; the context holds " +
                                std::to_string(m.config.context_length));
-  lio::Model model(m.config, m.weights);
-  lio::KvCache cache(m.config, static_cast<int64_t>(ids.size()));
-  std::span<const float> logits = model.forward(ids, cache, /*all_logits=*/true);
+  std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+  runner->reset(static_cast<int64_t>(ids.size()));
+  std::span<const float> logits = runner->forward(ids, /*all_logits=*/true);
   std::ofstream out(out_path, std::ios::binary);
   if (!out) throw lio::InvalidArgument("cannot write --out '" + out_path + "'");
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
-  json j{{"n_tokens", ids.size()}, {"vocab_size", m.config.vocab_size}, {"out", out_path}, {"dtype", "f32"}};
+  json j{{"n_tokens", ids.size()}, {"vocab_size", m.config.vocab_size}, {"out", out_path}, {"dtype", "f32"},
+         {"device", runner->device_description()}};
   std::cout << j.dump() << "\n";
   return 0;
 }
@@ -210,11 +204,13 @@ int main(int argc, char** argv) {
 
   CLI::App* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
   lio::add_model_flags(*gen, gen_o);
+  lio::add_device_flag(*gen, gen_o);
   gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9
   lio::add_generation_flags(*gen, gen_o, /*default_temperature=*/0.2f);
 
   CLI::App* logits = app.add_subcommand("logits", "Teacher-forced logits (n_tokens x vocab, f32) to a file");
   lio::add_model_flags(*logits, log_o);
+  lio::add_device_flag(*logits, log_o);
   std::string ids_text, out_path;
   logits->add_option("--ids", ids_text, "Comma-separated token ids")->required();
   logits->add_option("--out", out_path, "Output file (raw little-endian f32)")->required();

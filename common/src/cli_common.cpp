@@ -15,10 +15,17 @@ void add_model_flags(CLI::App& app, CommonOptions& o) {
                  "models/SmolLM2-135M-Instruct.Q4_1.gguf)");
   app.add_option("--dtype", o.dtype,
                  "Weights in memory: auto = as stored (quantized blocks dequantized on the fly), "
-                 "f32 = dequantized once at load")
+                 "f32 / f16 / bf16 = converted once at load")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--json", o.json, "Print one JSON summary on stdout instead of streaming text");
+}
+
+void add_device_flag(CLI::App& app, CommonOptions& o) {
+  app.add_option("--device", o.device,
+                 "Where the forward pass runs: cpu, or cuda (GPU 0; weights and KV cache in "
+                 "device memory)")
+      ->capture_default_str();
 }
 
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature) {
@@ -46,6 +53,25 @@ void apply_threads(int threads) {
 LoadedModel load_from_options(const CommonOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   return load_model(path, parse_weight_mode(o.dtype));
+}
+
+std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
+  return make_runner(m, parse_device(o.device));
+}
+
+nlohmann::ordered_json generate_result_json(const GenerateResult& r) {
+  return nlohmann::ordered_json{{"text", r.text},
+                                {"token_ids", r.token_ids},
+                                {"n_prompt_tokens", r.n_prompt_tokens},
+                                {"n_generated_tokens", r.token_ids.size()},
+                                {"finish_reason", finish_reason_name(r.finish_reason)},
+                                {"ttft_ms", r.ttft_ms},
+                                {"tpot_ms", r.tpot_ms},
+                                {"tokens_per_s", r.tokens_per_s},
+                                {"total_ms", r.total_ms},
+                                {"kv_bytes", r.kv_bytes},
+                                {"kv_tokens", r.kv_tokens},
+                                {"kv_bytes_allocated", r.kv_bytes_allocated}};
 }
 
 std::vector<int32_t> prompt_tokens(const LoadedModel& m, const CommonOptions& o) {

@@ -36,9 +36,9 @@ size_t find_stop(std::string_view text, std::span<const std::string> stops, size
   return first;
 }
 
-GenerateResult generate(Model& model, const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
+GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
                         const GenerateOptions& options, const TextCallback& on_text) {
-  const ModelConfig& c = model.config();
+  const ModelConfig& c = runner.config();
   const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
   if (n_prompt == 0) throw InvalidArgument("the prompt is empty (0 tokens)");
   if (n_prompt >= c.context_length) {
@@ -55,7 +55,7 @@ GenerateResult generate(Model& model, const Tokenizer& tokenizer, std::span<cons
   result.n_prompt_tokens = n_prompt;
   std::vector<int32_t> history(prompt_ids.begin(), prompt_ids.end());
   // The cached path keeps one cache for the whole run; recompute rebuilds it every step.
-  KvCache cache(c, capacity);
+  runner.reset(capacity);
   StreamingDetokenizer detok(tokenizer);
   std::string pending;  // text decoded but not yet emitted (may hold a stop-string prefix)
   const auto t0 = Clock::now();
@@ -85,10 +85,10 @@ GenerateResult generate(Model& model, const Tokenizer& tokenizer, std::span<cons
       // Step 0 prefills the whole prompt; later steps feed only the newest token.
       std::span<const int32_t> feed = step == 0 ? std::span<const int32_t>(history)
                                                 : std::span<const int32_t>(&history.back(), 1);
-      out = model.forward(feed, cache);
+      out = runner.forward(feed);
     } else {
-      cache.clear();
-      out = model.forward(history, cache);
+      runner.reset(capacity);
+      out = runner.forward(history);
     }
     logits.assign(out.begin(), out.end());
     const int32_t next = sampler.sample(logits, history);
@@ -122,9 +122,10 @@ GenerateResult generate(Model& model, const Tokenizer& tokenizer, std::span<cons
     result.tokens_per_s = 1000.0 * static_cast<double>(n_gen - 1) / decode_ms;
   }
   if (options.use_kv_cache) {
-    result.kv_bytes = cache.used_bytes();
-    result.kv_bytes_allocated = cache.allocated_bytes();
-    result.kv_tokens = cache.n_tokens();
+    const KvUsage kv = runner.kv_usage();
+    result.kv_bytes = kv.used_bytes;
+    result.kv_bytes_allocated = kv.allocated_bytes;
+    result.kv_tokens = kv.n_tokens;
   }
   return result;
 }

@@ -53,14 +53,26 @@ class TensorBinder {
     m.name = name;
     m.rows = rows;
     m.cols = cols;
-    if (mode_ == WeightMode::F32 && t.dtype != DType::F32) {
-      auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
+    const DType target = target_dtype(t.dtype);
+    if (target != t.dtype) {
+      // Dequantize each row to f32, then (for F16/BF16) round once to the target type.
       const int64_t src_row_bytes = dtype_row_bytes(t.dtype, cols);
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < rows; ++r)
-        dequantize_row(t.dtype, t.data + r * src_row_bytes, buf->data() + r * cols, cols);
-      m.dtype = DType::F32;
-      m.data = reinterpret_cast<const std::byte*>(buf->data());
+      const int64_t dst_row_bytes = dtype_row_bytes(target, cols);
+      auto buf = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(rows * dst_row_bytes));
+      std::byte* dst = buf->data();
+#pragma omp parallel
+      {
+        std::vector<float> row_f32(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+          float* out = target == DType::F32 ? reinterpret_cast<float*>(dst + r * dst_row_bytes)
+                                            : row_f32.data();
+          dequantize_row(t.dtype, t.data + r * src_row_bytes, out, cols);
+          if (target != DType::F32) quantize_row(target, out, dst + r * dst_row_bytes, cols);
+        }
+      }
+      m.dtype = target;
+      m.data = buf->data();
       weights_.storage.push_back(buf);
     } else {
       m.dtype = t.dtype;
@@ -68,6 +80,17 @@ class TensorBinder {
     }
     m.row_bytes = dtype_row_bytes(m.dtype, cols);
     return m;
+  }
+
+  /// The dtype a matrix stored as `stored` is kept in under this binder's mode.
+  DType target_dtype(DType stored) const {
+    switch (mode_) {
+      case WeightMode::AsStored: return stored;
+      case WeightMode::F32: return DType::F32;
+      case WeightMode::F16: return DType::F16;
+      case WeightMode::BF16: return DType::BF16;
+    }
+    return stored;
   }
 
   std::vector<float> vector(const std::string& name, int64_t n) const {
@@ -202,7 +225,10 @@ int64_t Weights::n_params() const {
 WeightMode parse_weight_mode(const std::string& text) {
   if (text == "auto" || text == "stored") return WeightMode::AsStored;
   if (text == "f32") return WeightMode::F32;
-  throw InvalidArgument("--dtype must be 'auto' (keep the file's types) or 'f32', got '" + text + "'");
+  if (text == "f16") return WeightMode::F16;
+  if (text == "bf16") return WeightMode::BF16;
+  throw InvalidArgument("--dtype must be 'auto' (keep the file's types), 'f32', 'f16' or 'bf16', got '" +
+                        text + "'");
 }
 
 LoadedModel load_model(const std::string& path, WeightMode mode) {

@@ -14,8 +14,10 @@
 // whether a pointer is one is not checked — a host pointer makes the kernel fault.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "lio/dtype.h"
 #include "lio/error.h"
 #include "lio/model_config.h"
 
@@ -81,6 +84,129 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
 /// Same contract as rope(); one thread per (token, head, pair), recomputing its angle.
 void rope_naive(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
                 int64_t head_dim, float theta_base, RopeStyle style, cudaStream_t stream);
+
+// ---- weights in device memory --------------------------------------------------------------
+
+/// A weight matrix W of shape (rows, cols) in device memory, laid out exactly as lio::WeightMatrix
+/// (kernels/cpu's view of the same tensor): row r is `row_bytes` bytes of `dtype` elements or
+/// 32-element quantized blocks (lio/dtype.h; ggml-common.h block_q8_0/q4_0/q4_1). y = W x maps a
+/// cols-vector to a rows-vector. Non-owning: `data` points into memory someone else frees.
+struct DeviceMatrix {
+  DType dtype = DType::F32;         ///< element or block type of the rows
+  int64_t rows = 0;                 ///< out_features
+  int64_t cols = 0;                 ///< in_features
+  int64_t row_bytes = 0;            ///< dtype_row_bytes(dtype, cols)
+  const std::byte* data = nullptr;  ///< (rows, row_bytes) bytes, device memory
+
+  /// Bytes of the whole matrix: rows * row_bytes.
+  int64_t size_bytes() const { return rows * row_bytes; }
+};
+
+/// Largest `cols` for which gemv() stages x in shared memory (48 KiB, the default per-block
+/// limit, of floats); wider rows read x through L1/L2 instead.
+inline constexpr int64_t kGemvMaxSharedCols = 48 * 1024 / 4;
+
+/// Gathers rows of an embedding table, dequantized to f32: out[t] = table[tokens[t]].
+/// table: (vocab, dim) DeviceMatrix of any supported dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1);
+/// tokens: (n_tokens) int32 device pointer; out: (n_tokens, table.cols) device pointer.
+/// Token ids are NOT range-checked on the device (the caller checks them on the host, as
+/// Model::forward does); an id outside [0, table.rows) reads out of bounds.
+/// Dequantization is exact (the formula of lio::dequantize_row in f32), so results equal
+/// cpu::embedding_row bit for bit. Preconditions (throw InvalidArgument): non-null pointers,
+/// a valid matrix (see gemv()), 0 <= n_tokens <= INT32_MAX. Throws CudaError if the launch fails.
+void embedding(const DeviceMatrix& table, const int32_t* tokens, float* out, int64_t n_tokens,
+               cudaStream_t stream);
+
+/// Dequantizes the whole matrix to f32: out (w.rows, w.cols), row-major, device pointer.
+/// Exact, bit-equal to lio::dequantize_row per row. Used to feed cuBLAS SGEMM in matmul().
+/// Preconditions and errors as embedding().
+void dequantize(const DeviceMatrix& w, float* out, cudaStream_t stream);
+
+/// Matrix-vector product, the decode-step matmul: y = W x, or y += W x when `accumulate`
+/// (fuses the residual add: x_resid += W_o attn). w: (rows, cols) any supported dtype;
+/// x: (cols) f32; y: (rows) f32; device pointers; y must not overlap x.
+/// One warp per output row; lane l reads 8 consecutive weights at columns l*8 + 256*i, so a warp
+/// covers 8 quantized blocks per step and dequantizes them in registers (no f32 copy of W).
+/// x is staged in shared memory when cols <= kGemvMaxSharedCols. Accumulates in f32, in another
+/// order than cpu::matmul: agreement to ~1e-6 of sum_j |w_j x_j| per row.
+/// Preconditions (throw InvalidArgument): non-null pointers; rows, cols > 0 and <= INT32_MAX;
+/// cols a multiple of 32 for quantized dtypes; row_bytes == dtype_row_bytes(dtype, cols).
+/// Throws CudaError if the launch fails.
+void gemv(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cudaStream_t stream);
+
+/// Same contract as gemv(); one thread per row, elements dequantized one at a time in column
+/// order (the CPU's scalar loop). The reference gemv() is tested against.
+void gemv_naive(const DeviceMatrix& w, const float* x, float* y, bool accumulate,
+                cudaStream_t stream);
+
+/// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 with Swish_1 = SiLU):
+/// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i], elementwise over n values, f32, the same
+/// formula as cpu::swiglu. gate, up, out: (n) device pointers; out may alias gate or up.
+/// Preconditions (throw InvalidArgument): non-null pointers, n >= 0 (0 launches nothing).
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+/// Causal grouped-query attention for a chunk of queries against a contiguous KV cache — the
+/// contract of cpu::attention. q: (n_q, n_heads, head_dim) for positions start_pos ..
+/// start_pos + n_q - 1; k_cache, v_cache: (>= start_pos + n_q, n_kv_heads, head_dim);
+/// query i attends to cache positions 0 .. start_pos + i; query head h reads KV head
+/// h / (n_heads / n_kv_heads) (Ainslie et al. 2023). out: (n_q, n_heads, head_dim), must not
+/// overlap q or the cache. softmax(scale * q.k) v, max-subtracted, in f32.
+/// One block per (query, head): scores for all its keys go to shared memory (4 bytes per
+/// key), then max, exp and sum, then P.V. Plain "materialize the scores" attention; chapter 07
+/// replaces it with FlashAttention's tiled online softmax (Dao et al. 2022).
+/// Preconditions (throw InvalidArgument): non-null pointers, n_q >= 0 (0 launches nothing),
+/// start_pos >= 0, n_kv_heads > 0, n_heads a multiple of n_kv_heads, head_dim > 0, scale
+/// finite, sizes within INT32_MAX, and (start_pos + n_q + head_dim) * 4 bytes of shared memory
+/// available per block on the current device (8192 keys = 32 KiB; Hopper allows ~227 KiB).
+/// Throws CudaError if the launch fails.
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+               int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
+               int64_t head_dim, float scale, cudaStream_t stream);
+
+/// Same contract as attention() (without the shared-memory limit); one thread per
+/// (query, head), walking the keys once with the running-max ("online") softmax of
+/// cpu::attention (Milakov & Gimelshein 2018). The reference attention() is tested against.
+void attention_naive(const float* q, const float* k_cache, const float* v_cache, float* out,
+                     int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
+                     int64_t head_dim, float scale, cudaStream_t stream);
+
+/// The decode step: ONE query (n_heads, head_dim) over cache positions 0 .. n_ctx-1 (its own
+/// K/V included, at n_ctx-1) — the contract of cpu::decode_attention; equals
+/// attention(q, k, v, out, 1, n_ctx - 1, ...). Throws InvalidArgument if n_ctx < 1, else as
+/// attention().
+void decode_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                      int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                      float scale, cudaStream_t stream);
+
+// ---- cuBLAS ---------------------------------------------------------------------------------
+
+/// Owns one cuBLAS handle (cublasCreate / cublasDestroy). Default math mode: SGEMM runs in
+/// full f32 (no TF32), so prefill logits stay close to the CPU path.
+/// Throws CudaError (with the cuBLAS status name) if creation fails.
+class CublasHandle {
+ public:
+  CublasHandle();
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  /// The raw handle, for cublas* calls.
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+/// y = x W^T for n rows of x, or y += x W^T when `accumulate` — the contract of cpu::matmul
+/// on device pointers. x: (n, w.cols); y: (n, w.rows); no overlap.
+/// n == 1: gemv() (the weights are read once, dequantized in registers).
+/// n > 1 (prefill): W is dequantized into `scratch` (unless it is F32) and multiplied with
+/// cublasSgemm — y^T = W x^T in cuBLAS's column-major terms (cuBLAS docs, "cublas<t>gemm()").
+/// scratch: device floats, at least w.rows * w.cols unless w is F32 (may then be null).
+/// Preconditions (throw InvalidArgument): as gemv(), n >= 0 (0 does nothing), n <= INT32_MAX,
+/// scratch large enough. Throws CudaError on a launch or cuBLAS failure.
+void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, float* y,
+            int64_t n, bool accumulate, float* scratch, int64_t scratch_floats,
+            cudaStream_t stream);
 
 // ---- DeviceBuffer -------------------------------------------------------------------------
 

@@ -17,46 +17,17 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "lio/error.h"
+#include "reduce.cuh"
 
 namespace lio::cuda {
 
 namespace {
 
-constexpr int kWarpSize = 32;
 // 8 warps per row: enough loads in flight to stream a row, small enough that a 576-wide row
 // (SmolLM2) still gives every thread work.
 constexpr int kRmsnormBlockThreads = 256;
-constexpr int kRmsnormWarps = kRmsnormBlockThreads / kWarpSize;
 // Rows per block for the naive kernel (one thread each).
 constexpr int kNaiveBlockThreads = 128;
-
-static_assert(kRmsnormBlockThreads % kWarpSize == 0 && kRmsnormBlockThreads <= 1024,
-              "block must be whole warps and at most 1024 threads");
-static_assert(kRmsnormWarps <= kWarpSize, "the final reduction fits in one warp");
-
-// ---- device helpers -------------------------------------------------------------------------
-
-/// Sum of v over the 32 lanes of a warp; every lane gets the result (butterfly reduction).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
-
-/// Sum of v over the block (blockDim.x == kRmsnormBlockThreads); every thread gets the result.
-/// Every warp re-reduces the per-warp partials itself, so one __syncthreads suffices.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float warp_partials[kRmsnormWarps];
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  v = warp_sum(v);
-  if (lane == 0) warp_partials[warp] = v;
-  __syncthreads();
-  v = lane < kRmsnormWarps ? warp_partials[lane] : 0.0f;
-  return warp_sum(v);
-}
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -84,7 +55,7 @@ rmsnorm_kernel(const float* x,       // (n_rows, dim)
   } else {
     for (int j = threadIdx.x; j < dim; j += kRmsnormBlockThreads) sum_sq += x_row[j] * x_row[j];
   }
-  sum_sq = block_sum(sum_sq);
+  sum_sq = detail::block_sum<kRmsnormBlockThreads>(sum_sq);
   // IEEE sqrt and division (nvcc's defaults), not rsqrtf (2 ulp), to stay close to the CPU op.
   const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
 

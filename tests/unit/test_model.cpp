@@ -11,6 +11,7 @@
 #include "lio/error.h"
 #include "lio/generate.h"
 #include "lio/model.h"
+#include "lio/model_runner.h"
 #include "lio/model_loader.h"
 #include "tiny_model.h"
 
@@ -183,13 +184,13 @@ TEST_F(ModelTest, GreedyGenerationIdenticalWithAndWithoutCache) {
   TinyModelSpec spec;
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
-  lio::Model model(m.config, m.weights);
+  lio::CpuRunner runner(m.config, m.weights);
   lio::GenerateOptions g;
   g.max_tokens = 24;
   g.use_kv_cache = true;
-  auto a = lio::generate(model, *m.tokenizer, kTokens, g);
+  auto a = lio::generate(runner, *m.tokenizer, kTokens, g);
   g.use_kv_cache = false;
-  auto b = lio::generate(model, *m.tokenizer, kTokens, g);
+  auto b = lio::generate(runner, *m.tokenizer, kTokens, g);
   EXPECT_EQ(a.token_ids, b.token_ids);
   EXPECT_EQ(a.n_prompt_tokens, static_cast<int64_t>(kTokens.size()));
   // The cache holds every position fed through the model: prompt + generated - 1.
@@ -211,10 +212,14 @@ TEST_F(ModelTest, RejectsBadCalls) {
   EXPECT_THROW(model.forward({}, cache), lio::InvalidArgument);
   EXPECT_THROW(lio::KvCache(m.config, m.config.context_length + 1), lio::InvalidArgument);
   std::vector<int32_t> long_prompt(static_cast<size_t>(m.config.context_length), 7);
+  lio::CpuRunner runner(m.config, m.weights);
+  EXPECT_THROW(runner.forward(kTokens), lio::InvalidArgument);  // no reset() yet
+  EXPECT_THROW(runner.reset(0), lio::InvalidArgument);
   lio::GenerateOptions g;
-  EXPECT_THROW(lio::generate(model, *m.tokenizer, long_prompt, g), lio::InvalidArgument);
+  EXPECT_THROW(lio::generate(runner, *m.tokenizer, long_prompt, g), lio::InvalidArgument);
   g.sampler.temperature = -1.0f;
-  EXPECT_THROW(lio::generate(model, *m.tokenizer, kTokens, g), lio::InvalidArgument);
+  EXPECT_THROW(lio::generate(runner, *m.tokenizer, kTokens, g), lio::InvalidArgument);
+  EXPECT_THROW(lio::parse_device("gpu"), lio::InvalidArgument);
 }
 
 TEST(StopStrings, FindsEarliestAndHoldsBackPrefixes) {

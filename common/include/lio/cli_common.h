@@ -4,11 +4,14 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "lio/generate.h"
 #include "lio/model_loader.h"
+#include "lio/model_runner.h"
 
 namespace lio {
 
@@ -21,13 +24,16 @@ struct CommonOptions {
   int64_t max_tokens = 128;     ///< --max-tokens
   std::vector<std::string> stop;  ///< --stop (repeatable)
   SamplerConfig sampler;        ///< --temperature --top-k --top-p --min-p --repeat-penalty --seed
-  std::string dtype = "auto";   ///< --dtype auto|f32
+  std::string dtype = "auto";   ///< --dtype auto|f32|f16|bf16
+  std::string device = "cpu";   ///< --device cpu|cuda
   int threads = 0;              ///< --threads (0 = all cores)
   bool json = false;            ///< --json: one machine-readable summary on stdout
 };
 
 /// --model, --dtype, --threads, --json.
 void add_model_flags(CLI::App& app, CommonOptions& o);
+/// --device cpu|cuda (programs that run the forward pass).
+void add_device_flag(CLI::App& app, CommonOptions& o);
 /// --prompt, --chat, --system, --max-tokens, --stop and the sampler flags.
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature);
 
@@ -36,6 +42,15 @@ void apply_threads(int threads);
 
 /// Loads the model named by --model (default_model_path() when empty) in --dtype mode.
 LoadedModel load_from_options(const CommonOptions& o);
+
+/// The runner --device names, over `m` (which must outlive it). Throws InvalidArgument for an
+/// unknown device, UnsupportedError when CUDA is asked for and unavailable (see make_runner).
+std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o);
+
+/// The JSON summary of one generate() call, as the programs print it with --json: text,
+/// token_ids, n_prompt_tokens, n_generated_tokens, finish_reason, ttft_ms, tpot_ms,
+/// tokens_per_s, total_ms, kv_bytes, kv_tokens, kv_bytes_allocated.
+nlohmann::ordered_json generate_result_json(const GenerateResult& r);
 
 /// Tokenizes the prompt: plain text, or with --chat the chat template applied
 /// (+ generation prompt) and special tokens parsed. Throws InvalidArgument if empty.

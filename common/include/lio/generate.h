@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lio/model.h"
+#include "lio/model_runner.h"
 #include "lio/sampler.h"
 #include "lio/tokenizer.h"
 
@@ -56,7 +56,9 @@ using TextCallback = std::function<void(std::string_view)>;
 /// empty, the prompt does not leave room for one generated token in the context window
 /// ("prompt has N tokens; the context holds M"), max_tokens < 1, or the sampler
 /// settings are invalid. Generation also ends at the context length (FinishReason::Length).
-GenerateResult generate(Model& model, const Tokenizer& tokenizer,
+/// `runner` may be on any device; its cache is reset (sized to prompt + max_tokens, capped at
+/// the context length) and holds the sequence afterwards.
+GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer,
                         std::span<const int32_t> prompt_ids, const GenerateOptions& options,
                         const TextCallback& on_text = {});
 

@@ -28,7 +28,8 @@ struct LayerWeights {
 };
 
 /// All weights of a Llama-family decoder. Matrix data points into the file mapping
-/// (as-stored mode) or into owned f32 buffers (F32 mode); `storage` keeps either alive.
+/// (as-stored mode) or into owned converted buffers (F32/F16/BF16 modes); `storage` keeps
+/// either alive.
 struct Weights {
   WeightMatrix token_embd;         ///< (vocab_size, d_model)
   std::vector<LayerWeights> layers;  ///< (n_layers) decoder blocks, in order
@@ -47,9 +48,12 @@ struct Weights {
 enum class WeightMode {
   AsStored,  ///< quantized blocks stay quantized; dequantized inside the matmul kernels
   F32,       ///< every matrix dequantized to f32 once at load (4 bytes/weight)
+  F16,       ///< every matrix converted to IEEE f16 once at load (2 bytes/weight)
+  BF16,      ///< every matrix converted to bfloat16 once at load (2 bytes/weight)
 };
 
-/// Parses "auto"/"stored" -> AsStored and "f32" -> F32. Throws InvalidArgument otherwise.
+/// Parses "auto"/"stored" -> AsStored, "f32" -> F32, "f16" -> F16, "bf16" -> BF16.
+/// Throws InvalidArgument otherwise.
 WeightMode parse_weight_mode(const std::string& text);
 
 /// A loaded model: config, weights and tokenizer from one source.

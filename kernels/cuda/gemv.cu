@@ -1,0 +1,176 @@
+// gemv.cu — y = W x (+ y) for one token: the decode step's matmul, weights dequantized in
+// registers.
+//
+// At batch 1 every weight is read once and used once (2 FLOPs per weight), so the step is bound
+// by memory bandwidth: the kernel's job is to stream W at full speed and never write a
+// dequantized copy. Layout of the work (optimized kernel):
+//   block = kGemvWarps warps, one output row per warp;
+//   lane l of a warp reads the 8 consecutive weights at columns l*8 + 256*i, i = 0, 1, ...:
+//   a warp step covers 256 columns = 8 quantized blocks, 4 lanes per block;
+//   x (cols floats) is staged in shared memory once per block and reused by its 8 rows.
+// The 8 partial dot products of a warp are combined with shuffles (reduce.cuh).
+// Naive kernel: one thread per row, element by element — the reference.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "lio/error.h"
+#include "quant.cuh"
+#include "reduce.cuh"
+
+namespace lio::cuda {
+
+namespace {
+
+constexpr int kGemvWarps = 8;
+constexpr int kGemvThreads = kGemvWarps * detail::kWarpSize;
+constexpr int kElemsPerLane = 8;
+constexpr int kElemsPerWarpStep = kElemsPerLane * detail::kWarpSize;  // 256
+constexpr int kNaiveBlockThreads = 128;
+
+static_assert(32 % kElemsPerLane == 0, "a lane's 8 elements never straddle a 32-element block");
+
+// ---- device helpers -------------------------------------------------------------------------
+
+/// Dot product of the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range) with
+/// x[e0 .. e0+7]. Quantized blocks: the scale (and minimum) are applied once per 8 products.
+template <DType kType>
+__device__ __forceinline__ float dot8(const std::byte* row, int e0, const float* x) {
+  if constexpr (kType == DType::Q8_0) {
+    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * 34;
+    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2) + e0 % 32;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) sum += static_cast<float>(qs[j]) * x[e0 + j];
+    return detail::load_f16(block) * sum;
+  } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
+    constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
+    constexpr int kQsOffset = kType == DType::Q4_0 ? 2 : 4;
+    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * kBlockBytes;
+    const int j0 = e0 % 32;  // 0, 8: low nibbles of qs[j0..]; 16, 24: high nibbles of qs[j0-16..]
+    const uint8_t* qs = reinterpret_cast<const uint8_t*>(block + kQsOffset) + j0 % 16;
+    const int shift = j0 < 16 ? 0 : 4;
+    float sum_qx = 0.0f;
+    float sum_x = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      const float q = static_cast<float>((qs[j] >> shift) & 0x0F);
+      sum_qx += q * x[e0 + j];
+      sum_x += x[e0 + j];
+    }
+    const float d = detail::load_f16(block);
+    if constexpr (kType == DType::Q4_0) {
+      return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
+    } else {
+      return d * sum_qx + detail::load_f16(block + 2) * sum_x;  // sum (d*q + m)*x
+    }
+  } else {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kElemsPerLane; ++j) {
+      sum += detail::load_element<kType>(row, e0 + j) * x[e0 + j];
+    }
+    return sum;
+  }
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+/// Grid: (ceil(rows / kGemvWarps)). Block: (kGemvThreads). Dynamic shared memory: cols floats
+/// when kStageX. Warp w of block b computes row b*kGemvWarps + w.
+template <DType kType, bool kStageX>
+__global__ void __launch_bounds__(kGemvThreads)
+gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
+            int64_t row_bytes,    // bytes per row
+            int rows,             // out_features
+            int cols,             // in_features (a multiple of 32 for quantized types)
+            const float* x,       // (cols)
+            float* y,             // (rows)
+            bool accumulate) {    // y += W x instead of y = W x
+  extern __shared__ float x_shared[];
+  const float* xv = x;
+  if constexpr (kStageX) {
+    for (int i = threadIdx.x; i < cols; i += kGemvThreads) x_shared[i] = x[i];
+    __syncthreads();
+    xv = x_shared;
+  }
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / detail::kWarpSize;
+  if (row >= rows) return;  // whole warps leave together: the shuffles below stay full-warp
+  const std::byte* w_row = w + row * row_bytes;
+  float acc = 0.0f;
+  for (int e0 = lane * kElemsPerLane; e0 < cols; e0 += kElemsPerWarpStep) {
+    if (e0 + kElemsPerLane <= cols) {
+      acc += dot8<kType>(w_row, e0, xv);
+    } else {  // ragged tail, float dtypes only (quantized cols are whole blocks)
+      for (int e = e0; e < cols; ++e) acc += detail::load_element<kType>(w_row, e) * xv[e];
+    }
+  }
+  acc = detail::warp_sum(acc);
+  if (lane == 0) y[row] = accumulate ? y[row] + acc : acc;
+}
+
+/// Grid: (ceil(rows / kNaiveBlockThreads)). Block: (kNaiveBlockThreads). One thread per row.
+template <DType kType>
+__global__ void gemv_naive_kernel(const std::byte* w,  // (rows, row_bytes) in kType
+                                  int64_t row_bytes,
+                                  int rows,
+                                  int cols,
+                                  const float* x,      // (cols)
+                                  float* y,            // (rows)
+                                  bool accumulate) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  const std::byte* w_row = w + row * row_bytes;
+  float acc = 0.0f;
+  for (int c = 0; c < cols; ++c) acc += detail::load_element<kType>(w_row, c) * x[c];
+  y[row] = accumulate ? y[row] + acc : acc;
+}
+
+// ---- host launchers -------------------------------------------------------------------------
+
+void check_gemv_args(const char* op, const DeviceMatrix& w, const float* x, const float* y) {
+  detail::check_matrix(op, w);
+  if (x == nullptr || y == nullptr) {
+    throw InvalidArgument(std::string("cuda::") + op + ": null device pointer (x or y)");
+  }
+}
+
+}  // namespace
+
+void gemv(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cudaStream_t stream) {
+  check_gemv_args("gemv", w, x, y);
+  const unsigned n_blocks = static_cast<unsigned>((w.rows + kGemvWarps - 1) / kGemvWarps);
+  const int rows = static_cast<int>(w.rows);
+  const int cols = static_cast<int>(w.cols);
+  const bool stage_x = w.cols <= kGemvMaxSharedCols;
+  const size_t shared_bytes = stage_x ? static_cast<size_t>(w.cols) * sizeof(float) : 0;
+  detail::dispatch_dtype(w.dtype, [&]<DType kType>() {
+    if (stage_x) {
+      gemv_kernel<kType, true><<<n_blocks, kGemvThreads, shared_bytes, stream>>>(
+          w.data, w.row_bytes, rows, cols, x, y, accumulate);
+    } else {
+      gemv_kernel<kType, false><<<n_blocks, kGemvThreads, 0, stream>>>(
+          w.data, w.row_bytes, rows, cols, x, y, accumulate);
+    }
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gemv_naive(const DeviceMatrix& w, const float* x, float* y, bool accumulate,
+                cudaStream_t stream) {
+  check_gemv_args("gemv_naive", w, x, y);
+  const unsigned n_blocks =
+      static_cast<unsigned>((w.rows + kNaiveBlockThreads - 1) / kNaiveBlockThreads);
+  detail::dispatch_dtype(w.dtype, [&]<DType kType>() {
+    gemv_naive_kernel<kType><<<n_blocks, kNaiveBlockThreads, 0, stream>>>(
+        w.data, w.row_bytes, static_cast<int>(w.rows), static_cast<int>(w.cols), x, y, accumulate);
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lio::cuda

@@ -1,0 +1,97 @@
+// quant.cuh — reading F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights inside CUDA kernels, and the host
+// check every launcher taking a DeviceMatrix runs.
+//
+// Block layouts (ggml-common.h; lio/dtype.h mirrors them): a quantized row is a run of
+// 32-element blocks. Q8_0 = {f16 d; int8 qs[32]} (34 bytes), x = d*q. Q4_0 = {f16 d;
+// uint8 qs[16]} (18 bytes), x = d*(q - 8). Q4_1 = {f16 d, m; uint8 qs[16]} (20 bytes),
+// x = d*q + m. In both 4-bit formats qs[j]'s low nibble is element j and its high nibble
+// element j + 16. Block sizes are even, so the f16 fields are 2-byte aligned in cudaMalloc'd
+// rows (256-byte aligned bases, even row_bytes); quants are read byte by byte.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cuda_ops.h"
+#include "lio/dtype.h"
+#include "lio/error.h"
+
+namespace lio::cuda::detail {
+
+/// f16 bits at p (2-byte aligned) as float, exact.
+__device__ __forceinline__ float load_f16(const std::byte* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+
+/// bf16 bits at p (2-byte aligned) as float, exact: the bits are the top half of an f32.
+__device__ __forceinline__ float load_bf16(const std::byte* p) {
+  return __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(p)) << 16);
+}
+
+/// Element `col` of a row of kType, dequantized exactly (lio::dequantize_row's formula in f32).
+template <DType kType>
+__device__ __forceinline__ float load_element(const std::byte* row, int col) {
+  if constexpr (kType == DType::F32) {
+    return reinterpret_cast<const float*>(row)[col];
+  } else if constexpr (kType == DType::F16) {
+    return load_f16(row + 2 * static_cast<int64_t>(col));
+  } else if constexpr (kType == DType::BF16) {
+    return load_bf16(row + 2 * static_cast<int64_t>(col));
+  } else if constexpr (kType == DType::Q8_0) {
+    const std::byte* block = row + static_cast<int64_t>(col / 32) * 34;
+    return load_f16(block) * static_cast<float>(reinterpret_cast<const int8_t*>(block + 2)[col % 32]);
+  } else {
+    static_assert(kType == DType::Q4_0 || kType == DType::Q4_1, "unsupported dtype");
+    constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
+    constexpr int kQsOffset = kType == DType::Q4_0 ? 2 : 4;
+    const std::byte* block = row + static_cast<int64_t>(col / 32) * kBlockBytes;
+    const int j = col % 32;
+    const uint8_t byte = reinterpret_cast<const uint8_t*>(block + kQsOffset)[j % 16];
+    const int q = j < 16 ? (byte & 0x0F) : (byte >> 4);
+    if constexpr (kType == DType::Q4_0) {
+      return load_f16(block) * static_cast<float>(q - 8);
+    } else {
+      return load_f16(block) * static_cast<float>(q) + load_f16(block + 2);
+    }
+  }
+}
+
+/// Calls f.template operator()<kType>() for the runtime dtype: the one switch from a
+/// DeviceMatrix's dtype to a kernel instantiation.
+template <typename F>
+void dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: f.template operator()<DType::F32>(); return;
+    case DType::F16: f.template operator()<DType::F16>(); return;
+    case DType::BF16: f.template operator()<DType::BF16>(); return;
+    case DType::Q8_0: f.template operator()<DType::Q8_0>(); return;
+    case DType::Q4_0: f.template operator()<DType::Q4_0>(); return;
+    case DType::Q4_1: f.template operator()<DType::Q4_1>(); return;
+  }
+  throw InvalidArgument("cuda: unsupported weight dtype id " +
+                        std::to_string(static_cast<uint32_t>(dtype)));
+}
+
+/// Throws InvalidArgument unless `w` is a usable matrix: non-null data, 0 < rows, cols <=
+/// INT32_MAX, cols a whole number of blocks, row_bytes == dtype_row_bytes(dtype, cols).
+inline void check_matrix(const char* op, const DeviceMatrix& w) {
+  const std::string where = std::string("cuda::") + op + ": ";
+  if (w.data == nullptr) throw InvalidArgument(where + "null weight data");
+  if (w.rows <= 0 || w.rows > INT_MAX || w.cols <= 0 || w.cols > INT_MAX) {
+    throw InvalidArgument(where + "need 0 < rows, cols <= INT32_MAX, got rows=" +
+                          std::to_string(w.rows) + " cols=" + std::to_string(w.cols));
+  }
+  const int64_t want = dtype_row_bytes(w.dtype, w.cols);  // throws on a partial block
+  if (w.row_bytes != want) {
+    throw InvalidArgument(where + "row_bytes " + std::to_string(w.row_bytes) + " != " +
+                          std::to_string(want) + " for " + std::string(dtype_info(w.dtype).name) +
+                          " x " + std::to_string(w.cols));
+  }
+}
+
+}  // namespace lio::cuda::detail
