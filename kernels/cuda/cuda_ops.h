@@ -111,14 +111,15 @@ inline constexpr int64_t kGemvMaxSharedCols = 48 * 1024 / 4;
 /// tokens: (n_tokens) int32 device pointer; out: (n_tokens, table.cols) device pointer.
 /// Token ids are NOT range-checked on the device (the caller checks them on the host, as
 /// Model::forward does); an id outside [0, table.rows) reads out of bounds.
-/// Dequantization is exact (the formula of lio::dequantize_row in f32), so results equal
-/// cpu::embedding_row bit for bit. Preconditions (throw InvalidArgument): non-null pointers,
+/// Dequantization evaluates lio::dequantize_row's formula in f32; nvcc fuses Q4_1's d*q + m
+/// into one FMA, so results equal cpu::embedding_row to 1 ulp (F32/F16/BF16/Q8_0/Q4_0: exactly).
+/// Preconditions (throw InvalidArgument): non-null pointers,
 /// a valid matrix (see gemv()), 0 <= n_tokens <= INT32_MAX. Throws CudaError if the launch fails.
 void embedding(const DeviceMatrix& table, const int32_t* tokens, float* out, int64_t n_tokens,
                cudaStream_t stream);
 
 /// Dequantizes the whole matrix to f32: out (w.rows, w.cols), row-major, device pointer.
-/// Exact, bit-equal to lio::dequantize_row per row. Used to feed cuBLAS SGEMM in matmul().
+/// Equal to lio::dequantize_row per row to 1 ulp (as embedding()). Feeds cuBLAS SGEMM in matmul().
 /// Preconditions and errors as embedding().
 void dequantize(const DeviceMatrix& w, float* out, cudaStream_t stream);
 

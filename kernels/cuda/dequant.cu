@@ -1,6 +1,6 @@
 // dequant.cu — embedding gather and whole-matrix dequantization on the GPU.
 //
-// Both walk rows element by element with detail::load_element (exact dequantization), one
+// Both walk rows element by element with detail::load_element (the dequantize_row formula), one
 // block per row: consecutive threads read consecutive elements, so loads coalesce. The
 // embedding gather reads one row per token (the decode step reads 1 row of 49152: a few
 // hundred bytes); dequantize() feeds cuBLAS SGEMM during prefill.

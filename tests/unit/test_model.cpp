@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
+#include <algorithm>
 #include <vector>
 
 #include "lio/error.h"
@@ -232,6 +234,35 @@ TEST(StopStrings, FindsEarliestAndHoldsBackPrefixes) {
   EXPECT_EQ(hold, 2u);
   EXPECT_EQ(lio::find_stop("plain", stops, &hold), std::string::npos);
   EXPECT_EQ(hold, 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// --dtype f16 / bf16: matrices are rounded once at load (2 bytes per weight) and run through the
+// F16/BF16 kernels; logits stay within the rounding of the weights (f16: 2^-11 relative,
+// bf16: 2^-8) of the f32 model's.
+TEST_F(ModelTest, HalfPrecisionWeightModesStayCloseToF32) {
+  TinyModelSpec spec;
+  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
+  lio::LoadedModel f32 = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  const auto want_f32 = run_all_logits(f32, kTokens);
+  const std::vector<double> want(want_f32.begin(), want_f32.end());
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::fabs(double(v)));
+  for (auto [mode, tol, dtype] : {std::tuple{lio::WeightMode::F16, 5e-3, lio::DType::F16},
+                                  std::tuple{lio::WeightMode::BF16, 4e-2, lio::DType::BF16}}) {
+    lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", mode);
+    EXPECT_EQ(m.weights.layers[0].wq.dtype, dtype);
+    EXPECT_EQ(m.weights.size_bytes() < f32.weights.size_bytes(), true);
+    const auto got = run_all_logits(m, kTokens);
+    const double err = max_abs_diff(got, want);
+    EXPECT_LT(err, tol * scale) << lio::dtype_info(dtype).name;
+    EXPECT_GT(err, 0.0) << "conversion changed nothing: the mode was ignored";
+  }
+  EXPECT_EQ(lio::parse_weight_mode("bf16"), lio::WeightMode::BF16);
+  EXPECT_THROW(lio::parse_weight_mode("q3"), lio::InvalidArgument);
 }
 
 }  // namespace

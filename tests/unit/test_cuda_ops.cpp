@@ -1,0 +1,330 @@
+// test_cuda_ops.cpp — the CUDA operators of the forward pass beyond RMSNorm/RoPE (embedding,
+// dequantize, gemv, cuBLAS matmul, SwiGLU, attention) against kernels/cpu on fresh random
+// inputs (fixed seeds, never all zeros), every weight dtype, ragged sizes included.
+// GPU tests skip without a usable GPU; the argument checks run everywhere (launchers validate
+// on the host before touching the device).
+//
+// Tolerances, stated per test, cover f32 accumulation in another order than the CPU's (dot
+// products: 2e-6 x sum_j |w_j x_j|, ~16 roundings of a 512-long sum), nvcc's FMA contraction
+// (1 ulp in dequantized Q4_1 weights) and expf differing from glibc's by <= 2 ulp.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "lio/dtype.h"
+#include "lio/error.h"
+#include "lio/tensor.h"
+
+namespace {
+
+using lio::DType;
+using lio::cuda::DeviceBuffer;
+using lio::cuda::DeviceMatrix;
+
+constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16,
+                                DType::Q8_0, DType::Q4_0, DType::Q4_1};
+
+std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+std::string dtype_name(DType t) { return std::string(lio::dtype_info(t).name); }
+
+/// A random (rows, cols) matrix stored in `dtype`, on the host and the device.
+struct TestMatrix {
+  std::vector<std::byte> bytes;   // host copy, (rows, row_bytes)
+  std::vector<float> dequant;     // (rows, cols) what the bytes mean, via lio::dequantize_row
+  lio::WeightMatrix host;         // view of `bytes` for kernels/cpu
+  DeviceBuffer<std::byte> device_bytes;
+  DeviceMatrix device;            // view of device_bytes for kernels/cuda
+
+  TestMatrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+    const int64_t row_bytes = lio::dtype_row_bytes(dtype, cols);
+    const auto values = random_floats(size_t(rows * cols), -1.0f, 1.0f, seed);
+    bytes.resize(size_t(rows * row_bytes));
+    dequant.resize(values.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      lio::quantize_row(dtype, values.data() + r * cols, bytes.data() + r * row_bytes, cols);
+      lio::dequantize_row(dtype, bytes.data() + r * row_bytes, dequant.data() + r * cols, cols);
+    }
+    host = lio::WeightMatrix{"test", dtype, rows, cols, row_bytes, bytes.data()};
+    if (lio::cuda::cuda_available()) {
+      device_bytes = DeviceBuffer<std::byte>(rows * row_bytes);
+      device_bytes.copy_from_host(bytes.data(), rows * row_bytes);
+      device = DeviceMatrix{dtype, rows, cols, row_bytes, device_bytes.data()};
+    }
+  }
+
+  /// sum_j |W[r][j] x[j]|: the scale of the rounding error of row r's dot product.
+  double abs_dot(int64_t r, const float* x) const {
+    double s = 0;
+    for (int64_t j = 0; j < host.cols; ++j) s += std::fabs(double(dequant[r * host.cols + j]) * x[j]);
+    return s;
+  }
+};
+
+/// |got - want| <= rel * |want| + abs_tol, elementwise, with a message naming the case.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                  double abs_tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + abs_tol) << what << " i=" << i;
+  }
+}
+
+// ---- embedding and dequantize -------------------------------------------------------------
+
+TEST(CudaEmbedding, MatchesCpuEveryDtype) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t vocab = 37, cols = 96;
+  const std::vector<int32_t> tokens = {0, 36, 5, 5, 17, 1, 30};
+  auto d_tokens = DeviceBuffer<int32_t>::from_host(tokens);
+  for (DType t : kAllDtypes) {
+    TestMatrix m(t, vocab, cols, 11);
+    DeviceBuffer<float> d_out(int64_t(tokens.size()) * cols);
+    lio::cuda::embedding(m.device, d_tokens.data(), d_out.data(), int64_t(tokens.size()), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> want(tokens.size() * cols);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      lio::cpu::embedding_row(m.host, tokens[i], want.data() + i * cols);
+    expect_close(d_out.to_host(), want, 2 * FLT_EPSILON, 0.0, "embedding " + dtype_name(t));
+  }
+}
+
+TEST(CudaDequantize, MatchesDequantizeRowEveryDtype) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType t : kAllDtypes) {
+    TestMatrix m(t, 13, 160, 21);
+    DeviceBuffer<float> d_out(13 * 160);
+    lio::cuda::dequantize(m.device, d_out.data(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    expect_close(d_out.to_host(), m.dequant, 2 * FLT_EPSILON, 0.0, "dequantize " + dtype_name(t));
+  }
+}
+
+// ---- gemv and matmul ------------------------------------------------------------------------
+
+/// Runs a gemv launcher on (rows, cols) random weights of `t`, with and without accumulate,
+/// and compares with cpu::matmul (n = 1): |gpu - cpu| <= 2e-6 * sum_j |w_j x_j| + 1e-6.
+template <typename Launch>
+void check_gemv(Launch launch, DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const std::string what = dtype_name(t) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+  TestMatrix m(t, rows, cols, seed);
+  const auto x = random_floats(size_t(cols), -2.0f, 2.0f, seed + 1);
+  const auto y0 = random_floats(size_t(rows), -5.0f, 5.0f, seed + 2);
+  std::vector<float> want(static_cast<size_t>(rows));
+  lio::cpu::matmul(m.host, x.data(), want.data(), 1);
+  const auto d_x = DeviceBuffer<float>::from_host(x);
+  for (bool accumulate : {false, true}) {
+    auto d_y = DeviceBuffer<float>::from_host(y0);
+    launch(m.device, d_x.data(), d_y.data(), accumulate, cudaStream_t{nullptr});
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = d_y.to_host();
+    for (int64_t r = 0; r < rows; ++r) {
+      const double expected = want[r] + (accumulate ? y0[r] : 0.0f);
+      ASSERT_NEAR(got[r], expected, 2e-6 * m.abs_dot(r, x.data()) + 1e-6 + (accumulate ? 1e-6 * std::fabs(y0[r]) : 0))
+          << what << " accumulate=" << accumulate << " row=" << r;
+    }
+  }
+}
+
+// rows = 75: the last block has 3 of 8 warps busy; cols = 320: one full 256-column warp step
+// plus a partial one; cols = 70 (float dtypes): a ragged tail inside a lane's 8 elements.
+TEST(CudaGemv, MatchesCpuEveryDtype) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 31;
+  for (DType t : kAllDtypes) {
+    check_gemv(lio::cuda::gemv, t, 75, 320, seed);
+    check_gemv(lio::cuda::gemv, t, 8, 576, seed + 3);
+    if (lio::dtype_info(t).block_elems == 1) check_gemv(lio::cuda::gemv, t, 9, 70, seed + 5);
+    seed += 10;
+  }
+}
+
+TEST(CudaGemv, NaiveMatchesCpuEveryDtype) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 131;
+  for (DType t : kAllDtypes) {
+    check_gemv(lio::cuda::gemv_naive, t, 75, 320, seed);
+    seed += 10;
+  }
+}
+
+// cols > kGemvMaxSharedCols: x is read from global memory instead of shared memory.
+TEST(CudaGemv, WideRowsSkipSharedStaging) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t cols = lio::cuda::kGemvMaxSharedCols + 64;
+  check_gemv(lio::cuda::gemv, DType::Q4_1, 5, cols, 231);
+  check_gemv(lio::cuda::gemv, DType::F32, 3, cols, 233);
+}
+
+// n > 1 goes through dequantize + cublasSgemm (full f32): the same bound as gemv.
+TEST(CudaMatmul, CublasPrefillMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::cuda::CublasHandle cublas;
+  const int64_t rows = 96, cols = 192, n = 7;
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_1}) {
+    TestMatrix m(t, rows, cols, 301);
+    const auto x = random_floats(size_t(n * cols), -2.0f, 2.0f, 302);
+    const auto y0 = random_floats(size_t(n * rows), -5.0f, 5.0f, 303);
+    std::vector<float> want(static_cast<size_t>(n * rows));
+    lio::cpu::matmul(m.host, x.data(), want.data(), n);
+    const auto d_x = DeviceBuffer<float>::from_host(x);
+    DeviceBuffer<float> scratch(rows * cols);
+    for (bool accumulate : {false, true}) {
+      auto d_y = DeviceBuffer<float>::from_host(y0);
+      lio::cuda::matmul(cublas, m.device, d_x.data(), d_y.data(), n, accumulate, scratch.data(),
+                        scratch.n_elems(), nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = d_y.to_host();
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t at = size_t(i * rows + r);
+          const double expected = want[at] + (accumulate ? y0[at] : 0.0f);
+          ASSERT_NEAR(got[at], expected, 2e-6 * m.abs_dot(r, x.data() + i * cols) + 1e-5)
+              << dtype_name(t) << " accumulate=" << accumulate << " token=" << i << " row=" << r;
+        }
+      }
+    }
+    // Too small a scratch for a quantized matrix is an argument error, not a fault.
+    if (t != DType::F32) {
+      EXPECT_THROW(lio::cuda::matmul(cublas, m.device, d_x.data(), scratch.data(), n, false,
+                                     scratch.data(), rows * cols - 1, nullptr),
+                   lio::InvalidArgument);
+    }
+  }
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------------
+
+// Same formula as the CPU; expf and glibc's exp differ by <= 2 ulp: 4 ulp relative, 1e-30 abs.
+TEST(CudaSwiglu, MatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 3001;
+  const auto gate = random_floats(size_t(n), -12.0f, 12.0f, 401);
+  const auto up = random_floats(size_t(n), -3.0f, 3.0f, 402);
+  std::vector<float> want(static_cast<size_t>(n));
+  lio::cpu::swiglu(gate.data(), up.data(), want.data(), n);
+  auto d_gate = DeviceBuffer<float>::from_host(gate);
+  const auto d_up = DeviceBuffer<float>::from_host(up);
+  lio::cuda::swiglu(d_gate.data(), d_up.data(), d_gate.data(), n, nullptr);  // in place
+  CUDA_CHECK(cudaDeviceSynchronize());
+  expect_close(d_gate.to_host(), want, 4 * FLT_EPSILON, 1e-30, "swiglu");
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t n_q, start_pos, n_heads, n_kv_heads, head_dim;
+};
+
+/// Compares an attention launcher with cpu::attention on random q/K/V. Outputs are convex
+/// combinations of V rows (|v| <= 1): absolute tolerance 2e-5.
+template <typename Launch>
+void check_attention(Launch launch, const AttentionCase& c, uint32_t seed) {
+  const int64_t n_ctx = c.start_pos + c.n_q;
+  const auto q = random_floats(size_t(c.n_q * c.n_heads * c.head_dim), -1.0f, 1.0f, seed);
+  const auto k = random_floats(size_t(n_ctx * c.n_kv_heads * c.head_dim), -1.0f, 1.0f, seed + 1);
+  const auto v = random_floats(size_t(n_ctx * c.n_kv_heads * c.head_dim), -1.0f, 1.0f, seed + 2);
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  std::vector<float> want(q.size());
+  lio::cpu::attention(q.data(), k.data(), v.data(), want.data(), c.n_q, c.start_pos, c.n_heads,
+                      c.n_kv_heads, c.head_dim, scale);
+  const auto d_q = DeviceBuffer<float>::from_host(q);
+  const auto d_k = DeviceBuffer<float>::from_host(k);
+  const auto d_v = DeviceBuffer<float>::from_host(v);
+  DeviceBuffer<float> d_out(int64_t(q.size()));
+  launch(d_q.data(), d_k.data(), d_v.data(), d_out.data(), c.n_q, c.start_pos, c.n_heads,
+         c.n_kv_heads, c.head_dim, scale, cudaStream_t{nullptr});
+  CUDA_CHECK(cudaDeviceSynchronize());
+  expect_close(d_out.to_host(), want, 0.0, 2e-5,
+               "n_q=" + std::to_string(c.n_q) + " start=" + std::to_string(c.start_pos) +
+                   " heads=" + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
+                   " head_dim=" + std::to_string(c.head_dim));
+}
+
+// SmolLM2's shape (9 heads over 3 KV heads, head_dim 64) in prefill and decode; head_dim 48
+// (128 threads = 2 groups + 32 idle) and 160 (> 128 threads: the loop path); MHA; 1 key.
+constexpr AttentionCase kAttentionCases[] = {
+    {7, 0, 9, 3, 64}, {5, 11, 9, 3, 64}, {1, 300, 9, 3, 64}, {3, 4, 4, 2, 48},
+    {2, 9, 2, 1, 160}, {4, 2, 4, 4, 32}, {1, 0, 6, 2, 64}};
+
+TEST(CudaAttention, MatchesCpuPrefillAndDecode) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 501;
+  for (const auto& c : kAttentionCases) check_attention(lio::cuda::attention, c, seed += 3);
+}
+
+TEST(CudaAttention, NaiveMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 601;
+  for (const auto& c : kAttentionCases) check_attention(lio::cuda::attention_naive, c, seed += 3);
+}
+
+// 13000 keys = 52 KB of scores: past the 48 KiB default, the launcher opts in to more.
+TEST(CudaAttention, LongContextOptsIntoLargerSharedMemory) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_attention(lio::cuda::attention, {1, 12999, 2, 1, 64}, 701);
+}
+
+TEST(CudaAttention, DecodeEqualsOneQueryAttention) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n_ctx = 37, n_heads = 9, n_kv = 3, hd = 64;
+  const auto q = random_floats(size_t(n_heads * hd), -1.0f, 1.0f, 801);
+  const auto kv = random_floats(size_t(n_ctx * n_kv * hd), -1.0f, 1.0f, 802);
+  const auto d_q = DeviceBuffer<float>::from_host(q);
+  const auto d_kv = DeviceBuffer<float>::from_host(kv);
+  DeviceBuffer<float> a(n_heads * hd), b(n_heads * hd);
+  lio::cuda::decode_attention(d_q.data(), d_kv.data(), d_kv.data(), a.data(), n_ctx, n_heads, n_kv,
+                              hd, 0.125f, nullptr);
+  lio::cuda::attention(d_q.data(), d_kv.data(), d_kv.data(), b.data(), 1, n_ctx - 1, n_heads, n_kv,
+                       hd, 0.125f, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(a.to_host(), b.to_host());  // the same kernel: bitwise equal
+}
+
+// ---- argument checks (host side: these run without a GPU) -----------------------------------
+
+TEST(CudaOpsArguments, LaunchersRejectBadShapesBeforeLaunching) {
+  // Never dereferenced: every call below must throw in its host-side check.
+  auto* fake = reinterpret_cast<float*>(uintptr_t{256});
+  const auto* fake_bytes = reinterpret_cast<const std::byte*>(uintptr_t{256});
+  const auto* fake_ids = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  const DeviceMatrix q41{DType::Q4_1, 4, 40, lio::dtype_row_bytes(DType::F32, 40), fake_bytes};
+  EXPECT_THROW(lio::cuda::gemv(q41, fake, fake, false, nullptr), lio::InvalidArgument);  // 40 % 32
+  const DeviceMatrix wrong_bytes{DType::Q8_0, 4, 64, 64, fake_bytes};
+  EXPECT_THROW(lio::cuda::gemv(wrong_bytes, fake, fake, false, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::gemv_naive(wrong_bytes, fake, fake, false, nullptr), lio::InvalidArgument);
+  const DeviceMatrix ok{DType::Q8_0, 4, 64, lio::dtype_row_bytes(DType::Q8_0, 64), fake_bytes};
+  EXPECT_THROW(lio::cuda::gemv(ok, nullptr, fake, false, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::embedding(ok, fake_ids, fake, -1, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::dequantize(DeviceMatrix{}, fake, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::swiglu(fake, fake, fake, -1, nullptr), lio::InvalidArgument);
+  // 9 heads do not share 2 KV heads evenly; n_ctx 0 has no key to attend to.
+  EXPECT_THROW(lio::cuda::attention(fake, fake, fake, fake, 1, 0, 9, 2, 64, 0.125f, nullptr),
+               lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::attention(fake, fake, fake, fake, 1, -1, 9, 3, 64, 0.125f, nullptr),
+               lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::attention_naive(fake, fake, fake, fake, 1, 0, 9, 3, 64, NAN, nullptr),
+               lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::decode_attention(fake, fake, fake, fake, 0, 9, 3, 64, 0.125f, nullptr),
+               lio::InvalidArgument);
+}
+
+}  // namespace
