@@ -1,0 +1,219 @@
+// bench_cuda_decode — batch-1 prefill and decode on the GPU next to the CPU, in one run, with
+// achieved bandwidth against a device-to-device copy measured in the same run, and a
+// per-kernel time breakdown of the decode step.
+//
+// Decode at batch 1 reads every weight byte (and the cached K/V) once per token, so
+//   tokens/s <= bandwidth / bytes per token                 (the memory roofline)
+// achieved GB/s = (weight bytes + K/V bytes read) x tokens/s. The ceiling is measured, not
+// quoted: cudaMemcpy device-to-device moves each byte twice (read + write), so its rate is
+// 2 x bytes / time — what a streaming kernel can at best reach (an H100 SXM's HBM3 is sold as
+// 3.35 TB/s; NVIDIA H100 datasheet).
+// Variants, side by side: CPU as stored, CUDA as stored (quantized GEMV), CUDA with weights
+// converted to f16 (--dtype f16: 2 bytes per weight, no dequantization work).
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "lio/cli_common.h"
+#include "lio/cuda_runner.h"
+#include "lio/model_runner.h"
+#include "lio/sampler.h"
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+/// Device-to-device copy rate in bytes/s (2 x bytes per copy: read + write), median of
+/// `repeats` copies of `bytes`, timed with CUDA events.
+double measure_copy_bandwidth(int64_t bytes, int repeats) {
+  lio::cuda::DeviceBuffer<std::byte> a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemset(a.data(), 1, static_cast<size_t>(bytes)));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> rates;
+  for (int r = 0; r < repeats + 1; ++r) {  // copy 0 warms up
+    CUDA_CHECK(cudaEventRecord(start));
+    CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return lio::bench::median(rates);
+}
+
+struct Result {
+  std::string variant;
+  double weight_bytes = 0;
+  double prefill_tps = 0;
+  double decode_tps = 0;
+  double bytes_per_token = 0;  // weights + mean K/V read per decode step
+};
+
+/// Medians over `repeats` of: prefill `prompt` into a fresh cache, then `decode_tokens` greedy
+/// steps, one token each (EOS ignored). Run 0 warms up (allocations, page tables, cuBLAS).
+Result measure(lio::ModelRunner& runner, const std::string& variant, double weight_bytes,
+               const std::vector<int32_t>& prompt, int64_t decode_tokens, int repeats) {
+  const lio::ModelConfig& c = runner.config();
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  std::vector<double> prefill_tps, decode_tps;
+  for (int r = 0; r < repeats + 1; ++r) {
+    runner.reset(p + decode_tokens);
+    double t0 = lio::bench::now_s();
+    int32_t next = lio::argmax(runner.forward(prompt));
+    const double t_prefill = lio::bench::now_s() - t0;
+    t0 = lio::bench::now_s();
+    for (int64_t i = 0; i < decode_tokens; ++i) next = lio::argmax(runner.forward(std::span(&next, 1)));
+    const double t_decode = lio::bench::now_s() - t0;
+    if (r == 0) continue;
+    prefill_tps.push_back(static_cast<double>(p) / t_prefill);
+    decode_tps.push_back(static_cast<double>(decode_tokens) / t_decode);
+  }
+  Result res;
+  res.variant = variant;
+  res.weight_bytes = weight_bytes;
+  res.prefill_tps = lio::bench::median(prefill_tps);
+  res.decode_tps = lio::bench::median(decode_tps);
+  const double mean_ctx = static_cast<double>(p) + 0.5 * static_cast<double>(decode_tokens + 1);
+  res.bytes_per_token = weight_bytes + static_cast<double>(c.kv_bytes_per_token(sizeof(float))) * mean_ctx;
+  return res;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Batch-1 prefill/decode on CUDA vs CPU, achieved bandwidth, per-kernel times",
+               "bench_cuda_decode"};
+  lio::CommonOptions o;
+  lio::add_model_flags(app, o);
+  int64_t prompt_tokens = 128, decode_tokens = 128, cpu_decode_tokens = 32;
+  int repeats = 5;
+  double copy_gib = 1.0;
+  bool skip_cpu = false;
+  app.add_option("--prompt-tokens", prompt_tokens, "Prefill length (tokens)")->capture_default_str();
+  app.add_option("--decode-tokens", decode_tokens, "GPU decode steps per repeat")->capture_default_str();
+  app.add_option("--cpu-decode-tokens", cpu_decode_tokens, "CPU decode steps per repeat")->capture_default_str();
+  app.add_option("--repeats", repeats, "Repeats; medians are reported")->capture_default_str();
+  app.add_option("--copy-gib", copy_gib, "Buffer size of the device copy probe (GiB)")->capture_default_str();
+  app.add_flag("--skip-cpu", skip_cpu, "Do not run the CPU variant");
+
+  return lio::run_main(app, argc, argv, [&]() -> int {
+    if (prompt_tokens < 1 || decode_tokens < 1 || cpu_decode_tokens < 1 || repeats < 1) {
+      throw lio::InvalidArgument("--prompt-tokens, --decode-tokens, --cpu-decode-tokens and --repeats must be >= 1");
+    }
+    lio::apply_threads(o.threads);
+    lio::LoadedModel stored = lio::load_from_options(o);  // --dtype picks the "stored" variant
+    const lio::ModelConfig& c = stored.config;
+    std::vector<int32_t> base = stored.tokenizer->encode(
+        "The quick brown fox jumps over the lazy dog while the engine measures how fast it can read "
+        "its weights from memory, one token at a time. ",
+        false, false);
+    std::vector<int32_t> prompt;
+    while (static_cast<int64_t>(prompt.size()) < prompt_tokens) prompt.insert(prompt.end(), base.begin(), base.end());
+    prompt.resize(static_cast<size_t>(prompt_tokens));
+    if (prompt_tokens + decode_tokens > c.context_length) {
+      throw lio::InvalidArgument("--prompt-tokens + --decode-tokens exceed the context length " +
+                                 std::to_string(c.context_length));
+    }
+
+    lio::cuda::CudaRunner gpu(c, stored.weights);  // throws UnsupportedError without a GPU
+    const double copy_bw = measure_copy_bandwidth(static_cast<int64_t>(copy_gib * (1 << 30)), 10);
+    std::vector<Result> results;
+    results.push_back(measure(gpu, "cuda " + o.dtype, static_cast<double>(gpu.weight_bytes()), prompt,
+                              decode_tokens, repeats));
+
+    // Per-kernel breakdown: one profiled decode run (events around every op), after timing.
+    gpu.set_profiling(true);
+    gpu.reset(prompt_tokens + decode_tokens);
+    int32_t next = lio::argmax(gpu.forward(prompt));
+    gpu.clear_op_times();  // keep decode steps only
+    for (int64_t i = 0; i < decode_tokens; ++i) next = lio::argmax(gpu.forward(std::span(&next, 1)));
+    const std::vector<lio::cuda::OpTime> ops = gpu.op_times();
+    gpu.set_profiling(false);
+
+    {
+      lio::LoadedModel f16 = lio::load_model(stored.path, lio::WeightMode::F16);
+      lio::cuda::CudaRunner gpu16(f16.config, f16.weights);
+      results.push_back(measure(gpu16, "cuda f16", static_cast<double>(gpu16.weight_bytes()), prompt,
+                                decode_tokens, repeats));
+    }
+    if (!skip_cpu) {
+      lio::CpuRunner cpu(c, stored.weights);
+      results.push_back(measure(cpu, "cpu " + o.dtype, static_cast<double>(stored.weights.size_bytes()),
+                                prompt, cpu_decode_tokens, repeats));
+    }
+
+    const std::string device = gpu.device_description();
+    json j{{"device", device},
+           {"cpu", lio::bench::cpu_name()},
+           {"cpu_threads", omp_get_max_threads()},
+           {"model", stored.path},
+           {"prompt_tokens", prompt_tokens},
+           {"decode_tokens", decode_tokens},
+           {"cpu_decode_tokens", cpu_decode_tokens},
+           {"repeats", repeats},
+           {"copy_bandwidth_gbs", copy_bw / 1e9}};
+    json rows = json::array();
+    for (const Result& r : results) {
+      rows.push_back({{"variant", r.variant},
+                      {"weight_bytes", r.weight_bytes},
+                      {"prefill_tokens_per_s", r.prefill_tps},
+                      {"decode_tokens_per_s", r.decode_tps},
+                      {"decode_bytes_per_token", r.bytes_per_token},
+                      {"decode_achieved_gbs", r.bytes_per_token * r.decode_tps / 1e9},
+                      {"decode_fraction_of_copy_bandwidth", r.bytes_per_token * r.decode_tps / copy_bw}});
+    }
+    j["variants"] = rows;
+    double total_ms = 0;
+    for (const auto& op : ops) total_ms += op.total_ms;
+    json op_rows = json::array();
+    for (const auto& op : ops) {
+      op_rows.push_back({{"op", op.op}, {"total_ms", op.total_ms}, {"calls", op.calls},
+                         {"us_per_token", 1e3 * op.total_ms / static_cast<double>(decode_tokens)},
+                         {"share", total_ms > 0 ? op.total_ms / total_ms : 0.0}});
+    }
+    j["decode_kernel_breakdown"] = op_rows;
+    if (o.json) {
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    std::printf("%s | host %s, %d threads\n%s | prompt %lld tokens, decode %lld (GPU) / %lld (CPU) tokens, "
+                "greedy, medians of %d\n",
+                device.c_str(), lio::bench::cpu_name().c_str(), omp_get_max_threads(), stored.path.c_str(),
+                (long long)prompt_tokens, (long long)decode_tokens, (long long)cpu_decode_tokens, repeats);
+    std::printf("device-to-device copy bandwidth (measured, read+write): %.0f GB/s\n\n", copy_bw / 1e9);
+    std::printf("| variant | weights MiB | prefill tok/s | decode tok/s | decode GB/s | %% of copy BW | decode vs cpu |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    const double cpu_tps = skip_cpu ? 0.0 : results.back().decode_tps;
+    for (const Result& r : results) {
+      std::printf("| %s | %.1f | %.0f | %.1f | %.1f | %.1f%% | %s |\n", r.variant.c_str(),
+                  r.weight_bytes / 1048576.0, r.prefill_tps, r.decode_tps,
+                  r.bytes_per_token * r.decode_tps / 1e9, 100.0 * r.bytes_per_token * r.decode_tps / copy_bw,
+                  cpu_tps > 0 ? (std::to_string(r.decode_tps / cpu_tps).substr(0, 5) + "x").c_str() : "-");
+    }
+    std::printf("\ndecode kernel breakdown (cuda %s, %lld steps, CUDA events around each op):\n", o.dtype.c_str(),
+                (long long)decode_tokens);
+    std::printf("| op | calls/token | us/token | share |\n|---|---:|---:|---:|\n");
+    for (const auto& op : ops) {
+      std::printf("| %s | %.0f | %.1f | %.1f%% |\n", op.op.c_str(),
+                  static_cast<double>(op.calls) / static_cast<double>(decode_tokens),
+                  1e3 * op.total_ms / static_cast<double>(decode_tokens),
+                  total_ms > 0 ? 100.0 * op.total_ms / total_ms : 0.0);
+    }
+    return 0;
+  });
+}
