@@ -55,6 +55,12 @@ expect_error ch01_missing        "does not exist"        "$bin/ch01_kv_cache" --
 expect_error hf_missing_config   "config.json"           "$bin/lio" info --model "$m"
 expect_error bad_ids             "--ids"                 "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,x --out "$work/l.bin"
 expect_error id_out_of_range     "token"                 "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,99999 --out "$work/l.bin"
+expect_error bad_device          "--device"              "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device gpu
+expect_error ch01_bad_device     "--device"              "$bin/ch01_kv_cache" --model "$m/tiny.gguf" --prompt hi --device tpu
+# --device cuda where no GPU can be used (or the build has no CUDA): one clear line, exit 1.
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_error cuda_without_gpu  "--device cuda"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device cuda
+fi
 
 # And the good path still works on the same tiny model (so the errors above are specific).
 if "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --max-tokens 4 --json >"$work/out" 2>"$work/err"; then
