@@ -37,6 +37,21 @@ inline std::string cpu_name() {
   return "unknown";
 }
 
+/// The text the decode benchmarks tokenize and repeat into prompts of any length.
+inline constexpr const char* kPromptText =
+    "The quick brown fox jumps over the lazy dog while the engine measures how fast it can read "
+    "its weights from memory, one token at a time. ";
+
+/// `base` repeated and cut to exactly n_tokens tokens (a fixed prompt of a chosen length).
+/// Returns an empty vector when base is empty.
+inline std::vector<int32_t> repeat_to_length(const std::vector<int32_t>& base, int64_t n_tokens) {
+  std::vector<int32_t> out;
+  if (base.empty()) return out;
+  while (static_cast<int64_t>(out.size()) < n_tokens) out.insert(out.end(), base.begin(), base.end());
+  out.resize(static_cast<size_t>(n_tokens));
+  return out;
+}
+
 /// Measures sustained read bandwidth (bytes/s) with all OpenMP threads summing a buffer
 /// of `buffer_bytes` (much larger than the last-level cache), median of `repeats` passes.
 /// This is the ceiling batch-1 decode can reach: every weight byte is read once per token.

@@ -36,13 +36,8 @@ int main(int argc, char** argv) {
     const double bw = lio::bench::measure_read_bandwidth(static_cast<int64_t>(bw_gib * (1 << 30)), 5);
 
     // A fixed, real-text prompt, repeated up to the requested length.
-    std::vector<int32_t> base = m.tokenizer->encode(
-        "The quick brown fox jumps over the lazy dog while the engine measures how fast it can read "
-        "its weights from memory, one token at a time. ",
-        false, false);
-    std::vector<int32_t> prompt;
-    while (static_cast<int64_t>(prompt.size()) < prompt_tokens) prompt.insert(prompt.end(), base.begin(), base.end());
-    prompt.resize(static_cast<size_t>(prompt_tokens));
+    const std::vector<int32_t> prompt = lio::bench::repeat_to_length(
+        m.tokenizer->encode(lio::bench::kPromptText, false, false), prompt_tokens);
 
     lio::Model model(c, m.weights);
     lio::KvCache cache(c, prompt_tokens + decode_tokens);

@@ -118,13 +118,8 @@ int main(int argc, char** argv) {
     lio::apply_threads(o.threads);
     lio::LoadedModel stored = lio::load_from_options(o);  // --dtype picks the "stored" variant
     const lio::ModelConfig& c = stored.config;
-    std::vector<int32_t> base = stored.tokenizer->encode(
-        "The quick brown fox jumps over the lazy dog while the engine measures how fast it can read "
-        "its weights from memory, one token at a time. ",
-        false, false);
-    std::vector<int32_t> prompt;
-    while (static_cast<int64_t>(prompt.size()) < prompt_tokens) prompt.insert(prompt.end(), base.begin(), base.end());
-    prompt.resize(static_cast<size_t>(prompt_tokens));
+    const std::vector<int32_t> prompt = lio::bench::repeat_to_length(
+        stored.tokenizer->encode(lio::bench::kPromptText, false, false), prompt_tokens);
     if (prompt_tokens + decode_tokens > c.context_length) {
       throw lio::InvalidArgument("--prompt-tokens + --decode-tokens exceed the context length " +
                                  std::to_string(c.context_length));

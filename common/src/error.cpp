@@ -4,6 +4,16 @@
 
 namespace lio {
 
+// Built by appends: GCC 12 reports a false -Wrestrict on `"'" + std::string(s) + "'"`.
+std::string single_quoted(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '\'';
+  out += s;
+  out += '\'';
+  return out;
+}
+
 void check_failed(const char* expr, const std::string& msg, std::source_location loc) {
   std::string where = std::string(loc.file_name()) + ":" + std::to_string(loc.line());
   throw InternalError(where + ": check `" + expr + "` failed" + (msg.empty() ? "" : ": " + msg));

@@ -68,16 +68,6 @@ uint64_t align_up(uint64_t n, uint64_t alignment) {
   return (n + alignment - 1) / alignment * alignment;
 }
 
-// Built by appends: GCC 12 reports a false -Wrestrict on `"'" + std::string(s) + "'"`.
-std::string single_quoted(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '\'';
-  out += s;
-  out += '\'';
-  return out;
-}
-
 // ---- reading ------------------------------------------------------------------------------
 
 /// A bounds-checked little-endian reader over the mapped bytes.

@@ -71,16 +71,6 @@ std::string_view st_dtype_name(DType dtype) {
   }
 }
 
-// Built by appends: GCC 12 reports a false -Wrestrict on `"'" + std::string(s) + "'"`.
-std::string single_quoted(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '\'';
-  out += s;
-  out += '\'';
-  return out;
-}
-
 [[noreturn]] void fail(const std::string& path, const std::string& msg) {
   throw FormatError(path + ": " + msg);
 }

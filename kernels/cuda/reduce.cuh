@@ -28,41 +28,37 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// Sum of v over a block of kBlockThreads threads (== blockDim.x, whole warps, at most 1024);
-/// every thread gets the result. Every warp re-reduces the per-warp partials itself, so one
-/// __syncthreads suffices inside; a trailing __syncthreads lets the caller reduce again at once.
-template <int kBlockThreads>
-__device__ __forceinline__ float block_sum(float v) {
+/// Reduces v over a block of kBlockThreads threads (== blockDim.x, whole warps, at most 1024)
+/// with `warp_reduce` (warp_sum or warp_max); lanes past the warp count contribute `identity`.
+/// Every thread gets the result. Every warp re-reduces the per-warp partials itself, so one
+/// __syncthreads suffices inside; a trailing one lets the caller reduce again at once.
+/// All threads of the block must call it (it contains barriers).
+template <int kBlockThreads, typename WarpReduce>
+__device__ __forceinline__ float block_reduce(float v, WarpReduce warp_reduce, float identity) {
   static_assert(kBlockThreads % kWarpSize == 0 && kBlockThreads <= 1024, "whole warps, <= 1024");
   constexpr int kWarps = kBlockThreads / kWarpSize;
   __shared__ float warp_partials[kWarps];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  v = warp_sum(v);
+  v = warp_reduce(v);
   if (lane == 0) warp_partials[warp] = v;
   __syncthreads();
-  v = lane < kWarps ? warp_partials[lane] : 0.0f;
-  v = warp_sum(v);
+  v = lane < kWarps ? warp_partials[lane] : identity;
+  v = warp_reduce(v);
   __syncthreads();  // warp_partials may be rewritten by the next call
   return v;
 }
 
-/// Maximum of v over a block of kBlockThreads threads; every thread gets the result.
-/// Lanes past the warp count contribute -INFINITY, the identity of max.
+/// Sum of v over the block; every thread gets the result (see block_reduce).
+template <int kBlockThreads>
+__device__ __forceinline__ float block_sum(float v) {
+  return block_reduce<kBlockThreads>(v, [](float x) { return warp_sum(x); }, 0.0f);
+}
+
+/// Maximum of v over the block; every thread gets the result (see block_reduce).
 template <int kBlockThreads>
 __device__ __forceinline__ float block_max(float v) {
-  static_assert(kBlockThreads % kWarpSize == 0 && kBlockThreads <= 1024, "whole warps, <= 1024");
-  constexpr int kWarps = kBlockThreads / kWarpSize;
-  __shared__ float warp_partials[kWarps];
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  v = warp_max(v);
-  if (lane == 0) warp_partials[warp] = v;
-  __syncthreads();
-  v = lane < kWarps ? warp_partials[lane] : -INFINITY;
-  v = warp_max(v);
-  __syncthreads();
-  return v;
+  return block_reduce<kBlockThreads>(v, [](float x) { return warp_max(x); }, -INFINITY);
 }
 
 }  // namespace lio::cuda::detail

@@ -21,6 +21,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "lio/error.h"
+#include "random_inputs.h"
 #include "lio/model_config.h"
 
 namespace {
@@ -28,13 +29,7 @@ namespace {
 using lio::RopeStyle;
 using lio::cuda::DeviceBuffer;
 
-std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using lio::testing::random_floats;
 
 std::vector<int32_t> random_positions(size_t n, int32_t max_pos, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -25,6 +25,7 @@
 #include "cuda_ops.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "random_inputs.h"
 #include "lio/tensor.h"
 
 namespace {
@@ -36,13 +37,7 @@ using lio::cuda::DeviceMatrix;
 constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16,
                                 DType::Q8_0, DType::Q4_0, DType::Q4_1};
 
-std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using lio::testing::random_floats;
 
 std::string dtype_name(DType t) { return std::string(lio::dtype_info(t).name); }
 

@@ -17,6 +17,7 @@
 #include "cpu_ops.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "random_inputs.h"
 #include "lio/model_config.h"
 #include "lio/tensor.h"
 
@@ -24,13 +25,7 @@ namespace {
 
 using lio::RopeStyle;
 
-std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using lio::testing::random_floats;
 
 // ---- references (double precision, straight from the formulas) --------------------------
 

@@ -10,6 +10,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 /// LIO: model files, tokenizer, sampler, forward pass and generation.
 namespace lio {
@@ -53,6 +54,9 @@ class InternalError : public Error {
  public:
   using Error::Error;
 };
+
+/// `s` wrapped in single quotes, for naming a key, tensor or path inside an error message.
+std::string single_quoted(std::string_view s);
 
 /// Throws InternalError("file:line: check `expr` failed: msg"). Used by LIO_CHECK.
 [[noreturn]] void check_failed(const char* expr, const std::string& msg,
