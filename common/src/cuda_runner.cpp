@@ -78,7 +78,8 @@ struct CudaRunner::Impl {
   const float* output_norm = nullptr;
   std::vector<DeviceLayer> layers;
   int64_t weight_bytes = 0;
-  int64_t max_dequant_floats = 0;  // largest non-F32 matrix, for the prefill scratch
+  int64_t max_dequant_floats = 0;  // largest non-F32 matmul weight, for the prefill scratch
+  int64_t max_attention_keys = 0;  // beyond this context the fast attention kernel cannot run
 
   // ---- KV cache: (n_layers, capacity, kv_dim) f32 for K and for V
   DeviceBuffer<float> k_cache, v_cache;
@@ -99,7 +100,15 @@ struct CudaRunner::Impl {
 
   explicit Impl(const ModelConfig& c) : config(c) {}
 
+  /// CudaRunner::forward after its argument checks: queues the whole pass, waits, returns
+  /// the host logits.
+  std::span<const float> forward_checked(std::span<const int32_t> tokens, bool all_logits);
+
   ~Impl() {
+    // Let queued work finish before anything it uses goes away; errors are dropped (a
+    // destructor must not throw; a broken context reports itself at the next checked call).
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    cublas.reset();  // bound to `stream`: destroy it first
     for (auto& [start, stop] : events) {
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
@@ -107,7 +116,10 @@ struct CudaRunner::Impl {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
-  DeviceMatrix upload(const WeightMatrix& w) {
+  /// Uploads a matrix once (tied matrices share one copy). `in_matmul`: it goes through
+  /// matmul() and so may need the prefill dequantization scratch (the embedding table is only
+  /// gathered from).
+  DeviceMatrix upload(const WeightMatrix& w, bool in_matmul = true) {
     auto it = uploaded.find(w.data);
     const std::byte* device_data = nullptr;
     if (it != uploaded.end()) {
@@ -120,7 +132,9 @@ struct CudaRunner::Impl {
       matrix_buffers.push_back(std::move(buf));
       uploaded.emplace(w.data, device_data);
     }
-    if (w.dtype != DType::F32) max_dequant_floats = std::max(max_dequant_floats, w.rows * w.cols);
+    if (in_matmul && w.dtype != DType::F32) {
+      max_dequant_floats = std::max(max_dequant_floats, w.rows * w.cols);
+    }
     return DeviceMatrix{w.dtype, w.rows, w.cols, w.row_bytes, device_data};
   }
 
@@ -196,7 +210,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const Weights& weights)
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   m.cublas = std::make_unique<CublasHandle>();
 
-  m.token_embd = m.upload(weights.token_embd);
+  m.token_embd = m.upload(weights.token_embd, /*in_matmul=*/false);
   m.layers.reserve(weights.layers.size());
   for (const LayerWeights& L : weights.layers) {
     DeviceLayer d;
@@ -213,6 +227,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const Weights& weights)
   }
   m.output_norm = m.upload(weights.output_norm);
   m.output = m.upload(weights.output);
+  m.max_attention_keys = attention_max_keys(config.head_dim);
 }
 
 CudaRunner::~CudaRunner() = default;
@@ -226,6 +241,7 @@ int64_t CudaRunner::weight_bytes() const { return impl_->weight_bytes; }
 void CudaRunner::reset(int64_t capacity_tokens) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
+  CUDA_CHECK(cudaSetDevice(0));  // the calling thread may have another current device
   if (capacity_tokens <= 0 || capacity_tokens > c.context_length) {
     throw InvalidArgument("KV cache capacity must be in [1, " + std::to_string(c.context_length) +
                           "] tokens, got " + std::to_string(capacity_tokens));
@@ -247,7 +263,6 @@ std::span<const float> CudaRunner::forward(std::span<const int32_t> tokens, bool
   const ModelConfig& c = m.config;
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t start = m.n_tokens;
-  m.event_ops.clear();  // events of a forward that threw midway are never read
   if (n == 0) throw InvalidArgument("forward: no tokens");
   if (m.capacity == 0) throw InvalidArgument("CudaRunner::forward: call reset() to start a sequence first");
   if (start + n > m.capacity) {
@@ -260,6 +275,25 @@ std::span<const float> CudaRunner::forward(std::span<const int32_t> tokens, bool
                             std::to_string(i) + " is outside [0, " + std::to_string(c.vocab_size) + ")");
     }
   }
+  CUDA_CHECK(cudaSetDevice(0));
+  try {
+    return m.forward_checked(tokens, all_logits);
+  } catch (...) {
+    // Work queued before the failure may still be running and reads buffers the next call
+    // may reallocate: drain the stream (its own error, if any, is already being thrown).
+    cudaStreamSynchronize(m.stream);
+    (void)cudaGetLastError();
+    m.event_ops.clear();
+    throw;
+  }
+}
+
+std::span<const float> CudaRunner::Impl::forward_checked(std::span<const int32_t> tokens,
+                                                         bool all_logits) {
+  Impl& m = *this;
+  const ModelConfig& c = m.config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t start = m.n_tokens;
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t n_out = all_logits ? n : 1;
   ensure(m.x, n * d);
@@ -309,9 +343,16 @@ std::span<const float> CudaRunner::forward(std::span<const int32_t> tokens, bool
       rope(q, pos, n, c.n_heads, c.head_dim, c.rope_theta, c.rope_style, s);
       rope(k_new, pos, n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_style, s);
     });
-    m.op("attention", [&] {
-      attention(q, k_layer, v_layer, attn, n, start, c.n_heads, c.n_kv_heads, c.head_dim, scale, s);
-    });
+    if (start + n <= m.max_attention_keys) {
+      m.op("attention", [&] {
+        attention(q, k_layer, v_layer, attn, n, start, c.n_heads, c.n_kv_heads, c.head_dim, scale, s);
+      });
+    } else {  // scores no longer fit shared memory: the one-thread-per-head kernel has no limit
+      m.op("attention (naive, long context)", [&] {
+        attention_naive(q, k_layer, v_layer, attn, n, start, c.n_heads, c.n_kv_heads, c.head_dim,
+                        scale, s);
+      });
+    }
     m.matmul_op(L.wo, attn, x, n, /*accumulate=*/true);  // x += W_o attn
     // ---- SwiGLU MLP
     m.op("rmsnorm", [&] { rmsnorm(x, L.ffn_norm, xn, n, d, eps, s); });

@@ -4,8 +4,8 @@
 //   g = h / (n_heads / n_kv_heads)                      (Vaswani et al. 2017 eq. 1; GQA)
 //
 // Optimized kernel ("materialized scores"): one block per (query i, head h).
-//   1. q[i, h] to shared memory; each warp takes every kAttnWarps-th key, its lanes split the
-//      head_dim dot product, lane 0 stores the score in shared memory (4 bytes per key);
+//   1. q[i, h] to shared memory; thread t scores keys t, t + 128, ... (a whole head_dim dot
+//      product each, sequential like the CPU's) and stores them in shared memory (4 bytes/key);
 //   2. block-wide max, then p_j = exp(s_j - max) in place and the block-wide sum l;
 //   3. P.V: thread t owns output element t % head_dim for the keys j = t / head_dim (mod
 //      groups); the groups' partial sums meet in shared memory; out = acc / l.
@@ -15,6 +15,7 @@
 // Naive kernel: one thread per (query, head), online softmax over the keys, as cpu::attention.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -30,9 +31,12 @@ namespace lio::cuda {
 namespace {
 
 constexpr int kAttnThreads = 128;
-constexpr int kAttnWarps = kAttnThreads / detail::kWarpSize;
 constexpr int kNaiveBlockThreads = 64;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;  // per-block limit without opt-in
+// Upper bound of attention_kernel's static shared memory: `partial` plus the two block
+// reductions' per-warp scratch (at most 32 floats each). The exact figure comes from
+// cudaFuncGetAttributes when it matters.
+constexpr size_t kStaticSharedBytesBound = (kAttnThreads + 2 * 32) * sizeof(float);
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -63,16 +67,16 @@ attention_kernel(const float* q,        // (n_q, n_heads, head_dim)
   for (int d = threadIdx.x; d < head_dim; d += kAttnThreads) q_s[d] = q_ih[d];
   __syncthreads();
 
-  // 1. scores, one warp per key
-  const int lane = threadIdx.x % detail::kWarpSize;
-  const int warp = threadIdx.x / detail::kWarpSize;
+  // 1. scores, one thread per key: each thread streams its key's head_dim floats (independent
+  //    loads, many in flight) against q broadcast from shared memory.
   float local_max = -INFINITY;
-  for (int j = warp; j < n_keys; j += kAttnWarps) {
+  for (int j = threadIdx.x; j < n_keys; j += kAttnThreads) {
     const float* k_j = k_g + j * kv_stride;
     float dot = 0.0f;
-    for (int d = lane; d < head_dim; d += detail::kWarpSize) dot += q_s[d] * k_j[d];
-    const float s = detail::warp_sum(dot) * scale;
-    if (lane == 0) p[j] = s;
+#pragma unroll 8
+    for (int d = 0; d < head_dim; ++d) dot += q_s[d] * k_j[d];
+    const float s = dot * scale;
+    p[j] = s;
     local_max = fmaxf(local_max, s);
   }
   // 2. softmax numerator and denominator (block_max's barrier publishes the scores)
@@ -145,6 +149,15 @@ __global__ void attention_naive_kernel(const float* q, const float* k_cache, con
 
 // ---- host launchers -------------------------------------------------------------------------
 
+/// Static shared memory of attention_kernel (`partial` + the reductions' scratch), as the
+/// compiler laid it out. A block's dynamic allowance is the limit minus this: without opt-in,
+/// 48 KiB - static (CUDA C++ Programming Guide, "Shared Memory").
+size_t static_shared_bytes() {
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, attention_kernel));
+  return attributes.sharedSizeBytes;
+}
+
 void check_attention_args(const char* op, const float* q, const float* k_cache,
                           const float* v_cache, const float* out, int64_t n_q, int64_t start_pos,
                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale) {
@@ -172,29 +185,39 @@ void check_attention_args(const char* op, const float* q, const float* k_cache,
 
 }  // namespace
 
+int64_t attention_max_keys(int64_t head_dim) {
+  if (head_dim <= 0) throw InvalidArgument("cuda::attention_max_keys: head_dim must be > 0");
+  int device = 0;
+  int optin_bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int64_t dynamic_floats =
+      (static_cast<int64_t>(optin_bytes) - static_cast<int64_t>(static_shared_bytes())) /
+      static_cast<int64_t>(sizeof(float));
+  return std::max<int64_t>(0, dynamic_floats - head_dim);
+}
+
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
                int64_t head_dim, float scale, cudaStream_t stream) {
   check_attention_args("attention", q, k_cache, v_cache, out, n_q, start_pos, n_heads, n_kv_heads,
                        head_dim, scale);
   if (n_q == 0) return;
-  const size_t shared_bytes = static_cast<size_t>(head_dim + start_pos + n_q) * sizeof(float);
-  if (shared_bytes > kDefaultSharedBytes) {
-    int device = 0;
-    int optin_bytes = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    // The static `partial` array and the reduction scratch take kAttnThreads + 2 * 4 floats.
-    const size_t static_bytes = (kAttnThreads + 8) * sizeof(float);
-    if (shared_bytes + static_bytes > static_cast<size_t>(optin_bytes)) {
-      throw InvalidArgument("cuda::attention: " + std::to_string(start_pos + n_q) +
-                            " keys need " + std::to_string(shared_bytes) +
-                            " bytes of shared memory per block; this device allows " +
-                            std::to_string(optin_bytes) + " (use attention_naive, or chapter 07's "
-                            "FlashAttention, for longer contexts)");
+  const int64_t n_keys = start_pos + n_q;
+  const size_t shared_bytes = static_cast<size_t>(head_dim + n_keys) * sizeof(float);
+  // Short contexts (up to ~12K keys) fit the default allowance: no device queries per launch.
+  if (shared_bytes + kStaticSharedBytesBound > kDefaultSharedBytes) {
+    const int64_t max_keys = attention_max_keys(head_dim);
+    if (n_keys > max_keys) {
+      throw InvalidArgument("cuda::attention: " + std::to_string(n_keys) + " keys of head_dim " +
+                            std::to_string(head_dim) + " need more shared memory than this device "
+                            "gives one block (at most " + std::to_string(max_keys) + " keys); use "
+                            "attention_naive (or chapter 07's FlashAttention) for longer contexts");
     }
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(shared_bytes)));
+    if (shared_bytes > kDefaultSharedBytes - static_shared_bytes()) {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared_bytes)));
+    }
   }
   const dim3 grid(static_cast<unsigned>(n_q), static_cast<unsigned>(n_heads));
   attention_kernel<<<grid, kAttnThreads, shared_bytes, stream>>>(
@@ -209,7 +232,7 @@ void attention_naive(const float* q, const float* k_cache, const float* v_cache,
   check_attention_args("attention_naive", q, k_cache, v_cache, out, n_q, start_pos, n_heads,
                        n_kv_heads, head_dim, scale);
   if (n_q == 0) return;
-  const int64_t n_threads = n_q * n_heads;
+  const int64_t n_threads = n_q * n_heads;  // <= INT32_MAX * 65535 / 64 blocks: fits unsigned
   const unsigned n_blocks =
       static_cast<unsigned>((n_threads + kNaiveBlockThreads - 1) / kNaiveBlockThreads);
   attention_naive_kernel<<<n_blocks, kNaiveBlockThreads, 0, stream>>>(

@@ -111,15 +111,15 @@ inline constexpr int64_t kGemvMaxSharedCols = 48 * 1024 / 4;
 /// tokens: (n_tokens) int32 device pointer; out: (n_tokens, table.cols) device pointer.
 /// Token ids are NOT range-checked on the device (the caller checks them on the host, as
 /// Model::forward does); an id outside [0, table.rows) reads out of bounds.
-/// Dequantization evaluates lio::dequantize_row's formula in f32; nvcc fuses Q4_1's d*q + m
-/// into one FMA, so results equal cpu::embedding_row to 1 ulp (F32/F16/BF16/Q8_0/Q4_0: exactly).
-/// Preconditions (throw InvalidArgument): non-null pointers,
+/// Dequantization evaluates lio::dequantize_row's formula in f32 and is exact: d (f16, 11
+/// significant bits) times q (<= 8 bits) fits f32's 24, so Q4_1's d*q + m rounds once whether or
+/// not nvcc fuses it into an FMA. Results equal cpu::embedding_row bit for bit. Preconditions (throw InvalidArgument): non-null pointers,
 /// a valid matrix (see gemv()), 0 <= n_tokens <= INT32_MAX. Throws CudaError if the launch fails.
 void embedding(const DeviceMatrix& table, const int32_t* tokens, float* out, int64_t n_tokens,
                cudaStream_t stream);
 
 /// Dequantizes the whole matrix to f32: out (w.rows, w.cols), row-major, device pointer.
-/// Equal to lio::dequantize_row per row to 1 ulp (as embedding()). Feeds cuBLAS SGEMM in matmul().
+/// Bit-equal to lio::dequantize_row per row (see embedding()). Feeds cuBLAS SGEMM in matmul().
 /// Preconditions and errors as embedding().
 void dequantize(const DeviceMatrix& w, float* out, cudaStream_t stream);
 
@@ -157,12 +157,17 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
 /// replaces it with FlashAttention's tiled online softmax (Dao et al. 2022).
 /// Preconditions (throw InvalidArgument): non-null pointers, n_q >= 0 (0 launches nothing),
 /// start_pos >= 0, n_kv_heads > 0, n_heads a multiple of n_kv_heads, head_dim > 0, scale
-/// finite, sizes within INT32_MAX, and (start_pos + n_q + head_dim) * 4 bytes of shared memory
-/// available per block on the current device (8192 keys = 32 KiB; Hopper allows ~227 KiB).
-/// Throws CudaError if the launch fails.
+/// finite, sizes within INT32_MAX, and start_pos + n_q <= attention_max_keys(head_dim)
+/// ((keys + head_dim) * 4 bytes of shared memory per block: 8192 keys = 32 KiB; Hopper's
+/// opt-in limit of 227 KiB holds ~58K keys). Throws CudaError if the launch fails.
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
                int64_t head_dim, float scale, cudaStream_t stream);
+
+/// The most keys (start_pos + n_q) attention() handles at this head_dim on the current device:
+/// its opt-in shared memory per block, less the kernel's static shared memory, in floats, less
+/// head_dim. Throws InvalidArgument if head_dim <= 0, CudaError if the device query fails.
+int64_t attention_max_keys(int64_t head_dim);
 
 /// Same contract as attention() (without the shared-memory limit); one thread per
 /// (query, head), walking the keys once with the running-max ("online") softmax of

@@ -37,15 +37,15 @@ static_assert(32 % kElemsPerLane == 0, "a lane's 8 elements never straddle a 32-
 // ---- device helpers -------------------------------------------------------------------------
 
 /// Dot product of the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range) with
-/// x[e0 .. e0+7]. Quantized blocks: the scale (and minimum) are applied once per 8 products.
+/// x = the 8 matching activations. Quantized blocks: scale (and minimum) applied once per 8.
 template <DType kType>
-__device__ __forceinline__ float dot8(const std::byte* row, int e0, const float* x) {
+__device__ __forceinline__ float dot8(const std::byte* row, int e0, const float (&x)[kElemsPerLane]) {
   if constexpr (kType == DType::Q8_0) {
     const std::byte* block = row + static_cast<int64_t>(e0 / 32) * 34;
     const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2) + e0 % 32;
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) sum += static_cast<float>(qs[j]) * x[e0 + j];
+    for (int j = 0; j < kElemsPerLane; ++j) sum += static_cast<float>(qs[j]) * x[j];
     return detail::load_f16(block) * sum;
   } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
     constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
@@ -59,8 +59,8 @@ __device__ __forceinline__ float dot8(const std::byte* row, int e0, const float*
 #pragma unroll
     for (int j = 0; j < kElemsPerLane; ++j) {
       const float q = static_cast<float>((qs[j] >> shift) & 0x0F);
-      sum_qx += q * x[e0 + j];
-      sum_x += x[e0 + j];
+      sum_qx += q * x[j];
+      sum_x += x[j];
     }
     const float d = detail::load_f16(block);
     if constexpr (kType == DType::Q4_0) {
@@ -72,7 +72,7 @@ __device__ __forceinline__ float dot8(const std::byte* row, int e0, const float*
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kElemsPerLane; ++j) {
-      sum += detail::load_element<kType>(row, e0 + j) * x[e0 + j];
+      sum += detail::load_element<kType>(row, e0 + j) * x[j];
     }
     return sum;
   }
@@ -91,7 +91,8 @@ gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
             const float* x,       // (cols)
             float* y,             // (rows)
             bool accumulate) {    // y += W x instead of y = W x
-  extern __shared__ float x_shared[];
+  extern __shared__ float4 x_shared4[];  // declared float4: the base is 16-byte aligned
+  float* x_shared = reinterpret_cast<float*>(x_shared4);
   const float* xv = x;
   if constexpr (kStageX) {
     for (int i = threadIdx.x; i < cols; i += kGemvThreads) x_shared[i] = x[i];
@@ -105,7 +106,19 @@ gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
   float acc = 0.0f;
   for (int e0 = lane * kElemsPerLane; e0 < cols; e0 += kElemsPerWarpStep) {
     if (e0 + kElemsPerLane <= cols) {
-      acc += dot8<kType>(w_row, e0, xv);
+      float x8[kElemsPerLane];
+      if constexpr (kStageX) {
+        // Two 16-byte shared loads (x_shared + e0 is 32-byte aligned): lanes 32 bytes apart
+        // meet 2-way bank conflicts instead of the 8-way of scalar loads at an 8-float stride.
+        const float4 lo = *reinterpret_cast<const float4*>(xv + e0);
+        const float4 hi = *reinterpret_cast<const float4*>(xv + e0 + 4);
+        x8[0] = lo.x; x8[1] = lo.y; x8[2] = lo.z; x8[3] = lo.w;
+        x8[4] = hi.x; x8[5] = hi.y; x8[6] = hi.z; x8[7] = hi.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kElemsPerLane; ++j) x8[j] = xv[e0 + j];
+      }
+      acc += dot8<kType>(w_row, e0, x8);
     } else {  // ragged tail, float dtypes only (quantized cols are whole blocks)
       for (int e = e0; e < cols; ++e) acc += detail::load_element<kType>(w_row, e) * xv[e];
     }

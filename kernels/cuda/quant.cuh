@@ -33,8 +33,8 @@ __device__ __forceinline__ float load_bf16(const std::byte* p) {
   return __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(p)) << 16);
 }
 
-/// Element `col` of a row of kType, dequantized with lio::dequantize_row's formula in f32
-/// (Q4_1's d*q + m contracts to one FMA: within 1 ulp of the CPU's two roundings).
+/// Element `col` of a row of kType, dequantized with lio::dequantize_row's formula in f32.
+/// Exact: d*q is exact in f32 (11 + 8 significant bits), so Q4_1's + m rounds once, FMA or not.
 template <DType kType>
 __device__ __forceinline__ float load_element(const std::byte* row, int col) {
   if constexpr (kType == DType::F32) {

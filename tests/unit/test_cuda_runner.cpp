@@ -99,6 +99,53 @@ TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
   }
 }
 
+// A prompt fed in chunks (prefill at start > 0, then a 1-token step, then another chunk):
+// the cuBLAS path must read earlier chunks' K/V from the cache exactly as the CPU does.
+TEST_F(CudaRunnerTest, ChunkedPrefillMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q8_0;
+  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
+  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::CpuRunner cpu(m.config, m.weights);
+  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  cpu.reset(32);
+  gpu.reset(32);
+  for (const std::vector<int32_t>& chunk :
+       {std::vector<int32_t>{5, 17, 200, 3}, std::vector<int32_t>{99}, std::vector<int32_t>{140, 7, 250, 33, 61}}) {
+    EXPECT_LT(max_rel_error(run(gpu, chunk, true), run(cpu, chunk, true)), 1e-4)
+        << "chunk of " << chunk.size() << " at position " << gpu.kv_usage().n_tokens;
+  }
+  EXPECT_EQ(gpu.kv_usage().n_tokens, 10);
+}
+
+// Profiling times every op; it changes no result.
+TEST_F(CudaRunnerTest, ProfilingCountsEveryOpAndChangesNothing) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;  // 2 layers
+  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
+  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  gpu.reset(16);
+  const auto plain = run(gpu, kPrompt, false);
+  gpu.set_profiling(true);
+  gpu.reset(16);
+  const auto profiled = run(gpu, kPrompt, false);
+  EXPECT_EQ(profiled, plain);
+  int64_t gemm_calls = 0, attention_calls = 0;
+  double total_ms = 0;
+  for (const auto& t : gpu.op_times()) {
+    if (t.op.rfind("gemm", 0) == 0) gemm_calls += t.calls;
+    if (t.op.rfind("attention", 0) == 0) attention_calls += t.calls;
+    total_ms += t.total_ms;
+  }
+  EXPECT_EQ(gemm_calls, 7 * spec.n_layers);  // q, k, v, o, gate, up, down per layer
+  EXPECT_EQ(attention_calls, spec.n_layers);
+  EXPECT_GT(total_ms, 0.0);
+  gpu.clear_op_times();
+  EXPECT_TRUE(gpu.op_times().empty());
+}
+
 // --dtype f16 / bf16 convert at load; the GPU runs the converted matrices like stored ones.
 TEST_F(CudaRunnerTest, ConvertedWeightsMatchCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
