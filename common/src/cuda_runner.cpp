@@ -107,6 +107,7 @@ struct CudaRunner::Impl {
   ~Impl() {
     // Let queued work finish before anything it uses goes away; errors are dropped (a
     // destructor must not throw; a broken context reports itself at the next checked call).
+    cudaSetDevice(0);  // the destroying thread may have another current device
     if (stream != nullptr) cudaStreamSynchronize(stream);
     cublas.reset();  // bound to `stream`: destroy it first
     for (auto& [start, stop] : events) {

@@ -214,9 +214,12 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
                             "gives one block (at most " + std::to_string(max_keys) + " keys); use "
                             "attention_naive (or chapter 07's FlashAttention) for longer contexts");
     }
+    // Raise the kernel's allowance to everything the device offers (not just this launch's
+    // need), so the attribute only ever grows and concurrent launchers cannot lower it.
+    const size_t allowance = static_cast<size_t>(max_keys + head_dim) * sizeof(float);
     if (shared_bytes > kDefaultSharedBytes - static_shared_bytes()) {
       CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(shared_bytes)));
+                                      static_cast<int>(allowance)));
     }
   }
   const dim3 grid(static_cast<unsigned>(n_q), static_cast<unsigned>(n_heads));
@@ -232,9 +235,13 @@ void attention_naive(const float* q, const float* k_cache, const float* v_cache,
   check_attention_args("attention_naive", q, k_cache, v_cache, out, n_q, start_pos, n_heads,
                        n_kv_heads, head_dim, scale);
   if (n_q == 0) return;
-  const int64_t n_threads = n_q * n_heads;  // <= INT32_MAX * 65535 / 64 blocks: fits unsigned
-  const unsigned n_blocks =
-      static_cast<unsigned>((n_threads + kNaiveBlockThreads - 1) / kNaiveBlockThreads);
+  const int64_t n_threads = n_q * n_heads;
+  const int64_t n_blocks_wanted = (n_threads + kNaiveBlockThreads - 1) / kNaiveBlockThreads;
+  if (n_blocks_wanted > INT_MAX) {  // gridDim.x <= 2^31 - 1
+    throw InvalidArgument("cuda::attention_naive: " + std::to_string(n_threads) +
+                          " (query, head) pairs exceed one launch");
+  }
+  const unsigned n_blocks = static_cast<unsigned>(n_blocks_wanted);
   attention_naive_kernel<<<n_blocks, kNaiveBlockThreads, 0, stream>>>(
       q, k_cache, v_cache, out, static_cast<int>(n_q), static_cast<int>(start_pos),
       static_cast<int>(n_heads), static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale);

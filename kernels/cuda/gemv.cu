@@ -108,7 +108,7 @@ gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
     if (e0 + kElemsPerLane <= cols) {
       float x8[kElemsPerLane];
       if constexpr (kStageX) {
-        // Two 16-byte shared loads (x_shared + e0 is 32-byte aligned): lanes 32 bytes apart
+        // Two 16-byte shared loads (x_shared + e0 is 16-byte aligned): lanes 32 bytes apart
         // meet 2-way bank conflicts instead of the 8-way of scalar loads at an 8-float stride.
         const float4 lo = *reinterpret_cast<const float4*>(xv + e0);
         const float4 hi = *reinterpret_cast<const float4*>(xv + e0 + 4);

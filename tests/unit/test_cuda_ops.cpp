@@ -5,8 +5,8 @@
 // on the host before touching the device).
 //
 // Tolerances, stated per test, cover f32 accumulation in another order than the CPU's (dot
-// products: 2e-6 x sum_j |w_j x_j|, ~16 roundings of a 512-long sum), nvcc's FMA contraction
-// (1 ulp in dequantized Q4_1 weights) and expf differing from glibc's by <= 2 ulp.
+// products: 2e-6 x sum_j |w_j x_j|, ~16 roundings of a 512-long sum) and expf differing from
+// glibc's exp by a few ulp. Dequantization is exact on both sides, so it is compared bitwise.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -280,10 +280,12 @@ TEST(CudaAttention, NaiveMatchesCpu) {
 // shared memory is counted (the window a dynamic-only check gets wrong).
 TEST(CudaAttention, LongContextOptsIntoLargerSharedMemory) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  EXPECT_GE(lio::cuda::attention_max_keys(64), 40000);  // sm_80: 163 KiB, sm_90: 227 KiB opt-in
-  check_attention(lio::cuda::attention, {1, 12999, 2, 1, 64}, 701);
+  // Every sm_80+ part opts in to >= 99 KiB per block (~25K keys at head_dim 64).
+  EXPECT_GE(lio::cuda::attention_max_keys(64), 13000);
+  // The window cases first: the opt-in attribute, once raised, stays raised for the process.
   check_attention(lio::cuda::attention, {1, 12150, 2, 1, 64}, 703);
   check_attention(lio::cuda::attention, {2, 12100, 2, 1, 64}, 705);
+  check_attention(lio::cuda::attention, {1, 12999, 2, 1, 64}, 701);
   const int64_t too_many = lio::cuda::attention_max_keys(64) + 1;
   DeviceBuffer<float> tiny(64);
   EXPECT_THROW(lio::cuda::attention(tiny.data(), tiny.data(), tiny.data(), tiny.data(), 1,

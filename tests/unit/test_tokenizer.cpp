@@ -12,7 +12,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -513,24 +512,17 @@ TEST(Tokenizer, test_tokenizer_rejects_bad_tokenizer_json) {
   EXPECT_THROW((void)Tokenizer::from_hf_json(dir.file("metaspace.json")), UnsupportedError);
 }
 
-// ---- performance --------------------------------------------------------------------------
+// ---- long input ---------------------------------------------------------------------------
+// (Encode speed is measured by bench/tokenizer, not asserted here: no timed unit tests.)
 
-TEST(Tokenizer, test_tokenizer_encodes_10kb_well_under_50ms) {
+TEST(Tokenizer, test_tokenizer_roundtrips_10kb) {
   TempDir dir;
   const Tokenizer tok = tiny_gguf_tokenizer(dir);
   std::string text;
   while (text.size() < 10 * 1024) text += kMultilingual + " the quick brown fox 3.14\n";
-  (void)tok.encode(text, true, false);  // warm up (JIT, allocator)
-  const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok.encode(text, true, false);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                        .count();
+  EXPECT_GT(ids.size(), 1000u);
   EXPECT_EQ(tok.decode(ids), text);
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "timing not meaningful under sanitizers (" << ms << " ms)";
-#else
-  EXPECT_LT(ms, 50.0) << "encode of " << text.size() << " bytes";
-#endif
 }
 
 }  // namespace
