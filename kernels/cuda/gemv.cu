@@ -28,55 +28,10 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * detail::kWarpSize;
-constexpr int kElemsPerLane = 8;
+constexpr int kElemsPerLane = detail::kDot8Elems;
 constexpr int kElemsPerWarpStep = kElemsPerLane * detail::kWarpSize;  // 256
 constexpr int kNaiveBlockThreads = 128;
 
-static_assert(32 % kElemsPerLane == 0, "a lane's 8 elements never straddle a 32-element block");
-
-// ---- device helpers -------------------------------------------------------------------------
-
-/// Dot product of the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range) with
-/// x = the 8 matching activations. Quantized blocks: scale (and minimum) applied once per 8.
-template <DType kType>
-__device__ __forceinline__ float dot8(const std::byte* row, int e0, const float (&x)[kElemsPerLane]) {
-  if constexpr (kType == DType::Q8_0) {
-    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * 34;
-    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2) + e0 % 32;
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) sum += static_cast<float>(qs[j]) * x[j];
-    return detail::load_f16(block) * sum;
-  } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
-    constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
-    constexpr int kQsOffset = kType == DType::Q4_0 ? 2 : 4;
-    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * kBlockBytes;
-    const int j0 = e0 % 32;  // 0, 8: low nibbles of qs[j0..]; 16, 24: high nibbles of qs[j0-16..]
-    const uint8_t* qs = reinterpret_cast<const uint8_t*>(block + kQsOffset) + j0 % 16;
-    const int shift = j0 < 16 ? 0 : 4;
-    float sum_qx = 0.0f;
-    float sum_x = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) {
-      const float q = static_cast<float>((qs[j] >> shift) & 0x0F);
-      sum_qx += q * x[j];
-      sum_x += x[j];
-    }
-    const float d = detail::load_f16(block);
-    if constexpr (kType == DType::Q4_0) {
-      return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
-    } else {
-      return d * sum_qx + detail::load_f16(block + 2) * sum_x;  // sum (d*q + m)*x
-    }
-  } else {
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) {
-      sum += detail::load_element<kType>(row, e0 + j) * x[j];
-    }
-    return sum;
-  }
-}
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -118,7 +73,7 @@ gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
 #pragma unroll
         for (int j = 0; j < kElemsPerLane; ++j) x8[j] = xv[e0 + j];
       }
-      acc += dot8<kType>(w_row, e0, x8);
+      acc += detail::dot8<kType>(w_row, e0, x8);
     } else {  // ragged tail, float dtypes only (quantized cols are whole blocks)
       for (int e = e0; e < cols; ++e) acc += detail::load_element<kType>(w_row, e) * xv[e];
     }

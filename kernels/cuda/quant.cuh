@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "cuda_ops.h"
@@ -23,20 +24,28 @@
 
 namespace lio::cuda::detail {
 
-/// f16 bits at p (2-byte aligned) as float, exact.
-__device__ __forceinline__ float load_f16(const std::byte* p) {
+/// f16 bits at p (2-byte aligned) as float, exact. (Host-callable too, like every helper here,
+/// so tests/unit/test_cuda_quant_host.cu checks them on machines without a GPU.)
+__host__ __device__ __forceinline__ float load_f16(const std::byte* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
 }
 
 /// bf16 bits at p (2-byte aligned) as float, exact: the bits are the top half of an f32.
-__device__ __forceinline__ float load_bf16(const std::byte* p) {
-  return __uint_as_float(static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(p)) << 16);
+__host__ __device__ __forceinline__ float load_bf16(const std::byte* p) {
+  const uint32_t bits = static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(p)) << 16;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
 }
 
 /// Element `col` of a row of kType, dequantized with lio::dequantize_row's formula in f32.
 /// Exact: d*q is exact in f32 (11 + 8 significant bits), so Q4_1's + m rounds once, FMA or not.
 template <DType kType>
-__device__ __forceinline__ float load_element(const std::byte* row, int col) {
+__host__ __device__ __forceinline__ float load_element(const std::byte* row, int col) {
   if constexpr (kType == DType::F32) {
     return reinterpret_cast<const float*>(row)[col];
   } else if constexpr (kType == DType::F16) {
@@ -59,6 +68,51 @@ __device__ __forceinline__ float load_element(const std::byte* row, int col) {
     } else {
       return load_f16(block) * static_cast<float>(q) + load_f16(block + 2);
     }
+  }
+}
+
+/// Weights per dot8() call: a gemv lane's step. 32 % 8 == 0, so they never straddle a block.
+inline constexpr int kDot8Elems = 8;
+static_assert(32 % kDot8Elems == 0, "a dot8 group never straddles a 32-element block");
+
+/// Dot product of the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range) with
+/// x = the 8 matching activations. Quantized blocks: scale (and minimum) applied once per 8.
+/// The inner step of gemv (one lane, one step); host-callable so tests can run it on the CPU.
+/// (No #pragma unroll: the host compiler would warn; nvcc unrolls constant 8-trip loops anyway.)
+template <DType kType>
+__host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0, const float (&x)[kDot8Elems]) {
+  if constexpr (kType == DType::Q8_0) {
+    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * 34;
+    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2) + e0 % 32;
+    float sum = 0.0f;
+    for (int j = 0; j < kDot8Elems; ++j) sum += static_cast<float>(qs[j]) * x[j];
+    return load_f16(block) * sum;
+  } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
+    constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
+    constexpr int kQsOffset = kType == DType::Q4_0 ? 2 : 4;
+    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * kBlockBytes;
+    const int j0 = e0 % 32;  // 0, 8: low nibbles of qs[j0..]; 16, 24: high nibbles of qs[j0-16..]
+    const uint8_t* qs = reinterpret_cast<const uint8_t*>(block + kQsOffset) + j0 % 16;
+    const int shift = j0 < 16 ? 0 : 4;
+    float sum_qx = 0.0f;
+    float sum_x = 0.0f;
+    for (int j = 0; j < kDot8Elems; ++j) {
+      const float q = static_cast<float>((qs[j] >> shift) & 0x0F);
+      sum_qx += q * x[j];
+      sum_x += x[j];
+    }
+    const float d = load_f16(block);
+    if constexpr (kType == DType::Q4_0) {
+      return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
+    } else {
+      return d * sum_qx + load_f16(block + 2) * sum_x;  // sum (d*q + m)*x
+    }
+  } else {
+    float sum = 0.0f;
+    for (int j = 0; j < kDot8Elems; ++j) {
+      sum += load_element<kType>(row, e0 + j) * x[j];
+    }
+    return sum;
   }
 }
 
