@@ -59,11 +59,12 @@ PROMPTS = [
 ]
 
 
-def lio_logits(lio, model, ids, threads):
+def lio_logits(lio, model, ids, threads, device="cpu"):
     with tempfile.NamedTemporaryFile(suffix=".f32", delete=False) as f:
         out = f.name
     try:
-        cmd = [lio, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out]
+        cmd = [lio, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out,
+               "--device", device]
         if threads:
             cmd += ["--threads", str(threads)]
         subprocess.run(cmd, check=True, stdout=subprocess.PIPE)
@@ -105,7 +106,7 @@ def check_file(args, label, model, min_top1, max_kl, floor_scores=None):
         assert len(ids) >= 64, f"text {i} has only {len(ids)} tokens"
         ref = teacher_forced(llm, ids)
         scores.append(ref)
-        ours = lio_logits(args.lio, model, ids, args.threads)
+        ours = lio_logits(args.lio, model, ids, args.threads, args.device)
         assert ours.shape == ref.shape, (ours.shape, ref.shape)
         top1, kl = compare(ref, ours)
         all_top1 += [top1] * len(ids)
@@ -146,7 +147,8 @@ def check_file(args, label, model, min_top1, max_kl, floor_scores=None):
             ref_tokens.append(tok)
             llm.eval([tok])
         out = subprocess.run([args.lio, "generate", "--model", model, "--prompt", prompt,
-                              "--temperature", "0", "--max-tokens", "32", "--json"]
+                              "--temperature", "0", "--max-tokens", "32", "--json",
+                              "--device", args.device]
                              + (["--threads", str(args.threads)] if args.threads else []),
                              check=True, stdout=subprocess.PIPE, text=True).stdout
         ours = json.loads(out)["token_ids"]
@@ -183,6 +185,8 @@ def main():
     ap.add_argument("--f32-model", help="an F32 copy made by llama.cpp's quantize API (see "
                     "scripts/make_f32_copy.py); checked with the strict bounds")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where lio runs; cuda exits 77 (skip) when lio reports no usable GPU")
     ap.add_argument("--min-top1", type=float, default=0.98, help="F32 copy: top-1 agreement")
     ap.add_argument("--max-mean-kl", type=float, default=1e-3, help="F32 copy: mean KL")
     ap.add_argument("--q-min-top1", type=float, default=0.93, help="quantized file: top-1 agreement")
@@ -190,6 +194,13 @@ def main():
     ap.add_argument("--max-tie-margin", type=float, default=0.5)
     ap.add_argument("--json-out", help="write the measured figures here")
     args = ap.parse_args()
+    if args.device == "cuda":
+        probe = subprocess.run([args.lio, "logits", "--model", args.model, "--ids", "1",
+                                "--out", os.devnull, "--device", "cuda"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if probe.returncode != 0 and "--device cuda:" in probe.stderr:
+            print("SKIP: " + probe.stderr.strip())
+            return 77
 
     failures, report, floor = [], {}, None
     if args.f32_model:
