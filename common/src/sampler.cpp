@@ -68,7 +68,7 @@ void check_logits(std::span<const float> logits) {
       }
       if (logits[i] == INFINITY) {
         throw InvalidArgument("sampler: logit of token " + std::to_string(i) +
-                              " is +inf (overflow upstream?); only -inf may mask a token");
+                              " is +inf (an overflow upstream or in the repetition penalty?); only -inf may mask a token");
       }
     }
   }
@@ -78,25 +78,13 @@ void check_logits(std::span<const float> logits) {
   }
 }
 
-// CTRL repetition penalty (Keskar et al. 2019, sec. 4.1), once per distinct token among the
-// last `last_n` of `history`: positive logits are divided by `penalty`, the rest multiplied,
-// so with penalty > 1 a repeated token always becomes less likely.
+// Step (1) of the chain: the penalty over the window (see repeat_penalty_tokens).
 void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> history, int32_t last_n,
                           float penalty) {
-  if (penalty == 1.0f || last_n <= 0 || history.empty()) return;
-  const size_t window_len = std::min(history.size(), static_cast<size_t>(last_n));
-  std::vector<int32_t> window(history.end() - static_cast<std::ptrdiff_t>(window_len),
-                              history.end());
-  std::sort(window.begin(), window.end());
-  window.erase(std::unique(window.begin(), window.end()), window.end());
-  for (const int32_t token : window) {
-    if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
-      throw InvalidArgument("sampler: history token " + std::to_string(token) +
-                            " is outside the vocabulary [0, " + std::to_string(logits.size()) +
-                            ")");
-    }
+  if (penalty == 1.0f) return;
+  for (const int32_t token : repeat_penalty_tokens(history, last_n, static_cast<int64_t>(logits.size()))) {
     float& l = logits[static_cast<size_t>(token)];
-    l = l > 0.0f ? l / penalty : l * penalty;
+    l = repeat_penalty_logit(l, penalty);
   }
 }
 
@@ -137,12 +125,14 @@ Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.see
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   if (logits.empty()) throw InvalidArgument("sampler: empty logits row (vocab size 0)");
+  // (1) repetition penalty, in place; then the row is checked. Checking after the penalty
+  // also catches a finite logit the penalty itself overflowed (|l| near FLT_MAX), which would
+  // otherwise give exp(inf - inf) = NaN below; NaN and +-inf pass through the penalty as they
+  // are. The CUDA greedy path applies the penalty on the device, then checks the same row.
+  apply_repeat_penalty(logits, history, config_.repeat_last_n, config_.repeat_penalty);
   check_logits(logits);
 
-  // (1) repetition penalty, in place.
-  apply_repeat_penalty(logits, history, config_.repeat_last_n, config_.repeat_penalty);
-
-  // (2) greedy shortcut. The penalty keeps finite logits finite, so argmax is well defined.
+  // (2) greedy shortcut. The row has a finite maximum now, so argmax is well defined.
   if (config_.temperature == 0.0f) return argmax(logits);
 
   // Candidates: every token with a finite logit; -inf ones have probability 0.
@@ -250,6 +240,22 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     if (prob_of(*it) > 0.0f) return *it;
   }
   check_failed("a candidate has mass", "no candidate left after filtering");
+}
+
+std::vector<int32_t> repeat_penalty_tokens(std::span<const int32_t> history, int32_t last_n,
+                                           int64_t vocab_size) {
+  if (last_n <= 0 || history.empty()) return {};
+  const size_t window_len = std::min(history.size(), static_cast<size_t>(last_n));
+  std::vector<int32_t> window(history.end() - static_cast<std::ptrdiff_t>(window_len), history.end());
+  std::sort(window.begin(), window.end());
+  window.erase(std::unique(window.begin(), window.end()), window.end());
+  for (const int32_t token : window) {
+    if (token < 0 || token >= vocab_size) {
+      throw InvalidArgument("sampler: history token " + std::to_string(token) +
+                            " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+  }
+  return window;
 }
 
 int32_t argmax(std::span<const float> values) {

@@ -508,5 +508,33 @@ TEST(Sampler, AllNegInfOrPosInfLogitsThrow) {
   }
 }
 
+// A finite logit the penalty overflows is rejected like an upstream +inf / all -inf row,
+// rather than feeding inf - inf into the softmax.
+TEST(Sampler, PenaltyOverflowIsRejected) {
+  for (const float temperature : {0.0f, 1.0f}) {
+    SamplerConfig config;
+    config.temperature = temperature;
+    config.repeat_penalty = 0.5f;  // divides positive logits by 0.5: 3e38 -> +inf
+    Sampler sampler(config);
+    std::vector<float> logits = random_logits(10, 6);
+    logits[4] = 3e38f;
+    const std::vector<int32_t> history{4};
+    EXPECT_THROW(sampler.sample(logits, history), InvalidArgument);
+    logits = random_logits(10, 6);
+    logits[4] = 3e38f;
+    EXPECT_NO_THROW(sampler.sample(logits, {}));  // the same row without the penalty is fine
+  }
+}
+
+TEST(Sampler, RepeatPenaltyTokensAreTheDistinctWindow) {
+  const std::vector<int32_t> history{9, 1, 7, 3, 7, 1, 7};
+  EXPECT_EQ(repeat_penalty_tokens(history, 4, 10), (std::vector<int32_t>{1, 3, 7}));
+  EXPECT_EQ(repeat_penalty_tokens(history, 100, 10), (std::vector<int32_t>{1, 3, 7, 9}));
+  EXPECT_TRUE(repeat_penalty_tokens(history, 0, 10).empty());
+  EXPECT_TRUE(repeat_penalty_tokens({}, 64, 10).empty());
+  EXPECT_THROW(repeat_penalty_tokens(history, 100, 9), InvalidArgument);  // 9 is outside [0, 9)
+  EXPECT_NO_THROW(repeat_penalty_tokens(history, 6, 9));                 // ... but outside the window
+}
+
 }  // namespace
 }  // namespace lio

@@ -39,8 +39,8 @@ class Sampler {
   /// (temperature is applied inside the softmax and not written back).
   /// history: tokens so far (prompt + generated) for the repetition penalty.
   /// -inf logits are allowed (masked, never drawn). Throws InvalidArgument if logits is empty,
-  /// holds a NaN or +inf, or is all -inf, or if a history token in the penalty window is
-  /// outside [0, vocab).
+  /// or, after the penalty (so a finite logit it overflows counts), holds a NaN or +inf or is
+  /// all -inf; or if a history token in the penalty window is outside [0, vocab).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
 
   /// The validated settings.
@@ -56,5 +56,20 @@ class Sampler {
 /// Index of the largest value (first one on ties; NaN is never chosen over a number).
 /// Throws InvalidArgument if empty.
 int32_t argmax(std::span<const float> values);
+
+/// The tokens the repetition penalty acts on: the distinct ids among the last `last_n` of
+/// `history`, ascending. Empty when last_n <= 0. Each is penalized once however often it
+/// repeats. Throws InvalidArgument if one is outside [0, vocab_size) (it would index past
+/// the logits row).
+std::vector<int32_t> repeat_penalty_tokens(std::span<const int32_t> history, int32_t last_n,
+                                           int64_t vocab_size);
+
+/// The CTRL repetition penalty (Keskar et al. 2019, sec. 4.1) on one logit: positive logits are
+/// divided by `penalty`, the others multiplied, so with penalty > 1 a repeated token always
+/// becomes less likely. Division and multiplication are correctly rounded in IEEE 754, so the
+/// CUDA kernel (kernels/cuda, same formula) gets the same bits.
+inline float repeat_penalty_logit(float logit, float penalty) {
+  return logit > 0.0f ? logit / penalty : logit * penalty;
+}
 
 }  // namespace lio
