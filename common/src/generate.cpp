@@ -60,7 +60,6 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   std::string pending;  // text decoded but not yet emitted (may hold a stop-string prefix)
   const auto t0 = Clock::now();
   Clock::time_point t_first;
-  std::vector<float> logits;
 
   auto emit = [&](bool final_flush) {
     size_t hold = 0;
@@ -80,18 +79,13 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
 
   for (int64_t step = 0; step < options.max_tokens; ++step) {
     if (static_cast<int64_t>(history.size()) >= capacity) break;
-    std::span<const float> out;
-    if (options.use_kv_cache) {
-      // Step 0 prefills the whole prompt; later steps feed only the newest token.
-      std::span<const int32_t> feed = step == 0 ? std::span<const int32_t>(history)
-                                                : std::span<const int32_t>(&history.back(), 1);
-      out = runner.forward(feed);
-    } else {
-      runner.reset(capacity);
-      out = runner.forward(history);
-    }
-    logits.assign(out.begin(), out.end());
-    const int32_t next = sampler.sample(logits, history);
+    // Step 0 prefills the whole prompt; later steps feed only the newest token, or, without
+    // the cache, the whole sequence again into an emptied one.
+    std::span<const int32_t> feed = step == 0 || !options.use_kv_cache
+                                        ? std::span<const int32_t>(history)
+                                        : std::span<const int32_t>(&history.back(), 1);
+    if (!options.use_kv_cache) runner.reset(capacity);
+    const int32_t next = runner.forward_sample(feed, sampler, history);
     if (step == 0) {
       t_first = Clock::now();
       result.ttft_ms = ms_since(t0);

@@ -14,6 +14,13 @@ Device parse_device(const std::string& text) {
 
 const char* device_name(Device device) { return device == Device::Cpu ? "cpu" : "cuda"; }
 
+int32_t ModelRunner::forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
+                                    std::span<const int32_t> history) {
+  const std::span<const float> logits = forward(tokens);
+  sample_row_.assign(logits.begin(), logits.end());  // the penalty writes into the row
+  return sampler.sample(sample_row_, history);
+}
+
 CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights) : model_(config, weights) {}
 
 void CpuRunner::reset(int64_t capacity_tokens) {

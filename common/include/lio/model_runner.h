@@ -11,11 +11,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "lio/kv_cache.h"
 #include "lio/model.h"
 #include "lio/model_config.h"
 #include "lio/model_loader.h"
+#include "lio/sampler.h"
 
 namespace lio {
 
@@ -57,8 +59,21 @@ class ModelRunner {
   /// [0, vocab_size), or the chunk does not fit the cache (reset() first).
   virtual std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false) = 0;
 
+  /// Runs `tokens` like forward() (last-token logits only) and draws the next token from those
+  /// logits with `sampler`, whose repetition penalty looks at `history` (the sequence so far:
+  /// prompt, generated tokens, `tokens` included). The result is always
+  /// sampler.sample(copy of forward(tokens), history): this default does exactly that on the
+  /// host. A device runner may do part of the sampling where the logits are (CudaRunner: the
+  /// greedy chain, penalty + argmax, on the GPU, copying 12 bytes back instead of the
+  /// vocab_size floats). Throws as forward() and as Sampler::sample.
+  virtual int32_t forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
+                                 std::span<const int32_t> history);
+
   /// Positions filled so far in the current sequence.
   virtual KvUsage kv_usage() const = 0;
+
+ private:
+  std::vector<float> sample_row_;  ///< (vocab_size) the logits forward_sample() hands the sampler
 };
 
 /// The CPU runner: Model (kernels/cpu) over a contiguous f32 KvCache in host memory.
