@@ -8,7 +8,9 @@
 // quoted: cudaMemcpy device-to-device moves each byte twice (read + write), so its rate is
 // 2 x bytes / time — what a streaming kernel can at best reach (an H100 SXM's HBM3 is sold as
 // 3.35 TB/s; NVIDIA H100 datasheet).
-// Variants, side by side: CPU as stored, CUDA as stored (quantized GEMV), CUDA with weights
+// Variants, side by side: CPU as stored, CUDA as stored (quantized GEMV), the same with the
+// logits row copied to the host for the argmax (what a CPU sampler costs: vocab_size floats
+// over PCIe and a sync per token, against the device argmax's 12 bytes), CUDA with weights
 // converted to f16 (--dtype f16: 2 bytes per weight, no dequantization work).
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -64,20 +66,31 @@ struct Result {
   double bytes_per_token = 0;  // weights + mean K/V read per decode step
 };
 
+/// How a variant picks the greedy token.
+enum class Argmax {
+  Runner,  ///< runner.forward_sample with a greedy sampler (what generate() does; on the GPU)
+  Host,    ///< lio::argmax over the logits row forward() copied to the host
+};
+
 /// Medians over `repeats` of: prefill `prompt` into a fresh cache, then `decode_tokens` greedy
 /// steps, one token each (EOS ignored). Run 0 warms up (allocations, page tables, cuBLAS).
 Result measure(lio::ModelRunner& runner, const std::string& variant, double weight_bytes,
-               const std::vector<int32_t>& prompt, int64_t decode_tokens, int repeats) {
+               const std::vector<int32_t>& prompt, int64_t decode_tokens, int repeats,
+               Argmax where = Argmax::Runner) {
   const lio::ModelConfig& c = runner.config();
   const int64_t p = static_cast<int64_t>(prompt.size());
+  lio::Sampler greedy{lio::SamplerConfig{}};  // temperature 0, no penalty: history unused
+  const auto step = [&](std::span<const int32_t> feed) {
+    return where == Argmax::Host ? lio::argmax(runner.forward(feed)) : runner.forward_sample(feed, greedy, feed);
+  };
   std::vector<double> prefill_tps, decode_tps;
   for (int r = 0; r < repeats + 1; ++r) {
     runner.reset(p + decode_tokens);
     double t0 = lio::bench::now_s();
-    int32_t next = lio::argmax(runner.forward(prompt));
+    int32_t next = step(prompt);
     const double t_prefill = lio::bench::now_s() - t0;
     t0 = lio::bench::now_s();
-    for (int64_t i = 0; i < decode_tokens; ++i) next = lio::argmax(runner.forward(std::span(&next, 1)));
+    for (int64_t i = 0; i < decode_tokens; ++i) next = step(std::span(&next, 1));
     const double t_decode = lio::bench::now_s() - t0;
     if (r == 0) continue;
     prefill_tps.push_back(static_cast<double>(p) / t_prefill);
@@ -130,13 +143,16 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     results.push_back(measure(gpu, "cuda " + o.dtype, static_cast<double>(gpu.weight_bytes()), prompt,
                               decode_tokens, repeats));
+    results.push_back(measure(gpu, "cuda " + o.dtype + ", logits to host", static_cast<double>(gpu.weight_bytes()),
+                              prompt, decode_tokens, repeats, Argmax::Host));
 
     // Per-kernel breakdown: one profiled decode run (events around every op), after timing.
     gpu.set_profiling(true);
     gpu.reset(prompt_tokens + decode_tokens);
-    int32_t next = lio::argmax(gpu.forward(prompt));
+    lio::Sampler greedy{lio::SamplerConfig{}};
+    int32_t next = gpu.forward_sample(prompt, greedy, prompt);
     gpu.clear_op_times();  // keep decode steps only
-    for (int64_t i = 0; i < decode_tokens; ++i) next = lio::argmax(gpu.forward(std::span(&next, 1)));
+    for (int64_t i = 0; i < decode_tokens; ++i) next = gpu.forward_sample(std::span(&next, 1), greedy, {});
     const std::vector<lio::cuda::OpTime> ops = gpu.op_times();
     gpu.set_profiling(false);
 

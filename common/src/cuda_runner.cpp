@@ -91,6 +91,11 @@ struct CudaRunner::Impl {
   DeviceBuffer<int32_t> tokens_d, positions_d;
   PinnedBuffer<int32_t> tokens_h, positions_h;
   PinnedBuffer<float> logits_h;
+  // ---- greedy sampling on the device (forward_sample)
+  DeviceBuffer<int32_t> penalty_tokens_d;  // (repeat_last_n) distinct ids to penalize
+  PinnedBuffer<int32_t> penalty_tokens_h;
+  DeviceBuffer<ArgmaxResult> argmax_d;      // (1)
+  PinnedBuffer<ArgmaxResult> argmax_h;
 
   // ---- profiling
   bool profiling = false;
@@ -100,9 +105,35 @@ struct CudaRunner::Impl {
 
   explicit Impl(const ModelConfig& c) : config(c) {}
 
-  /// CudaRunner::forward after its argument checks: queues the whole pass, waits, returns
-  /// the host logits.
-  std::span<const float> forward_checked(std::span<const int32_t> tokens, bool all_logits);
+  /// Throws InvalidArgument unless `tokens` can run next: non-empty, ids in the vocabulary,
+  /// room in the cache.
+  void check_forward(std::span<const int32_t> tokens) const;
+
+  /// Queues the whole pass for `tokens` (checked) on `stream`, up to the logits: returns them in
+  /// device memory, (n, vocab_size) when all_logits, else (1, vocab_size). Nothing is waited on.
+  float* enqueue_forward(std::span<const int32_t> tokens, bool all_logits);
+
+  /// Waits for the queued work, collects the profiled op times, and counts the `n_new` positions
+  /// the pass filled as part of the sequence.
+  void finish_forward(int64_t n_new);
+
+  /// Copies `n_floats` device logits to the pinned host buffer and waits (finishing the pass).
+  std::span<const float> logits_to_host(const float* logits, int64_t n_floats, int64_t n_new);
+
+  /// Runs `body` (which queues work and waits); if it throws, drains the stream first: work
+  /// queued before the failure may still read buffers the next call could reallocate.
+  template <typename F>
+  auto guarded(F&& body) {
+    CUDA_CHECK(cudaSetDevice(0));  // the calling thread may have another current device
+    try {
+      return body();
+    } catch (...) {
+      cudaStreamSynchronize(stream);  // its own error, if any, is already being thrown
+      (void)cudaGetLastError();
+      event_ops.clear();
+      throw;
+    }
+  }
 
   ~Impl() {
     // Let queued work finish before anything it uses goes away; errors are dropped (a
@@ -259,38 +290,81 @@ void CudaRunner::reset(int64_t capacity_tokens) {
   m.n_tokens = 0;
 }
 
-std::span<const float> CudaRunner::forward(std::span<const int32_t> tokens, bool all_logits) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
+void CudaRunner::Impl::check_forward(std::span<const int32_t> tokens) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t start = m.n_tokens;
   if (n == 0) throw InvalidArgument("forward: no tokens");
-  if (m.capacity == 0) throw InvalidArgument("CudaRunner::forward: call reset() to start a sequence first");
-  if (start + n > m.capacity) {
-    throw InvalidArgument("forward: " + std::to_string(start + n) + " tokens do not fit in a KV cache of " +
-                          std::to_string(m.capacity) + " tokens");
+  if (capacity == 0) throw InvalidArgument("CudaRunner::forward: call reset() to start a sequence first");
+  if (n_tokens + n > capacity) {
+    throw InvalidArgument("forward: " + std::to_string(n_tokens + n) + " tokens do not fit in a KV cache of " +
+                          std::to_string(capacity) + " tokens");
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+    if (tokens[i] < 0 || tokens[i] >= config.vocab_size) {
       throw InvalidArgument("forward: token id " + std::to_string(tokens[i]) + " at index " +
-                            std::to_string(i) + " is outside [0, " + std::to_string(c.vocab_size) + ")");
+                            std::to_string(i) + " is outside [0, " + std::to_string(config.vocab_size) + ")");
     }
-  }
-  CUDA_CHECK(cudaSetDevice(0));
-  try {
-    return m.forward_checked(tokens, all_logits);
-  } catch (...) {
-    // Work queued before the failure may still be running and reads buffers the next call
-    // may reallocate: drain the stream (its own error, if any, is already being thrown).
-    cudaStreamSynchronize(m.stream);
-    (void)cudaGetLastError();
-    m.event_ops.clear();
-    throw;
   }
 }
 
-std::span<const float> CudaRunner::Impl::forward_checked(std::span<const int32_t> tokens,
-                                                         bool all_logits) {
+std::span<const float> CudaRunner::forward(std::span<const int32_t> tokens, bool all_logits) {
+  Impl& m = *impl_;
+  m.check_forward(tokens);
+  return m.guarded([&] {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const float* logits = m.enqueue_forward(tokens, all_logits);
+    return m.logits_to_host(logits, (all_logits ? n : 1) * m.config.vocab_size, n);
+  });
+}
+
+int32_t CudaRunner::forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
+                                   std::span<const int32_t> history) {
+  const SamplerConfig& sc = sampler.config();
+  // Random sampling needs the whole distribution: the CPU sampler gets the row.
+  if (sc.temperature != 0.0f) return ModelRunner::forward_sample(tokens, sampler, history);
+  Impl& m = *impl_;
+  const int64_t vocab = m.config.vocab_size;
+  m.check_forward(tokens);
+  // Checked on the host before anything runs: an id outside the vocabulary would index past
+  // the logits on the device.
+  const std::vector<int32_t> penalized = sc.repeat_penalty == 1.0f
+                                             ? std::vector<int32_t>{}
+                                             : repeat_penalty_tokens(history, sc.repeat_last_n, vocab);
+  return m.guarded([&]() -> int32_t {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    cudaStream_t s = m.stream;
+    float* logits = m.enqueue_forward(tokens, /*all_logits=*/false);
+    const auto n_penalized = static_cast<int64_t>(penalized.size());
+    if (n_penalized > 0) {
+      ensure(m.penalty_tokens_d, n_penalized);
+      m.penalty_tokens_h.reserve(n_penalized);
+      std::copy(penalized.begin(), penalized.end(), m.penalty_tokens_h.data());
+      CUDA_CHECK(cudaMemcpyAsync(m.penalty_tokens_d.data(), m.penalty_tokens_h.data(),
+                                 static_cast<size_t>(n_penalized) * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    }
+    ensure(m.argmax_d, 1);
+    m.argmax_h.reserve(1);
+    m.op("sampling (penalty + argmax)", [&] {
+      repeat_penalty(logits, m.penalty_tokens_d.data(), n_penalized, sc.repeat_penalty, s);
+      argmax(logits, m.argmax_d.data(), 1, vocab, s);
+    });
+    m.op("argmax to host", [&] {
+      CUDA_CHECK(cudaMemcpyAsync(m.argmax_h.data(), m.argmax_d.data(), sizeof(ArgmaxResult),
+                                 cudaMemcpyDeviceToHost, s));
+    });
+    m.finish_forward(n);
+    const ArgmaxResult r = *m.argmax_h.data();
+    if (r.n_invalid == 0 && r.n_masked < vocab) return r.index;
+    // A row the sampler rejects (NaN, +inf, all -inf): copy it back, penalty applied, and let
+    // the sampler check it, so the error names the token exactly as on the CPU path.
+    CUDA_CHECK(cudaMemcpyAsync(m.logits_h.data(), logits, static_cast<size_t>(vocab) * sizeof(float),
+                               cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<float> row(m.logits_h.data(), m.logits_h.data() + vocab);
+    return sampler.sample(row, {});  // empty history: the penalty is already in the row
+  });
+}
+
+float* CudaRunner::Impl::enqueue_forward(std::span<const int32_t> tokens, bool all_logits) {
   Impl& m = *this;
   const ModelConfig& c = m.config;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -366,15 +440,23 @@ std::span<const float> CudaRunner::Impl::forward_checked(std::span<const int32_t
   const float* rows = x + (n - n_out) * d;
   m.op("rmsnorm", [&] { rmsnorm(rows, m.output_norm, xn, n_out, d, eps, s); });
   m.matmul_op(m.output, xn, m.logits.data(), n_out, false);
-  const int64_t n_logits = n_out * c.vocab_size;
-  m.op("logits to host", [&] {
-    CUDA_CHECK(cudaMemcpyAsync(m.logits_h.data(), m.logits.data(), n_logits * sizeof(float),
-                               cudaMemcpyDeviceToHost, s));
+  return m.logits.data();
+}
+
+void CudaRunner::Impl::finish_forward(int64_t n_new) {
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (profiling) collect_op_times();
+  n_tokens += n_new;
+}
+
+std::span<const float> CudaRunner::Impl::logits_to_host(const float* logits, int64_t n_floats,
+                                                        int64_t n_new) {
+  op("logits to host", [&] {
+    CUDA_CHECK(cudaMemcpyAsync(logits_h.data(), logits, static_cast<size_t>(n_floats) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream));
   });
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  if (m.profiling) m.collect_op_times();
-  m.n_tokens = start + n;
-  return {m.logits_h.data(), static_cast<size_t>(n_logits)};
+  finish_forward(n_new);
+  return {logits_h.data(), static_cast<size_t>(n_floats)};
 }
 
 KvUsage CudaRunner::kv_usage() const {

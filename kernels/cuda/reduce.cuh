@@ -6,6 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdint>
+
 namespace lio::cuda::detail {
 
 inline constexpr int kWarpSize = 32;
@@ -59,6 +62,42 @@ __device__ __forceinline__ float block_sum(float v) {
 template <int kBlockThreads>
 __device__ __forceinline__ float block_max(float v) {
   return block_reduce<kBlockThreads>(v, [](float x) { return warp_max(x); }, -INFINITY);
+}
+
+// ---- argmax ---------------------------------------------------------------------------------
+
+/// A candidate for the maximum of a row: its value and position. `index` == kNoIndex marks
+/// "nothing seen yet", which loses to every real candidate (-inf included, NaN excluded).
+struct ArgmaxCandidate {
+  static constexpr int32_t kNoIndex = 0x7fffffff;
+  float value = -INFINITY;
+  int32_t index = kNoIndex;
+};
+
+/// True when `a` beats `b`: a larger value, or the same value at a lower index. NaN never
+/// beats anything (every comparison with NaN is false), so NaN is never chosen over a number.
+/// This is a strict total order on non-NaN candidates, so the winner does not depend on the
+/// order of the comparisons: any reduction tree returns lio::argmax's answer (the FIRST index
+/// of the maximum). Host-callable, so it is tested without a GPU.
+__host__ __device__ __forceinline__ bool argmax_beats(ArgmaxCandidate a, ArgmaxCandidate b) {
+  return a.value > b.value || (a.value == b.value && a.index < b.index);
+}
+
+/// The better of `a` and `b` (see argmax_beats).
+__host__ __device__ __forceinline__ ArgmaxCandidate argmax_combine(ArgmaxCandidate a, ArgmaxCandidate b) {
+  return argmax_beats(b, a) ? b : a;
+}
+
+/// argmax_combine over the 32 lanes of a warp (butterfly, as warp_max); every lane gets it.
+__device__ __forceinline__ ArgmaxCandidate warp_argmax(ArgmaxCandidate c) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    ArgmaxCandidate other;
+    other.value = __shfl_xor_sync(0xffffffffu, c.value, offset);
+    other.index = __shfl_xor_sync(0xffffffffu, c.index, offset);
+    c = argmax_combine(c, other);
+  }
+  return c;
 }
 
 }  // namespace lio::cuda::detail

@@ -44,6 +44,12 @@ int64_t argmax_row(std::span<const float> logits, int64_t row, int64_t vocab) {
 
 class CudaRunnerTest : public ::testing::Test {
  protected:
+  /// Writes a tiny random model with `spec` and loads it as stored.
+  lio::LoadedModel load_tiny(const TinyModelSpec& spec = {}) {
+    lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
+    return lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  }
+
   std::string dir_ = lio::testing::make_temp_dir("lio_test_cuda_runner");
 };
 
@@ -51,8 +57,7 @@ class CudaRunnerTest : public ::testing::Test {
 // (the CLI prints it and exits 1), never a crash or a silent CPU fallback.
 TEST_F(CudaRunnerTest, NoGpuMeansClearUnsupportedError) {
   if (lio::cuda::cuda_available()) GTEST_SKIP() << "a GPU is present; nothing to refuse";
-  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", TinyModelSpec{});
-  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::LoadedModel m = load_tiny();
   try {
     auto runner = lio::make_runner(m, lio::Device::Cuda);
     FAIL() << "make_runner(cuda) succeeded without a GPU";
@@ -105,8 +110,7 @@ TEST_F(CudaRunnerTest, ChunkedPrefillMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q8_0;
-  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
-  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::LoadedModel m = load_tiny(spec);
   lio::CpuRunner cpu(m.config, m.weights);
   lio::cuda::CudaRunner gpu(m.config, m.weights);
   cpu.reset(32);
@@ -123,8 +127,7 @@ TEST_F(CudaRunnerTest, ChunkedPrefillMatchesCpu) {
 TEST_F(CudaRunnerTest, ProfilingCountsEveryOpAndChangesNothing) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;  // 2 layers
-  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
-  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::LoadedModel m = load_tiny(spec);
   lio::cuda::CudaRunner gpu(m.config, m.weights);
   gpu.reset(16);
   const auto plain = run(gpu, kPrompt, false);
@@ -166,27 +169,100 @@ TEST_F(CudaRunnerTest, GreedyGenerationMatchesCpuWithAndWithoutCache) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q4_1;
-  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
-  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::LoadedModel m = load_tiny(spec);
   lio::CpuRunner cpu(m.config, m.weights);
   auto gpu = lio::make_runner(m, lio::Device::Cuda);
-  lio::GenerateOptions g;
-  g.max_tokens = 20;
-  g.ignore_eos = true;
-  const auto want = lio::generate(cpu, *m.tokenizer, kPrompt, g);
-  const auto cached = lio::generate(*gpu, *m.tokenizer, kPrompt, g);
-  g.use_kv_cache = false;
-  const auto recomputed = lio::generate(*gpu, *m.tokenizer, kPrompt, g);
-  EXPECT_EQ(cached.token_ids, want.token_ids);
-  EXPECT_EQ(recomputed.token_ids, want.token_ids);
-  EXPECT_EQ(cached.kv_bytes, want.kv_bytes);
+  for (const float penalty : {1.0f, 1.3f}) {  // generate() samples greedily on the device
+    lio::GenerateOptions g;
+    g.max_tokens = 20;
+    g.ignore_eos = true;
+    g.sampler.repeat_penalty = penalty;
+    const auto want = lio::generate(cpu, *m.tokenizer, kPrompt, g);
+    const auto cached = lio::generate(*gpu, *m.tokenizer, kPrompt, g);
+    g.use_kv_cache = false;
+    const auto recomputed = lio::generate(*gpu, *m.tokenizer, kPrompt, g);
+    EXPECT_EQ(cached.token_ids, want.token_ids) << "penalty " << penalty;
+    EXPECT_EQ(recomputed.token_ids, want.token_ids) << "penalty " << penalty;
+    EXPECT_EQ(cached.kv_bytes, want.kv_bytes);
+  }
+}
+
+// forward_sample with a greedy sampler runs the penalty and argmax on the device; it must pick
+// the CPU sampler's tokens, penalty on and off, and leave the same sequence behind.
+TEST_F(CudaRunnerTest, GreedyForwardSampleMatchesCpuSampler) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q8_0;
+  lio::LoadedModel m = load_tiny(spec);
+  lio::CpuRunner cpu(m.config, m.weights);
+  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  for (const float penalty : {1.0f, 1.5f, 0.8f}) {
+    lio::SamplerConfig sc;
+    sc.repeat_penalty = penalty;
+    sc.repeat_last_n = 6;
+    lio::Sampler cpu_sampler(sc), gpu_sampler(sc);
+    std::vector<int32_t> cpu_seq = kPrompt, gpu_seq = kPrompt;
+    cpu.reset(40);
+    gpu.reset(40);
+    for (int step = 0; step < 24; ++step) {
+      const auto feed = [&](const std::vector<int32_t>& seq) {
+        return step == 0 ? std::span<const int32_t>(seq) : std::span<const int32_t>(&seq.back(), 1);
+      };
+      const int32_t want = cpu.forward_sample(feed(cpu_seq), cpu_sampler, cpu_seq);
+      const int32_t got = gpu.forward_sample(feed(gpu_seq), gpu_sampler, gpu_seq);
+      ASSERT_EQ(got, want) << "penalty " << penalty << " step " << step;
+      cpu_seq.push_back(want);
+      gpu_seq.push_back(got);
+    }
+    EXPECT_EQ(gpu.kv_usage().n_tokens, cpu.kv_usage().n_tokens);
+  }
+}
+
+// A NaN in the weights makes every logit NaN: the GPU's greedy path must reject the row with
+// the CPU sampler's own message (it copies the row back for it), not return a token.
+TEST_F(CudaRunnerTest, GreedyForwardSampleRejectsNaNLogitsLikeCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::LoadedModel m = load_tiny();
+  m.weights.output_norm[0] = std::nanf("");
+  lio::CpuRunner cpu(m.config, m.weights);
+  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  lio::Sampler sampler{lio::SamplerConfig{}};
+  cpu.reset(16);
+  gpu.reset(16);
+  std::string cpu_error, gpu_error;
+  try {
+    cpu.forward_sample(kPrompt, sampler, kPrompt);
+  } catch (const lio::InvalidArgument& e) {
+    cpu_error = e.what();
+  }
+  try {
+    gpu.forward_sample(kPrompt, sampler, kPrompt);
+  } catch (const lio::InvalidArgument& e) {
+    gpu_error = e.what();
+  }
+  EXPECT_NE(cpu_error.find("NaN"), std::string::npos) << cpu_error;
+  EXPECT_EQ(gpu_error, cpu_error);
+}
+
+// A history token outside the vocabulary is refused before anything runs on the device.
+TEST_F(CudaRunnerTest, GreedyForwardSampleChecksHistoryFirst) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  lio::LoadedModel m = load_tiny(spec);
+  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  lio::SamplerConfig sc;
+  sc.repeat_penalty = 1.2f;
+  lio::Sampler sampler(sc);
+  gpu.reset(16);
+  const std::vector<int32_t> history = {1, static_cast<int32_t>(spec.vocab_size())};
+  EXPECT_THROW(gpu.forward_sample(kPrompt, sampler, history), lio::InvalidArgument);
+  EXPECT_EQ(gpu.kv_usage().n_tokens, 0);
 }
 
 TEST_F(CudaRunnerTest, RejectsBadCalls) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
-  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
-  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  lio::LoadedModel m = load_tiny(spec);
   lio::cuda::CudaRunner gpu(m.config, m.weights);
   EXPECT_THROW(gpu.forward(kPrompt), lio::InvalidArgument);  // no reset() yet
   EXPECT_THROW(gpu.reset(0), lio::InvalidArgument);

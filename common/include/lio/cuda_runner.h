@@ -47,6 +47,14 @@ class CudaRunner final : public ModelRunner {
   std::string device_description() const override;
   void reset(int64_t capacity_tokens) override;
   std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
+  /// ModelRunner::forward_sample's result. A greedy sampler (temperature 0) runs on the device:
+  /// the repetition penalty over repeat_penalty_tokens(history, ...) and argmax over the logits
+  /// row (kernels/cuda/sampling.cu), and only the token id and the row's NaN/+inf/-inf counts
+  /// (12 bytes) come back instead of vocab_size floats. A row the sampler would reject is then
+  /// copied back and handed to it, so the error is the CPU path's. Other samplers get the row on
+  /// the host. Throws as ModelRunner::forward_sample.
+  int32_t forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
+                         std::span<const int32_t> history) override;
   KvUsage kv_usage() const override;
 
   /// Bytes of weights held in device memory (tied matrices once).
