@@ -5,12 +5,14 @@
 // the cache does P + N (O(N)). So the ratio recompute / cached should grow ~linearly in N.
 // Writes a CSV (length, medians, ratio); plot.py turns it into the PNG.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <omp.h>
 
 #include "bench_util.h"
 #include "lio/cli_common.h"
+#include "lio/cpu_backend.h"
 #include "lio/error.h"
 #include "lio/generate.h"
 #include "lio/model.h"
@@ -41,7 +43,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt;
     while (static_cast<int64_t>(prompt.size()) < prompt_tokens) prompt.insert(prompt.end(), base.begin(), base.end());
     prompt.resize(static_cast<size_t>(prompt_tokens));
-    lio::CpuRunner runner(m.config, m.weights);
+    // Chapter 01's cache: one block holding the longest sequence measured.
+    const int64_t capacity = std::min<int64_t>(
+        m.config.context_length, prompt_tokens + *std::max_element(lengths.begin(), lengths.end()));
+    lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(m.config, m.weights), lio::KvPoolConfig{capacity, 1});
 
     std::printf("%s | %d threads | %s (%s) | prompt %lld tokens | greedy, EOS ignored\n",
                 lio::bench::cpu_name().c_str(), omp_get_max_threads(), m.path.c_str(), o.dtype.c_str(),

@@ -14,6 +14,8 @@
 
 #include "bench_util.h"
 #include "lio/cli_common.h"
+#include "lio/cpu_backend.h"
+#include "lio/model_runner.h"
 #include "lio/model.h"
 #include "lio/sampler.h"
 
@@ -39,18 +41,19 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> prompt = lio::bench::repeat_to_length(
         m.tokenizer->encode(lio::bench::kPromptText, false, false), prompt_tokens);
 
-    lio::Model model(c, m.weights);
-    lio::KvCache cache(c, prompt_tokens + decode_tokens);
+    lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(c, m.weights),
+                            lio::KvPoolConfig{16, (prompt_tokens + decode_tokens + 15) / 16});
+    lio::SoloSequence cache(runner, prompt_tokens + decode_tokens);
     std::vector<double> prefill_tps, decode_tps;
     for (int r = 0; r < repeats + 1; ++r) {  // repeat 0 warms caches and page tables
       cache.clear();
       double t0 = lio::bench::now_s();
-      auto logits = model.forward(prompt, cache);
+      auto logits = cache.forward(prompt);
       const double t_prefill = lio::bench::now_s() - t0;
       int32_t next = lio::argmax(logits);
       t0 = lio::bench::now_s();
       for (int64_t i = 0; i < decode_tokens; ++i) {
-        logits = model.forward(std::span(&next, 1), cache);
+        logits = cache.forward(std::span(&next, 1));
         next = lio::argmax(logits);
       }
       const double t_decode = lio::bench::now_s() - t0;

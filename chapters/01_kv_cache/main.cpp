@@ -6,6 +6,7 @@
 // two produce identical tokens, then prints TTFT, TPOT, tokens/s, and the cache size
 // measured against the formula 2 x n_layers x n_kv_heads x head_dim x seq_len x bytes.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -35,6 +36,10 @@ int main(int argc, char** argv) {
     lio::LoadedModel m = lio::load_from_options(o);
     const lio::ModelConfig& c = m.config;
     std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
+    // Chapter 01's cache: ONE block holding the whole sequence (prompt + max_tokens, capped at
+    // the context), contiguous — the special case the paged pool of chapter 04 generalizes.
+    const int64_t capacity = std::min<int64_t>(c.context_length, static_cast<int64_t>(prompt.size()) + o.max_tokens);
+    o.kv_pool = {capacity, (lio::kv_block_bytes(c, capacity) >> 20) + 1};
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
     lio::GenerateOptions g;
     g.max_tokens = o.max_tokens;

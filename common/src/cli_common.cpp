@@ -28,6 +28,15 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
 }
 
+void add_kv_pool_flags(CLI::App& app, CommonOptions& o) {
+  app.add_option("--block-size", o.kv_pool.block_size, "Tokens per KV-cache block (PagedAttention)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-mib", o.kv_pool.kv_cache_mib,
+                 "KV-cache pool size in MiB (0 = default: a quarter of RAM up to 1024 MiB on the CPU, "
+                 "80% of free GPU memory on CUDA)")
+      ->capture_default_str();
+}
+
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature) {
   o.sampler.temperature = default_temperature;
   app.add_option("--prompt", o.prompt, "Prompt text (with --chat: the user message)")->required();
@@ -56,7 +65,7 @@ LoadedModel load_from_options(const CommonOptions& o) {
 }
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
-  return make_runner(m, parse_device(o.device));
+  return make_runner(m, parse_device(o.device), o.kv_pool);
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {

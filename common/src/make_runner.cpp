@@ -1,23 +1,39 @@
-// make_runner.cpp — the one place that knows which runners this build has.
+// make_runner.cpp — the one place that knows which backends this build has.
 #include <memory>
+#include <string>
 
+#include "lio/cpu_backend.h"
 #include "lio/error.h"
 #include "lio/model_runner.h"
 #ifdef LIO_HAVE_CUDA
-#include "lio/cuda_runner.h"
+#include "lio/cuda_backend.h"
 #endif
 
 namespace lio {
 
-std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device) {
-  if (device == Device::Cpu) return std::make_unique<CpuRunner>(model.config, model.weights);
+std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device) {
+  if (device == Device::Cpu) return std::make_unique<CpuBackend>(model.config, model.weights);
 #ifdef LIO_HAVE_CUDA
-  return std::make_unique<cuda::CudaRunner>(model.config, model.weights);
+  return std::make_unique<cuda::CudaBackend>(model.config, model.weights);
 #else
   throw UnsupportedError("--device cuda: this build of LIO has no CUDA support (nvcc was not found "
                          "when it was configured); install the CUDA toolkit and reconfigure with "
                          "-DLIO_CUDA=ON, or run with --device cpu");
 #endif
+}
+
+std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device, const KvPoolOptions& pool) {
+  if (pool.block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(pool.block_size));
+  if (pool.kv_cache_mib < 0) throw InvalidArgument("--kv-cache-mib must be >= 0, got " + std::to_string(pool.kv_cache_mib));
+  std::unique_ptr<Backend> backend = make_backend(model, device);
+  const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
+  const int64_t n_blocks = kv_blocks_for_budget(model.config, pool.block_size, mib << 20);
+  if (n_blocks < 1) {
+    throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
+                          std::to_string(pool.block_size) + " tokens (" +
+                          std::to_string(kv_block_bytes(model.config, pool.block_size)) + " bytes)");
+  }
+  return std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks});
 }
 
 }  // namespace lio

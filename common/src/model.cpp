@@ -1,82 +1,69 @@
 #include "lio/model.h"
 
-#include <cmath>
 #include <string>
 
-#include "cpu_ops.h"
 #include "lio/error.h"
 
 namespace lio {
 
-Model::Model(const ModelConfig& config, const Weights& weights) : config_(config), weights_(weights) {}
-
-std::span<const float> Model::forward(std::span<const int32_t> tokens, KvCache& cache,
-                                      bool all_logits) {
-  const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t start = cache.n_tokens();
-  if (n == 0) throw InvalidArgument("forward: no tokens");
-  if (start + n > cache.capacity_tokens()) {
-    throw InvalidArgument("forward: " + std::to_string(start + n) + " tokens do not fit in a KV cache of " +
-                          std::to_string(cache.capacity_tokens()) + " tokens");
+float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
+  Backend& be = backend_;
+  const ModelConfig& c = be.config();
+  batch.validate(c.vocab_size, c.context_length, pool.n_blocks());
+  if (batch.block_size != pool.block_size()) {
+    throw InvalidArgument("forward: the batch uses blocks of " + std::to_string(batch.block_size) +
+                          " tokens, the pool " + std::to_string(pool.block_size()));
   }
-  const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim();
-  auto size = [n](std::vector<float>& v, int64_t cols) { v.resize(static_cast<size_t>(n * cols)); };
-  size(x_, d);
-  size(xn_, d);
-  size(q_, qd);
-  size(k_, kvd);
-  size(v_, kvd);
-  size(attn_, qd);
-  size(proj_, d);
-  size(gate_, c.d_ff);
-  size(up_, c.d_ff);
-  positions_.resize(static_cast<size_t>(n));
+  const int64_t n = batch.n_tokens();
+  const int64_t n_out = batch.n_logits();
+  const int64_t d = c.d_model;
+  const BatchView view = be.upload(batch);
+  float* x = be.scratch(Scratch::X, n * d);           // (n, d_model) residual stream
+  float* xn = be.scratch(Scratch::Xn, n * d);         // (n, d_model) normalized
+  float* q = be.scratch(Scratch::Q, n * c.q_dim());   // (n, n_heads * head_dim)
+  float* k = be.scratch(Scratch::K, n * c.kv_dim());  // (n, n_kv_heads * head_dim)
+  float* v = be.scratch(Scratch::V, n * c.kv_dim());
+  float* attn = be.scratch(Scratch::Attn, n * c.q_dim());
+  float* gate = be.scratch(Scratch::Gate, n * c.d_ff);  // (n, d_ff)
+  float* up = be.scratch(Scratch::Up, n * c.d_ff);
 
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::embedding_row(weights_.token_embd, tokens[static_cast<size_t>(i)], x_.data() + i * d);
-    positions_[static_cast<size_t>(i)] = static_cast<int32_t>(start + i);
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-
+  be.embedding(view.token_ids, n, x);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    // ---- attention ----
-    cpu::rmsnorm(x_.data(), L.attn_norm.data(), xn_.data(), n, d, c.rms_norm_eps);
-    cpu::matmul(L.wq, xn_.data(), q_.data(), n);
-    cpu::matmul(L.wk, xn_.data(), k_.data(), n);
-    cpu::matmul(L.wv, xn_.data(), v_.data(), n);
-    cpu::rope(q_.data(), positions_.data(), n, c.n_heads, c.head_dim, c.rope_theta, c.rope_style);
-    cpu::rope(k_.data(), positions_.data(), n, c.n_kv_heads, c.head_dim, c.rope_theta, c.rope_style);
-    for (int64_t i = 0; i < n; ++i)
-      cache.write(l, start + i, k_.data() + i * kvd, v_.data() + i * kvd);
-    if (n == 1) {  // decode: one query over the cached prefix (chapter 01, Tasks 3 and 4)
-      cpu::decode_attention(q_.data(), cache.key_prefix(l, start + 1).data(),
-                            cache.value_prefix(l, start + 1).data(), attn_.data(), start + 1,
-                            c.n_heads, c.n_kv_heads, c.head_dim, scale);
-    } else {  // prefill: a causal block of queries
-      cpu::attention(q_.data(), cache.keys(l), cache.values(l), attn_.data(), n, start, c.n_heads,
-                     c.n_kv_heads, c.head_dim, scale);
-    }
-    cpu::matmul(L.wo, attn_.data(), proj_.data(), n);
-    for (int64_t i = 0; i < n * d; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
-    // ---- SwiGLU MLP ----
-    cpu::rmsnorm(x_.data(), L.ffn_norm.data(), xn_.data(), n, d, c.rms_norm_eps);
-    cpu::matmul(L.w_gate, xn_.data(), gate_.data(), n);
-    cpu::matmul(L.w_up, xn_.data(), up_.data(), n);
-    cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * c.d_ff);
-    cpu::matmul(L.w_down, gate_.data(), proj_.data(), n);
-    for (int64_t i = 0; i < n * d; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+    // ---- attention: K/V of every row into the pool, then each row over its sequence
+    be.rmsnorm(x, {WeightKind::AttnNorm, l}, xn, n);
+    be.matmul({WeightKind::Wq, l}, xn, q, n, false);
+    be.matmul({WeightKind::Wk, l}, xn, k, n, false);
+    be.matmul({WeightKind::Wv, l}, xn, v, n, false);
+    be.rope(q, view.positions, n, c.n_heads);
+    be.rope(k, view.positions, n, c.n_kv_heads);
+    be.kv_append(pool, l, k, v, view);
+    be.attention(pool, l, q, attn, view);
+    be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);  // x += W_o attn
+    // ---- SwiGLU MLP
+    be.rmsnorm(x, {WeightKind::FfnNorm, l}, xn, n);
+    be.matmul({WeightKind::Gate, l}, xn, gate, n, false);
+    be.matmul({WeightKind::Up, l}, xn, up, n, false);
+    be.swiglu(gate, up, gate, n * c.d_ff);
+    be.matmul({WeightKind::Down, l}, gate, x, n, /*accumulate=*/true);  // x += W_down h
   }
-  cache.set_n_tokens(start + n);
-
   // Only the rows whose logits are wanted go through the (vocab x d_model) head.
-  const int64_t n_out = all_logits ? n : 1;
-  const float* rows = x_.data() + (n - n_out) * d;
-  cpu::rmsnorm(rows, weights_.output_norm.data(), xn_.data(), n_out, d, c.rms_norm_eps);
-  logits_.resize(static_cast<size_t>(n_out * c.vocab_size));
-  cpu::matmul(weights_.output, xn_.data(), logits_.data(), n_out);
-  return {logits_.data(), logits_.size()};
+  float* logits = be.scratch(Scratch::Logits, n_out * c.vocab_size);
+  if (n_out == 0) return logits;
+  float* rows = be.scratch(Scratch::Rows, n_out * d);
+  be.gather_rows(x, view.logits_rows, n_out, d, rows);
+  be.rmsnorm(rows, {WeightKind::OutputNorm}, rows, n_out);
+  be.matmul({WeightKind::Output}, rows, logits, n_out, false);
+  return logits;
+}
+
+void Model::forward(const ForwardBatch& batch, KvPool& pool, std::span<float> logits) {
+  const int64_t n_floats = batch.n_logits() * config().vocab_size;
+  if (static_cast<int64_t>(logits.size()) != n_floats) {
+    throw InvalidArgument("forward: logits buffer holds " + std::to_string(logits.size()) + " floats, " +
+                          std::to_string(n_floats) + " needed");
+  }
+  const float* device_logits = forward_device(batch, pool);
+  backend_.to_host(device_logits, n_floats, logits.data());
 }
 
 }  // namespace lio

@@ -1,5 +1,8 @@
 #include "lio/model_runner.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <string>
 
 #include "lio/error.h"
@@ -14,32 +17,144 @@ Device parse_device(const std::string& text) {
 
 const char* device_name(Device device) { return device == Device::Cpu ? "cpu" : "cuda"; }
 
-int32_t ModelRunner::forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
-                                    std::span<const int32_t> history) {
-  const std::span<const float> logits = forward(tokens);
-  sample_row_.assign(logits.begin(), logits.end());  // the penalty writes into the row
-  return sampler.sample(sample_row_, history);
+std::vector<ArgmaxRow> Backend::greedy_argmax(float*, std::span<const int32_t>,
+                                              const std::vector<std::vector<int32_t>>&, std::span<const float>) {
+  throw UnsupportedError("this backend has no device argmax");
 }
 
-CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights) : model_(config, weights) {}
+// ---- ModelRunner ----------------------------------------------------------------------
 
-void CpuRunner::reset(int64_t capacity_tokens) {
-  if (cache_ && cache_->capacity_tokens() == capacity_tokens) {
-    cache_->clear();
-  } else {
-    cache_.reset();  // free the old slab before allocating the new one
-    cache_ = std::make_unique<KvCache>(model_.config(), capacity_tokens);  // validates
+ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config)
+    : backend_(std::move(backend)), pool_(backend_->make_kv_pool(pool_config)), model_(*backend_) {}
+
+std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
+  logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));
+  model_.forward(batch, *pool_, logits_);
+  return logits_;
+}
+
+std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows) {
+  const int64_t n_out = batch.n_logits();
+  const int64_t vocab = config().vocab_size;
+  if (static_cast<int64_t>(rows.size()) != n_out) {
+    throw InvalidArgument("forward_sample: " + std::to_string(rows.size()) + " samplers for " +
+                          std::to_string(n_out) + " logits rows");
   }
+  std::vector<int32_t> tokens(static_cast<size_t>(n_out), -1);
+  // Greedy rows on the device where it pays: only 12 bytes per row come back.
+  std::vector<int32_t> greedy;
+  std::vector<std::vector<int32_t>> penalty_tokens;
+  std::vector<float> penalties;
+  if (backend_->has_device_argmax()) {
+    for (int64_t i = 0; i < n_out; ++i) {
+      const SamplerConfig& sc = rows[static_cast<size_t>(i)].sampler->config();
+      if (sc.temperature != 0.0f) continue;
+      // Checked on the host before anything runs: an id outside the vocabulary would index
+      // past the logits on the device.
+      penalty_tokens.push_back(sc.repeat_penalty == 1.0f
+                                   ? std::vector<int32_t>{}
+                                   : repeat_penalty_tokens(rows[static_cast<size_t>(i)].history,
+                                                           sc.repeat_last_n, vocab));
+      penalties.push_back(sc.repeat_penalty);
+      greedy.push_back(static_cast<int32_t>(i));
+    }
+  }
+  if (greedy.empty()) {
+    std::span<const float> logits = forward(batch);
+    std::vector<float> row(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < n_out; ++i) {
+      std::copy_n(logits.begin() + i * vocab, vocab, row.begin());  // the penalty writes into it
+      tokens[static_cast<size_t>(i)] = rows[static_cast<size_t>(i)].sampler->sample(row, rows[static_cast<size_t>(i)].history);
+    }
+    return tokens;
+  }
+  float* device_logits = model_.forward_device(batch, *pool_);
+  const std::vector<ArgmaxRow> found = backend_->greedy_argmax(device_logits, greedy, penalty_tokens, penalties);
+  std::vector<uint8_t> done(static_cast<size_t>(n_out), 0);
+  for (size_t g = 0; g < greedy.size(); ++g) {
+    const ArgmaxRow& r = found[g];
+    if (r.n_invalid == 0 && r.n_masked < vocab) {
+      tokens[static_cast<size_t>(greedy[g])] = r.index;
+      done[static_cast<size_t>(greedy[g])] = 1;
+    }
+  }
+  if (std::all_of(done.begin(), done.end(), [](uint8_t x) { return x != 0; })) return tokens;
+  // Other rows (sampled, or greedy rows the sampler must reject): the logits come back. The
+  // greedy rows already carry their penalty, so their sampler gets an empty history.
+  logits_.resize(static_cast<size_t>(n_out * vocab));
+  backend_->to_host(device_logits, n_out * vocab, logits_.data());
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < n_out; ++i) {
+    if (done[static_cast<size_t>(i)]) continue;
+    const bool was_greedy = std::find(greedy.begin(), greedy.end(), i) != greedy.end();
+    std::copy_n(logits_.begin() + i * vocab, vocab, row.begin());
+    tokens[static_cast<size_t>(i)] = rows[static_cast<size_t>(i)].sampler->sample(
+        row, was_greedy ? std::span<const int32_t>{} : rows[static_cast<size_t>(i)].history);
+  }
+  return tokens;
 }
 
-std::span<const float> CpuRunner::forward(std::span<const int32_t> tokens, bool all_logits) {
-  if (!cache_) throw InvalidArgument("CpuRunner::forward: call reset() to start a sequence first");
-  return model_.forward(tokens, *cache_, all_logits);
+// ---- SoloSequence ---------------------------------------------------------------------
+
+SoloSequence::SoloSequence(ModelRunner& runner, int64_t capacity_tokens) : runner_(runner), capacity_(capacity_tokens) {
+  const ModelConfig& c = runner.config();
+  if (capacity_tokens < 1 || capacity_tokens > c.context_length) {
+    throw InvalidArgument("KV cache capacity must be in [1, " + std::to_string(c.context_length) + "] tokens, got " +
+                          std::to_string(capacity_tokens));
+  }
+  const KvPool& pool = runner.kv_pool();
+  const int64_t n_blocks = (capacity_tokens + pool.block_size() - 1) / pool.block_size();
+  if (n_blocks > pool.n_blocks()) {
+    throw InvalidArgument("a sequence of " + std::to_string(capacity_tokens) + " tokens needs " +
+                          std::to_string(n_blocks) + " KV blocks of " + std::to_string(pool.block_size()) +
+                          " tokens; the pool has " + std::to_string(pool.n_blocks()) + " (raise --kv-cache-mib)");
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
 }
 
-KvUsage CpuRunner::kv_usage() const {
-  if (!cache_) return {};
-  return {cache_->n_tokens(), cache_->used_bytes(), cache_->allocated_bytes()};
+ForwardBatch SoloSequence::batch(std::span<const int32_t> tokens, bool all_logits) const {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw InvalidArgument("forward: no tokens");
+  if (n_tokens_ + n > capacity_) {
+    throw InvalidArgument("forward: " + std::to_string(n_tokens_ + n) + " tokens do not fit in a KV cache of " +
+                          std::to_string(capacity_) + " tokens");
+  }
+  ForwardBatch b(runner_.kv_pool().block_size());
+  b.add_sequence(tokens, n_tokens_, block_table_, all_logits ? n : 1);
+  return b;
+}
+
+std::span<const float> SoloSequence::forward(std::span<const int32_t> tokens, bool all_logits) {
+  const ForwardBatch b = batch(tokens, all_logits);
+  std::span<const float> logits = runner_.forward(b);
+  n_tokens_ += b.n_tokens();
+  return logits;
+}
+
+int32_t SoloSequence::forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
+                                     std::span<const int32_t> history) {
+  const ForwardBatch b = batch(tokens, false);
+  const SampleRow row{&sampler, history};
+  const int32_t next = runner_.forward_sample(b, std::span<const SampleRow>(&row, 1)).front();
+  n_tokens_ += b.n_tokens();
+  return next;
+}
+
+// ---- construction ---------------------------------------------------------------------
+
+int64_t default_kv_cache_mib(const Backend& backend) {
+  constexpr int64_t kMiB = 1 << 20;
+  const int64_t block = kv_block_bytes(backend.config(), 16);
+  int64_t mib;
+  const int64_t free_bytes = backend.free_memory_bytes();
+  if (free_bytes >= 0) {
+    mib = free_bytes / 10 * 8 / kMiB;
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const int64_t phys = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 4LL << 30;
+    mib = std::min<int64_t>(phys / 4 / kMiB, 1024);
+  }
+  return std::max(mib, (block + kMiB - 1) / kMiB);
 }
 
 }  // namespace lio

@@ -64,3 +64,76 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
 }
 
 }  // namespace lio::cpu
+
+namespace lio::cpu {
+
+void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                     const int32_t* query_start_loc, const int32_t* seq_lens,
+                     const int32_t* block_tables, int64_t n_seqs, int64_t max_blocks_per_seq,
+                     int64_t block_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     float scale, const uint8_t* row_mask) {
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) {
+    throw InvalidArgument("paged_attention: n_heads must be a multiple of n_kv_heads");
+  }
+  if (n_seqs <= 0) return;
+  const int64_t n_tokens = query_start_loc[n_seqs];
+  const int64_t group = n_heads / n_kv_heads;
+  const int64_t q_stride = n_heads * head_dim;
+  const int64_t kv_stride = n_kv_heads * head_dim;
+  // Row -> (sequence, position), once per call.
+  std::vector<int32_t> row_seq(static_cast<size_t>(n_tokens)), row_pos(static_cast<size_t>(n_tokens));
+  int64_t max_keys = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int64_t q0 = query_start_loc[s], q1 = query_start_loc[s + 1];
+    const int64_t first_pos = seq_lens[s] - (q1 - q0);
+    for (int64_t i = q0; i < q1; ++i) {
+      row_seq[static_cast<size_t>(i)] = static_cast<int32_t>(s);
+      row_pos[static_cast<size_t>(i)] = static_cast<int32_t>(first_pos + (i - q0));
+    }
+    max_keys = std::max<int64_t>(max_keys, seq_lens[s]);
+  }
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(max_keys));
+    std::vector<int32_t> slots(static_cast<size_t>(max_keys));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      if (row_mask != nullptr && row_mask[i] == 0) continue;
+      const int32_t* table = block_tables + row_seq[static_cast<size_t>(i)] * max_blocks_per_seq;
+      const int64_t n_keys = row_pos[static_cast<size_t>(i)] + 1;
+      for (int64_t j = 0; j < n_keys; ++j)
+        slots[static_cast<size_t>(j)] = static_cast<int32_t>(table[j / block_size] * block_size + j % block_size);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float* qv = q + i * q_stride + h * head_dim;
+        const int64_t g = h / group;
+        float max_s = -INFINITY;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float* kv = k_pool + slots[static_cast<size_t>(j)] * kv_stride + g * head_dim;
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t d = 0; d < head_dim; ++d) s += qv[d] * kv[d];
+          s *= scale;
+          scores[static_cast<size_t>(j)] = s;
+          max_s = std::max(max_s, s);
+        }
+        float denom = 0.0f;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float e = std::exp(scores[static_cast<size_t>(j)] - max_s);
+          scores[static_cast<size_t>(j)] = e;
+          denom += e;
+        }
+        const float inv = 1.0f / denom;
+        float* o = out + i * q_stride + h * head_dim;
+        std::fill_n(o, head_dim, 0.0f);
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float p = scores[static_cast<size_t>(j)] * inv;
+          const float* vv = v_pool + slots[static_cast<size_t>(j)] * kv_stride + g * head_dim;
+#pragma omp simd
+          for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vv[d];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lio::cpu

@@ -23,10 +23,14 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n_rows, in
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, float theta_base, RopeStyle style);
 
-/// y = x W^T for a batch of rows: x (n, w.cols), y (n, w.rows). Any supported weight dtype;
-/// quantized blocks are dequantized on the fly (n == 1: fused dequant-dot GEMV; n > 1:
-/// tiles dequantized to f32 and multiplied with Eigen GEMM). Threads: OpenMP.
-void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n);
+/// y = x W^T for a batch of rows, or y += x W^T when `accumulate`: x (n, w.cols),
+/// y (n, w.rows), no overlap. Any supported weight dtype; quantized blocks are decoded in
+/// registers (never expanded to an f32 matrix), each block once per group of 8 rows.
+/// Batch-invariant: every output element is computed by the same sequence of operations
+/// whatever n is (see matmul.cpp), so a row's result is bitwise identical alone or in a batch.
+/// Threads: OpenMP over tiles of weight rows. Throws InvalidArgument on a null pointer, n <= 0,
+/// or a quantized weight whose cols is not a multiple of 32.
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false);
 
 /// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
@@ -45,6 +49,23 @@ void embedding_row(const WeightMatrix& w, int64_t token, float* out);
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
                int64_t head_dim, float scale);
+
+/// Paged causal grouped-query attention over a KV pool (Kwon et al. 2023, PagedAttention;
+/// the contract of vLLM's attention backends on a flattened batch).
+/// q, out: (n_tokens, n_heads, head_dim); k_pool, v_pool: one layer of the pool,
+/// (n_slots, n_kv_heads, head_dim) with slot = block * block_size + offset.
+/// Row i of sequence s (query_start_loc[s] <= i < query_start_loc[s + 1]) is at position
+/// p = seq_lens[s] - query_len(s) + (i - query_start_loc[s]) and attends to positions 0 .. p of
+/// s; position j is at slot block_tables[s * max_blocks_per_seq + j / block_size] * block_size +
+/// j % block_size. Query head h reads KV head h / (n_heads / n_kv_heads). Softmax subtracts the
+/// row's max. Each (row, head) is computed by the same loop whatever else is in the batch.
+/// row_mask: optional (n_tokens); rows with 0 are skipped (left untouched).
+/// Throws InvalidArgument if n_heads is not a multiple of n_kv_heads.
+void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                     const int32_t* query_start_loc, const int32_t* seq_lens,
+                     const int32_t* block_tables, int64_t n_seqs, int64_t max_blocks_per_seq,
+                     int64_t block_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     float scale, const uint8_t* row_mask = nullptr);
 
 /// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
 /// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:

@@ -1,16 +1,27 @@
-// matmul.cpp — y = x W^T for every weight dtype LIO reads, on the CPU.
+// matmul.cpp — y = x W^T for every weight dtype LIO reads, on the CPU, batch-invariant.
 //
-// Two paths, picked by the number of input rows n:
-//   n == 1 (decode): a GEMV that streams each weight row once and dequantizes inside the
-//     dot product (fused dequant-dot). Batch-1 decode is memory-bound: it must read every
-//     weight byte per token, so the kernel's job is to keep the loads flowing.
-//   n > 1 (prefill): tiles of kTileRows weight rows are dequantized to f32 once and
-//     multiplied against all n rows with Eigen's GEMM, so the dequant cost is amortized
-//     over n tokens and the arithmetic runs at GEMM speed (compute-bound).
-// Both split the weight rows across OpenMP threads.
+// One kernel serves every row count, from a single decode row to a 512-row prefill chunk:
+//   for each tile of kTileRows weight rows (split across OpenMP threads):
+//     for each group of up to kGroupRows rows of x:
+//       for each weight row j of the tile, for each 32-element block b of it:
+//         decode the block ONCE into 4 x 8 floats w (nibbles / int8 / f16 / bf16 / f32),
+//         then for every row r of the group:  s_r  = w . x_r[block b]      (8 lanes)
+//                                             acc_r = fma(scale_b, s_r, acc_r)
+//                                             off_r += offset_b * sum(x_r[block b])
+//       y[r, j] = hsum(acc_r) + off_r (+ a scalar tail when cols % 32 != 0)
+// So quantized weights are never expanded to an f32 matrix, each weight block is read from
+// memory once per group of rows (decode rows of many sequences share the read), and the
+// arithmetic per output element — which products, in which order, into which accumulator —
+// depends only on that element's weight row and x row: never on how many rows are in the
+// batch, which group or thread a row lands in, or where a sequence's chunk starts. That is
+// the reduction order that makes a sequence's logits bitwise identical alone, in a batch of
+// 64, or prefilled in chunks of 1, 7 or 64 (He et al. 2025, "Defeating Nondeterminism in LLM
+// Inference", Thinking Machines: batch-invariant kernels). The price: no Eigen GEMM for large
+// prefill chunks (see docs and bench/results for the measured cost).
+// Q4_1 per block: sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i (ggml's
+// block_q4_1); Q4_0: d * (sum_i q_i x_i - 8 sum_i x_i); Q8_0: d * sum_i q_i x_i.
 #include <immintrin.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -21,211 +32,216 @@
 namespace lio::cpu {
 namespace {
 
-constexpr int64_t kTileRows = 64;  // weight rows dequantized per GEMM tile (64 x 1536 f32 = 384 KiB max here)
+constexpr int64_t kGroupRows = 8;  // x rows sharing one decoded weight block (8 accumulators)
+constexpr int64_t kTileRows = 16;  // weight rows per OpenMP work item (a tile stays in L1)
+constexpr int64_t kB = kQuantBlockElems;  // 32
 
-// ---- fused dequant-dot: one weight row . x --------------------------------------------
-// Each function is equivalent to: dequantize_row(dtype, row, tmp, n); return sum(tmp[i] * x[i]).
-// x_block_sums[b] = sum of x over block b (precomputed once per GEMV; used by Q4_0/Q4_1).
+/// Sum of x over each 32-element block, in element order: the "+ m * sum(x)" term of
+/// Q4_1/Q4_0. x: (cols); out: (cols / 32).
+void block_sums(const float* x, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / kB; ++b) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < kB; ++i) s += x[b * kB + i];
+    out[b] = s;
+  }
+}
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
   lo = _mm_hadd_ps(lo, lo);
   lo = _mm_hadd_ps(lo, lo);
   return _mm_cvtss_f32(lo);
 }
-inline float half(uint16_t bits) { return _cvtsh_ss(bits); }
 
-float dot_f32(const float* w, const float* x, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-         a3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-  }
-  float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; ++i) s += w[i] * x[i];
-  return s;
-}
+/// One decoded 32-element weight block: w[k] holds elements 8k .. 8k+7; the block contributes
+/// scale * (w . x) + offset * sum(x).
+struct DecodedBlock {
+  __m256 w[4];
+  float scale;
+  float offset;
+};
 
-// 16 packed nibble bytes -> the 32 quants as 4 x 8 floats, in element order.
-inline void unpack_nibbles(const uint8_t* qs, __m256& q0, __m256& q1, __m256& q2, __m256& q3) {
+inline void unpack_nibbles(const uint8_t* qs, __m256* w) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0x0F);
   const __m128i lo = _mm_and_si128(bytes, mask);                     // elements 0..15
   const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);  // elements 16..31
-  q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-  q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-  q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-  q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
 }
 
-inline __m256 dot_block_q4(const uint8_t* qs, const float* x) {
-  __m256 q0, q1, q2, q3;
-  unpack_nibbles(qs, q0, q1, q2, q3);
-  __m256 acc = _mm256_mul_ps(q0, _mm256_loadu_ps(x));
-  acc = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), acc);
-  acc = _mm256_fmadd_ps(q2, _mm256_loadu_ps(x + 16), acc);
-  return _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), acc);
-}
-
-// Q4_1: sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i.
-float dot_q4_1(const std::byte* row, const float* x, const float* x_block_sums, int64_t n) {
-  const auto* blocks = reinterpret_cast<const BlockQ4_1*>(row);
-  __m256 acc = _mm256_setzero_ps();
-  float acc_m = 0.0f;
-  for (int64_t b = 0; b < n / kQuantBlockElems; ++b) {
-    const __m256 s = dot_block_q4(blocks[b].qs, x + b * kQuantBlockElems);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(blocks[b].d)), s, acc);
-    acc_m += half(blocks[b].m) * x_block_sums[b];
+/// Decodes block b of a row of dtype D. Equivalent to dequantize_row on those 32 elements,
+/// factored as scale * w + offset.
+template <DType D>
+inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
+  DecodedBlock blk;
+  if constexpr (D == DType::Q4_1) {
+    const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
+    unpack_nibbles(q.qs, blk.w);
+    blk.scale = _cvtsh_ss(q.d);
+    blk.offset = _cvtsh_ss(q.m);
+  } else if constexpr (D == DType::Q4_0) {
+    const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    unpack_nibbles(q.qs, blk.w);
+    blk.scale = _cvtsh_ss(q.d);
+    blk.offset = -8.0f * blk.scale;
+  } else if constexpr (D == DType::Q8_0) {
+    const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    for (int k = 0; k < 4; ++k)
+      blk.w[k] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.qs + 8 * k))));
+    blk.scale = _cvtsh_ss(q.d);
+    blk.offset = 0.0f;
+  } else if constexpr (D == DType::F16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(row) + b * kB;
+    for (int k = 0; k < 4; ++k)
+      blk.w[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * k)));
+    blk.scale = 1.0f;
+    blk.offset = 0.0f;
+  } else if constexpr (D == DType::BF16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(row) + b * kB;
+    for (int k = 0; k < 4; ++k) {
+      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * k)));
+      blk.w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));  // bf16 = the top half of f32
+    }
+    blk.scale = 1.0f;
+    blk.offset = 0.0f;
+  } else {
+    const auto* f = reinterpret_cast<const float*>(row) + b * kB;
+    for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_loadu_ps(f + 8 * k);
+    blk.scale = 1.0f;
+    blk.offset = 0.0f;
   }
-  return hsum(acc) + acc_m;
+  return blk;
 }
 
-// Q4_0: sum_i d (q_i - 8) x_i = d * (sum_i q_i x_i - 8 sum_i x_i).
-float dot_q4_0(const std::byte* row, const float* x, const float* x_block_sums, int64_t n) {
-  const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row);
-  __m256 acc = _mm256_setzero_ps();
-  float acc_off = 0.0f;
-  for (int64_t b = 0; b < n / kQuantBlockElems; ++b) {
-    const __m256 s = dot_block_q4(blocks[b].qs, x + b * kQuantBlockElems);
-    const float d = half(blocks[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
-    acc_off -= 8.0f * d * x_block_sums[b];
+/// Element `c` of a row of dtype D (for the scalar tail of unblocked dtypes).
+template <DType D>
+inline float element(const std::byte* row, int64_t c) {
+  if constexpr (D == DType::F32) return reinterpret_cast<const float*>(row)[c];
+  if constexpr (D == DType::F16) return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  if constexpr (D == DType::BF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  return 0.0f;  // quantized dtypes have no tail (cols % 32 == 0 is checked)
+}
+
+/// y[r * y_stride + j] (+)= W[j] . x_r for the R rows x_r = x + r * cols of one group.
+/// xsums: (R, cols / 32) block sums (used when the dtype has an offset).
+template <DType D, int R>
+void dot_group(const std::byte* wrow, const float* x, const float* xsums, int64_t cols, float* y,
+               int64_t y_stride, bool accumulate) {
+  constexpr bool kHasOffset = D == DType::Q4_1 || D == DType::Q4_0;
+  const int64_t n_blocks = cols / kB;
+  __m256 acc[R];
+  float off[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    off[r] = 0.0f;
   }
-  return hsum(acc) + acc_off;
-}
-
-float dot_q8_0(const std::byte* row, const float* x, int64_t n) {
-  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(row);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQuantBlockElems; ++b) {
-    const float* xb = x + b * kQuantBlockElems;
-    const __m256i q01 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs)));
-    const __m256i q02 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + 8)));
-    const __m256i q03 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + 16)));
-    const __m256i q04 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + 24)));
-    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(q01), _mm256_loadu_ps(xb));
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q02), _mm256_loadu_ps(xb + 8), s);
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q03), _mm256_loadu_ps(xb + 16), s);
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q04), _mm256_loadu_ps(xb + 24), s);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(blocks[b].d)), s, acc);
-  }
-  return hsum(acc);
-}
-
-float dot_f16(const std::byte* row, const float* x, int64_t n) {
-  const auto* h = reinterpret_cast<const uint16_t*>(row);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
-    acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + i), acc);
-  }
-  float s = hsum(acc);
-  for (; i < n; ++i) s += f16_to_f32(h[i]) * x[i];
-  return s;
-}
-#else
-// Portable fallback: dequantize the row into a scratch buffer, then dot.
-float dot_generic(DType dtype, const std::byte* row, const float* x, int64_t n) {
-  thread_local std::vector<float> tmp;
-  tmp.resize(static_cast<size_t>(n));
-  dequantize_row(dtype, row, tmp.data(), n);
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += tmp[i] * x[i];
-  return s;
-}
-#endif
-
-float dot_row(const WeightMatrix& w, int64_t r, const float* x, const float* x_block_sums) {
-  const std::byte* row = w.row(r);
-  const int64_t n = w.cols;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  switch (w.dtype) {
-    case DType::F32: return dot_f32(reinterpret_cast<const float*>(row), x, n);
-    case DType::Q4_1: return dot_q4_1(row, x, x_block_sums, n);
-    case DType::Q4_0: return dot_q4_0(row, x, x_block_sums, n);
-    case DType::Q8_0: return dot_q8_0(row, x, n);
-    case DType::F16: return dot_f16(row, x, n);
-    case DType::BF16: {
-      thread_local std::vector<float> tmp;
-      tmp.resize(static_cast<size_t>(n));
-      dequantize_row(w.dtype, row, tmp.data(), n);
-      return dot_f32(tmp.data(), x, n);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const DecodedBlock blk = decode_block<D>(wrow, b);
+    const __m256 scale = _mm256_set1_ps(blk.scale);
+    for (int r = 0; r < R; ++r) {
+      const float* xb = x + r * cols + b * kB;
+      __m256 s = _mm256_mul_ps(blk.w[0], _mm256_loadu_ps(xb));
+      s = _mm256_fmadd_ps(blk.w[1], _mm256_loadu_ps(xb + 8), s);
+      s = _mm256_fmadd_ps(blk.w[2], _mm256_loadu_ps(xb + 16), s);
+      s = _mm256_fmadd_ps(blk.w[3], _mm256_loadu_ps(xb + 24), s);
+      acc[r] = _mm256_fmadd_ps(scale, s, acc[r]);
+      if constexpr (kHasOffset) off[r] += blk.offset * xsums[r * n_blocks + b];
     }
   }
-  return 0.0f;
-#else
-  (void)x_block_sums;
-  return dot_generic(w.dtype, row, x, n);
-#endif
-}
-
-void gemv(const WeightMatrix& w, const float* x, float* y) {
-  // Per-block sums of x, shared by every row (the "+ m * sum(x)" term of Q4_1/Q4_0).
-  thread_local std::vector<float> x_block_sums;
-  const bool blocked = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1;
-  if (blocked) {
-    const int64_t n_blocks = w.cols / kQuantBlockElems;
-    x_block_sums.resize(static_cast<size_t>(n_blocks));
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      float s = 0.0f;
-      for (int64_t i = 0; i < kQuantBlockElems; ++i) s += x[b * kQuantBlockElems + i];
-      x_block_sums[static_cast<size_t>(b)] = s;
-    }
+  for (int r = 0; r < R; ++r) {
+    float v = hsum(acc[r]) + off[r];
+    for (int64_t c = n_blocks * kB; c < cols; ++c) v += element<D>(wrow, c) * x[r * cols + c];
+    float& out = y[r * y_stride];
+    out = accumulate ? out + v : v;
   }
-  const float* sums = blocked ? x_block_sums.data() : nullptr;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < w.rows; ++r) y[r] = dot_row(w, r, x, sums);
 }
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <DType D, int R>
+void dot_tile(const WeightMatrix& w, int64_t j0, int64_t j1, const float* x, const float* xsums,
+              float* y, bool accumulate) {
+  for (int64_t j = j0; j < j1; ++j) dot_group<D, R>(w.row(j), x, xsums, w.cols, y + j, w.rows, accumulate);
+}
 
-void gemm(const WeightMatrix& w, const float* x, float* y, int64_t n) {
+template <DType D>
+void matmul_dtype(const WeightMatrix& w, const float* x, float* y, int64_t n, const float* xsums,
+                  bool accumulate) {
   const int64_t n_tiles = (w.rows + kTileRows - 1) / kTileRows;
-  Eigen::Map<const RowMajor> X(x, n, w.cols);
-  // Y is (n, rows) row-major; each tile writes a column block of it.
-  Eigen::Map<RowMajor> Y(y, n, w.rows);
-#pragma omp parallel
-  {
-    std::vector<float> tile;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n_tiles; ++t) {
-      const int64_t r0 = t * kTileRows;
-      const int64_t nr = std::min(kTileRows, w.rows - r0);
-      const float* wt;
-      if (w.dtype == DType::F32) {
-        wt = reinterpret_cast<const float*>(w.row(r0));
-      } else {
-        tile.resize(static_cast<size_t>(nr * w.cols));
-        for (int64_t r = 0; r < nr; ++r)
-          dequantize_row(w.dtype, w.row(r0 + r), tile.data() + r * w.cols, w.cols);
-        wt = tile.data();
+  const int64_t n_blocks = w.cols / kB;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const int64_t j0 = t * kTileRows, j1 = std::min(w.rows, j0 + kTileRows);
+    for (int64_t r0 = 0; r0 < n; r0 += kGroupRows) {
+      const float* xg = x + r0 * w.cols;
+      const float* sg = xsums + r0 * n_blocks;
+      float* yg = y + r0 * w.rows;
+      // Same per-element arithmetic for every group size; R only sets how many share a block.
+      switch (std::min(kGroupRows, n - r0)) {
+        case 1: dot_tile<D, 1>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 2: dot_tile<D, 2>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 3: dot_tile<D, 3>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 4: dot_tile<D, 4>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 5: dot_tile<D, 5>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 6: dot_tile<D, 6>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 7: dot_tile<D, 7>(w, j0, j1, xg, sg, yg, accumulate); break;
+        default: dot_tile<D, 8>(w, j0, j1, xg, sg, yg, accumulate); break;
       }
-      Eigen::Map<const RowMajor> W(wt, nr, w.cols);
-      Y.middleCols(r0, nr).noalias() = X * W.transpose();
     }
   }
 }
+
+void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, const float* xsums,
+                 bool accumulate) {
+  switch (w.dtype) {
+    case DType::F32: return matmul_dtype<DType::F32>(w, x, y, n, xsums, accumulate);
+    case DType::F16: return matmul_dtype<DType::F16>(w, x, y, n, xsums, accumulate);
+    case DType::BF16: return matmul_dtype<DType::BF16>(w, x, y, n, xsums, accumulate);
+    case DType::Q8_0: return matmul_dtype<DType::Q8_0>(w, x, y, n, xsums, accumulate);
+    case DType::Q4_0: return matmul_dtype<DType::Q4_0>(w, x, y, n, xsums, accumulate);
+    case DType::Q4_1: return matmul_dtype<DType::Q4_1>(w, x, y, n, xsums, accumulate);
+  }
+}
+#endif
 
 }  // namespace
 
-void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n) {
+// Dequantize-then-dot, one row at a time: the fallback without AVX2 (one order for any n too).
+void matmul_scalar(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t j = 0; j < w.rows; ++j) {
+    dequantize_row(w.dtype, w.row(j), row.data(), w.cols);
+    for (int64_t r = 0; r < n; ++r) {
+      float s = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) s += row[static_cast<size_t>(c)] * x[r * w.cols + c];
+      float& out = y[r * w.rows + j];
+      out = accumulate ? out + s : s;
+    }
+  }
+}
+
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate) {
   if (w.data == nullptr || x == nullptr || y == nullptr || n <= 0) {
     throw InvalidArgument("matmul: null pointer or n <= 0 for weight '" + w.name + "'");
   }
-  if (n == 1) {
-    gemv(w, x, y);
-  } else {
-    gemm(w, x, y, n);
+  if (dtype_info(w.dtype).block_elems > 1 && w.cols % kB != 0) {
+    throw InvalidArgument("matmul: weight '" + w.name + "' has " + std::to_string(w.cols) +
+                          " columns, not a multiple of the 32-element block");
   }
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  const int64_t n_blocks = w.cols / kB;
+  std::vector<float> xsums(static_cast<size_t>(n * n_blocks));
+  if (w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0)
+    for (int64_t r = 0; r < n; ++r) block_sums(x + r * w.cols, w.cols, xsums.data() + r * n_blocks);
+  matmul_simd(w, x, y, n, xsums.data(), accumulate);
+#else
+  matmul_scalar(w, x, y, n, accumulate);  // portable fallback: one order for every batch too
+#endif
 }
 
 }  // namespace lio::cpu

@@ -8,8 +8,11 @@
 #include <numeric>
 #include <tuple>
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "lio/cpu_backend.h"
+#include "lio/model_runner.h"
 #include "lio/error.h"
 #include "lio/generate.h"
 #include "lio/model.h"
@@ -104,10 +107,17 @@ std::vector<double> reference_logits(const TinyModelSpec& s, const std::vector<i
   return logits;
 }
 
+/// A CPU runner over `m` with a pool of n_blocks blocks of block_size tokens.
+std::unique_ptr<lio::ModelRunner> cpu_runner(const lio::LoadedModel& m, int64_t block_size = 16,
+                                             int64_t n_blocks = 64) {
+  return std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(m.config, m.weights),
+                                            lio::KvPoolConfig{block_size, n_blocks});
+}
+
 std::vector<float> run_all_logits(const lio::LoadedModel& m, const std::vector<int32_t>& tokens) {
-  lio::Model model(m.config, m.weights);
-  lio::KvCache cache(m.config, static_cast<int64_t>(tokens.size()));
-  auto out = model.forward(tokens, cache, true);
+  auto runner = cpu_runner(m);
+  lio::SoloSequence seq(*runner, static_cast<int64_t>(tokens.size()));
+  auto out = seq.forward(tokens, true);
   return {out.begin(), out.end()};
 }
 
@@ -155,18 +165,22 @@ TEST_F(ModelTest, KvCacheAndRecomputeLogitsAgree) {
   spec.embd_dtype = lio::DType::Q8_0;
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
-  lio::Model model(m.config, m.weights);
-  // Cached: prefill 4 tokens, then one token per step. Recompute: whole prefix every step.
-  lio::KvCache cache(m.config, static_cast<int64_t>(kTokens.size()));
+  // Cached: prefill 4 tokens, then one token per step. Recompute: whole prefix every step, on a
+  // second runner. Blocks of 4 tokens, so rows cross blocks (paged attention) as well as read
+  // one (chapter 01's decode_attention).
+  auto runner = cpu_runner(m, 4, 8);
+  auto scratch_runner = cpu_runner(m, 4, 8);
+  lio::SoloSequence cache(*runner, static_cast<int64_t>(kTokens.size()));
   std::vector<int32_t> prefix(kTokens.begin(), kTokens.begin() + 4);
-  model.forward(prefix, cache);
+  cache.forward(prefix);
   for (size_t t = 4; t < kTokens.size(); ++t) {
-    auto c = model.forward(std::span(&kTokens[t], 1), cache);
+    auto c = cache.forward(std::span(&kTokens[t], 1));
     std::vector<float> cached(c.begin(), c.end());
-    lio::KvCache scratch(m.config, static_cast<int64_t>(t + 1));
-    auto r = model.forward(std::span(kTokens.data(), t + 1), scratch);
-    // Same math, different summation order (GEMV vs GEMM): agree to 1e-4 absolute.
-    for (size_t i = 0; i < cached.size(); ++i) ASSERT_NEAR(cached[i], r[i], 1e-4) << "step " << t;
+    lio::SoloSequence scratch(*scratch_runner, static_cast<int64_t>(t + 1));
+    auto r = scratch.forward(std::span(kTokens.data(), t + 1));
+    // The kernels are batch- and chunk-invariant: the same bits whichever way the row arrived.
+    ASSERT_EQ(cached.size(), r.size());
+    for (size_t i = 0; i < cached.size(); ++i) ASSERT_EQ(cached[i], r[i]) << "step " << t << " logit " << i;
   }
   EXPECT_EQ(cache.n_tokens(), static_cast<int64_t>(kTokens.size()));
 }
@@ -186,13 +200,16 @@ TEST_F(ModelTest, GreedyGenerationIdenticalWithAndWithoutCache) {
   TinyModelSpec spec;
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
-  lio::CpuRunner runner(m.config, m.weights);
+  auto runner_ptr = cpu_runner(m);
+  lio::ModelRunner& runner = *runner_ptr;
   lio::GenerateOptions g;
   g.max_tokens = 24;
+  g.ignore_eos = true;  // a run that stops at once would make the comparison empty
   g.use_kv_cache = true;
   auto a = lio::generate(runner, *m.tokenizer, kTokens, g);
   g.use_kv_cache = false;
   auto b = lio::generate(runner, *m.tokenizer, kTokens, g);
+  ASSERT_EQ(a.token_ids.size(), 24u);
   EXPECT_EQ(a.token_ids, b.token_ids);
   EXPECT_EQ(a.n_prompt_tokens, static_cast<int64_t>(kTokens.size()));
   // The cache holds every position fed through the model: prompt + generated - 1.
@@ -206,17 +223,18 @@ TEST_F(ModelTest, RejectsBadCalls) {
   TinyModelSpec spec;
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
-  lio::Model model(m.config, m.weights);
-  lio::KvCache cache(m.config, 4);
+  auto runner_ptr = cpu_runner(m);
+  lio::ModelRunner& runner = *runner_ptr;
+  lio::SoloSequence cache(runner, 4);
   std::vector<int32_t> too_many(5, 3), bad_id = {static_cast<int32_t>(spec.vocab_size())};
-  EXPECT_THROW(model.forward(too_many, cache), lio::InvalidArgument);
-  EXPECT_THROW(model.forward(bad_id, cache), lio::InvalidArgument);
-  EXPECT_THROW(model.forward({}, cache), lio::InvalidArgument);
+  EXPECT_THROW(cache.forward(too_many), lio::InvalidArgument);
+  EXPECT_THROW(cache.forward(bad_id), lio::InvalidArgument);
+  EXPECT_THROW(cache.forward({}), lio::InvalidArgument);
+  EXPECT_EQ(cache.n_tokens(), 0);  // nothing ran
   EXPECT_THROW(lio::KvCache(m.config, m.config.context_length + 1), lio::InvalidArgument);
+  EXPECT_THROW(lio::SoloSequence(runner, 0), lio::InvalidArgument);
+  EXPECT_THROW(lio::SoloSequence(runner, 64 * 16 + 1), lio::InvalidArgument);  // more than the pool
   std::vector<int32_t> long_prompt(static_cast<size_t>(m.config.context_length), 7);
-  lio::CpuRunner runner(m.config, m.weights);
-  EXPECT_THROW(runner.forward(kTokens), lio::InvalidArgument);  // no reset() yet
-  EXPECT_THROW(runner.reset(0), lio::InvalidArgument);
   lio::GenerateOptions g;
   EXPECT_THROW(lio::generate(runner, *m.tokenizer, long_prompt, g), lio::InvalidArgument);
   g.sampler.temperature = -1.0f;

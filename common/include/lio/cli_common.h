@@ -27,6 +27,7 @@ struct CommonOptions {
   std::string dtype = "auto";   ///< --dtype auto|f32|f16|bf16
   std::string device = "cpu";   ///< --device cpu|cuda
   int threads = 0;              ///< --threads (0 = all cores)
+  KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib
   bool json = false;            ///< --json: one machine-readable summary on stdout
 };
 
@@ -34,6 +35,8 @@ struct CommonOptions {
 void add_model_flags(CLI::App& app, CommonOptions& o);
 /// --device cpu|cuda (programs that run the forward pass).
 void add_device_flag(CLI::App& app, CommonOptions& o);
+/// --block-size and --kv-cache-mib (the paged KV pool).
+void add_kv_pool_flags(CLI::App& app, CommonOptions& o);
 /// --prompt, --chat, --system, --max-tokens, --stop and the sampler flags.
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature);
 
@@ -43,8 +46,9 @@ void apply_threads(int threads);
 /// Loads the model named by --model (default_model_path() when empty) in --dtype mode.
 LoadedModel load_from_options(const CommonOptions& o);
 
-/// The runner --device names, over `m` (which must outlive it). Throws InvalidArgument for an
-/// unknown device, UnsupportedError when CUDA is asked for and unavailable (see make_runner).
+/// The runner --device names, over `m` (which must outlive it), with the KV pool o.kv_pool
+/// describes. Throws InvalidArgument for an unknown device or a bad pool size,
+/// UnsupportedError when CUDA is asked for and unavailable (see make_runner).
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o);
 
 /// The JSON summary of one generate() call, as the programs print it with --json: text,

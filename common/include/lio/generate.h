@@ -1,5 +1,6 @@
 // generate.h — one sequence from prompt to finish: prefill, then decode token by token,
-// with or without the KV cache, streaming complete UTF-8 text as it goes.
+// with or without the KV cache, streaming complete UTF-8 text as it goes. It is a
+// one-request Engine (lio/engine.h): the same scheduler, batch and forward pass as a server.
 //
 // Metrics follow the serving vocabulary (vLLM / MLPerf Inference):
 //   TTFT  time to first token = prefill + first sample (ms)
@@ -16,6 +17,7 @@
 
 #include "lio/model_runner.h"
 #include "lio/sampler.h"
+#include "lio/sequence.h"
 #include "lio/tokenizer.h"
 
 namespace lio {
@@ -29,11 +31,6 @@ struct GenerateOptions {
   SamplerConfig sampler;          ///< token selection (validated by Sampler)
 };
 
-/// Why generation ended.
-enum class FinishReason { Stop, Length };  // Stop: EOS/stop string; Length: max_tokens or context
-/// "stop" or "length", as in OpenAI-style `finish_reason` fields.
-const char* finish_reason_name(FinishReason r);
-
 /// Output text, token ids and timings of one generate() call.
 struct GenerateResult {
   std::string text;                 ///< generated text (prompt excluded, stop string excluded)
@@ -43,8 +40,8 @@ struct GenerateResult {
   double tpot_ms = 0;               ///< mean time per later token
   double tokens_per_s = 0;          ///< decode throughput (tokens after the first / their time)
   double total_ms = 0;              ///< prefill + decode wall time
-  int64_t kv_bytes = 0;             ///< K/V bytes held at the end (0 without a cache)
-  int64_t kv_bytes_allocated = 0;   ///< bytes the cache allocated
+  int64_t kv_bytes = 0;             ///< K/V bytes of the positions held at the end (0 without a cache)
+  int64_t kv_bytes_allocated = 0;   ///< bytes of the KV blocks the sequence held at the end
   int64_t kv_tokens = 0;            ///< positions held in the cache at the end
   FinishReason finish_reason = FinishReason::Length;  ///< why generation ended
 };
@@ -52,19 +49,14 @@ struct GenerateResult {
 /// Callback receiving each newly completed piece of text (UTF-8 complete).
 using TextCallback = std::function<void(std::string_view)>;
 
-/// Generates a continuation of `prompt_ids`. Throws InvalidArgument when the prompt is
-/// empty, the prompt does not leave room for one generated token in the context window
-/// ("prompt has N tokens; the context holds M"), max_tokens < 1, or the sampler
-/// settings are invalid. Generation also ends at the context length (FinishReason::Length).
-/// `runner` may be on any device; its cache is reset (sized to prompt + max_tokens, capped at
-/// the context length) and holds the sequence afterwards.
+/// Generates a continuation of `prompt_ids` with a one-request Engine over `runner` (whose
+/// KV pool must be free: the engine hands out its blocks). Throws InvalidArgument when the
+/// prompt is empty, the prompt does not leave room for one generated token in the context
+/// window ("prompt has N tokens; the context holds M"), the pool cannot hold the prompt,
+/// max_tokens < 1, or the sampler settings are invalid. Generation also ends at the context
+/// length, or when the pool cannot hold the next token (FinishReason::Length).
 GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer,
                         std::span<const int32_t> prompt_ids, const GenerateOptions& options,
                         const TextCallback& on_text = {});
-
-/// Finds the earliest occurrence of any stop string in `text`; returns npos if none.
-/// Also reports, via `holdback`, how many trailing bytes could still begin a stop string
-/// (so a streamer must not emit them yet).
-size_t find_stop(std::string_view text, std::span<const std::string> stops, size_t* holdback);
 
 }  // namespace lio

@@ -9,8 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <span>
-#include <vector>
 
 #include "lio/model_config.h"
 
@@ -23,14 +24,19 @@ class KvCache {
   /// Throws InvalidArgument if capacity_tokens <= 0 or exceeds config.context_length.
   KvCache(const ModelConfig& config, int64_t capacity_tokens);
 
+  /// Storage for `capacity_tokens` slots of kv_dim floats per layer with no context-length
+  /// cap: the paged pool's slots (HostKvPool), where a "position" is a slot id
+  /// (block * block_size + offset). Throws InvalidArgument if an argument is < 1.
+  KvCache(int64_t n_layers, int64_t kv_dim, int64_t capacity_tokens);
+
   /// Keys of layer `layer` for positions [0, capacity): (capacity_tokens, n_kv_heads, head_dim).
-  float* keys(int64_t layer) { return k_.data() + layer * layer_stride_; }
+  float* keys(int64_t layer) { return k_.get() + layer * layer_stride_; }
   /// Values of layer `layer`, laid out as keys().
-  float* values(int64_t layer) { return v_.data() + layer * layer_stride_; }
+  float* values(int64_t layer) { return v_.get() + layer * layer_stride_; }
   /// Read-only keys(); (capacity_tokens, n_kv_heads, head_dim).
-  const float* keys(int64_t layer) const { return k_.data() + layer * layer_stride_; }
+  const float* keys(int64_t layer) const { return k_.get() + layer * layer_stride_; }
   /// Read-only values(); (capacity_tokens, n_kv_heads, head_dim).
-  const float* values(int64_t layer) const { return v_.data() + layer * layer_stride_; }
+  const float* values(int64_t layer) const { return v_.get() + layer * layer_stride_; }
 
   /// Task 3 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/kv_cache_ops.cpp).
   /// Appends one token's key and value for `layer` at position `pos`: copies kv_dim floats
@@ -72,8 +78,14 @@ class KvCache {
   int64_t capacity_tokens_;
   int64_t layer_stride_;  ///< capacity_tokens * kv_dim floats
   int64_t n_tokens_ = 0;
-  std::vector<float> k_;  ///< (n_layers, capacity_tokens, kv_dim)
-  std::vector<float> v_;  ///< (n_layers, capacity_tokens, kv_dim)
+  /// calloc'd: zero pages are mapped lazily, so a large pool costs memory only where written.
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  using Slab = std::unique_ptr<float[], FreeDeleter>;
+  static Slab zeroed(int64_t n_floats);
+  Slab k_;  ///< (n_layers, capacity_tokens, kv_dim)
+  Slab v_;  ///< (n_layers, capacity_tokens, kv_dim)
 };
 
 }  // namespace lio

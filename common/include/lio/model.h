@@ -1,55 +1,43 @@
-// model.h — the Llama-family decoder forward pass on the CPU.
+// model.h — the Llama-family decoder forward pass, written once over a Backend's operators.
 //
 // Per block (Touvron et al. 2023, "LLaMA", sec. 2.2):
 //   h = x + W_o . Attn(RoPE(W_q . RMSNorm(x)), RoPE(W_k . RMSNorm(x)), W_v . RMSNorm(x))
 //   y = h + W_down . (silu(W_gate . RMSNorm(h)) * (W_up . RMSNorm(h)))
-// then logits = W_out . RMSNorm(y). Attention is grouped-query (Ainslie et al. 2023).
+// then logits = W_out . RMSNorm(y) for the rows that need them. Attention is grouped-query
+// (Ainslie et al. 2023) and paged (Kwon et al. 2023): K/V go to the pool through the slot
+// mapping, and each row reads its sequence's cached prefix through the block table.
+// The pass holds no sequence state: positions, slots and block tables come in the batch.
 #pragma once
 
-#include <cstdint>
 #include <span>
-#include <vector>
 
-#include "lio/kv_cache.h"
+#include "lio/backend.h"
+#include "lio/forward_batch.h"
+#include "lio/kv_pool.h"
 #include "lio/model_config.h"
-#include "lio/model_loader.h"
 
 namespace lio {
 
-/// Runs the forward pass. Holds references to the config and weights (which must outlive
-/// it) and its own scratch buffers, so one Model serves one sequence at a time.
+/// Runs the forward pass on `backend` (which must outlive the Model).
 class Model {
  public:
-  /// Keeps references to `config` and `weights` (not copied; they must outlive the Model).
-  Model(const ModelConfig& config, const Weights& weights);
+  explicit Model(Backend& backend) : backend_(backend) {}
 
-  /// Processes `tokens` at positions cache.n_tokens() .. cache.n_tokens() + n - 1, appends
-  /// their K/V to `cache`, advances cache.n_tokens() by n, and returns the logits:
-  /// (n, vocab_size) row-major when all_logits, else (1, vocab_size) for the last token.
-  /// The whole chunk goes through the matmuls as one (n, d_model) matrix (prefill as GEMM).
-  /// Throws InvalidArgument if tokens is empty, a token id is outside [0, vocab_size), or
-  /// the chunk does not fit in the cache.
-  std::span<const float> forward(std::span<const int32_t> tokens, KvCache& cache,
-                                 bool all_logits = false);
+  /// Runs `batch` (validated against the model and `pool` first), writes every row's K/V
+  /// into `pool`, and returns the logits of batch.logits_rows in the backend's memory:
+  /// (n_logits, vocab_size) row-major, valid until the next forward. Work may still be in
+  /// flight (Backend::to_host waits). Throws InvalidArgument for a bad batch.
+  float* forward_device(const ForwardBatch& batch, KvPool& pool);
 
-  /// The config this model was built with.
-  const ModelConfig& config() const { return config_; }
+  /// forward_device(), then the logits copied to `logits` (n_logits * vocab_size floats, host).
+  /// Throws InvalidArgument if `logits` has another size, or as forward_device().
+  void forward(const ForwardBatch& batch, KvPool& pool, std::span<float> logits);
+
+  /// The backend's model config.
+  const ModelConfig& config() const { return backend_.config(); }
 
  private:
-  const ModelConfig& config_;
-  const Weights& weights_;
-  // Scratch, resized to the chunk length n on demand. Shapes with n rows:
-  std::vector<float> x_;       ///< (n, d_model) residual stream
-  std::vector<float> xn_;      ///< (n, d_model) normalized
-  std::vector<float> q_;       ///< (n, n_heads * head_dim)
-  std::vector<float> k_;       ///< (n, n_kv_heads * head_dim)
-  std::vector<float> v_;       ///< (n, n_kv_heads * head_dim)
-  std::vector<float> attn_;    ///< (n, n_heads * head_dim)
-  std::vector<float> proj_;    ///< (n, d_model)
-  std::vector<float> gate_;    ///< (n, d_ff)
-  std::vector<float> up_;      ///< (n, d_ff)
-  std::vector<float> logits_;  ///< (n_out, vocab_size)
-  std::vector<int32_t> positions_;
+  Backend& backend_;
 };
 
 }  // namespace lio

@@ -1,10 +1,8 @@
-// model_runner.h — one model on one device plus one sequence's KV cache: what generate()
-// drives, whichever device runs the forward pass.
+// model_runner.h — one model on one device with its KV pool: what the Engine drives.
 //
-// vLLM's ModelRunner owns the model on its device and executes forward passes for the
-// scheduler; ours does the same for a single sequence (chapter 05 batches it). The CPU runner
-// wraps Model + KvCache (chapter 01); the CUDA runner (lio/cuda_runner.h) keeps the weights
-// and the cache in device memory and copies only token ids in and logits out.
+// vLLM's ModelRunner owns the model on its device, the KV cache and the input buffers, and
+// executes one scheduled batch per step; ours does the same. The device is a Backend
+// (CpuBackend, cuda::CudaBackend); the forward pass (Model) is the same code for both.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "lio/kv_cache.h"
+#include "lio/backend.h"
+#include "lio/forward_batch.h"
+#include "lio/kv_pool.h"
 #include "lio/model.h"
-#include "lio/model_config.h"
 #include "lio/model_loader.h"
 #include "lio/sampler.h"
 
@@ -29,75 +28,100 @@ Device parse_device(const std::string& text);
 /// "cpu" or "cuda".
 const char* device_name(Device device);
 
-/// What the KV cache holds and costs right now.
-struct KvUsage {
-  int64_t n_tokens = 0;         ///< positions filled (tokens)
-  int64_t used_bytes = 0;       ///< bytes holding those positions (K and V, all layers)
-  int64_t allocated_bytes = 0;  ///< bytes the cache allocated
+/// One logits row's sampling: the sequence's own sampler and its tokens so far (for the
+/// repetition penalty).
+struct SampleRow {
+  Sampler* sampler = nullptr;          ///< not owned
+  std::span<const int32_t> history;    ///< prompt + generated tokens
 };
 
-/// A model on a device with the KV cache of one sequence. Not thread-safe; one sequence at a
-/// time. Implementations: CpuRunner (below), cuda::CudaRunner (lio/cuda_runner.h).
+/// A backend, its KV pool and the forward pass. Not thread-safe (the Engine's thread uses it).
 class ModelRunner {
  public:
-  virtual ~ModelRunner() = default;
+  /// Takes `backend` and allocates a pool of `pool_config` on it. Throws as
+  /// Backend::make_kv_pool.
+  ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config);
 
   /// The model's hyper-parameters.
-  virtual const ModelConfig& config() const = 0;
-  /// The device in words, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
-  virtual std::string device_description() const = 0;
+  const ModelConfig& config() const { return backend_->config(); }
+  /// The device in words.
+  std::string device_description() const { return backend_->device_description(); }
+  /// The backend (for its op timings or weight bytes).
+  Backend& backend() { return *backend_; }
+  /// The KV pool.
+  KvPool& kv_pool() { return *pool_; }
 
-  /// Starts a new sequence with room for `capacity_tokens` positions: the cache is emptied,
-  /// and reallocated when its capacity differs. Throws InvalidArgument if capacity_tokens is
-  /// outside [1, context_length]; CudaError / std::bad_alloc if memory runs out.
-  virtual void reset(int64_t capacity_tokens) = 0;
+  /// Runs `batch` and returns its logits on the host: (n_logits, vocab_size) row-major,
+  /// valid until the next call. Throws as Model::forward_device.
+  std::span<const float> forward(const ForwardBatch& batch);
 
-  /// Runs `tokens` at the next positions of the sequence (n_tokens() .. + n - 1), appends their
-  /// K/V to the cache and returns the logits on the host: (n, vocab_size) row-major when
-  /// all_logits, else (1, vocab_size) for the last token. The span stays valid until the next
-  /// forward() or reset(). Throws InvalidArgument if tokens is empty, an id is outside
-  /// [0, vocab_size), or the chunk does not fit the cache (reset() first).
-  virtual std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false) = 0;
-
-  /// Runs `tokens` like forward() (last-token logits only) and draws the next token from those
-  /// logits with `sampler`, whose repetition penalty looks at `history` (the sequence so far:
-  /// prompt, generated tokens, `tokens` included). The result is always
-  /// sampler.sample(copy of forward(tokens), history): this default does exactly that on the
-  /// host. A device runner may do part of the sampling where the logits are (CudaRunner: the
-  /// greedy chain, penalty + argmax, on the GPU, copying 12 bytes back instead of the
-  /// vocab_size floats). Throws as forward() and as Sampler::sample.
-  virtual int32_t forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
-                                 std::span<const int32_t> history);
-
-  /// Positions filled so far in the current sequence.
-  virtual KvUsage kv_usage() const = 0;
+  /// Runs `batch` and samples one token per logits row: out[i] =
+  /// rows[i].sampler->sample(logits row i, rows[i].history) — always that answer. Greedy rows
+  /// run penalty + argmax on the device when the backend can (a GPU copies back 12 bytes per
+  /// row instead of vocab_size floats); a row the sampler would reject is then copied back and
+  /// handed to it, so the error is the CPU path's. Throws InvalidArgument if rows.size() !=
+  /// batch.n_logits(), or as forward() and Sampler::sample.
+  std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows);
 
  private:
-  std::vector<float> sample_row_;  ///< (vocab_size) the logits forward_sample() hands the sampler
-};
-
-/// The CPU runner: Model (kernels/cpu) over a contiguous f32 KvCache in host memory.
-class CpuRunner final : public ModelRunner {
- public:
-  /// Keeps references to `config` and `weights` (they must outlive the runner). No cache is
-  /// allocated until reset().
-  CpuRunner(const ModelConfig& config, const Weights& weights);
-
-  const ModelConfig& config() const override { return model_.config(); }
-  std::string device_description() const override { return "cpu"; }
-  void reset(int64_t capacity_tokens) override;
-  std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
-  KvUsage kv_usage() const override;
-
- private:
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvPool> pool_;
   Model model_;
-  std::unique_ptr<KvCache> cache_;
+  std::vector<float> logits_;  ///< (n_logits, vocab_size) host copy
 };
 
-/// Creates the runner for `device` over `model` (which must outlive it). Device::Cuda uploads
-/// the weights to GPU 0. Throws UnsupportedError when CUDA is asked for and this build has no
-/// CUDA support or no usable GPU is present (the message says which), CudaError on a device
-/// failure (e.g. out of memory).
-std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device);
+/// One sequence run straight on a runner, without an Engine: it owns blocks 0 .. of the
+/// runner's pool in order (nothing else may use the pool meanwhile). Chapter 01's view of the
+/// cache — one sequence, its blocks contiguous — and what `lio logits`, benchmarks and tests
+/// use to feed a sequence chunk by chunk.
+class SoloSequence {
+ public:
+  /// Reserves room for `capacity_tokens` positions. Throws InvalidArgument if capacity is
+  /// outside [1, context_length] or the pool has fewer than ceil(capacity / block_size) blocks.
+  SoloSequence(ModelRunner& runner, int64_t capacity_tokens);
+
+  /// Runs `tokens` at positions n_tokens() .. + n - 1 and returns the host logits:
+  /// (n, vocab_size) when all_logits, else (1, vocab_size) for the last token; valid until the
+  /// next call. Throws InvalidArgument if tokens is empty, an id is outside the vocabulary, or
+  /// the chunk does not fit the capacity.
+  std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false);
+  /// Runs `tokens` like forward() and samples the next token (ModelRunner::forward_sample).
+  int32_t forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
+                         std::span<const int32_t> history);
+  /// Positions filled so far.
+  int64_t n_tokens() const { return n_tokens_; }
+  /// Positions reserved.
+  int64_t capacity_tokens() const { return capacity_; }
+  /// Forgets every position (the next forward starts at 0).
+  void clear() { n_tokens_ = 0; }
+
+ private:
+  ForwardBatch batch(std::span<const int32_t> tokens, bool all_logits) const;
+  ModelRunner& runner_;
+  int64_t capacity_;
+  int64_t n_tokens_ = 0;
+  std::vector<int32_t> block_table_;
+};
+
+/// Where the KV pool's size comes from.
+struct KvPoolOptions {
+  int64_t block_size = 16;    ///< tokens per block (--block-size)
+  int64_t kv_cache_mib = 0;   ///< pool budget in MiB (--kv-cache-mib); 0 = default_kv_cache_mib
+};
+
+/// The default KV budget in MiB: on the CPU a quarter of physical memory, at most 1024 MiB;
+/// on a GPU 80% of the memory free after the weights. At least one block's worth.
+int64_t default_kv_cache_mib(const Backend& backend);
+
+/// The backend for `device` over `model` (which must outlive it). Device::Cuda uploads the
+/// weights to GPU 0. Throws UnsupportedError when CUDA is asked for and this build has no CUDA
+/// support or no usable GPU is present (the message says which), CudaError on a device failure.
+std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device);
+
+/// make_backend() plus a KV pool sized by `pool` (budget / block bytes, rounded down). Throws
+/// InvalidArgument if block_size < 1, kv_cache_mib < 0 or the budget holds no block, and as
+/// make_backend().
+std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device,
+                                         const KvPoolOptions& pool = {});
 
 }  // namespace lio

@@ -1,0 +1,135 @@
+// backend.h — the operators one device supplies to the forward pass.
+//
+// The Llama forward pass is written once (Model, lio/model.h) as a sequence of calls on a
+// Backend; a backend owns its weights in its own memory, its activation scratch and its
+// stream, and implements each operator with its kernels (CpuBackend: kernels/cpu;
+// cuda::CudaBackend: kernels/cuda). All pointers an operator takes are in the backend's memory
+// ("device pointers"; host memory for the CPU). Operators may run asynchronously; only
+// to_host() and the argmax hook wait. No device has its own copy of the layer loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lio/forward_batch.h"
+#include "lio/kv_pool.h"
+#include "lio/model_config.h"
+
+namespace lio {
+
+/// Which weight of the model an operator reads.
+enum class WeightKind {
+  TokenEmbd,   ///< (vocab_size, d_model), only gathered from
+  AttnNorm,    ///< (d_model) per layer
+  Wq,          ///< (n_heads * head_dim, d_model) per layer
+  Wk,          ///< (n_kv_heads * head_dim, d_model) per layer
+  Wv,          ///< (n_kv_heads * head_dim, d_model) per layer
+  Wo,          ///< (d_model, n_heads * head_dim) per layer
+  FfnNorm,     ///< (d_model) per layer
+  Gate,        ///< (d_ff, d_model) per layer
+  Up,          ///< (d_ff, d_model) per layer
+  Down,        ///< (d_model, d_ff) per layer
+  OutputNorm,  ///< (d_model)
+  Output,      ///< (vocab_size, d_model): the LM head (token_embd's data when tied)
+};
+
+/// A weight: its kind and its layer (-1 for TokenEmbd, OutputNorm, Output).
+struct WeightRef {
+  WeightKind kind;
+  int64_t layer = -1;
+};
+
+/// Activation buffers the forward pass asks its backend for (see Backend::scratch).
+enum class Scratch { X, Xn, Q, K, V, Attn, Gate, Up, Rows, Logits, kCount };
+
+/// A ForwardBatch's index arrays in the backend's memory, valid until the next upload().
+/// Pointers as ForwardBatch's fields (same shapes); `host` is the batch itself.
+struct BatchView {
+  const ForwardBatch* host = nullptr;      ///< the batch on the host
+  const int32_t* token_ids = nullptr;      ///< (n_tokens)
+  const int32_t* positions = nullptr;      ///< (n_tokens)
+  const int32_t* slot_mapping = nullptr;   ///< (n_tokens)
+  const int32_t* query_start_loc = nullptr;  ///< (n_seqs + 1)
+  const int32_t* seq_lens = nullptr;       ///< (n_seqs)
+  const int32_t* block_tables = nullptr;   ///< (n_seqs, max_blocks_per_seq)
+  const int32_t* logits_rows = nullptr;    ///< (n_logits)
+};
+
+/// What a device argmax finds in one logits row: enough to pick the greedy token, or to see
+/// that Sampler::sample would reject the row (NaN/+inf, or every value -inf).
+struct ArgmaxRow {
+  int32_t index = 0;      ///< first position of the largest value (lio::argmax)
+  int32_t n_invalid = 0;  ///< NaN or +inf values
+  int32_t n_masked = 0;   ///< -inf values
+};
+
+/// The operators of the Llama forward pass on one device. Not thread-safe: one forward pass
+/// at a time. Errors: InvalidArgument for a bad shape, UnsupportedError / CudaError (CUDA)
+/// for device failures; a backend that throws mid-pass leaves no work in flight.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// The model's hyper-parameters.
+  virtual const ModelConfig& config() const = 0;
+  /// The device in words, e.g. "cpu (2 threads)" or "cuda:0 (NVIDIA H100 80GB HBM3, ...)".
+  virtual std::string device_description() const = 0;
+  /// Bytes of weights this backend holds (the tied head once).
+  virtual int64_t weight_bytes() const = 0;
+  /// Bytes of device memory free for a KV pool after weights and scratch, or -1 when the
+  /// backend cannot tell (the CPU: the caller picks a budget).
+  virtual int64_t free_memory_bytes() const { return -1; }
+
+  /// Allocates a KV pool of `config` on this device. Throws InvalidArgument on a bad shape,
+  /// std::bad_alloc / CudaError when memory runs out.
+  virtual std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) = 0;
+
+  // ---- one forward pass --------------------------------------------------------------
+  /// Copies `batch`'s index arrays to the device (the batch must outlive the pass).
+  virtual BatchView upload(const ForwardBatch& batch) = 0;
+  /// Activation buffer `id` with room for n_floats floats (contents undefined; kept until
+  /// the same id is asked for again with more room).
+  virtual float* scratch(Scratch id, int64_t n_floats) = 0;
+
+  /// out (n, d_model) = rows token_ids of TokenEmbd, dequantized. Ids are checked beforehand
+  /// (ForwardBatch::validate).
+  virtual void embedding(const int32_t* token_ids, int64_t n, float* out) = 0;
+  /// out (n_rows, d_model) = RMSNorm(x) * weight `norm` (AttnNorm, FfnNorm or OutputNorm);
+  /// may alias. Zhang & Sennrich 2019, eq. 4.
+  virtual void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) = 0;
+  /// y (n_rows, w.rows) = x (n_rows, w.cols) W^T, or y += x W^T when `accumulate`.
+  virtual void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) = 0;
+  /// RoPE in place on x (n_tokens, n_heads, head_dim) at `positions` (n_tokens).
+  virtual void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) = 0;
+  /// Writes each row's K and V (n_tokens, kv_dim) into `layer` of the pool at the row's slot
+  /// (batch.slot_mapping): vLLM's reshape_and_cache.
+  virtual void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
+                         const BatchView& batch) = 0;
+  /// Paged causal attention: out (n_tokens, n_heads, head_dim) for q (same shape); row i of
+  /// sequence s at position p attends to positions 0 .. p of s through its block table.
+  virtual void attention(KvPool& pool, int64_t layer, const float* q, float* out,
+                         const BatchView& batch) = 0;
+  /// out = silu(gate) * up over n values; out may alias gate.
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  /// out (n_rows, dim) = x[rows[i]] for i < n_rows; rows: device int32.
+  virtual void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
+                           float* out) = 0;
+  /// Copies n_floats device floats to `host` and waits for the pass to finish.
+  virtual void to_host(const float* src, int64_t n_floats, float* host) = 0;
+
+  /// True when greedy_argmax() runs on this device (worth it where copying the logits row
+  /// back costs more than the argmax: a GPU).
+  virtual bool has_device_argmax() const { return false; }
+  /// Greedy sampling on the device for the rows `rows` of logits (n_logits, vocab): applies
+  /// the repetition penalty `penalties[i]` to the distinct ids `penalty_tokens[i]` of row i
+  /// (lio::repeat_penalty_logit; modifies the logits), then argmax; waits and returns one
+  /// ArgmaxRow per entry of `rows`. Throws UnsupportedError unless has_device_argmax().
+  virtual std::vector<ArgmaxRow> greedy_argmax(float* logits, std::span<const int32_t> rows,
+                                               const std::vector<std::vector<int32_t>>& penalty_tokens,
+                                               std::span<const float> penalties);
+};
+
+}  // namespace lio

@@ -1,0 +1,55 @@
+// cpu_backend.h — the Backend on the CPU: kernels/cpu over weights in host memory.
+//
+// Attention: a row whose whole context lies in its sequence's first block reads a contiguous
+// run of slots — chapter 01's cache — and runs through chapter 01's decode_attention (Task 4);
+// other rows go through cpu::paged_attention. K/V are appended with chapter 01's
+// KvCache::write (Task 3) on the pool's slots. So the learner's chapter 01 code is on the
+// engine's path. Both attention paths depend only on the row's own position and block size,
+// never on what else is in the batch, so batch invariance holds.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lio/backend.h"
+#include "lio/model_loader.h"
+
+namespace lio {
+
+/// Backend on the host CPU (Eigen-free hand kernels + OpenMP). Keeps references to `config`
+/// and `weights`, which must outlive it.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const ModelConfig& config, const Weights& weights);
+
+  const ModelConfig& config() const override { return config_; }
+  std::string device_description() const override;
+  int64_t weight_bytes() const override { return weights_.size_bytes(); }
+  std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) override;
+  BatchView upload(const ForwardBatch& batch) override;
+  float* scratch(Scratch id, int64_t n_floats) override;
+  void embedding(const int32_t* token_ids, int64_t n, float* out) override;
+  void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
+  void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
+  void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
+  void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
+                 const BatchView& batch) override;
+  void attention(KvPool& pool, int64_t layer, const float* q, float* out,
+                 const BatchView& batch) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
+                   float* out) override;
+  void to_host(const float* src, int64_t n_floats, float* host) override;
+
+ private:
+  const WeightMatrix& matrix(WeightRef w) const;
+  const std::vector<float>& norm(WeightRef w) const;
+  const ModelConfig& config_;
+  const Weights& weights_;
+  std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
+  std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_attention
+};
+
+}  // namespace lio

@@ -1,0 +1,109 @@
+// engine.h — the serving loop: requests in, per-step token and text deltas out.
+//
+// One step (vLLM v1 `EngineCore.step`, nano-vllm `LLMEngine.step`) reads on one screen:
+//   schedule -> build the ForwardBatch -> run (ModelRunner) -> sample -> post-process -> emit.
+// One thread drives step(); any thread may add or abort requests: they land in an inbox that
+// the next step() drains, so the loop never races with a caller.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lio/block_manager.h"
+#include "lio/forward_batch.h"
+#include "lio/model_runner.h"
+#include "lio/scheduler.h"
+#include "lio/sequence.h"
+#include "lio/tokenizer.h"
+
+namespace lio {
+
+/// Engine settings.
+struct EngineConfig {
+  SchedulerConfig scheduler;  ///< batch limits
+  /// false: chapter 01's baseline without a KV cache — after every step each sequence's
+  /// computed tokens are forgotten, so the next step recomputes its whole prefix.
+  bool reuse_kv = true;
+};
+
+/// What one request got in one step.
+struct RequestOutput {
+  int64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;  ///< tokens sampled this step (EOS excluded)
+  std::string new_text;                ///< text that became final this step
+  bool finished = false;
+  std::optional<FinishReason> finish_reason;  ///< set when finished
+  int64_t n_prompt_tokens = 0;
+  int64_t n_generated_tokens = 0;      ///< so far
+  double ttft_ms = 0;                  ///< arrival -> first token (once known)
+  double tpot_ms = 0;                  ///< mean time per token after the first (when finished)
+  double e2e_ms = 0;                   ///< arrival -> finish (when finished)
+  int64_t n_preemptions = 0;           ///< times this request was preempted
+  int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
+};
+
+/// Counters over the engine's life.
+struct EngineStats {
+  int64_t n_steps = 0;
+  int64_t n_preemptions = 0;
+  int64_t n_prompt_tokens_computed = 0;  ///< prefill rows run (recomputation included)
+  int64_t n_decode_tokens = 0;           ///< decode rows run
+  int64_t max_running = 0;               ///< most sequences in one step
+};
+
+/// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
+class Engine {
+ public:
+  /// The runner's pool decides the block manager's size. Throws InvalidArgument if `config`
+  /// is invalid.
+  Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config = {});
+
+  /// Queues a request; thread-safe. Returns its id. Throws InvalidArgument (and queues
+  /// nothing) if the prompt is empty, has a token outside the vocabulary, leaves no room for
+  /// one new token in the context ("prompt has N tokens; the context holds M"), needs more KV
+  /// blocks than the whole pool holds, or `params` are invalid.
+  int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
+  /// Asks for request `id` to end (finish reason Abort) at the next step, its blocks freed;
+  /// thread-safe. Unknown or finished ids are ignored.
+  void abort_request(int64_t id);
+
+  /// Runs one step: drains the inbox, schedules, runs the forward pass, samples, and returns one
+  /// output per request that got tokens, finished or was aborted this step. Throws what the
+  /// runner throws (a device failure); the engine's queues stay consistent.
+  std::vector<RequestOutput> step();
+
+  /// True while any request is waiting, running or in the inbox.
+  bool has_unfinished() const;
+  /// Counters.
+  const EngineStats& stats() const { return stats_; }
+  /// The runner.
+  ModelRunner& runner() { return runner_; }
+  /// Free KV blocks right now (all of them once every request is done).
+  int64_t n_free_blocks() const { return blocks_.n_free_blocks(); }
+
+ private:
+  void drain_inbox(std::vector<RequestOutput>& out);
+  RequestOutput output_of(const Sequence& seq) const;
+  void finish(Sequence& seq, FinishReason reason, RequestOutput& out);
+
+  ModelRunner& runner_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
+  EngineStats stats_;
+
+  mutable std::mutex inbox_mutex_;
+  std::vector<std::unique_ptr<Sequence>> inbox_add_;
+  std::vector<int64_t> inbox_abort_;
+  std::atomic<int64_t> next_id_{0};
+};
+
+}  // namespace lio

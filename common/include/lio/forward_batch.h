@@ -1,0 +1,71 @@
+// forward_batch.h — everything one forward pass runs, for any mix of prefill chunks and
+// decode tokens of different sequences.
+//
+// The engine never says "this is a decode step": a sequence contributes its next
+// `query_len` tokens at explicit positions, and its cached prefix is reached through its block
+// table. Eight sequences decoding one token each are a batch of eight rows; a 300-token
+// prompt split into chunks is several batches whose rows attend to their cached prefix plus
+// themselves. Field names follow vLLM v1 (`vllm/v1/attention/backends/*`, `InputBatch`,
+// `BlockTable.compute_slot_mapping`) so the course can point at the real thing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace lio {
+
+/// Inputs of one forward pass, built on the host (by the Engine, or by hand in tests) and
+/// copied to the device by the backend. Rows of one sequence are contiguous and in position
+/// order; sequences appear in any order.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;        ///< (n_tokens) token ids, in [0, vocab_size)
+  std::vector<int32_t> positions;        ///< (n_tokens) absolute position of each token (RoPE)
+  /// (n_tokens) KV slot each token's K/V is written to:
+  /// slot = block_table[pos / block_size] * block_size + pos % block_size
+  /// (vLLM `BlockTable.compute_slot_mapping`).
+  std::vector<int32_t> slot_mapping;
+  std::vector<int32_t> query_start_loc;  ///< (n_seqs + 1) row offsets: cu_seqlens_q, [0] = 0
+  std::vector<int32_t> seq_lens;         ///< (n_seqs) cached + new tokens of each sequence
+  /// (n_seqs, max_blocks_per_seq) row-major block ids; unused entries are 0 (never read:
+  /// a row reads only blocks that hold positions < seq_len).
+  std::vector<int32_t> block_tables;
+  int64_t max_blocks_per_seq = 0;        ///< columns of block_tables
+  int64_t block_size = 0;                ///< tokens per KV block (the pool's)
+  /// (n_logits) rows whose logits are wanted, ascending: the last row of a sequence that
+  /// finishes its prompt or decodes; every row for teacher forcing (`lio logits`); k + 1 rows
+  /// per sequence when verifying speculative drafts (chapter 06).
+  std::vector<int32_t> logits_rows;
+
+  /// Rows in the batch (tokens).
+  int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  /// Sequences in the batch.
+  int64_t n_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+  /// Rows whose logits are computed.
+  int64_t n_logits() const { return static_cast<int64_t>(logits_rows.size()); }
+  /// Query rows of sequence `s`: query_start_loc[s + 1] - query_start_loc[s].
+  int64_t query_len(int64_t s) const {
+    return query_start_loc[static_cast<size_t>(s) + 1] - query_start_loc[static_cast<size_t>(s)];
+  }
+
+  /// Starts an empty batch over KV blocks of `block_size` tokens. Throws InvalidArgument if
+  /// block_size < 1.
+  explicit ForwardBatch(int64_t block_size = 16);
+
+  /// Appends one sequence: `tokens` (its next query_len tokens) at positions
+  /// start_pos .. start_pos + query_len - 1, whose K/V go to the slots `block_table` gives,
+  /// and whose cached prefix 0 .. start_pos - 1 is already in those blocks. `n_logits` of its
+  /// last rows get logits (0, 1 = the usual last token, or query_len = teacher forcing).
+  /// block_table: (>= ceil((start_pos + query_len) / block_size)) block ids.
+  /// Throws InvalidArgument if tokens is empty, start_pos < 0, n_logits outside
+  /// [0, query_len], or the block table is too short for start_pos + query_len.
+  void add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
+                    std::span<const int32_t> block_table, int64_t n_logits = 1);
+
+  /// Checks the batch against a model and a pool before anything runs: token ids in
+  /// [0, vocab_size), every slot in [0, n_slots), positions below context_length, block ids
+  /// in [0, n_blocks), shapes consistent. Throws InvalidArgument naming the row or sequence.
+  void validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks) const;
+};
+
+}  // namespace lio

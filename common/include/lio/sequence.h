@@ -1,0 +1,111 @@
+// sequence.h — one request's state as it moves through the engine.
+//
+// vLLM v1 `Request` / nano-vllm `Sequence`: the tokens (prompt + generated), how many of them
+// have their K/V in the pool (`num_computed_tokens`), the block table, sampling parameters with
+// the sequence's own seeded Sampler, stop conditions, the streaming detokenizer, and status.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lio/sampler.h"
+#include "lio/tokenizer.h"
+
+namespace lio {
+
+/// Why a sequence ended (OpenAI's `finish_reason` names).
+enum class FinishReason {
+  Stop,    ///< EOS or a stop string
+  Length,  ///< max_tokens, the context length, or a KV pool too small to grow it
+  Abort,   ///< abort_request()
+};
+/// "stop", "length" or "abort".
+const char* finish_reason_name(FinishReason r);
+
+/// Per-request generation settings.
+struct SamplingParams {
+  int64_t max_tokens = 128;       ///< generated tokens at most (>= 1)
+  std::vector<std::string> stop;  ///< stop strings (not included in the output text)
+  bool ignore_eos = false;        ///< keep generating past EOS (benchmarks need fixed lengths)
+  SamplerConfig sampler;          ///< token selection (validated by Sampler)
+
+  /// Throws InvalidArgument for max_tokens < 1 or bad sampler settings.
+  void validate() const;
+};
+
+/// Where a sequence is in its life.
+enum class SequenceStatus { Waiting, Running, Finished };
+
+/// One request. Created by the Engine; the Scheduler moves it between queues.
+class Sequence {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// `prompt` must be non-empty; `tokenizer` must outlive the sequence. Throws
+  /// InvalidArgument if the prompt is empty or `params` are invalid.
+  Sequence(int64_t id, std::vector<int32_t> prompt, const SamplingParams& params,
+           const Tokenizer& tokenizer);
+
+  int64_t id() const { return id_; }
+  /// Prompt followed by generated tokens.
+  const std::vector<int32_t>& token_ids() const { return token_ids_; }
+  int64_t n_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
+  int64_t n_prompt_tokens() const { return n_prompt_; }
+  int64_t n_generated() const { return n_tokens() - n_prompt_; }
+  /// Tokens whose K/V are in the pool (positions 0 .. num_computed_tokens - 1).
+  int64_t num_computed_tokens = 0;
+  /// Physical KV block ids, logical block i -> block_table[i].
+  std::vector<int32_t> block_table;
+  SequenceStatus status = SequenceStatus::Waiting;
+  std::optional<FinishReason> finish_reason;
+  /// Times the scheduler preempted this sequence.
+  int64_t n_preemptions = 0;
+
+  const SamplingParams& params() const { return params_; }
+  Sampler& sampler() { return sampler_; }
+
+  /// Appends a sampled token: updates the text (stop strings held back until they can no
+  /// longer match), checks EOS / stop strings / max_tokens / `context_length`, and returns the
+  /// text that became final (UTF-8 complete, stop string excluded). Sets finish_reason when the
+  /// sequence is done; an EOS token is not appended to the output.
+  std::string append_token(int32_t token, int64_t context_length);
+  /// Ends the sequence now with `reason`; returns text still held back (flushed).
+  std::string finish(FinishReason reason);
+  /// Drops tokens past the first `n` (speculative rollback, chapter 06): token_ids and
+  /// num_computed_tokens shrink to at most n. Throws InvalidArgument if n < n_prompt_tokens.
+  void truncate(int64_t n);
+
+  /// Generated ids (EOS excluded).
+  std::span<const int32_t> output_ids() const {
+    return std::span<const int32_t>(token_ids_).subspan(static_cast<size_t>(n_prompt_));
+  }
+  /// Text emitted so far.
+  const std::string& text() const { return text_; }
+
+  Clock::time_point arrival_time;               ///< when add_request took it
+  std::optional<Clock::time_point> first_token_time;  ///< first generated token
+  Clock::time_point last_token_time;            ///< latest generated token
+
+ private:
+  std::string emit(bool final_flush);
+  int64_t id_;
+  std::vector<int32_t> token_ids_;
+  int64_t n_prompt_;
+  SamplingParams params_;
+  Sampler sampler_;
+  StreamingDetokenizer detok_;
+  const Tokenizer* tokenizer_;
+  std::string pending_;  ///< decoded, not yet emitted (may hold a stop-string prefix)
+  std::string text_;     ///< emitted
+};
+
+/// Finds the earliest occurrence of any stop string in `text`; returns npos if none.
+/// Also reports, via `holdback`, how many trailing bytes could still begin a stop string
+/// (so a streamer must not emit them yet).
+size_t find_stop(std::string_view text, std::span<const std::string> stops, size_t* holdback);
+
+}  // namespace lio

@@ -1,0 +1,128 @@
+#include "lio/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "cpu_ops.h"
+#include "lio/error.h"
+
+namespace lio {
+
+CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights) : config_(config), weights_(weights) {}
+
+std::string CpuBackend::device_description() const {
+  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+}
+
+std::unique_ptr<KvPool> CpuBackend::make_kv_pool(const KvPoolConfig& config) {
+  return std::make_unique<HostKvPool>(config_, config);
+}
+
+BatchView CpuBackend::upload(const ForwardBatch& b) {
+  return BatchView{&b, b.token_ids.data(), b.positions.data(), b.slot_mapping.data(),
+                   b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(), b.logits_rows.data()};
+}
+
+float* CpuBackend::scratch(Scratch id, int64_t n_floats) {
+  std::vector<float>& buf = scratch_[static_cast<size_t>(id)];
+  if (static_cast<int64_t>(buf.size()) < n_floats) buf.resize(static_cast<size_t>(n_floats));
+  return buf.data();
+}
+
+const WeightMatrix& CpuBackend::matrix(WeightRef w) const {
+  if (w.kind == WeightKind::TokenEmbd) return weights_.token_embd;
+  if (w.kind == WeightKind::Output) return weights_.output;
+  const LayerWeights& L = weights_.layers.at(static_cast<size_t>(w.layer));
+  switch (w.kind) {
+    case WeightKind::Wq: return L.wq;
+    case WeightKind::Wk: return L.wk;
+    case WeightKind::Wv: return L.wv;
+    case WeightKind::Wo: return L.wo;
+    case WeightKind::Gate: return L.w_gate;
+    case WeightKind::Up: return L.w_up;
+    case WeightKind::Down: return L.w_down;
+    default: break;
+  }
+  throw InternalError("CpuBackend: weight kind is not a matrix");
+}
+
+const std::vector<float>& CpuBackend::norm(WeightRef w) const {
+  if (w.kind == WeightKind::OutputNorm) return weights_.output_norm;
+  const LayerWeights& L = weights_.layers.at(static_cast<size_t>(w.layer));
+  if (w.kind == WeightKind::AttnNorm) return L.attn_norm;
+  if (w.kind == WeightKind::FfnNorm) return L.ffn_norm;
+  throw InternalError("CpuBackend: weight kind is not a norm");
+}
+
+void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) cpu::embedding_row(weights_.token_embd, token_ids[i], out + i * config_.d_model);
+}
+
+void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows) {
+  cpu::rmsnorm(x, norm(w).data(), out, n_rows, config_.d_model, config_.rms_norm_eps);
+}
+
+void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
+  cpu::matmul(matrix(w), x, y, n_rows, accumulate);
+}
+
+void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {
+  cpu::rope(x, positions, n_tokens, n_heads, config_.head_dim, config_.rope_theta, config_.rope_style);
+}
+
+void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const float* v, const BatchView& batch) {
+  auto* host = dynamic_cast<HostKvPool*>(&pool);
+  LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
+  KvCache& slots = host->slots();
+  const int64_t kvd = config_.kv_dim();
+  // Chapter 01, Task 3: the slot mapping turns "append at position p" into "write slot s".
+  for (int64_t i = 0; i < batch.host->n_tokens(); ++i)
+    slots.write(layer, batch.slot_mapping[i], k + i * kvd, v + i * kvd);
+}
+
+void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch) {
+  const ForwardBatch& b = *batch.host;
+  const ModelConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t kvd = c.kv_dim(), qd = c.q_dim(), bs = b.block_size;
+  const float* keys = pool.keys(layer);
+  const float* values = pool.values(layer);
+  paged_rows_.assign(static_cast<size_t>(b.n_tokens()), 1);
+  bool any_paged = false;
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    const int64_t q0 = b.query_start_loc[static_cast<size_t>(s)];
+    const int64_t first_pos = b.seq_lens[static_cast<size_t>(s)] - b.query_len(s);
+    const int64_t block0 = b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq)];
+    for (int64_t i = q0; i < q0 + b.query_len(s); ++i) {
+      const int64_t n_ctx = first_pos + (i - q0) + 1;
+      if (n_ctx > bs) {
+        any_paged = true;
+        continue;
+      }
+      // The row's keys are slots block0 * bs .. + n_ctx - 1, contiguous: chapter 01's cache
+      // and its decode step (Task 4).
+      cpu::decode_attention(q + i * qd, keys + block0 * bs * kvd, values + block0 * bs * kvd, out + i * qd,
+                            n_ctx, c.n_heads, c.n_kv_heads, c.head_dim, scale);
+      paged_rows_[static_cast<size_t>(i)] = 0;
+    }
+  }
+  if (!any_paged) return;
+  cpu::paged_attention(q, keys, values, out, b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(),
+                       b.n_seqs(), b.max_blocks_per_seq, bs, c.n_heads, c.n_kv_heads, c.head_dim, scale,
+                       paged_rows_.data());
+}
+
+void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) { cpu::swiglu(gate, up, out, n); }
+
+void CpuBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim, float* out) {
+  for (int64_t i = 0; i < n_rows; ++i) std::copy_n(x + rows[i] * dim, dim, out + i * dim);
+}
+
+void CpuBackend::to_host(const float* src, int64_t n_floats, float* host) {
+  if (src != host) std::copy_n(src, n_floats, host);
+}
+
+}  // namespace lio

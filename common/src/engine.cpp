@@ -1,0 +1,175 @@
+#include "lio/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "lio/error.h"
+
+namespace lio {
+namespace {
+double ms_between(Sequence::Clock::time_point a, Sequence::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config)
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      config_(config),
+      blocks_(runner.kv_pool().n_blocks(), runner.kv_pool().block_size()),
+      scheduler_(config.scheduler, blocks_) {}
+
+int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
+  const ModelConfig& c = runner_.config();
+  const auto n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt == 0) throw InvalidArgument("the prompt is empty (0 tokens)");
+  if (n_prompt >= c.context_length) {
+    throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
+                          std::to_string(c.context_length) + " (leave room for at least one new token)");
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
+      throw InvalidArgument("prompt token " + std::to_string(prompt[i]) + " at index " + std::to_string(i) +
+                            " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    }
+  }
+  if (blocks_.blocks_for(n_prompt + 1) > blocks_.n_blocks()) {
+    throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens; the KV pool holds only " +
+                          std::to_string(blocks_.n_blocks() * blocks_.block_size()) +
+                          " tokens in all (raise --kv-cache-mib)");
+  }
+  const int64_t id = next_id_++;
+  auto seq = std::make_unique<Sequence>(id, std::move(prompt), params, tokenizer_);  // validates params
+  std::lock_guard lock(inbox_mutex_);
+  inbox_add_.push_back(std::move(seq));
+  return id;
+}
+
+void Engine::abort_request(int64_t id) {
+  std::lock_guard lock(inbox_mutex_);
+  inbox_abort_.push_back(id);
+}
+
+bool Engine::has_unfinished() const {
+  std::lock_guard lock(inbox_mutex_);
+  return !inbox_add_.empty() || !live_.empty();
+}
+
+RequestOutput Engine::output_of(const Sequence& seq) const {
+  RequestOutput o;
+  o.request_id = seq.id();
+  o.n_prompt_tokens = seq.n_prompt_tokens();
+  o.n_generated_tokens = seq.n_generated();
+  o.n_preemptions = seq.n_preemptions;
+  o.kv_tokens = seq.num_computed_tokens;
+  if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);
+  return o;
+}
+
+void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
+  out.new_text += seq.finish(reason);
+  out.finished = true;
+  out.finish_reason = seq.finish_reason;
+  const auto now = Sequence::Clock::now();
+  out.e2e_ms = ms_between(seq.arrival_time, now);
+  out.n_generated_tokens = seq.n_generated();
+  if (seq.first_token_time && seq.n_generated() > 1) {
+    out.tpot_ms = ms_between(*seq.first_token_time, seq.last_token_time) / static_cast<double>(seq.n_generated() - 1);
+  }
+  scheduler_.remove(&seq);  // frees its blocks at once
+}
+
+void Engine::drain_inbox(std::vector<RequestOutput>& out) {
+  std::vector<std::unique_ptr<Sequence>> added;
+  std::vector<int64_t> aborted;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    added.swap(inbox_add_);
+    aborted.swap(inbox_abort_);
+  }
+  for (auto& seq : added) {
+    scheduler_.add(seq.get());
+    live_.emplace(seq->id(), std::move(seq));
+  }
+  for (const int64_t id : aborted) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    RequestOutput o = output_of(*it->second);
+    finish(*it->second, FinishReason::Abort, o);
+    out.push_back(std::move(o));
+    live_.erase(it);
+  }
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  drain_inbox(outputs);
+  const ModelConfig& c = runner_.config();
+
+  // 1. schedule
+  const SchedulerOutput sched = scheduler_.schedule();
+  stats_.n_preemptions += static_cast<int64_t>(sched.preempted.size());
+  for (Sequence* seq : sched.unfittable) {  // the pool can never hold it: end it, never hang
+    RequestOutput o = output_of(*seq);
+    finish(*seq, FinishReason::Length, o);
+    outputs.push_back(std::move(o));
+    live_.erase(seq->id());
+  }
+  if (sched.scheduled.empty()) return outputs;
+
+  // 2. build the batch: each sequence's next tokens at their positions, through its blocks;
+  //    a sequence whose chunk reaches its last token gets a logits row and samples.
+  ForwardBatch batch(blocks_.block_size());
+  std::vector<Sequence*> sampling;
+  std::vector<SampleRow> rows;
+  for (const ScheduledSequence& s : sched.scheduled) {
+    Sequence& seq = *s.seq;
+    const std::span<const int32_t> tokens =
+        std::span<const int32_t>(seq.token_ids()).subspan(static_cast<size_t>(seq.num_computed_tokens),
+                                                          static_cast<size_t>(s.n_new_tokens));
+    const bool completes = seq.num_computed_tokens + s.n_new_tokens == seq.n_tokens();
+    batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0);
+    if (seq.num_computed_tokens < seq.n_prompt_tokens() || s.n_new_tokens > 1) {
+      stats_.n_prompt_tokens_computed += s.n_new_tokens;
+    } else {
+      stats_.n_decode_tokens += s.n_new_tokens;
+    }
+    if (completes) {
+      sampling.push_back(&seq);
+      rows.push_back({&seq.sampler(), seq.token_ids()});
+    }
+  }
+  stats_.n_steps += 1;
+  stats_.max_running = std::max<int64_t>(stats_.max_running, static_cast<int64_t>(sched.scheduled.size()));
+
+  // 3. run + sample
+  const std::vector<int32_t> next = rows.empty() ? std::vector<int32_t>{} : runner_.forward_sample(batch, rows);
+  if (rows.empty()) runner_.forward(batch);
+
+  // 4. post-process: advance, append, stop checks, emit
+  for (const ScheduledSequence& s : sched.scheduled) {
+    s.seq->num_computed_tokens += s.n_new_tokens;
+    if (!config_.reuse_kv) s.seq->num_computed_tokens = 0;  // chapter 01's baseline: recompute
+  }
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    Sequence& seq = *sampling[i];
+    RequestOutput o = output_of(seq);
+    const int64_t before = seq.n_tokens();
+    o.new_text = seq.append_token(next[i], c.context_length);
+    if (seq.n_tokens() > before) o.new_token_ids.push_back(next[i]);
+    o.n_generated_tokens = seq.n_generated();
+    if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);
+    if (seq.finish_reason) {
+      o.kv_tokens = seq.num_computed_tokens;
+      finish(seq, *seq.finish_reason, o);
+      outputs.push_back(std::move(o));
+      live_.erase(seq.id());
+      continue;
+    }
+    outputs.push_back(std::move(o));
+  }
+  return outputs;
+}
+
+}  // namespace lio

@@ -1,0 +1,109 @@
+#include "lio/forward_batch.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lio/error.h"
+
+namespace lio {
+
+ForwardBatch::ForwardBatch(int64_t block_size_tokens) : block_size(block_size_tokens) {
+  if (block_size_tokens < 1) {
+    throw InvalidArgument("ForwardBatch: block_size must be >= 1, got " + std::to_string(block_size_tokens));
+  }
+  query_start_loc.push_back(0);
+}
+
+void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
+                                std::span<const int32_t> block_table, int64_t n_logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw InvalidArgument("ForwardBatch::add_sequence: no tokens");
+  if (start_pos < 0) throw InvalidArgument("ForwardBatch::add_sequence: start_pos < 0");
+  if (n_logits < 0 || n_logits > n) {
+    throw InvalidArgument("ForwardBatch::add_sequence: n_logits " + std::to_string(n_logits) +
+                          " outside [0, " + std::to_string(n) + "]");
+  }
+  const int64_t seq_len = start_pos + n;
+  const int64_t n_blocks_needed = (seq_len + block_size - 1) / block_size;
+  if (static_cast<int64_t>(block_table.size()) < n_blocks_needed) {
+    throw InvalidArgument("ForwardBatch::add_sequence: " + std::to_string(seq_len) + " tokens need " +
+                          std::to_string(n_blocks_needed) + " blocks of " + std::to_string(block_size) +
+                          ", the block table has " + std::to_string(block_table.size()));
+  }
+  const int64_t first_row = n_tokens();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = start_pos + i;
+    token_ids.push_back(tokens[static_cast<size_t>(i)]);
+    positions.push_back(static_cast<int32_t>(pos));
+    slot_mapping.push_back(
+        static_cast<int32_t>(block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size));
+  }
+  for (int64_t i = n - n_logits; i < n; ++i) logits_rows.push_back(static_cast<int32_t>(first_row + i));
+  query_start_loc.push_back(static_cast<int32_t>(first_row + n));
+  seq_lens.push_back(static_cast<int32_t>(seq_len));
+  // Grow the table's width if this sequence needs more columns: re-pad the earlier rows.
+  const int64_t n_seqs_before = n_seqs() - 1;
+  if (n_blocks_needed > max_blocks_per_seq) {
+    std::vector<int32_t> wider(static_cast<size_t>(n_seqs_before * n_blocks_needed), 0);
+    for (int64_t s = 0; s < n_seqs_before; ++s)
+      std::copy_n(block_tables.begin() + s * max_blocks_per_seq, max_blocks_per_seq,
+                  wider.begin() + s * n_blocks_needed);
+    block_tables = std::move(wider);
+    max_blocks_per_seq = n_blocks_needed;
+  }
+  const size_t row0 = block_tables.size();
+  block_tables.resize(row0 + static_cast<size_t>(max_blocks_per_seq), 0);
+  std::copy_n(block_table.begin(), n_blocks_needed, block_tables.begin() + static_cast<ptrdiff_t>(row0));
+}
+
+void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks) const {
+  const int64_t n = n_tokens();
+  if (n == 0) throw InvalidArgument("forward: the batch has no tokens");
+  if (static_cast<int64_t>(positions.size()) != n || static_cast<int64_t>(slot_mapping.size()) != n ||
+      static_cast<int64_t>(query_start_loc.size()) != n_seqs() + 1 || query_start_loc.front() != 0 ||
+      query_start_loc.back() != n ||
+      static_cast<int64_t>(block_tables.size()) != n_seqs() * max_blocks_per_seq) {
+    throw InvalidArgument("forward: inconsistent batch shapes (" + std::to_string(n) + " tokens, " +
+                          std::to_string(n_seqs()) + " sequences)");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = token_ids[static_cast<size_t>(i)];
+    if (t < 0 || t >= vocab_size) {
+      throw InvalidArgument("forward: token id " + std::to_string(t) + " at index " + std::to_string(i) +
+                            " is outside [0, " + std::to_string(vocab_size) + ")");
+    }
+    if (positions[static_cast<size_t>(i)] < 0 || positions[static_cast<size_t>(i)] >= context_length) {
+      throw InvalidArgument("forward: position " + std::to_string(positions[static_cast<size_t>(i)]) +
+                            " at row " + std::to_string(i) + " is outside the context of " +
+                            std::to_string(context_length) + " tokens");
+    }
+    const int32_t slot = slot_mapping[static_cast<size_t>(i)];
+    if (slot < 0 || slot >= n_blocks * block_size) {
+      throw InvalidArgument("forward: slot " + std::to_string(slot) + " at row " + std::to_string(i) +
+                            " is outside the pool's " + std::to_string(n_blocks * block_size) + " slots");
+    }
+  }
+  for (int64_t s = 0; s < n_seqs(); ++s) {
+    const int64_t q_len = query_len(s);
+    const int64_t seq_len = seq_lens[static_cast<size_t>(s)];
+    if (q_len < 1 || seq_len < q_len || seq_len > context_length ||
+        (seq_len + block_size - 1) / block_size > max_blocks_per_seq) {
+      throw InvalidArgument("forward: sequence " + std::to_string(s) + " has " + std::to_string(q_len) +
+                            " query rows and seq_len " + std::to_string(seq_len));
+    }
+    for (int64_t b = 0; b < (seq_len + block_size - 1) / block_size; ++b) {
+      const int32_t id = block_tables[static_cast<size_t>(s * max_blocks_per_seq + b)];
+      if (id < 0 || id >= n_blocks) {
+        throw InvalidArgument("forward: sequence " + std::to_string(s) + " names block " + std::to_string(id) +
+                              "; the pool has " + std::to_string(n_blocks));
+      }
+    }
+  }
+  for (size_t i = 0; i < logits_rows.size(); ++i) {
+    if (logits_rows[i] < 0 || logits_rows[i] >= n || (i > 0 && logits_rows[i] <= logits_rows[i - 1])) {
+      throw InvalidArgument("forward: logits_rows must be ascending rows of the batch");
+    }
+  }
+}
+
+}  // namespace lio

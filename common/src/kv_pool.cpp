@@ -1,0 +1,34 @@
+#include "lio/kv_pool.h"
+
+#include <string>
+
+#include "lio/error.h"
+
+namespace lio {
+
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size) {
+  return 2 * config.n_layers * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes) {
+  if (block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(block_size));
+  if (budget_bytes < 0) throw InvalidArgument("KV budget must be >= 0 bytes, got " + std::to_string(budget_bytes));
+  return budget_bytes / kv_block_bytes(config, block_size);
+}
+
+KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
+    : config_(config), n_layers_(model.n_layers), kv_dim_(model.kv_dim()) {
+  if (config.block_size < 1 || config.n_blocks < 1) {
+    throw InvalidArgument("KV pool: block_size and n_blocks must be >= 1, got " +
+                          std::to_string(config.block_size) + " and " + std::to_string(config.n_blocks));
+  }
+  if (config.n_blocks * config.block_size > INT32_MAX) {
+    throw InvalidArgument("KV pool: " + std::to_string(config.n_blocks * config.block_size) +
+                          " slots exceed the int32 slot ids of the slot mapping");
+  }
+}
+
+HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
+    : KvPool(model, config), slots_(model.n_layers, model.kv_dim(), config.n_blocks * config.block_size) {}
+
+}  // namespace lio
