@@ -1,0 +1,316 @@
+// The batched engine on tiny random-weight models: batch invariance (tokens and bitwise decode
+// logits), paging and chunking against the contiguous path, preemption and recompute, abort,
+// block accounting, and bad input. Every generation sets ignore_eos so no run can pass by
+// producing nothing; lengths are asserted.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "lio/cpu_backend.h"
+#include "lio/engine.h"
+#include "lio/error.h"
+#include "lio/forward_batch.h"
+#include "lio/model_loader.h"
+#include "lio/model_runner.h"
+#include "tiny_model.h"
+
+namespace {
+using lio::testing::TinyModelSpec;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TinyModelSpec spec;
+    spec.weight_dtype = lio::DType::Q4_1;  // the default model's format
+    spec.embd_dtype = lio::DType::Q8_0;
+    spec.context_length = 256;
+    spec.d_model = 64;
+    spec.d_ff = 128;
+    lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
+    model_ = std::make_unique<lio::LoadedModel>(lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored));
+  }
+  std::unique_ptr<lio::ModelRunner> runner(int64_t block_size, int64_t n_blocks) const {
+    return std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(model_->config, model_->weights),
+                                              lio::KvPoolConfig{block_size, n_blocks});
+  }
+  /// Prompt `i`: distinct, of length 3 + 9 * i (3 .. 66 tokens for i < 8).
+  static std::vector<int32_t> prompt(int i) {
+    std::mt19937 rng(100 + i);
+    std::uniform_int_distribution<int32_t> id(3, 250);
+    std::vector<int32_t> p(static_cast<size_t>(3 + 9 * i));
+    for (int32_t& t : p) t = id(rng);
+    return p;
+  }
+  static lio::SamplingParams greedy(int64_t max_tokens) {
+    lio::SamplingParams p;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+  }
+  /// Runs every prompt through one engine; returns generated ids by request id.
+  static std::map<int64_t, std::vector<int32_t>> run_all(lio::Engine& engine) {
+    std::map<int64_t, std::vector<int32_t>> out;
+    int guard = 0;
+    while (engine.has_unfinished()) {
+      for (const lio::RequestOutput& o : engine.step())
+        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (++guard > 10000) ADD_FAILURE() << "engine did not finish";
+      if (guard > 10000) break;
+    }
+    return out;
+  }
+  std::string dir_ = lio::testing::make_temp_dir("lio_test_engine");
+  std::unique_ptr<lio::LoadedModel> model_;
+};
+
+TEST_F(EngineTest, BatchOfEightGivesTheTokensEachGivesAlone) {
+  constexpr int kN = 8;
+  constexpr int64_t kGen = 20;
+  std::vector<std::vector<int32_t>> alone(kN);
+  for (int i = 0; i < kN; ++i) {
+    auto r = runner(16, 64);
+    lio::EngineConfig cfg;
+    cfg.scheduler.max_num_batched_tokens = 256;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    const int64_t id = e.add_request(prompt(i), greedy(kGen));
+    alone[i] = run_all(e)[id];
+    ASSERT_EQ(static_cast<int64_t>(alone[i].size()), kGen);
+  }
+  // Together, with a small token budget so long prompts are chunked and mixed with decodes.
+  auto r = runner(16, 64);
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_batched_tokens = 24;
+  cfg.scheduler.enable_chunked_prefill = true;
+  lio::Engine e(*r, *model_->tokenizer, cfg);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < kN; ++i) ids.push_back(e.add_request(prompt(i), greedy(kGen)));
+  auto together = run_all(e);
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(together[ids[i]], alone[i]) << "request " << i;
+  EXPECT_GT(e.stats().max_running, 1) << "the requests never shared a step";
+  EXPECT_EQ(e.n_free_blocks(), 64) << "finished sequences must free their blocks";
+}
+
+/// Fills a runner's pool with sequence `tokens` on blocks `table` (prefill, no logits).
+void prefill(lio::ModelRunner& r, const std::vector<int32_t>& tokens, const std::vector<int32_t>& table) {
+  lio::ForwardBatch b(r.kv_pool().block_size());
+  b.add_sequence(tokens, 0, table, 0);
+  r.forward(b);
+}
+
+TEST_F(EngineTest, DecodeLogitsAreBitwiseEqualAloneAndInABatch) {
+  // 8 sequences of different lengths in disjoint blocks; one decode row each, batched and alone.
+  constexpr int kN = 8;
+  auto r = runner(16, 64);
+  std::vector<std::vector<int32_t>> tables(kN);
+  for (int i = 0; i < kN; ++i) {
+    for (int b = 0; b < 6; ++b) tables[i].push_back(static_cast<int32_t>(i * 6 + (5 - b)));  // scattered
+    prefill(*r, prompt(i), tables[i]);
+  }
+  const int64_t vocab = model_->config.vocab_size;
+  lio::ForwardBatch batch(16);
+  for (int i = 0; i < kN; ++i) {
+    const int32_t next = static_cast<int32_t>(7 + i);
+    batch.add_sequence(std::vector<int32_t>{next}, static_cast<int64_t>(prompt(i).size()), tables[i], 1);
+  }
+  const auto together_span = r->forward(batch);
+  const std::vector<float> together(together_span.begin(), together_span.end());
+  ASSERT_EQ(static_cast<int64_t>(together.size()), kN * vocab);
+  for (int i = 0; i < kN; ++i) {
+    lio::ForwardBatch one(16);
+    one.add_sequence(std::vector<int32_t>{static_cast<int32_t>(7 + i)}, static_cast<int64_t>(prompt(i).size()),
+                     tables[i], 1);
+    const auto alone = r->forward(one);
+    for (int64_t v = 0; v < vocab; ++v)
+      ASSERT_EQ(alone[static_cast<size_t>(v)], together[static_cast<size_t>(i * vocab + v)])
+          << "sequence " << i << " logit " << v;
+  }
+}
+
+/// All-position logits of `tokens` fed in chunks of `chunk` on blocks of `block_size`.
+std::vector<float> chunked_logits(lio::ModelRunner& r, const std::vector<int32_t>& tokens, int64_t chunk) {
+  lio::SoloSequence seq(r, static_cast<int64_t>(tokens.size()));
+  std::vector<float> all;
+  for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(tokens.size() - at, static_cast<size_t>(chunk));
+    auto l = seq.forward(std::span(tokens.data() + at, n), true);
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  return all;
+}
+
+TEST_F(EngineTest, BlockSizesAndChunkSizesGiveTheContiguousLogits) {
+  std::vector<int32_t> tokens = prompt(7);  // 66 tokens
+  const std::vector<int32_t> tail = prompt(5);
+  tokens.insert(tokens.end(), tail.begin(), tail.end());  // 114 tokens
+  const auto n = static_cast<int64_t>(tokens.size());
+  // Contiguous: chapter 01's cache, one block holding the whole sequence.
+  auto contiguous_runner = runner(256, 1);
+  const std::vector<float> want = chunked_logits(*contiguous_runner, tokens, n);
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  // Rows whose context spans blocks go through paged_attention, the others through chapter
+  // 01's decode_attention: same math, summation orders that differ in the last bits.
+  const double tol = 1e-5 * scale;
+  for (int64_t bs : {1, 16, 256}) {
+    auto r = runner(bs, (n + bs - 1) / bs + 1);
+    const auto got = chunked_logits(*r, tokens, n);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << "block size " << bs << " at " << i;
+  }
+  // Chunking: the kernels are chunk-invariant, so the bits are equal, not just close.
+  auto r16 = runner(16, 16);
+  const auto whole = chunked_logits(*r16, tokens, n);
+  for (int64_t chunk : {1, 7, 64}) {
+    auto r = runner(16, 16);
+    const auto got = chunked_logits(*r, tokens, chunk);
+    ASSERT_EQ(got.size(), whole.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], whole[i]) << "chunk " << chunk << " at " << i;
+  }
+}
+
+TEST_F(EngineTest, PreemptionRecomputesAndFinishesWithUnconstrainedTokens) {
+  constexpr int kN = 6;
+  constexpr int64_t kGen = 24;
+  auto big = runner(4, 256);
+  lio::Engine free_engine(*big, *model_->tokenizer);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < kN; ++i) ids.push_back(free_engine.add_request(prompt(i), greedy(kGen)));
+  auto want = run_all(free_engine);
+  EXPECT_EQ(free_engine.stats().n_preemptions, 0);
+
+  // 24 blocks of 4 tokens = 96 slots for 6 sequences that end at up to 48 + 24 tokens each.
+  auto small = runner(4, 24);
+  lio::Engine tight(*small, *model_->tokenizer);
+  std::vector<int64_t> tight_ids;
+  for (int i = 0; i < kN; ++i) tight_ids.push_back(tight.add_request(prompt(i), greedy(kGen)));
+  auto got = run_all(tight);
+  EXPECT_GT(tight.stats().n_preemptions, 0) << "the pool was meant to run out";
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_EQ(static_cast<int64_t>(got[tight_ids[i]].size()), kGen) << "request " << i;
+    EXPECT_EQ(got[tight_ids[i]], want[ids[i]]) << "request " << i;
+  }
+  EXPECT_EQ(tight.n_free_blocks(), 24) << "every block is free again at the end";
+}
+
+TEST_F(EngineTest, AbortFreesBlocksAtOnce) {
+  auto r = runner(4, 64);
+  lio::Engine e(*r, *model_->tokenizer);
+  const int64_t a = e.add_request(prompt(5), greedy(100));
+  const int64_t b = e.add_request(prompt(3), greedy(100));
+  e.step();  // both admitted and prefilled
+  e.step();
+  EXPECT_LT(e.n_free_blocks(), 64);
+  const int64_t free_before = e.n_free_blocks();
+  e.abort_request(a);
+  const auto outs = e.step();
+  bool saw_abort = false;
+  for (const auto& o : outs) {
+    if (o.request_id == a) {
+      saw_abort = true;
+      EXPECT_TRUE(o.finished);
+      EXPECT_EQ(o.finish_reason, lio::FinishReason::Abort);
+    }
+  }
+  EXPECT_TRUE(saw_abort);
+  // a's blocks (48 tokens + 2 generated -> 13 blocks) are back; b grew by at most one block.
+  EXPECT_GE(e.n_free_blocks(), free_before + 13 - 1);
+  e.abort_request(b);
+  e.abort_request(12345);  // unknown: ignored
+  e.step();
+  EXPECT_FALSE(e.has_unfinished());
+  EXPECT_EQ(e.n_free_blocks(), 64);
+}
+
+TEST_F(EngineTest, RequestsFromAnotherThreadAreServed) {
+  auto r = runner(16, 64);
+  lio::Engine e(*r, *model_->tokenizer);
+  std::vector<int64_t> ids(4);
+  std::thread producer([&] {
+    for (int i = 0; i < 4; ++i) ids[static_cast<size_t>(i)] = e.add_request(prompt(i), greedy(5));
+  });
+  producer.join();
+  auto got = run_all(e);
+  for (int64_t id : ids) EXPECT_EQ(got[id].size(), 5u);
+}
+
+TEST_F(EngineTest, BadRequestsAreRefusedAloneAndTheOthersGoOn) {
+  auto r = runner(16, 8);  // 128 slots; context 256
+  lio::Engine e(*r, *model_->tokenizer);
+  const int64_t ok = e.add_request(prompt(2), greedy(6));
+  std::vector<int32_t> too_long(256, 5);
+  EXPECT_THROW(e.add_request(too_long, greedy(4)), lio::InvalidArgument);  // >= context
+  std::vector<int32_t> too_big_for_pool(200, 5);
+  try {
+    e.add_request(too_big_for_pool, greedy(4));
+    ADD_FAILURE() << "a prompt larger than the whole pool was accepted";
+  } catch (const lio::InvalidArgument& err) {
+    EXPECT_NE(std::string(err.what()).find("--kv-cache-mib"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(e.add_request({}, greedy(4)), lio::InvalidArgument);
+  EXPECT_THROW(e.add_request({1, 100000}, greedy(4)), lio::InvalidArgument);
+  EXPECT_THROW(e.add_request(prompt(1), greedy(0)), lio::InvalidArgument);
+  auto got = run_all(e);
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[ok].size(), 6u);
+}
+
+TEST_F(EngineTest, ASequenceThatOutgrowsThePoolEndsWithLengthInsteadOfHanging) {
+  auto r = runner(4, 4);  // 16 slots
+  lio::Engine e(*r, *model_->tokenizer);
+  const int64_t id = e.add_request(prompt(1), greedy(100));  // 12 tokens + 100 never fit
+  std::optional<lio::FinishReason> reason;
+  int steps = 0;
+  while (e.has_unfinished() && steps++ < 1000)
+    for (const auto& o : e.step())
+      if (o.request_id == id && o.finished) reason = o.finish_reason;
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, lio::FinishReason::Length);
+  EXPECT_EQ(e.n_free_blocks(), 4);
+}
+
+TEST_F(EngineTest, MaxTokensEndsARequestWithLength) {
+  auto r = runner(16, 32);
+  lio::Engine e(*r, *model_->tokenizer);
+  lio::SamplingParams p = greedy(7);
+  const int64_t id = e.add_request(prompt(2), p);
+  lio::RequestOutput last;
+  std::vector<int32_t> ids;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) {
+      ids.insert(ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      last = o;
+    }
+  EXPECT_EQ(last.request_id, id);
+  EXPECT_TRUE(last.finished);
+  EXPECT_EQ(last.finish_reason, lio::FinishReason::Length);
+  EXPECT_EQ(ids.size(), 7u);
+  EXPECT_EQ(last.n_generated_tokens, 7);
+}
+
+TEST(ForwardBatchTest, SlotMappingFollowsTheBlockTable) {
+  lio::ForwardBatch b(4);
+  const std::vector<int32_t> table = {7, 2, 9};
+  b.add_sequence(std::vector<int32_t>{1, 2, 3}, 3, table, 1);  // positions 3, 4, 5
+  EXPECT_EQ(b.slot_mapping, (std::vector<int32_t>{7 * 4 + 3, 2 * 4 + 0, 2 * 4 + 1}));
+  EXPECT_EQ(b.positions, (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ(b.seq_lens, (std::vector<int32_t>{6}));
+  EXPECT_EQ(b.logits_rows, (std::vector<int32_t>{2}));
+}
+
+TEST(ForwardBatchTest, RejectsShortBlockTablesAndBadIds) {
+  lio::ForwardBatch b(4);
+  const std::vector<int32_t> table = {7, 2, 9};
+  EXPECT_THROW(b.add_sequence(std::vector<int32_t>{4}, 12, table, 1), lio::InvalidArgument);
+  EXPECT_THROW(b.add_sequence(std::vector<int32_t>{}, 0, table, 0), lio::InvalidArgument);
+  b.add_sequence(std::vector<int32_t>{1, 999}, 0, table, 2);
+  EXPECT_THROW(b.validate(/*vocab=*/500, /*context=*/64, /*n_blocks=*/10), lio::InvalidArgument);  // id 999
+  EXPECT_THROW(b.validate(1000, 64, /*n_blocks=*/5), lio::InvalidArgument);  // block 7 >= 5
+  EXPECT_NO_THROW(b.validate(1000, 64, 10));
+}
+
+}  // namespace
