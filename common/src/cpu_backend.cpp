@@ -88,31 +88,35 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   const ModelConfig& c = config_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t kvd = c.kv_dim(), qd = c.q_dim(), bs = b.block_size;
-  const float* keys = pool.keys(layer);
-  const float* values = pool.values(layer);
+  auto* host = dynamic_cast<HostKvPool*>(&pool);
+  LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
+  const KvCache& slots = host->slots();
   paged_rows_.assign(static_cast<size_t>(b.n_tokens()), 1);
   bool any_paged = false;
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
     const int64_t q0 = b.query_start_loc[static_cast<size_t>(s)];
     const int64_t first_pos = b.seq_lens[static_cast<size_t>(s)] - b.query_len(s);
-    const int64_t block0 = b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq)];
+    const int64_t first_slot = b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq)] * bs;
     for (int64_t i = q0; i < q0 + b.query_len(s); ++i) {
       const int64_t n_ctx = first_pos + (i - q0) + 1;
       if (n_ctx > bs) {
         any_paged = true;
         continue;
       }
-      // The row's keys are slots block0 * bs .. + n_ctx - 1, contiguous: chapter 01's cache
-      // and its decode step (Task 4).
-      cpu::decode_attention(q + i * qd, keys + block0 * bs * kvd, values + block0 * bs * kvd, out + i * qd,
-                            n_ctx, c.n_heads, c.n_kv_heads, c.head_dim, scale);
+      // The row's keys are the contiguous slots first_slot .. first_slot + n_ctx - 1 of its
+      // first block: chapter 01's cache. Read them with Task 3's prefix views (the slots up to
+      // the row's last key, from the block's start) and attend with Task 4's decode step.
+      const std::span<const float> k = slots.key_prefix(layer, first_slot + n_ctx).subspan(first_slot * kvd);
+      const std::span<const float> v = slots.value_prefix(layer, first_slot + n_ctx).subspan(first_slot * kvd);
+      cpu::decode_attention(q + i * qd, k.data(), v.data(), out + i * qd, n_ctx, c.n_heads, c.n_kv_heads,
+                            c.head_dim, scale);
       paged_rows_[static_cast<size_t>(i)] = 0;
     }
   }
   if (!any_paged) return;
-  cpu::paged_attention(q, keys, values, out, b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(),
-                       b.n_seqs(), b.max_blocks_per_seq, bs, c.n_heads, c.n_kv_heads, c.head_dim, scale,
-                       paged_rows_.data());
+  cpu::paged_attention(q, pool.keys(layer), pool.values(layer), out, b.query_start_loc.data(), b.seq_lens.data(),
+                       b.block_tables.data(), b.n_seqs(), b.max_blocks_per_seq, bs, c.n_heads, c.n_kv_heads,
+                       c.head_dim, scale, paged_rows_.data());
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) { cpu::swiglu(gate, up, out, n); }
