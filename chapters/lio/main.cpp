@@ -3,6 +3,7 @@
 //   lio tokenize  text -> token ids
 //   lio generate  prompt (or --chat) -> streamed text
 //   lio logits    teacher-forced logits for given token ids (for conformance tests)
+//   lio batch     a JSONL file of requests through one engine (offline batched generation)
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "batch.h"
 #include "lio/cli_common.h"
 #include "lio/error.h"
 #include "lio/generate.h"
@@ -125,6 +127,12 @@ int cmd_generate(const lio::CommonOptions& o) {
   lio::LoadedModel m = lio::load_from_options(o);
   std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+  if (!o.json) {
+    const lio::KvPool& pool = runner->kv_pool();
+    std::fprintf(stderr, "[%s | KV pool %.0f MiB: %lld blocks x %lld tokens]\n", runner->device_description().c_str(),
+                 static_cast<double>(pool.size_bytes()) / (1 << 20), (long long)pool.n_blocks(),
+                 (long long)pool.block_size());
+  }
   lio::GenerateOptions g;
   g.max_tokens = o.max_tokens;
   g.stop = o.stop;
@@ -173,9 +181,12 @@ int cmd_logits(const lio::CommonOptions& o, const std::string& ids_text, const s
   if (static_cast<int64_t>(ids.size()) > m.config.context_length)
     throw lio::InvalidArgument("--ids has " + std::to_string(ids.size()) + " tokens; the context holds " +
                                std::to_string(m.config.context_length));
-  std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
-  runner->reset(static_cast<int64_t>(ids.size()));
-  std::span<const float> logits = runner->forward(ids, /*all_logits=*/true);
+  lio::CommonOptions pool_o = o;  // one sequence of ids.size() tokens: one block holds it all
+  pool_o.kv_pool = {static_cast<int64_t>(ids.size()),
+                    (lio::kv_block_bytes(m.config, static_cast<int64_t>(ids.size())) >> 20) + 1};
+  std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, pool_o);
+  lio::SoloSequence seq(*runner, static_cast<int64_t>(ids.size()));
+  std::span<const float> logits = seq.forward(ids, /*all_logits=*/true);
   std::ofstream out(out_path, std::ios::binary);
   if (!out) throw lio::InvalidArgument("cannot write --out '" + out_path + "'");
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
@@ -205,6 +216,7 @@ int main(int argc, char** argv) {
   CLI::App* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
   lio::add_model_flags(*gen, gen_o);
   lio::add_device_flag(*gen, gen_o);
+  lio::add_kv_pool_flags(*gen, gen_o);
   gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9
   lio::add_generation_flags(*gen, gen_o, /*default_temperature=*/0.2f);
 
@@ -215,11 +227,16 @@ int main(int argc, char** argv) {
   logits->add_option("--ids", ids_text, "Comma-separated token ids")->required();
   logits->add_option("--out", out_path, "Output file (raw little-endian f32)")->required();
 
+  lio::CommonOptions batch_o;
+  lio::BatchOptions batch_b;
+  CLI::App* batch = lio::add_batch_subcommand(app, batch_o, batch_b);
+
   return lio::run_main(app, argc, argv, [&]() -> int {
     if (info->parsed()) return cmd_info(info_o);
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
     if (gen->parsed()) return cmd_generate(gen_o);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
+    if (batch->parsed()) return lio::run_batch(batch_o, batch_b);
     return 2;
   });
 }
