@@ -26,6 +26,10 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
                  "Where the forward pass runs: cpu, or cuda (GPU 0; weights and KV cache in "
                  "device memory)")
       ->capture_default_str();
+  app.add_option("--activations", o.activations,
+                 "CPU matmul activations: f32, or int8 (rounded per 32-element block, integer dot "
+                 "products: faster on batches, slightly less exact)")
+      ->capture_default_str();
 }
 
 void add_kv_pool_flags(CLI::App& app, CommonOptions& o) {
@@ -65,7 +69,7 @@ LoadedModel load_from_options(const CommonOptions& o) {
 }
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
-  return make_runner(m, parse_device(o.device), o.kv_pool);
+  return make_runner(m, parse_device(o.device), o.kv_pool, parse_cpu_activations(o.activations));
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {

@@ -11,10 +11,12 @@
 
 namespace lio {
 
-CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights) : config_(config), weights_(weights) {}
+CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations)
+    : config_(config), weights_(weights), activations_(activations) {}
 
 std::string CpuBackend::device_description() const {
-  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads" +
+         (activations_ == cpu::MatmulActivations::Int8 ? ", int8 activations)" : ")");
 }
 
 std::unique_ptr<KvPool> CpuBackend::make_kv_pool(const KvPoolConfig& config) {
@@ -66,7 +68,7 @@ void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows
 }
 
 void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
-  cpu::matmul(matrix(w), x, y, n_rows, accumulate);
+  cpu::matmul(matrix(w), x, y, n_rows, accumulate, activations_);
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {

@@ -11,8 +11,18 @@
 
 namespace lio {
 
-std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device) {
-  if (device == Device::Cpu) return std::make_unique<CpuBackend>(model.config, model.weights);
+CpuActivations parse_cpu_activations(const std::string& text) {
+  if (text == "f32") return CpuActivations::F32;
+  if (text == "int8") return CpuActivations::Int8;
+  throw InvalidArgument("--activations must be 'f32' or 'int8', got '" + text + "'");
+}
+
+std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, CpuActivations activations) {
+  if (device == Device::Cpu) {
+    return std::make_unique<CpuBackend>(
+        model.config, model.weights,
+        activations == CpuActivations::Int8 ? cpu::MatmulActivations::Int8 : cpu::MatmulActivations::F32);
+  }
 #ifdef LIO_HAVE_CUDA
   return std::make_unique<cuda::CudaBackend>(model.config, model.weights);
 #else
@@ -22,10 +32,11 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device) {
 #endif
 }
 
-std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device, const KvPoolOptions& pool) {
+std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device, const KvPoolOptions& pool,
+                                         CpuActivations activations) {
   if (pool.block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(pool.block_size));
   if (pool.kv_cache_mib < 0) throw InvalidArgument("--kv-cache-mib must be >= 0, got " + std::to_string(pool.kv_cache_mib));
-  std::unique_ptr<Backend> backend = make_backend(model, device);
+  std::unique_ptr<Backend> backend = make_backend(model, device, activations);
   const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
   const int64_t n_blocks = kv_blocks_for_budget(model.config, pool.block_size, mib << 20);
   if (n_blocks < 1) {

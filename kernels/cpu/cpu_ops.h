@@ -23,6 +23,9 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n_rows, in
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, float theta_base, RopeStyle style);
 
+/// Precision of the activations inside matmul (see matmul()).
+enum class MatmulActivations { F32, Int8 };
+
 /// y = x W^T for a batch of rows, or y += x W^T when `accumulate`: x (n, w.cols),
 /// y (n, w.rows), no overlap. Any supported weight dtype; quantized blocks are decoded in
 /// registers (never expanded to an f32 matrix), each block once per group of 8 rows.
@@ -30,7 +33,13 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
 /// whatever n is (see matmul.cpp), so a row's result is bitwise identical alone or in a batch.
 /// Threads: OpenMP over tiles of weight rows. Throws InvalidArgument on a null pointer, n <= 0,
 /// or a quantized weight whose cols is not a multiple of 32.
-void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false);
+/// `activations`: F32 multiplies f32 x by the decoded weights; Int8 first rounds each
+/// 32-element block of x to int8 with its own scale (ggml's Q8 activations) and runs the block
+/// dot products in integers (AVX2 maddubs), for Q4_1 / Q4_0 / Q8_0 weights only (others use
+/// F32). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
+/// activation rounding error; see docs/engine.md for the measured trade.
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false,
+            MatmulActivations activations = MatmulActivations::F32);
 
 /// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

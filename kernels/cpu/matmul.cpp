@@ -23,6 +23,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -196,6 +197,128 @@ void matmul_dtype(const WeightMatrix& w, const float* x, float* y, int64_t n, co
   }
 }
 
+// ---- int8 activations (W4A8 / W8A8), Q4_1 / Q4_0 / Q8_0 weights --------------------------
+// Each 32-element block of an x row is rounded to int8 with its own scale dx = max|x| / 127
+// (ggml's block_q8_0/q8_1 for activations), and the block dot product runs in integers:
+// _mm256_maddubs_epi16 multiplies 32 unsigned weight bytes by 32 signed x bytes into 16 int16
+// pair sums (|15 * 127 * 2| and |128 * 127 * 2| fit int16), _mm256_madd_epi16 widens them to 8
+// int32, which are converted once and scaled: acc = fma(d_w * dx, float(int dot), acc).
+// The offsets (Q4_1's m, Q4_0's -8) multiply the sum of the ROUNDED x (dx * sum(qx), ggml's
+// block_q8_1.s), so the result is exactly W . x' and the error is w . (x' - x): weighting
+// the rounding by the centred weights w rather than by d * q (in 0 .. 15d) cut the measured
+// KL about fivefold.
+// The per-element order is fixed as in the f32 path, so this path is batch-invariant too.
+
+/// x rounded to int8 per 32-element block. qx: (n, cols); dx, qsum: (n, cols / 32).
+struct QuantizedRows {
+  std::vector<int8_t> qx;
+  std::vector<float> dx;
+  std::vector<float> qsum;
+};
+
+QuantizedRows quantize_rows(const float* x, int64_t n, int64_t cols) {
+  const int64_t nb = cols / kB;
+  QuantizedRows q{std::vector<int8_t>(static_cast<size_t>(n * cols)), std::vector<float>(static_cast<size_t>(n * nb)),
+                  std::vector<float>(static_cast<size_t>(n * nb))};
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + r * cols + b * kB;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kB; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (int64_t i = 0; i < kB; ++i) {
+        const int v = static_cast<int>(std::nearbyint(xb[i] * inv));
+        q.qx[static_cast<size_t>(r * cols + b * kB + i)] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      q.dx[static_cast<size_t>(r * nb + b)] = d;
+      q.qsum[static_cast<size_t>(r * nb + b)] = static_cast<float>(sum);
+    }
+  return q;
+}
+
+template <DType D, int R>
+void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, const float* qsum, int64_t cols, float* y, int64_t y_stride, bool accumulate) {
+  const int64_t nb = cols / kB;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  float off[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    off[r] = 0.0f;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i w8;
+    float dw, mw = 0.0f;
+    if constexpr (D == DType::Q8_0) {
+      const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(wrow)[b];
+      w8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs));
+      dw = _cvtsh_ss(q.d);
+    } else {
+      const uint8_t* qs;
+      if constexpr (D == DType::Q4_1) {
+        const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(wrow)[b];
+        qs = q.qs;
+        dw = _cvtsh_ss(q.d);
+        mw = _cvtsh_ss(q.m);
+      } else {
+        const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(wrow)[b];
+        qs = q.qs;
+        dw = _cvtsh_ss(q.d);
+      }
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+      const __m128i mask = _mm_set1_epi8(0x0F);
+      w8 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), _mm_and_si128(bytes, mask));
+    }
+    const __m256i w_abs = D == DType::Q8_0 ? _mm256_sign_epi8(w8, w8) : w8;
+    for (int r = 0; r < R; ++r) {
+      __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + r * cols + b * kB));
+      if constexpr (D == DType::Q8_0) xv = _mm256_sign_epi8(xv, w8);  // move w's sign onto x
+      const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xv), ones);
+      const float scale = dw * dx[r * nb + b];
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p32), acc[r]);
+      if constexpr (D == DType::Q4_1) off[r] += mw * (dx[r * nb + b] * qsum[r * nb + b]);
+      if constexpr (D == DType::Q4_0) off[r] += -8.0f * scale * qsum[r * nb + b];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float v = hsum(acc[r]) + off[r];
+    float& out = y[r * y_stride];
+    out = accumulate ? out + v : v;
+  }
+}
+
+template <DType D>
+void matmul_i8_dtype(const WeightMatrix& w, const QuantizedRows& q, float* y, int64_t n, bool accumulate) {
+  const int64_t n_tiles = (w.rows + kTileRows - 1) / kTileRows;
+  const int64_t nb = w.cols / kB;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const int64_t j0 = t * kTileRows, j1 = std::min(w.rows, j0 + kTileRows);
+    for (int64_t r0 = 0; r0 < n; r0 += kGroupRows) {
+      const int8_t* qg = q.qx.data() + r0 * w.cols;
+      const float* dg = q.dx.data() + r0 * nb;
+      const float* sg = q.qsum.data() + r0 * nb;
+      float* yg = y + r0 * w.rows;
+      for (int64_t j = j0; j < j1; ++j) {
+        const std::byte* wr = w.row(j);
+        switch (std::min(kGroupRows, n - r0)) {
+          case 1: dot_group_i8<D, 1>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          case 2: dot_group_i8<D, 2>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          case 3: dot_group_i8<D, 3>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          case 4: dot_group_i8<D, 4>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          case 5: dot_group_i8<D, 5>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          case 6: dot_group_i8<D, 6>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          case 7: dot_group_i8<D, 7>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+          default: dot_group_i8<D, 8>(wr, qg, dg, sg, w.cols, yg + j, w.rows, accumulate); break;
+        }
+      }
+    }
+  }
+}
+
 void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, const float* xsums,
                  bool accumulate) {
   switch (w.dtype) {
@@ -225,7 +348,8 @@ void matmul_scalar(const WeightMatrix& w, const float* x, float* y, int64_t n, b
   }
 }
 
-void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate) {
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate,
+            MatmulActivations activations) {
   if (w.data == nullptr || x == nullptr || y == nullptr || n <= 0) {
     throw InvalidArgument("matmul: null pointer or n <= 0 for weight '" + w.name + "'");
   }
@@ -234,12 +358,20 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool acc
                           " columns, not a multiple of the 32-element block");
   }
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  const bool int8_weights = w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0 || w.dtype == DType::Q8_0;
+  if (activations == MatmulActivations::Int8 && int8_weights) {
+    const QuantizedRows q = quantize_rows(x, n, w.cols);
+    if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
+    if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
+    return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
+  }
   const int64_t n_blocks = w.cols / kB;
   std::vector<float> xsums(static_cast<size_t>(n * n_blocks));
   if (w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0)
     for (int64_t r = 0; r < n; ++r) block_sums(x + r * w.cols, w.cols, xsums.data() + r * n_blocks);
   matmul_simd(w, x, y, n, xsums.data(), accumulate);
 #else
+  (void)activations;
   matmul_scalar(w, x, y, n, accumulate);  // portable fallback: one order for every batch too
 #endif
 }

@@ -2,6 +2,7 @@
 // for every weight dtype, on the GEMV (n == 1) and GEMM (n > 1) paths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -66,17 +67,56 @@ INSTANTIATE_TEST_SUITE_P(
                                          lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1),
                        ::testing::Values(int64_t{1}, int64_t{7})));
 
-TEST(Matmul, GemvAndGemmAgree) {
-  std::mt19937 rng(7);
-  Quantized q = make_weight(lio::DType::Q4_1, 100, 64, rng);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(3 * 64);
-  for (float& v : x) v = dist(rng);
-  std::vector<float> batched(3 * 100), single(100);
-  lio::cpu::matmul(q.w, x.data(), batched.data(), 3);
-  for (int i = 0; i < 3; ++i) {
-    lio::cpu::matmul(q.w, x.data() + i * 64, single.data(), 1);
-    for (int r = 0; r < 100; ++r) EXPECT_NEAR(single[r], batched[i * 100 + r], 1e-4);
+// Batch invariance: a row's output is the same bits whether it is alone, first, or the 13th
+// of 21 rows (groups of 8 and a remainder), with or without accumulate, for every dtype and
+// both activation precisions.
+TEST(Matmul, RowsAreBitwiseIdenticalAloneAndInAnyBatch) {
+  for (lio::DType dtype : {lio::DType::F32, lio::DType::F16, lio::DType::BF16, lio::DType::Q8_0,
+                           lio::DType::Q4_0, lio::DType::Q4_1}) {
+    for (auto act : {lio::cpu::MatmulActivations::F32, lio::cpu::MatmulActivations::Int8}) {
+      std::mt19937 rng(7);
+      const int64_t rows = 70, cols = 96, n = 21;
+      Quantized q = make_weight(dtype, rows, cols, rng);
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(n * cols));
+      for (float& v : x) v = dist(rng);
+      std::vector<float> batched(static_cast<size_t>(n * rows)), single(static_cast<size_t>(rows));
+      lio::cpu::matmul(q.w, x.data(), batched.data(), n, false, act);
+      for (int64_t i = 0; i < n; ++i) {
+        lio::cpu::matmul(q.w, x.data() + i * cols, single.data(), 1, false, act);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(single[r], batched[i * rows + r]) << lio::dtype_info(dtype).name << " row " << i << " out " << r;
+      }
+    }
+  }
+}
+
+// Int8 activations: the block dot products in integers, within the rounding of x to 8 bits
+// (each block's x carries up to 0.5 / 127 of its max-abs as error).
+TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
+  for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1}) {
+    std::mt19937 rng(21);
+    const int64_t rows = 50, cols = 128, n = 5;
+    Quantized q = make_weight(dtype, rows, cols, rng);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (float& v : x) v = dist(rng);
+    std::vector<float> y(static_cast<size_t>(n * rows));
+    lio::cpu::matmul(q.w, x.data(), y.data(), n, false, lio::cpu::MatmulActivations::Int8);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0, bound = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          ref += double(q.dequantized[r * cols + c]) * x[i * cols + c];
+          double amax = 0;  // the block's max |x|
+          for (int64_t k = c / 32 * 32; k < c / 32 * 32 + 32; ++k) amax = std::max(amax, double(std::fabs(x[i * cols + k])));
+          bound += std::fabs(q.dequantized[r * cols + c]) * amax * 0.5 / 127.0;
+        }
+        ASSERT_NEAR(y[i * rows + r], ref, bound + 1e-4) << lio::dtype_info(dtype).name;
+        worst = std::max(worst, std::fabs(y[i * rows + r] - ref));
+      }
+    EXPECT_GT(worst, 0.0) << "no rounding at all: the int8 path did not run";
   }
 }
 

@@ -26,6 +26,7 @@ struct CommonOptions {
   SamplerConfig sampler;        ///< --temperature --top-k --top-p --min-p --repeat-penalty --seed
   std::string dtype = "auto";   ///< --dtype auto|f32|f16|bf16
   std::string device = "cpu";   ///< --device cpu|cuda
+  std::string activations = "f32";  ///< --activations f32|int8 (CPU matmuls)
   int threads = 0;              ///< --threads (0 = all cores)
   KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib
   bool json = false;            ///< --json: one machine-readable summary on stdout

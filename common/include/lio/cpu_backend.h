@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_ops.h"
 #include "lio/backend.h"
 #include "lio/model_loader.h"
 
@@ -22,7 +23,9 @@ namespace lio {
 /// and `weights`, which must outlive it.
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const ModelConfig& config, const Weights& weights);
+  /// `activations`: precision of x inside the matmuls (cpu::matmul); F32 by default.
+  CpuBackend(const ModelConfig& config, const Weights& weights,
+             cpu::MatmulActivations activations = cpu::MatmulActivations::F32);
 
   const ModelConfig& config() const override { return config_; }
   std::string device_description() const override;
@@ -48,6 +51,7 @@ class CpuBackend final : public Backend {
   const std::vector<float>& norm(WeightRef w) const;
   const ModelConfig& config_;
   const Weights& weights_;
+  cpu::MatmulActivations activations_;
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
   std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_attention
 };

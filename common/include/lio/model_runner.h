@@ -113,15 +113,24 @@ struct KvPoolOptions {
 /// on a GPU 80% of the memory free after the weights. At least one block's worth.
 int64_t default_kv_cache_mib(const Backend& backend);
 
+/// Precision of the activations in the CPU backend's matmuls (--activations): F32, or Int8
+/// (each 32-element block of x rounded to int8, integer dot products; faster on batches, with
+/// the KL cost measured in docs/engine.md). The CUDA backend ignores it.
+enum class CpuActivations { F32, Int8 };
+/// Parses "f32" or "int8" (the --activations flag). Throws InvalidArgument otherwise.
+CpuActivations parse_cpu_activations(const std::string& text);
+
 /// The backend for `device` over `model` (which must outlive it). Device::Cuda uploads the
 /// weights to GPU 0. Throws UnsupportedError when CUDA is asked for and this build has no CUDA
 /// support or no usable GPU is present (the message says which), CudaError on a device failure.
-std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device);
+std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device,
+                                      CpuActivations activations = CpuActivations::F32);
 
 /// make_backend() plus a KV pool sized by `pool` (budget / block bytes, rounded down). Throws
 /// InvalidArgument if block_size < 1, kv_cache_mib < 0 or the budget holds no block, and as
 /// make_backend().
 std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device,
-                                         const KvPoolOptions& pool = {});
+                                         const KvPoolOptions& pool = {},
+                                         CpuActivations activations = CpuActivations::F32);
 
 }  // namespace lio
