@@ -12,6 +12,8 @@
 // logits row copied to the host for the argmax (what a CPU sampler costs: vocab_size floats
 // over PCIe and a sync per token, against the device argmax's 12 bytes), CUDA with weights
 // converted to f16 (--dtype f16: 2 bytes per weight, no dequantization work).
+// Each variant is a ModelRunner (a backend plus a KV pool just large enough for one sequence)
+// driven through a SoloSequence: one sequence, its blocks in order — chapter 01's view.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 #include <omp.h>
@@ -27,7 +29,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "lio/cli_common.h"
-#include "lio/cuda_runner.h"
+#include "lio/cuda_backend.h"
 #include "lio/model_runner.h"
 #include "lio/sampler.h"
 
@@ -72,20 +74,34 @@ enum class Argmax {
   Host,    ///< lio::argmax over the logits row forward() copied to the host
 };
 
-/// Medians over `repeats` of: prefill `prompt` into a fresh cache, then `decode_tokens` greedy
-/// steps, one token each (EOS ignored). Run 0 warms up (allocations, page tables, cuBLAS).
+/// A runner on `device` over `model` whose KV pool holds one sequence of `tokens` positions
+/// (blocks of 16): no more device memory than the run needs.
+std::unique_ptr<lio::ModelRunner> make_bench_runner(const lio::LoadedModel& model, lio::Device device,
+                                                    int64_t tokens) {
+  constexpr int64_t kBlockSize = 16;
+  return std::make_unique<lio::ModelRunner>(lio::make_backend(model, device),
+                                            lio::KvPoolConfig{kBlockSize, (tokens + kBlockSize - 1) / kBlockSize});
+}
+
+/// The runner's CUDA backend (for profiling). Throws std::bad_cast on another backend.
+lio::cuda::CudaBackend& cuda_backend(lio::ModelRunner& runner) {
+  return dynamic_cast<lio::cuda::CudaBackend&>(runner.backend());
+}
+
+/// Medians over `repeats` of: prefill `prompt` into a fresh sequence, then `decode_tokens`
+/// greedy steps, one token each (EOS ignored). Run 0 warms up (allocations, page tables, cuBLAS).
 Result measure(lio::ModelRunner& runner, const std::string& variant, double weight_bytes,
                const std::vector<int32_t>& prompt, int64_t decode_tokens, int repeats,
                Argmax where = Argmax::Runner) {
   const lio::ModelConfig& c = runner.config();
   const int64_t p = static_cast<int64_t>(prompt.size());
   lio::Sampler greedy{lio::SamplerConfig{}};  // temperature 0, no penalty: history unused
-  const auto step = [&](std::span<const int32_t> feed) {
-    return where == Argmax::Host ? lio::argmax(runner.forward(feed)) : runner.forward_sample(feed, greedy, feed);
-  };
   std::vector<double> prefill_tps, decode_tps;
   for (int r = 0; r < repeats + 1; ++r) {
-    runner.reset(p + decode_tokens);
+    lio::SoloSequence seq(runner, p + decode_tokens);  // blocks 0.. of the pool, from position 0
+    const auto step = [&](std::span<const int32_t> feed) {
+      return where == Argmax::Host ? lio::argmax(seq.forward(feed)) : seq.forward_sample(feed, greedy, feed);
+    };
     double t0 = lio::bench::now_s();
     int32_t next = step(prompt);
     const double t_prefill = lio::bench::now_s() - t0;
@@ -138,37 +154,43 @@ int main(int argc, char** argv) {
                                  std::to_string(c.context_length));
     }
 
-    lio::cuda::CudaRunner gpu(c, stored.weights);  // throws UnsupportedError without a GPU
+    const int64_t n_positions = prompt_tokens + decode_tokens;
+    // Throws UnsupportedError without a GPU.
+    std::unique_ptr<lio::ModelRunner> gpu = make_bench_runner(stored, lio::Device::Cuda, n_positions);
+    const double gpu_weight_bytes = static_cast<double>(gpu->backend().weight_bytes());
     const double copy_bw = measure_copy_bandwidth(static_cast<int64_t>(copy_gib * (1 << 30)), 10);
     std::vector<Result> results;
-    results.push_back(measure(gpu, "cuda " + o.dtype, static_cast<double>(gpu.weight_bytes()), prompt,
-                              decode_tokens, repeats));
-    results.push_back(measure(gpu, "cuda " + o.dtype + ", logits to host", static_cast<double>(gpu.weight_bytes()),
-                              prompt, decode_tokens, repeats, Argmax::Host));
+    results.push_back(measure(*gpu, "cuda " + o.dtype, gpu_weight_bytes, prompt, decode_tokens, repeats));
+    results.push_back(measure(*gpu, "cuda " + o.dtype + ", logits to host", gpu_weight_bytes, prompt,
+                              decode_tokens, repeats, Argmax::Host));
 
     // Per-kernel breakdown: one profiled decode run (events around every op), after timing.
-    gpu.set_profiling(true);
-    gpu.reset(prompt_tokens + decode_tokens);
-    lio::Sampler greedy{lio::SamplerConfig{}};
-    int32_t next = gpu.forward_sample(prompt, greedy, prompt);
-    gpu.clear_op_times();  // keep decode steps only
-    for (int64_t i = 0; i < decode_tokens; ++i) next = gpu.forward_sample(std::span(&next, 1), greedy, {});
-    const std::vector<lio::cuda::OpTime> ops = gpu.op_times();
-    gpu.set_profiling(false);
+    lio::cuda::CudaBackend& backend = cuda_backend(*gpu);
+    backend.set_profiling(true);
+    {
+      lio::SoloSequence seq(*gpu, n_positions);
+      lio::Sampler greedy{lio::SamplerConfig{}};
+      int32_t next = seq.forward_sample(prompt, greedy, prompt);
+      backend.clear_op_times();  // keep decode steps only
+      for (int64_t i = 0; i < decode_tokens; ++i) next = seq.forward_sample(std::span(&next, 1), greedy, {});
+    }
+    const std::vector<lio::cuda::OpTime> ops = backend.op_times();
+    backend.set_profiling(false);
 
     {
       lio::LoadedModel f16 = lio::load_model(stored.path, lio::WeightMode::F16);
-      lio::cuda::CudaRunner gpu16(f16.config, f16.weights);
-      results.push_back(measure(gpu16, "cuda f16", static_cast<double>(gpu16.weight_bytes()), prompt,
-                                decode_tokens, repeats));
+      std::unique_ptr<lio::ModelRunner> gpu16 = make_bench_runner(f16, lio::Device::Cuda, n_positions);
+      results.push_back(measure(*gpu16, "cuda f16", static_cast<double>(gpu16->backend().weight_bytes()),
+                                prompt, decode_tokens, repeats));
     }
     if (!skip_cpu) {
-      lio::CpuRunner cpu(c, stored.weights);
-      results.push_back(measure(cpu, "cpu " + o.dtype, static_cast<double>(stored.weights.size_bytes()),
+      std::unique_ptr<lio::ModelRunner> cpu =
+          make_bench_runner(stored, lio::Device::Cpu, prompt_tokens + cpu_decode_tokens);
+      results.push_back(measure(*cpu, "cpu " + o.dtype, static_cast<double>(stored.weights.size_bytes()),
                                 prompt, cpu_decode_tokens, repeats));
     }
 
-    const std::string device = gpu.device_description();
+    const std::string device = gpu->device_description();
     json j{{"device", device},
            {"cpu", lio::bench::cpu_name()},
            {"cpu_threads", omp_get_max_threads()},

@@ -140,11 +140,59 @@ void gemv(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cuda
 void gemv_naive(const DeviceMatrix& w, const float* x, float* y, bool accumulate,
                 cudaStream_t stream);
 
+/// Most x rows matmul() sends to gemv_batched(); more go to dequantize + cuBLAS. Up to ~16
+/// tokens a step is still bound by reading W (2 * 16 FLOPs per weight is far below an H100's
+/// ~100 FLOPs per byte), so reading it once beats dequantizing it to an f32 copy first.
+inline constexpr int64_t kGemvBatchedMaxRows = 16;
+
+/// x rows gemv_batched() keeps in registers per pass over W: each lane holds 8 dequantized
+/// weights and one accumulator per row, so W is read once per group of this many rows.
+inline constexpr int64_t kGemvBatchedRowsPerPass = 8;
+
+/// Largest `cols` for which gemv_batched() stages a group of x rows in shared memory
+/// (kGemvBatchedRowsPerPass rows of cols floats, padded to a multiple of 4, in the default
+/// 48 KiB); wider rows read x through L1/L2 instead.
+inline constexpr int64_t kGemvBatchedMaxSharedCols = 48 * 1024 / 4 / kGemvBatchedRowsPerPass;
+
+/// The small-batch matmul: y = x W^T, or y += x W^T when `accumulate`, for a few rows of x
+/// (decode steps of a batch of sequences, short prefill chunks).
+/// w: (rows, cols) any dtype gemv() supports; x: (n_rows, cols) f32; y: (n_rows, rows) f32;
+/// device pointers; y must not overlap x.
+/// Work layout: one warp per output row (weight row), lanes over columns as in gemv(); each
+/// lane dequantizes its 8 weights once into registers (detail::Weights8) and multiplies them
+/// with up to kGemvBatchedRowsPerPass x rows staged in shared memory, one accumulator per row.
+/// W is read once per group of 8 rows (twice for 9..16 rows; the second read mostly hits L2).
+/// Per x row the arithmetic is gemv()'s, in the same order (same lane/column mapping, same
+/// detail::Weights8::dot, same warp reduction), so it agrees with gemv() on that row to a few
+/// ulp (bitwise unless the compiler contracts differently), and with cpu::matmul to ~1e-6 of
+/// sum_j |w_j x_j| per output (f32 accumulation in another order than the CPU's).
+/// Preconditions (throw InvalidArgument): as gemv(), and 0 <= n_rows <= INT32_MAX (0 launches
+/// nothing). Any n_rows works; matmul() sends it 2 .. kGemvBatchedMaxRows.
+/// Throws CudaError if the launch fails.
+void gemv_batched(const DeviceMatrix& w, const float* x, float* y, int64_t n_rows,
+                  bool accumulate, cudaStream_t stream);
+
+/// Same contract as gemv_batched(): gemv_naive() launched once per x row (one thread per
+/// output, column order, W read n_rows times). The reference gemv_batched() is tested against.
+void gemv_batched_naive(const DeviceMatrix& w, const float* x, float* y, int64_t n_rows,
+                        bool accumulate, cudaStream_t stream);
+
 /// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 with Swish_1 = SiLU):
 /// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i], elementwise over n values, f32, the same
 /// formula as cpu::swiglu. gate, up, out: (n) device pointers; out may alias gate or up.
 /// Preconditions (throw InvalidArgument): non-null pointers, n >= 0 (0 launches nothing).
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+/// Row gather: out[i] = x[rows[i]] for i < n_rows, dim floats each — picks the rows whose
+/// logits are wanted (ForwardBatch::logits_rows) before the final norm and LM head.
+/// x: (>= max(rows) + 1, dim); rows: (n_rows) int32; out: (n_rows, dim); device pointers;
+/// out must not overlap x. Row ids are NOT range-checked on the device (the caller checks
+/// them on the host). A plain copy, one block per output row; it has no naive twin (it is its
+/// own reference).
+/// Preconditions (throw InvalidArgument): 0 <= n_rows <= INT32_MAX (0 launches nothing),
+/// dim > 0, non-null pointers. Throws CudaError if the launch fails.
+void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim, float* out,
+                 cudaStream_t stream);
 
 /// Causal grouped-query attention for a chunk of queries against a contiguous KV cache — the
 /// contract of cpu::attention. q: (n_q, n_heads, head_dim) for positions start_pos ..
@@ -183,6 +231,76 @@ void attention_naive(const float* q, const float* k_cache, const float* v_cache,
 void decode_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                       int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       float scale, cudaStream_t stream);
+
+// ---- paged KV cache ---------------------------------------------------------------------------
+
+/// Writes each token's K and V row into the paged pool at its slot — vLLM's
+/// reshape_and_cache (csrc/cache_kernels.cu) without the layout change:
+///   k_pool[slot_mapping[t] * kv_dim + i] = k[t * kv_dim + i]   (and v likewise)
+/// for t < n_tokens, i < kv_dim. A slot < 0 means "skip this row" (padding), as in vLLM.
+/// k, v: (n_tokens, kv_dim); slot_mapping: (n_tokens) int32; k_pool, v_pool: one layer of the
+/// pool, (n_slots, kv_dim) = (n_blocks, block_size, n_kv_heads, head_dim); device pointers;
+/// the rows must not overlap the pool. Slots must be distinct (two rows writing one slot race)
+/// and below n_slots: neither is checked here (ForwardBatch::validate checks them on the host).
+/// One block per token, float4 copies when kv_dim % 4 == 0 and every pointer is 16-byte aligned.
+/// Preconditions (throw InvalidArgument): non-null pointers, 0 <= n_tokens <= INT32_MAX (0
+/// launches nothing), 0 < kv_dim <= INT32_MAX. Throws CudaError if the launch fails.
+void kv_append(const float* k, const float* v, const int32_t* slot_mapping, int64_t n_tokens,
+               int64_t kv_dim, float* k_pool, float* v_pool, cudaStream_t stream);
+
+/// Same contract as kv_append(); one thread per (token, element), the literal assignment.
+void kv_append_naive(const float* k, const float* v, const int32_t* slot_mapping,
+                     int64_t n_tokens, int64_t kv_dim, float* k_pool, float* v_pool,
+                     cudaStream_t stream);
+
+/// Largest head_dim paged_attention() accepts: a lane keeps head_dim / 32 output elements in
+/// registers (8 at 256) and q lives in static shared memory. Real models use 64..256.
+inline constexpr int64_t kPagedAttentionMaxHeadDim = 256;
+
+/// Paged causal grouped-query attention over a batch mixing prefill chunks and decode rows
+/// (PagedAttention, Kwon et al. 2023, sec. 4.1; the varlen layout of vLLM v1 /
+/// FlashAttention's flash_attn_varlen_func):
+///   q, out: (n_tokens, n_heads, head_dim); k_pool, v_pool: one layer,
+///   (n_slots, n_kv_heads, head_dim) = (n_blocks, block_size, n_kv_heads, head_dim);
+///   query_start_loc: (n_seqs + 1) row offsets, [0] = 0, ascending, [n_seqs] = n_tokens;
+///   seq_lens: (n_seqs) cached + new tokens of each sequence;
+///   block_tables: (n_seqs, max_blocks_per_seq) block ids; all device pointers, int32.
+/// Row i of sequence s (query_start_loc[s] <= i < query_start_loc[s+1]) is at position
+/// p = seq_lens[s] - query_len(s) + (i - query_start_loc[s]) and attends to positions 0 .. p of
+/// s; position j lives at slot block_tables[s * max_blocks_per_seq + j / block_size] *
+/// block_size + j % block_size. Head h reads KV head h / (n_heads / n_kv_heads) (GQA, Ainslie
+/// et al. 2023). out = softmax(scale * q.k) v, max-subtracted, in f32. The K/V of the batch's own
+/// rows must already be in the pool (kv_append first). out must not overlap q or the pool.
+/// Work layout: one block of 4 warps per (row, head); warp w takes key tiles w, w + 4, ... of 32
+/// keys, lane = key: each lane computes its key's full score (q broadcast from shared memory),
+/// the warp updates a running max / sum (online softmax, Milakov & Gimelshein 2018), then adds
+/// p_j v_j with lanes over head_dim (coalesced V rows). The four warps' (max, sum, acc) merge in
+/// shared memory at the end (FlashAttention-2's split over keys, Dao 2023, sec. 3.1). Nothing
+/// grows with the context: no shared-memory limit on its length.
+/// The index arrays' contents are NOT checked on the device (ForwardBatch::validate checks
+/// them on the host: ascending query_start_loc, query_len(s) <= seq_lens[s], block ids in the
+/// pool, tables long enough).
+/// Preconditions (throw InvalidArgument): non-null pointers; 0 <= n_tokens <= INT32_MAX (0
+/// launches nothing); n_seqs >= 1 when n_tokens > 0; max_blocks_per_seq >= 1; block_size >= 1;
+/// max_blocks_per_seq * block_size <= INT32_MAX; n_kv_heads > 0; n_heads a multiple of
+/// n_kv_heads and <= 65535; 0 < head_dim <= kPagedAttentionMaxHeadDim; scale finite.
+/// Throws CudaError if the launch fails.
+void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                     const int32_t* query_start_loc, const int32_t* seq_lens,
+                     const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                     int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream);
+
+/// Same contract as paged_attention() (any head_dim > 0); one thread per (row, head): it finds
+/// its sequence by binary search over query_start_loc, then walks positions 0 .. p in order
+/// with the running-max softmax of cpu::attention, `out` doubling as the accumulator — the
+/// literal loop. The reference paged_attention() is tested against.
+void paged_attention_naive(const float* q, const float* k_pool, const float* v_pool, float* out,
+                           const int32_t* query_start_loc, const int32_t* seq_lens,
+                           const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                           int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                           int64_t n_kv_heads, int64_t head_dim, float scale,
+                           cudaStream_t stream);
 
 // ---- greedy sampling ------------------------------------------------------------------------
 
@@ -237,9 +355,15 @@ class CublasHandle {
 /// y = x W^T for n rows of x, or y += x W^T when `accumulate` — the contract of cpu::matmul
 /// on device pointers. x: (n, w.cols); y: (n, w.rows); no overlap.
 /// n == 1: gemv() (the weights are read once, dequantized in registers).
-/// n > 1 (prefill): W is dequantized into `scratch` (unless it is F32) and multiplied with
-/// cublasSgemm — y^T = W x^T in cuBLAS's column-major terms (cuBLAS docs, "cublas<t>gemm()").
-/// scratch: device floats, at least w.rows * w.cols unless w is F32 (may then be null).
+/// 2 <= n <= kGemvBatchedMaxRows (decode batches, short chunks): gemv_batched() (W read once
+/// per 8 rows, dequantized in registers; no scratch needed).
+/// n > kGemvBatchedMaxRows (prefill): W is dequantized into `scratch` (unless it is F32) and
+/// multiplied with cublasSgemm — y^T = W x^T in cuBLAS's column-major terms (cuBLAS docs,
+/// "cublas<t>gemm()").
+/// Every path accumulates in f32 (SGEMM without TF32): agreement with cpu::matmul to ~1e-6 of
+/// sum_j |w_j x_j| per output.
+/// scratch: device floats, at least w.rows * w.cols when n > kGemvBatchedMaxRows and w is not
+/// F32 (otherwise it may be null).
 /// Preconditions (throw InvalidArgument): as gemv(), n >= 0 (0 does nothing), n <= INT32_MAX,
 /// scratch large enough. Throws CudaError on a launch or cuBLAS failure.
 void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, float* y,

@@ -1,4 +1,5 @@
-// elementwise.cu — SwiGLU on the GPU: out = silu(gate) * up, one thread per value.
+// elementwise.cu — SwiGLU on the GPU (out = silu(gate) * up, one thread per value) and the
+// row gather that picks the rows whose logits are wanted.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,6 +29,18 @@ __global__ void swiglu_kernel(const float* gate,  // (n)
   }
 }
 
+/// Grid: (n_rows). Block: (kBlockThreads). Output row r is x row rows[r]; threads over dim
+/// (coalesced on both sides).
+__global__ void gather_rows_kernel(const float* x,       // (>= max(rows) + 1, dim)
+                                   const int32_t* rows,  // (n_rows)
+                                   int64_t dim,
+                                   float* out) {         // (n_rows, dim)
+  const int64_t r = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(rows[r]) * dim;
+  float* dst = out + r * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kBlockThreads) dst[i] = src[i];
+}
+
 }  // namespace
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
@@ -39,6 +52,20 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
   const unsigned n_blocks = want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
   swiglu_kernel<<<n_blocks, kBlockThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim, float* out,
+                 cudaStream_t stream) {
+  if (n_rows < 0 || n_rows > INT32_MAX || dim <= 0) {
+    throw InvalidArgument("cuda::gather_rows: need 0 <= n_rows <= INT32_MAX and dim > 0, got "
+                          "n_rows=" + std::to_string(n_rows) + " dim=" + std::to_string(dim));
+  }
+  if (x == nullptr || rows == nullptr || out == nullptr) {
+    throw InvalidArgument("cuda::gather_rows: null device pointer (x, rows or out)");
+  }
+  if (n_rows == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(n_rows), kBlockThreads, 0, stream>>>(x, rows, dim, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

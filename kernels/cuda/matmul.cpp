@@ -1,6 +1,9 @@
-// matmul.cpp — y = x W^T on the GPU: gemv for one row (decode), cuBLAS SGEMM for many (prefill).
+// matmul.cpp — y = x W^T on the GPU: gemv for one row (decode), gemv_batched for a few rows
+// (a batch of decode steps), cuBLAS SGEMM for many (prefill).
 //
-// Prefill multiplies n tokens at once, so each weight is reused n times and the product is
+// Up to kGemvBatchedMaxRows rows the product is still bound by reading W, so the kernels that
+// read each quantized block once and dequantize it in registers win. Prefill multiplies
+// hundreds of tokens at once, so each weight is reused n times and the product is
 // compute-bound: a tuned GEMM library wins over anything written for this course (chapter 03
 // revisits quantized GEMM). Quantized W is first dequantized to an f32 scratch matrix (one
 // extra read+write of W, small next to the GEMM for n in the hundreds).
@@ -47,6 +50,10 @@ void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, f
   if (n == 0) return;
   if (n == 1) {
     gemv(w, x, y, accumulate, stream);
+    return;
+  }
+  if (n <= kGemvBatchedMaxRows) {
+    gemv_batched(w, x, y, n, accumulate, stream);
     return;
   }
   if (x == nullptr || y == nullptr) throw InvalidArgument("cuda::matmul: null x or y");

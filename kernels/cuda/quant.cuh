@@ -75,18 +75,53 @@ __host__ __device__ __forceinline__ float load_element(const std::byte* row, int
 inline constexpr int kDot8Elems = 8;
 static_assert(32 % kDot8Elems == 0, "a dot8 group never straddles a 32-element block");
 
-/// Dot product of the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range) with
-/// x = the 8 matching activations. Quantized blocks: scale (and minimum) applied once per 8.
-/// The inner step of gemv (one lane, one step); host-callable so tests can run it on the CPU.
-/// (No #pragma unroll: the host compiler would warn; nvcc unrolls constant 8-trip loops anyway.)
+/// The 8 weights at columns e0 .. e0+7 of a row (e0 % 8 == 0, all in range), decoded once so
+/// that several activation rows can use them (gemv_batched reads each weight block once for up
+/// to 8 tokens). Quantized dtypes keep the integer codes and the block's scale (and minimum), so
+/// dot() applies the scale once per 8 products; float dtypes keep the values (d unused).
 template <DType kType>
-__host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0, const float (&x)[kDot8Elems]) {
+struct Weights8 {
+  float q[kDot8Elems];  ///< codes as floats (Q8_0: -128..127; Q4_*: 0..15) or the values
+  float d = 1.0f;       ///< block scale (quantized dtypes)
+  float m = 0.0f;       ///< block minimum (Q4_1)
+
+  /// Dot product with the 8 matching activations x: sum_j w_j x_j, w_j as
+  /// lio::dequantize_row defines it (Q4_0: d*(q-8); Q4_1: d*q + m; Q8_0: d*q).
+  __host__ __device__ __forceinline__ float dot(const float (&x)[kDot8Elems]) const {
+    if constexpr (kType == DType::Q8_0) {
+      float sum = 0.0f;
+      for (int j = 0; j < kDot8Elems; ++j) sum += q[j] * x[j];
+      return d * sum;
+    } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
+      float sum_qx = 0.0f;
+      float sum_x = 0.0f;
+      for (int j = 0; j < kDot8Elems; ++j) {
+        sum_qx += q[j] * x[j];
+        sum_x += x[j];
+      }
+      if constexpr (kType == DType::Q4_0) {
+        return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
+      } else {
+        return d * sum_qx + m * sum_x;  // sum (d*q + m)*x
+      }
+    } else {
+      float sum = 0.0f;
+      for (int j = 0; j < kDot8Elems; ++j) sum += q[j] * x[j];
+      return sum;
+    }
+  }
+};
+
+/// Decodes the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range): one read
+/// of their bytes (8 nibbles / 8 int8 / 8 halves / 8 floats plus the block header).
+template <DType kType>
+__host__ __device__ __forceinline__ Weights8<kType> load_weights8(const std::byte* row, int e0) {
+  Weights8<kType> w;
   if constexpr (kType == DType::Q8_0) {
     const std::byte* block = row + static_cast<int64_t>(e0 / 32) * 34;
     const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2) + e0 % 32;
-    float sum = 0.0f;
-    for (int j = 0; j < kDot8Elems; ++j) sum += static_cast<float>(qs[j]) * x[j];
-    return load_f16(block) * sum;
+    for (int j = 0; j < kDot8Elems; ++j) w.q[j] = static_cast<float>(qs[j]);
+    w.d = load_f16(block);
   } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
     constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
     constexpr int kQsOffset = kType == DType::Q4_0 ? 2 : 4;
@@ -94,26 +129,23 @@ __host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0, con
     const int j0 = e0 % 32;  // 0, 8: low nibbles of qs[j0..]; 16, 24: high nibbles of qs[j0-16..]
     const uint8_t* qs = reinterpret_cast<const uint8_t*>(block + kQsOffset) + j0 % 16;
     const int shift = j0 < 16 ? 0 : 4;
-    float sum_qx = 0.0f;
-    float sum_x = 0.0f;
-    for (int j = 0; j < kDot8Elems; ++j) {
-      const float q = static_cast<float>((qs[j] >> shift) & 0x0F);
-      sum_qx += q * x[j];
-      sum_x += x[j];
-    }
-    const float d = load_f16(block);
-    if constexpr (kType == DType::Q4_0) {
-      return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
-    } else {
-      return d * sum_qx + load_f16(block + 2) * sum_x;  // sum (d*q + m)*x
-    }
+    for (int j = 0; j < kDot8Elems; ++j) w.q[j] = static_cast<float>((qs[j] >> shift) & 0x0F);
+    w.d = load_f16(block);
+    if constexpr (kType == DType::Q4_1) w.m = load_f16(block + 2);
   } else {
-    float sum = 0.0f;
-    for (int j = 0; j < kDot8Elems; ++j) {
-      sum += load_element<kType>(row, e0 + j) * x[j];
-    }
-    return sum;
+    for (int j = 0; j < kDot8Elems; ++j) w.q[j] = load_element<kType>(row, e0 + j);
   }
+  return w;
+}
+
+/// Dot product of the 8 weights at columns e0 .. e0+7 of `row` (e0 % 8 == 0, all in range) with
+/// x = the 8 matching activations. Quantized blocks: scale (and minimum) applied once per 8.
+/// The inner step of gemv (one lane, one step); host-callable so tests can run it on the CPU.
+/// (No #pragma unroll: the host compiler would warn; nvcc unrolls constant 8-trip loops anyway.)
+template <DType kType>
+__host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0,
+                                               const float (&x)[kDot8Elems]) {
+  return load_weights8<kType>(row, e0).dot(x);
 }
 
 /// Calls f.template operator()<kType>() for the runtime dtype: the one switch from a

@@ -171,11 +171,12 @@ TEST(CudaGemv, WideRowsAtAndPastSharedStagingLimit) {
   check_gemv(lio::cuda::gemv, DType::F32, 3, at_limit + 64, 233);
 }
 
-// n > 1 goes through dequantize + cublasSgemm (full f32): the same bound as gemv.
+// n > kGemvBatchedMaxRows goes through dequantize + cublasSgemm (full f32): the same bound as
+// gemv. (2 .. kGemvBatchedMaxRows rows: gemv_batched, tests/unit/test_cuda_gemv_batched.cpp.)
 TEST(CudaMatmul, CublasPrefillMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   lio::cuda::CublasHandle cublas;
-  const int64_t rows = 96, cols = 192, n = 7;
+  const int64_t rows = 96, cols = 192, n = lio::cuda::kGemvBatchedMaxRows + 7;
   for (DType t : kAllDtypes) {
     TestMatrix m(t, rows, cols, 301);
     const auto x = random_floats(size_t(n * cols), -2.0f, 2.0f, 302);

@@ -1,21 +1,30 @@
-// test_cuda_runner.cpp — the whole forward pass on the GPU (cuda::CudaRunner) against the CPU
-// path (CpuRunner): tiny random models in every weight dtype, then the real SmolLM2 model.
-// Without a usable GPU the parity tests skip, and the one test that needs no GPU checks that
-// asking for CUDA fails with a clear error instead.
+// test_cuda_runner.cpp — the whole forward pass on the GPU: a ModelRunner over the CUDA backend
+// (make_backend(model, Device::Cuda)) against one over the CPU backend, through the engine's
+// API — SoloSequence for one sequence fed chunk by chunk, ForwardBatch for a batched step that
+// mixes prefill and decode rows — on tiny random models in every weight dtype, then the real
+// SmolLM2 model. Without a usable GPU the parity tests skip, and the one test that needs no GPU
+// checks that asking for CUDA fails with a clear error instead.
+//
+// Tolerance: both devices compute in f32 in different orders (gemv / gemv_batched / cuBLAS vs
+// the CPU's loops), so logits agree to 1e-4 of their scale on the tiny models; greedy tokens
+// must be identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <span>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cuda_ops.h"
-#include "lio/cuda_runner.h"
+#include "lio/cuda_backend.h"
 #include "lio/error.h"
+#include "lio/forward_batch.h"
 #include "lio/generate.h"
+#include "lio/kv_pool.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
 #include "tiny_model.h"
@@ -26,11 +35,15 @@ using lio::DType;
 using lio::testing::TinyModelSpec;
 
 const std::vector<int32_t> kPrompt = {5, 17, 200, 3, 99, 140, 7, 250, 33};
+/// Longer than kGemvBatchedMaxRows: its prefill goes through dequantize + cuBLAS.
+const std::vector<int32_t> kLongPrompt = {5,  17, 200, 3,  99, 140, 7,  250, 33, 61, 12,  180,
+                                          44, 9,  230, 71, 15, 2,   88, 120, 64, 31, 201, 6};
 
 /// max |a - b| / max |b|: the error relative to the logits' scale.
 double max_rel_error(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
   double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     max_diff = std::max(max_diff, std::fabs(double(a[i]) - b[i]));
     max_ref = std::max(max_ref, std::fabs(double(b[i])));
   }
@@ -40,6 +53,25 @@ double max_rel_error(std::span<const float> a, std::span<const float> b) {
 int64_t argmax_row(std::span<const float> logits, int64_t row, int64_t vocab) {
   auto begin = logits.begin() + row * vocab;
   return std::max_element(begin, begin + vocab) - begin;
+}
+
+/// A runner for `device` over `m` with a pool of n_blocks blocks of block_size tokens.
+std::unique_ptr<lio::ModelRunner> runner(const lio::LoadedModel& m, lio::Device device,
+                                         int64_t block_size = 16, int64_t n_blocks = 64) {
+  return std::make_unique<lio::ModelRunner>(lio::make_backend(m, device),
+                                            lio::KvPoolConfig{block_size, n_blocks});
+}
+
+/// Copies a forward's logits (the span dies at the next forward).
+std::vector<float> run(lio::SoloSequence& seq, const std::vector<int32_t>& tokens,
+                       bool all_logits) {
+  std::span<const float> out = seq.forward(tokens, all_logits);
+  return {out.begin(), out.end()};
+}
+
+/// The CUDA backend under a runner (for its profiling and memory queries).
+lio::cuda::CudaBackend& cuda_backend(lio::ModelRunner& r) {
+  return dynamic_cast<lio::cuda::CudaBackend&>(r.backend());
 }
 
 class CudaRunnerTest : public ::testing::Test {
@@ -59,21 +91,20 @@ TEST_F(CudaRunnerTest, NoGpuMeansClearUnsupportedError) {
   if (lio::cuda::cuda_available()) GTEST_SKIP() << "a GPU is present; nothing to refuse";
   lio::LoadedModel m = load_tiny();
   try {
-    auto runner = lio::make_runner(m, lio::Device::Cuda);
-    FAIL() << "make_runner(cuda) succeeded without a GPU";
+    auto backend = lio::make_backend(m, lio::Device::Cuda);
+    FAIL() << "make_backend(cuda) succeeded without a GPU";
   } catch (const lio::UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--device cuda"), std::string::npos) << what;
+    if (lio::cuda::cuda_device_count() == 0) {
+      EXPECT_NE(what.find("no CUDA device is available"), std::string::npos) << what;
+    }
   }
+  EXPECT_THROW(lio::make_runner(m, lio::Device::Cuda), lio::UnsupportedError);
 }
 
-/// Copies a runner's logits (the span dies at the next forward).
-std::vector<float> run(lio::ModelRunner& r, const std::vector<int32_t>& tokens, bool all_logits) {
-  std::span<const float> out = r.forward(tokens, all_logits);
-  return {out.begin(), out.end()};
-}
-
-// Prefill (cuBLAS path, 9 tokens, all logits) then 4 decode steps (gemv path), per dtype:
-// both devices compute in f32 in different orders, so logits agree to 1e-4 of their scale.
+// Per dtype: prefill of 9 tokens (gemv_batched), 4 decode steps (gemv), then a 24-token chunk
+// (dequantize + cuBLAS), every logit against the CPU's.
 TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
@@ -85,71 +116,152 @@ TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
     const std::string path = dir_ + "/m_" + name + ".gguf";
     lio::testing::write_tiny_gguf(path, spec);
     lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
-    lio::CpuRunner cpu(m.config, m.weights);
-    lio::cuda::CudaRunner gpu(m.config, m.weights);
-    cpu.reset(32);
-    gpu.reset(32);
-    const auto want = run(cpu, kPrompt, true);
-    const auto got = run(gpu, kPrompt, true);
+    auto cpu = runner(m, lio::Device::Cpu);
+    auto gpu = runner(m, lio::Device::Cuda);
+    lio::SoloSequence cpu_seq(*cpu, 64), gpu_seq(*gpu, 64);
+    const auto want = run(cpu_seq, kPrompt, true);
+    const auto got = run(gpu_seq, kPrompt, true);
     ASSERT_EQ(got.size(), kPrompt.size() * size_t(m.config.vocab_size)) << name;
     EXPECT_LT(max_rel_error(got, want), 1e-4) << name << " prefill";
     for (int32_t token : {11, 250, 0, 42}) {
-      const auto w = run(cpu, {token}, false);
-      const auto g = run(gpu, {token}, false);
-      EXPECT_LT(max_rel_error(g, w), 1e-4) << name << " decode token " << token;
+      EXPECT_LT(max_rel_error(run(gpu_seq, {token}, false), run(cpu_seq, {token}, false)), 1e-4)
+          << name << " decode token " << token;
     }
-    EXPECT_EQ(gpu.kv_usage().n_tokens, cpu.kv_usage().n_tokens);
-    EXPECT_EQ(gpu.kv_usage().used_bytes, cpu.kv_usage().used_bytes);
-    EXPECT_EQ(gpu.kv_usage().allocated_bytes, cpu.kv_usage().allocated_bytes);
+    EXPECT_LT(max_rel_error(run(gpu_seq, kLongPrompt, true), run(cpu_seq, kLongPrompt, true)), 1e-4)
+        << name << " 24-token chunk";
+    EXPECT_EQ(gpu_seq.n_tokens(), cpu_seq.n_tokens());
   }
 }
 
-// A prompt fed in chunks (prefill at start > 0, then a 1-token step, then another chunk):
-// cuBLAS prefill at start > 0, and attention over the K/V earlier chunks left in the cache.
+// A prompt fed in chunks through blocks of 4 tokens: rows cross block boundaries, and each
+// chunk attends to the K/V earlier chunks left in scattered slots of the pool.
 TEST_F(CudaRunnerTest, ChunkedPrefillMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q8_0;
   lio::LoadedModel m = load_tiny(spec);
-  lio::CpuRunner cpu(m.config, m.weights);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
-  cpu.reset(32);
-  gpu.reset(32);
+  auto cpu = runner(m, lio::Device::Cpu, 4, 16);
+  auto gpu = runner(m, lio::Device::Cuda, 4, 16);
+  lio::SoloSequence cpu_seq(*cpu, 60), gpu_seq(*gpu, 60);
   for (const std::vector<int32_t>& chunk :
-       {std::vector<int32_t>{5, 17, 200, 3}, std::vector<int32_t>{99}, std::vector<int32_t>{140, 7, 250, 33, 61}}) {
-    EXPECT_LT(max_rel_error(run(gpu, chunk, true), run(cpu, chunk, true)), 1e-4)
-        << "chunk of " << chunk.size() << " at position " << gpu.kv_usage().n_tokens;
+       {std::vector<int32_t>{5, 17, 200, 3}, std::vector<int32_t>{99},
+        std::vector<int32_t>{140, 7, 250, 33, 61}, kLongPrompt}) {
+    EXPECT_LT(max_rel_error(run(gpu_seq, chunk, true), run(cpu_seq, chunk, true)), 1e-4)
+        << "chunk of " << chunk.size() << " at position " << gpu_seq.n_tokens();
   }
-  EXPECT_EQ(gpu.kv_usage().n_tokens, 10);
+  EXPECT_EQ(gpu_seq.n_tokens(), 34);
 }
 
-// Profiling times every op; it changes no result.
+// One batched step mixing a prefill chunk after a cached prefix, a decode row and a fresh
+// prompt, with block tables scattered over the pool: the same logits as the CPU backend
+// running the same two batches.
+TEST_F(CudaRunnerTest, MixedBatchMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  const int64_t bs = 4;
+  const std::vector<int32_t> table_a = {0, 9, 3}, table_b = {7, 5, 6}, table_c = {4, 11};
+  // Step 1: the prefixes of A (6 tokens) and B (9 tokens).
+  lio::ForwardBatch prefixes(bs);
+  prefixes.add_sequence(std::vector<int32_t>{5, 17, 200, 3, 99, 140}, 0, table_a, 1);
+  prefixes.add_sequence(kPrompt, 0, table_b, 1);
+  // Step 2: A's next 5 tokens (all logits), B's next token, C's 3-token prompt.
+  lio::ForwardBatch mixed(bs);
+  mixed.add_sequence(std::vector<int32_t>{7, 250, 33, 61, 12}, 6, table_a, 5);
+  mixed.add_sequence(std::vector<int32_t>{42}, 9, table_b, 1);
+  mixed.add_sequence(std::vector<int32_t>{1, 2, 3}, 0, table_c, 1);
+  auto cpu = runner(m, lio::Device::Cpu, bs, 12);
+  auto gpu = runner(m, lio::Device::Cuda, bs, 12);
+  const auto step = [](lio::ModelRunner& r, const lio::ForwardBatch& b) {
+    std::span<const float> out = r.forward(b);
+    return std::vector<float>(out.begin(), out.end());
+  };
+  EXPECT_LT(max_rel_error(step(*gpu, prefixes), step(*cpu, prefixes)), 1e-4) << "prefixes";
+  const auto want = step(*cpu, mixed);
+  const auto got = step(*gpu, mixed);
+  ASSERT_EQ(got.size(), size_t(7 * m.config.vocab_size));
+  EXPECT_LT(max_rel_error(got, want), 1e-4) << "mixed step";
+}
+
+// Greedy rows of a batch sample on the device (penalty + argmax), a sampled row between them
+// goes through the host: every row picks the CPU runner's token. top_k = 1 makes the sampled
+// row deterministic, so the devices' last-bit differences cannot change it.
+TEST_F(CudaRunnerTest, BatchedForwardSampleMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q8_0;
+  lio::LoadedModel m = load_tiny(spec);
+  lio::SamplerConfig greedy_a, sampled, greedy_c;
+  greedy_a.repeat_penalty = 1.5f;
+  greedy_a.repeat_last_n = 6;
+  sampled.temperature = 0.7f;
+  sampled.top_k = 1;
+  greedy_c.repeat_penalty = 0.8f;
+  std::vector<std::vector<int32_t>> seqs = {kPrompt, {1, 2, 3, 4}, {250, 251, 252}};
+  const std::vector<std::vector<int32_t>> tables = {{0, 1, 2}, {3, 4, 5}, {6, 7, 8}};
+  auto cpu = runner(m, lio::Device::Cpu, 16, 9);
+  auto gpu = runner(m, lio::Device::Cuda, 16, 9);
+  std::vector<std::vector<int32_t>> cpu_seqs = seqs, gpu_seqs = seqs;
+  lio::Sampler cpu_s[3] = {lio::Sampler(greedy_a), lio::Sampler(sampled), lio::Sampler(greedy_c)};
+  lio::Sampler gpu_s[3] = {lio::Sampler(greedy_a), lio::Sampler(sampled), lio::Sampler(greedy_c)};
+  const auto step = [&](lio::ModelRunner& r, std::vector<std::vector<int32_t>>& s,
+                        lio::Sampler* samplers, int i) {
+    lio::ForwardBatch b(16);
+    for (size_t q = 0; q < s.size(); ++q) {
+      const auto feed =
+          i == 0 ? std::span<const int32_t>(s[q]) : std::span<const int32_t>(&s[q].back(), 1);
+      b.add_sequence(feed, i == 0 ? 0 : int64_t(s[q].size()) - 1, tables[q], 1);
+    }
+    std::vector<lio::SampleRow> rows;
+    for (size_t q = 0; q < s.size(); ++q) rows.push_back({&samplers[q], s[q]});
+    return r.forward_sample(b, rows);
+  };
+  for (int i = 0; i < 12; ++i) {
+    const auto want = step(*cpu, cpu_seqs, cpu_s, i);
+    const auto got = step(*gpu, gpu_seqs, gpu_s, i);
+    ASSERT_EQ(got, want) << "step " << i;
+    for (size_t q = 0; q < 3; ++q) {
+      cpu_seqs[q].push_back(want[q]);
+      gpu_seqs[q].push_back(got[q]);
+    }
+  }
+}
+
+// Profiling times every op; it changes no result. 9 rows: every layer matmul is gemv_batched,
+// the LM head (one logits row) a gemv.
 TEST_F(CudaRunnerTest, ProfilingCountsEveryOpAndChangesNothing) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;  // 2 layers
   lio::LoadedModel m = load_tiny(spec);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
-  gpu.reset(16);
-  const auto plain = run(gpu, kPrompt, false);
-  gpu.set_profiling(true);
-  gpu.reset(16);
-  const auto profiled = run(gpu, kPrompt, false);
+  auto gpu = runner(m, lio::Device::Cuda);
+  lio::cuda::CudaBackend& backend = cuda_backend(*gpu);
+  lio::SoloSequence plain_seq(*gpu, 16);
+  const auto plain = run(plain_seq, kPrompt, false);
+  backend.set_profiling(true);
+  lio::SoloSequence profiled_seq(*gpu, 16);  // the same blocks again
+  const auto profiled = run(profiled_seq, kPrompt, false);
+  backend.set_profiling(false);
   EXPECT_EQ(profiled, plain);
-  int64_t gemm_calls = 0, attention_calls = 0;
+  int64_t batched = 0, gemv = 0, attention = 0, append = 0;
   double total_ms = 0;
-  for (const auto& t : gpu.op_times()) {
-    if (t.op.rfind("gemm", 0) == 0) gemm_calls += t.calls;
-    if (t.op.rfind("attention", 0) == 0) attention_calls += t.calls;
+  for (const auto& t : backend.op_times()) {
+    if (t.op == "gemv_batched") batched += t.calls;
+    if (t.op == "gemv") gemv += t.calls;
+    if (t.op.rfind("attention", 0) == 0) attention += t.calls;
+    if (t.op == "kv_append") append += t.calls;
     total_ms += t.total_ms;
   }
-  EXPECT_EQ(gemm_calls, 7 * spec.n_layers);  // q, k, v, o, gate, up, down per layer
-  EXPECT_EQ(attention_calls, spec.n_layers);
+  EXPECT_EQ(batched, 7 * spec.n_layers);  // q, k, v, o, gate, up, down per layer
+  EXPECT_EQ(gemv, 1);                     // the LM head
+  EXPECT_EQ(attention, spec.n_layers);
+  EXPECT_EQ(append, spec.n_layers);
   EXPECT_GT(total_ms, 0.0);
-  gpu.clear_op_times();
-  EXPECT_TRUE(gpu.op_times().empty());
+  backend.clear_op_times();
+  EXPECT_TRUE(backend.op_times().empty());
 }
 
-// --dtype f16 / bf16 convert at load; the GPU runs the converted matrices like stored ones.
+// --dtype f32 / f16 / bf16 convert at load; the GPU runs the converted matrices like stored ones.
 TEST_F(CudaRunnerTest, ConvertedWeightsMatchCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
@@ -157,12 +269,23 @@ TEST_F(CudaRunnerTest, ConvertedWeightsMatchCpu) {
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   for (auto mode : {lio::WeightMode::F32, lio::WeightMode::F16, lio::WeightMode::BF16}) {
     lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", mode);
-    lio::CpuRunner cpu(m.config, m.weights);
-    lio::cuda::CudaRunner gpu(m.config, m.weights);
-    cpu.reset(16);
-    gpu.reset(16);
-    EXPECT_LT(max_rel_error(run(gpu, kPrompt, true), run(cpu, kPrompt, true)), 1e-4);
+    auto cpu = runner(m, lio::Device::Cpu);
+    auto gpu = runner(m, lio::Device::Cuda);
+    lio::SoloSequence cpu_seq(*cpu, 16), gpu_seq(*gpu, 16);
+    EXPECT_LT(max_rel_error(run(gpu_seq, kPrompt, true), run(cpu_seq, kPrompt, true)), 1e-4);
   }
+}
+
+// The backend reports its memory: weights once (a tied head shares the embedding's copy),
+// a pool of the size asked for, free device memory.
+TEST_F(CudaRunnerTest, ReportsWeightAndPoolBytes) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::LoadedModel m = load_tiny();  // tied
+  auto gpu = runner(m, lio::Device::Cuda, 16, 10);
+  EXPECT_EQ(gpu->backend().weight_bytes(), m.weights.size_bytes());
+  EXPECT_EQ(gpu->kv_pool().size_bytes(), 10 * lio::kv_block_bytes(m.config, 16));
+  EXPECT_GT(gpu->backend().free_memory_bytes(), 0);
+  EXPECT_NE(gpu->device_description().find("cuda:0"), std::string::npos);
 }
 
 TEST_F(CudaRunnerTest, GreedyGenerationMatchesCpuWithAndWithoutCache) {
@@ -170,17 +293,18 @@ TEST_F(CudaRunnerTest, GreedyGenerationMatchesCpuWithAndWithoutCache) {
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q4_1;
   lio::LoadedModel m = load_tiny(spec);
-  lio::CpuRunner cpu(m.config, m.weights);
-  auto gpu = lio::make_runner(m, lio::Device::Cuda);
+  auto cpu = runner(m, lio::Device::Cpu);
+  auto gpu = runner(m, lio::Device::Cuda);
   for (const float penalty : {1.0f, 1.3f}) {  // generate() samples greedily on the device
     lio::GenerateOptions g;
     g.max_tokens = 20;
     g.ignore_eos = true;
     g.sampler.repeat_penalty = penalty;
-    const auto want = lio::generate(cpu, *m.tokenizer, kPrompt, g);
+    const auto want = lio::generate(*cpu, *m.tokenizer, kPrompt, g);
     const auto cached = lio::generate(*gpu, *m.tokenizer, kPrompt, g);
     g.use_kv_cache = false;
     const auto recomputed = lio::generate(*gpu, *m.tokenizer, kPrompt, g);
+    ASSERT_EQ(want.token_ids.size(), 20u) << "penalty " << penalty;
     EXPECT_EQ(cached.token_ids, want.token_ids) << "penalty " << penalty;
     EXPECT_EQ(recomputed.token_ids, want.token_ids) << "penalty " << penalty;
     EXPECT_EQ(cached.kv_bytes, want.kv_bytes);
@@ -194,49 +318,48 @@ TEST_F(CudaRunnerTest, GreedyForwardSampleMatchesCpuSampler) {
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q8_0;
   lio::LoadedModel m = load_tiny(spec);
-  lio::CpuRunner cpu(m.config, m.weights);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  auto cpu = runner(m, lio::Device::Cpu);
+  auto gpu = runner(m, lio::Device::Cuda);
   for (const float penalty : {1.0f, 1.5f, 0.8f}) {
     lio::SamplerConfig sc;
     sc.repeat_penalty = penalty;
     sc.repeat_last_n = 6;
     lio::Sampler cpu_sampler(sc), gpu_sampler(sc);
-    std::vector<int32_t> cpu_seq = kPrompt, gpu_seq = kPrompt;
-    cpu.reset(40);
-    gpu.reset(40);
+    std::vector<int32_t> cpu_hist = kPrompt, gpu_hist = kPrompt;
+    lio::SoloSequence cpu_seq(*cpu, 40), gpu_seq(*gpu, 40);
     for (int step = 0; step < 24; ++step) {
-      const auto feed = [&](const std::vector<int32_t>& seq) {
-        return step == 0 ? std::span<const int32_t>(seq) : std::span<const int32_t>(&seq.back(), 1);
+      const auto feed = [&](const std::vector<int32_t>& h) {
+        return step == 0 ? std::span<const int32_t>(h) : std::span<const int32_t>(&h.back(), 1);
       };
-      const int32_t want = cpu.forward_sample(feed(cpu_seq), cpu_sampler, cpu_seq);
-      const int32_t got = gpu.forward_sample(feed(gpu_seq), gpu_sampler, gpu_seq);
+      const int32_t want = cpu_seq.forward_sample(feed(cpu_hist), cpu_sampler, cpu_hist);
+      const int32_t got = gpu_seq.forward_sample(feed(gpu_hist), gpu_sampler, gpu_hist);
       ASSERT_EQ(got, want) << "penalty " << penalty << " step " << step;
-      cpu_seq.push_back(want);
-      gpu_seq.push_back(got);
+      cpu_hist.push_back(want);
+      gpu_hist.push_back(got);
     }
-    EXPECT_EQ(gpu.kv_usage().n_tokens, cpu.kv_usage().n_tokens);
+    EXPECT_EQ(gpu_seq.n_tokens(), cpu_seq.n_tokens());
   }
 }
 
 // A NaN in the weights makes every logit NaN: the GPU's greedy path must reject the row with
-// the CPU sampler's own message (it copies the row back for it), not return a token.
+// the CPU sampler's own message (the row is copied back for it), not return a token.
 TEST_F(CudaRunnerTest, GreedyForwardSampleRejectsNaNLogitsLikeCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   lio::LoadedModel m = load_tiny();
   m.weights.output_norm[0] = std::nanf("");
-  lio::CpuRunner cpu(m.config, m.weights);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  auto cpu = runner(m, lio::Device::Cpu);
+  auto gpu = runner(m, lio::Device::Cuda);
   lio::Sampler sampler{lio::SamplerConfig{}};
-  cpu.reset(16);
-  gpu.reset(16);
   std::string cpu_error, gpu_error;
   try {
-    cpu.forward_sample(kPrompt, sampler, kPrompt);
+    lio::SoloSequence seq(*cpu, 16);
+    seq.forward_sample(kPrompt, sampler, kPrompt);
   } catch (const lio::InvalidArgument& e) {
     cpu_error = e.what();
   }
   try {
-    gpu.forward_sample(kPrompt, sampler, kPrompt);
+    lio::SoloSequence seq(*gpu, 16);
+    seq.forward_sample(kPrompt, sampler, kPrompt);
   } catch (const lio::InvalidArgument& e) {
     gpu_error = e.what();
   }
@@ -249,39 +372,57 @@ TEST_F(CudaRunnerTest, GreedyForwardSampleChecksHistoryFirst) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
   lio::LoadedModel m = load_tiny(spec);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
+  auto gpu = runner(m, lio::Device::Cuda);
   lio::SamplerConfig sc;
   sc.repeat_penalty = 1.2f;
   lio::Sampler sampler(sc);
-  gpu.reset(16);
+  lio::SoloSequence seq(*gpu, 16);
   const std::vector<int32_t> history = {1, static_cast<int32_t>(spec.vocab_size())};
-  EXPECT_THROW(gpu.forward_sample(kPrompt, sampler, history), lio::InvalidArgument);
-  EXPECT_EQ(gpu.kv_usage().n_tokens, 0);
+  EXPECT_THROW(seq.forward_sample(kPrompt, sampler, history), lio::InvalidArgument);
+  EXPECT_EQ(seq.n_tokens(), 0);
 }
 
+// Bad batches are refused before they run and leave the sequence where it was; the backend
+// refuses a host pool and mismatched argmax requests with InvalidArgument.
 TEST_F(CudaRunnerTest, RejectsBadCalls) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   TinyModelSpec spec;
   lio::LoadedModel m = load_tiny(spec);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
-  EXPECT_THROW(gpu.forward(kPrompt), lio::InvalidArgument);  // no reset() yet
-  EXPECT_THROW(gpu.reset(0), lio::InvalidArgument);
-  EXPECT_THROW(gpu.reset(m.config.context_length + 1), lio::InvalidArgument);
-  gpu.reset(4);
-  EXPECT_THROW(gpu.forward(kPrompt), lio::InvalidArgument);  // 9 tokens, room for 4
+  auto gpu = runner(m, lio::Device::Cuda, 16, 4);
+  EXPECT_THROW(lio::SoloSequence(*gpu, 0), lio::InvalidArgument);
+  EXPECT_THROW(lio::SoloSequence(*gpu, 4 * 16 + 1), lio::InvalidArgument);  // more than the pool
+  lio::SoloSequence seq(*gpu, 4);
+  EXPECT_THROW(seq.forward(kPrompt), lio::InvalidArgument);  // 9 tokens, room for 4
   const std::vector<int32_t> bad_id = {static_cast<int32_t>(spec.vocab_size())};
-  EXPECT_THROW(gpu.forward(bad_id), lio::InvalidArgument);
-  EXPECT_THROW(gpu.forward(std::vector<int32_t>{}), lio::InvalidArgument);
-  // Nothing was consumed by the failed calls: the sequence still starts at position 0.
-  EXPECT_EQ(gpu.kv_usage().n_tokens, 0);
-  EXPECT_NO_THROW(gpu.forward(std::vector<int32_t>{1, 2, 3, 4}));
-  EXPECT_THROW(gpu.forward(std::vector<int32_t>{5}), lio::InvalidArgument);  // cache full
+  EXPECT_THROW(seq.forward(bad_id), lio::InvalidArgument);
+  EXPECT_THROW(seq.forward(std::vector<int32_t>{}), lio::InvalidArgument);
+  EXPECT_EQ(seq.n_tokens(), 0);  // nothing ran
+  EXPECT_NO_THROW(seq.forward(std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_THROW(seq.forward(std::vector<int32_t>{5}), lio::InvalidArgument);  // full
+
+  lio::Backend& backend = gpu->backend();
+  lio::ForwardBatch batch(16);
+  batch.add_sequence(std::vector<int32_t>{1, 2}, 0, std::vector<int32_t>{0}, 1);
+  const lio::BatchView view = backend.upload(batch);
+  lio::HostKvPool host_pool(m.config, lio::KvPoolConfig{16, 4});
+  float* k = backend.scratch(lio::Scratch::K, 2 * m.config.kv_dim());
+  EXPECT_THROW(backend.kv_append(host_pool, 0, k, k, view), lio::InvalidArgument);
+  EXPECT_THROW(backend.kv_append(gpu->kv_pool(), m.config.n_layers, k, k, view),
+               lio::InvalidArgument);
+  float* logits = backend.scratch(lio::Scratch::Logits, m.config.vocab_size);
+  const std::vector<int32_t> rows = {0};
+  const std::vector<float> penalties = {1.0f};
+  EXPECT_THROW(backend.greedy_argmax(logits, rows, {}, penalties), lio::InvalidArgument);
+  const std::vector<int32_t> past_last = {1};  // the batch has one logits row
+  const std::vector<std::vector<int32_t>> no_tokens(1);
+  EXPECT_THROW(backend.greedy_argmax(logits, past_last, no_tokens, penalties),
+               lio::InvalidArgument);
 }
 
 // The real model (skips when scripts/setup.sh has not fetched it). Teacher-forced logits over
-// a 100-token text: top-1 agreement >= 99% of positions and max error <= 1e-3 of the logit
-// scale (both paths dequantize the same Q4_1 blocks and accumulate in f32); then 32 greedy
-// tokens, which must be the CPU's exactly.
+// a 100-token text (cuBLAS prefill): top-1 agreement >= 99% of positions and max error <= 1e-3
+// of the logit scale (both paths dequantize the same Q4_1 blocks and accumulate in f32); then
+// 32 greedy tokens, which must be the CPU's exactly.
 TEST_F(CudaRunnerTest, RealModelMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::string path = lio::default_model_path();
@@ -295,12 +436,14 @@ TEST_F(CudaRunnerTest, RealModelMatchesCpu) {
       "capital of France, and the Seine flows through it.",
       false, true);
   ASSERT_GE(ids.size(), 80u);
-  lio::CpuRunner cpu(m.config, m.weights);
-  lio::cuda::CudaRunner gpu(m.config, m.weights);
-  cpu.reset(int64_t(ids.size()));
-  gpu.reset(int64_t(ids.size()));
-  const auto want = run(cpu, ids, true);
-  const auto got = run(gpu, ids, true);
+  auto cpu = runner(m, lio::Device::Cpu, 16, 64);
+  auto gpu = runner(m, lio::Device::Cuda, 16, 64);
+  std::vector<float> want, got;
+  {
+    lio::SoloSequence cpu_seq(*cpu, int64_t(ids.size())), gpu_seq(*gpu, int64_t(ids.size()));
+    want = run(cpu_seq, ids, true);
+    got = run(gpu_seq, ids, true);
+  }
   const int64_t vocab = m.config.vocab_size;
   int64_t agree = 0;
   for (int64_t i = 0; i < int64_t(ids.size()); ++i)
@@ -316,9 +459,10 @@ TEST_F(CudaRunnerTest, RealModelMatchesCpu) {
   g.max_tokens = 32;
   g.sampler.temperature = 0.0f;
   const std::vector<int32_t> prompt = m.tokenizer->encode("The capital of France is", false, true);
-  const auto a = lio::generate(cpu, *m.tokenizer, prompt, g);
-  const auto b = lio::generate(gpu, *m.tokenizer, prompt, g);
+  const auto a = lio::generate(*cpu, *m.tokenizer, prompt, g);
+  const auto b = lio::generate(*gpu, *m.tokenizer, prompt, g);
   std::printf("cpu:  %s\ncuda: %s\n", a.text.c_str(), b.text.c_str());
+  ASSERT_FALSE(a.token_ids.empty());
   EXPECT_EQ(b.token_ids, a.token_ids);
   EXPECT_EQ(b.text, a.text);
 }

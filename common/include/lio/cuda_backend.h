@@ -1,0 +1,119 @@
+// cuda_backend.h — the forward pass's operators on an NVIDIA GPU (kernels/cuda).
+//
+// Model (lio/model.h) is the one layer loop; this backend supplies its operators on CUDA
+// device 0: each Backend op is one or two launches of a kernel from kernels/cuda/cuda_ops.h on
+// the backend's stream, asynchronous until to_host() or greedy_argmax() waits. Matmuls pick
+// their kernel by the number of rows: one token = gemv, 2..16 = gemv_batched (both dequantize
+// the stored blocks in registers), more = cuBLAS SGEMM on a dequantized f32 copy. Attention is
+// paged (paged_attention over the pool's blocks), K/V go in with kv_append (vLLM's
+// reshape_and_cache).
+// Everything lives in this object: the stream, the cuBLAS handle, the weights (uploaded once,
+// as stored or as converted by --dtype; a tied head shares the embedding's copy), the batch's
+// index arrays, the activation scratch and the pinned staging buffers. No globals.
+// This header needs no CUDA headers, so CPU-only code may include it; the class exists only
+// in builds with CUDA (LIO_HAVE_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lio/backend.h"
+#include "lio/forward_batch.h"
+#include "lio/kv_pool.h"
+#include "lio/model_config.h"
+#include "lio/model_loader.h"
+
+namespace lio::cuda {
+
+/// Device time spent in one kind of operation over the profiled forward passes.
+struct OpTime {
+  std::string op;       ///< "gemv", "gemv_batched", "gemm (dequantize + cuBLAS)", "attention", ...
+  double total_ms = 0;  ///< summed device time (cudaEventElapsedTime), milliseconds
+  int64_t calls = 0;    ///< number of ops timed
+};
+
+/// Backend on CUDA device 0. Not thread-safe: one forward pass at a time (any thread; each
+/// call makes device 0 current). Errors: InvalidArgument for bad shapes or references,
+/// CudaError for device failures; an op that throws drains the stream first, so no work is
+/// left in flight.
+class CudaBackend final : public Backend {
+ public:
+  /// Uploads `weights` (matrices in their dtype, norms as f32) to device 0 and creates the
+  /// stream and cuBLAS handle. Copies `config`; `weights` may be freed afterwards.
+  /// Throws UnsupportedError ("--device cuda: no CUDA device is available ...") if no GPU or
+  /// driver is visible, or if GPU 0 cannot run this build's kernels; CudaError on an
+  /// allocation or copy failure (e.g. "out of memory").
+  CudaBackend(const ModelConfig& config, const Weights& weights);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const ModelConfig& config() const override;
+  /// "cuda:0 (<name>, sm_<cc>, <memory> GiB)".
+  std::string device_description() const override;
+  /// Bytes of weights in device memory (a tied head once).
+  int64_t weight_bytes() const override;
+  /// cudaMemGetInfo's free bytes on device 0 now (weights and any scratch already allocated
+  /// are excluded; the first forward pass still allocates its scratch).
+  int64_t free_memory_bytes() const override;
+
+  /// A pool in device memory: two buffers (K, V) of n_layers * n_slots * kv_dim floats,
+  /// zeroed; keys(l) / values(l) return device pointers into them. Throws InvalidArgument on a
+  /// bad shape, CudaError ("out of memory") when it does not fit.
+  std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) override;
+
+  /// Copies the batch's index arrays to device memory in one transfer through pinned memory.
+  /// Throws InvalidArgument if the arrays' lengths disagree with each other.
+  BatchView upload(const ForwardBatch& batch) override;
+  /// Grow-only device buffer per Scratch id (a larger request frees the old one after the
+  /// stream is idle). Throws InvalidArgument for a bad id or n_floats < 0.
+  float* scratch(Scratch id, int64_t n_floats) override;
+
+  void embedding(const int32_t* token_ids, int64_t n, float* out) override;
+  void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
+  /// cuda::matmul: gemv (1 row), gemv_batched (2 .. kGemvBatchedMaxRows), dequantize +
+  /// cuBLAS SGEMM (more; the f32 scratch is held by the backend).
+  void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
+  void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
+  /// cuda::kv_append into `pool` (which must come from a CudaBackend's make_kv_pool; else
+  /// InvalidArgument).
+  void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
+                 const BatchView& batch) override;
+  /// cuda::paged_attention with scale 1/sqrt(head_dim). Throws InvalidArgument if the pool is
+  /// not a device pool or the batch's block_size differs from the pool's.
+  void attention(KvPool& pool, int64_t layer, const float* q, float* out,
+                 const BatchView& batch) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
+                   float* out) override;
+  /// Device -> pinned (async), wait for the stream, pinned -> `host`.
+  void to_host(const float* src, int64_t n_floats, float* host) override;
+
+  bool has_device_argmax() const override { return true; }
+  /// Per requested row: the repetition penalty (cuda::repeat_penalty, skipped when 1) over its
+  /// distinct ids, then cuda::argmax; waits and returns the rows' ArgmaxRow (12 bytes each come
+  /// back instead of vocab_size floats). Throws InvalidArgument if the three lists differ in
+  /// length, a row is outside the last uploaded batch's logits rows, or a penalized id is
+  /// outside the vocabulary; as cuda::repeat_penalty for a bad penalty.
+  std::vector<ArgmaxRow> greedy_argmax(float* logits, std::span<const int32_t> rows,
+                                       const std::vector<std::vector<int32_t>>& penalty_tokens,
+                                       std::span<const float> penalties) override;
+
+  /// When on, every op is bracketed by CUDA events and its device time is added to
+  /// op_times() at the next wait (to_host, greedy_argmax). Events serialize nothing but cost
+  /// ~1 us each: leave off when timing tok/s.
+  void set_profiling(bool on);
+  /// Accumulated per-op device times since the last clear_op_times(), largest first.
+  std::vector<OpTime> op_times() const;
+  /// Zeroes the accumulated op times.
+  void clear_op_times();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lio::cuda

@@ -1,0 +1,129 @@
+// kv_append.cu — writes the new tokens' K and V rows into the paged KV pool at their slots:
+// vLLM's reshape_and_cache (csrc/cache_kernels.cu), minus its layout change (our pool keeps
+// (slot, n_kv_heads, head_dim) for K and V alike).
+//
+//   k_pool[slot_mapping[t] * kv_dim + i] = k[t * kv_dim + i],  v likewise;  slot < 0: skipped.
+//
+// Optimized kernel: one block per token, threads over the row, float4 when aligned (a row of
+// SmolLM2's kv_dim = 192 floats is 48 float4 lanes). Naive kernel: one thread per element.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "lio/error.h"
+
+namespace lio::cuda {
+
+namespace {
+
+constexpr int kAppendThreads = 128;
+constexpr int kNaiveBlockThreads = 256;
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+/// Grid: (n_tokens). Block: (kAppendThreads). kVec4: kv_dim % 4 == 0 and all four arrays
+/// 16-byte aligned, so every row start is too.
+template <bool kVec4>
+__global__ void __launch_bounds__(kAppendThreads)
+kv_append_kernel(const float* k,               // (n_tokens, kv_dim)
+                 const float* v,               // (n_tokens, kv_dim)
+                 const int32_t* slot_mapping,  // (n_tokens) slot of each row, < 0 = skip
+                 int kv_dim,
+                 float* k_pool,                // (n_slots, kv_dim)
+                 float* v_pool) {              // (n_slots, kv_dim)
+  const int64_t t = blockIdx.x;
+  const int32_t slot = slot_mapping[t];
+  if (slot < 0) return;  // padding row
+  const int64_t src = t * kv_dim;
+  const int64_t dst = static_cast<int64_t>(slot) * kv_dim;
+  if constexpr (kVec4) {
+    const float4* k4 = reinterpret_cast<const float4*>(k + src);
+    const float4* v4 = reinterpret_cast<const float4*>(v + src);
+    float4* kp4 = reinterpret_cast<float4*>(k_pool + dst);
+    float4* vp4 = reinterpret_cast<float4*>(v_pool + dst);
+    for (int i = threadIdx.x; i < kv_dim / 4; i += kAppendThreads) {
+      kp4[i] = k4[i];
+      vp4[i] = v4[i];
+    }
+  } else {
+    for (int i = threadIdx.x; i < kv_dim; i += kAppendThreads) {
+      k_pool[dst + i] = k[src + i];
+      v_pool[dst + i] = v[src + i];
+    }
+  }
+}
+
+/// Grid: (ceil(n_tokens * kv_dim / kNaiveBlockThreads)). Block: (kNaiveBlockThreads).
+/// One thread per (token, element): the literal assignment.
+__global__ void kv_append_naive_kernel(const float* k, const float* v,
+                                       const int32_t* slot_mapping, int64_t n_tokens, int kv_dim,
+                                       float* k_pool, float* v_pool) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_tokens * kv_dim) return;
+  const int64_t t = idx / kv_dim;
+  const int64_t i = idx % kv_dim;
+  const int32_t slot = slot_mapping[t];
+  if (slot < 0) return;
+  k_pool[static_cast<int64_t>(slot) * kv_dim + i] = k[idx];
+  v_pool[static_cast<int64_t>(slot) * kv_dim + i] = v[idx];
+}
+
+// ---- host launchers -----------------------------------------------------------------------------
+
+void check_kv_append_args(const char* op, const float* k, const float* v,
+                          const int32_t* slot_mapping, int64_t n_tokens, int64_t kv_dim,
+                          const float* k_pool, const float* v_pool) {
+  const std::string where = std::string("cuda::") + op + ": ";
+  if (k == nullptr || v == nullptr || slot_mapping == nullptr || k_pool == nullptr ||
+      v_pool == nullptr) {
+    throw InvalidArgument(where + "null device pointer (k, v, slot_mapping, k_pool or v_pool)");
+  }
+  if (n_tokens < 0 || n_tokens > INT_MAX || kv_dim <= 0 || kv_dim > INT_MAX) {
+    throw InvalidArgument(where + "need 0 <= n_tokens <= INT32_MAX and 0 < kv_dim <= INT32_MAX, "
+                          "got n_tokens=" + std::to_string(n_tokens) + " kv_dim=" +
+                          std::to_string(kv_dim));
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void kv_append(const float* k, const float* v, const int32_t* slot_mapping, int64_t n_tokens,
+               int64_t kv_dim, float* k_pool, float* v_pool, cudaStream_t stream) {
+  check_kv_append_args("kv_append", k, v, slot_mapping, n_tokens, kv_dim, k_pool, v_pool);
+  if (n_tokens == 0) return;
+  const bool vec4 = kv_dim % 4 == 0 && aligned16(k) && aligned16(v) && aligned16(k_pool) &&
+                    aligned16(v_pool);
+  const auto n_blocks = static_cast<unsigned>(n_tokens);
+  const int dim = static_cast<int>(kv_dim);
+  if (vec4) {
+    kv_append_kernel<true><<<n_blocks, kAppendThreads, 0, stream>>>(k, v, slot_mapping, dim,
+                                                                   k_pool, v_pool);
+  } else {
+    kv_append_kernel<false><<<n_blocks, kAppendThreads, 0, stream>>>(k, v, slot_mapping, dim,
+                                                                    k_pool, v_pool);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void kv_append_naive(const float* k, const float* v, const int32_t* slot_mapping,
+                     int64_t n_tokens, int64_t kv_dim, float* k_pool, float* v_pool,
+                     cudaStream_t stream) {
+  check_kv_append_args("kv_append_naive", k, v, slot_mapping, n_tokens, kv_dim, k_pool, v_pool);
+  if (n_tokens == 0) return;
+  const int64_t n_blocks = (n_tokens * kv_dim + kNaiveBlockThreads - 1) / kNaiveBlockThreads;
+  if (n_blocks > INT_MAX) {
+    throw InvalidArgument("cuda::kv_append_naive: " + std::to_string(n_tokens * kv_dim) +
+                          " elements exceed one launch");
+  }
+  kv_append_naive_kernel<<<static_cast<unsigned>(n_blocks), kNaiveBlockThreads, 0, stream>>>(
+      k, v, slot_mapping, n_tokens, static_cast<int>(kv_dim), k_pool, v_pool);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lio::cuda

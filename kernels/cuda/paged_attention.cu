@@ -1,0 +1,367 @@
+// paged_attention.cu — causal grouped-query attention over the paged KV pool, for a batch that
+// mixes prefill chunks and decode rows of different sequences.
+//
+//   out[i, h] = sum_{j <= p(i)} softmax_j(scale * q[i, h] . k[s, j, g]) v[s, j, g]
+//   g = h / (n_heads / n_kv_heads),  p(i) = seq_lens[s] - query_len(s) + (i - query_start_loc[s])
+//   k[s, j, g] = k_pool[slot(s, j), g],  slot(s, j) = block_tables[s][j / block_size] *
+//                                                     block_size + j % block_size
+// (Vaswani et al. 2017 eq. 1; GQA, Ainslie et al. 2023; PagedAttention, Kwon et al. 2023 sec. 4.1.)
+//
+// Optimized kernel: one block of kPagedWarps warps per (row i, head h).
+//   1. every thread finds the row's sequence s by binary search over query_start_loc (the
+//      same few addresses for the whole block: L1 broadcasts); q[i, h] goes to shared memory;
+//   2. warp w walks key tiles w, w + kPagedWarps, ... of 32 keys, lane l owning key tile + l:
+//      the lane looks up its key's slot in the block table and computes the whole dot product
+//      (q broadcast from shared memory, its K row streamed as float4 when aligned);
+//   3. the warp's running max m and sum l absorb the tile (online softmax, Milakov &
+//      Gimelshein 2018): acc *= exp(m_old - m_new); then for each of the tile's keys, p_j and
+//      the slot are shuffled to all lanes and the lanes, over head_dim, add p_j * v_j (one
+//      coalesced V row per key);
+//   4. the warps' (m, l, acc) meet in shared memory and combine (FlashAttention-2's split of
+//      the keys across warps, Dao 2023 sec. 3.1):
+//        out = sum_w acc_w e^(m_w - M) / sum_w l_w e^(m_w - M),  M = max_w m_w.
+// Nothing is sized by the context, so any length runs. With one block per (row, head), a
+// single decode row at a short context leaves most warps idle; splitting one row's keys across
+// blocks (flash-decoding) and reading a GQA group's K/V once for all its heads are the next
+// steps (chapter 07).
+// Naive kernel: one thread per (row, head), binary search, then the running-max loop of
+// cpu::attention over positions 0 .. p — the reference.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "lio/error.h"
+#include "reduce.cuh"
+
+namespace lio::cuda {
+
+namespace {
+
+constexpr int kPagedWarps = 4;
+constexpr int kPagedThreads = kPagedWarps * detail::kWarpSize;  // 128
+constexpr int kKeysPerTile = detail::kWarpSize;                 // one key per lane
+constexpr int kMaxHeadDim = static_cast<int>(kPagedAttentionMaxHeadDim);
+constexpr int kMaxDimsPerLane = kMaxHeadDim / detail::kWarpSize;  // 8 accumulators per lane
+constexpr int kNaiveBlockThreads = 64;
+static_assert(kMaxHeadDim % detail::kWarpSize == 0, "lanes split head_dim evenly at the maximum");
+static_assert(kMaxHeadDim % 4 == 0, "q is staged as float4");
+
+// ---- device helpers -----------------------------------------------------------------------------
+
+/// The sequence that owns batch row `row`: the largest s with query_start_loc[s] <= row
+/// (query_start_loc ascending, [0] = 0 <= row). Sequences with no rows are skipped over.
+__device__ __forceinline__ int find_sequence(const int32_t* query_start_loc, int n_seqs, int row) {
+  int lo = 0;
+  int hi = n_seqs - 1;
+  while (lo < hi) {  // invariant: query_start_loc[lo] <= row; the answer is in [lo, hi]
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start_loc[mid] <= row) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+/// Pool slot of position `pos` of a sequence whose block table row is `table`.
+__device__ __forceinline__ int64_t slot_of(const int32_t* table, int block_size, int pos) {
+  return static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
+}
+
+/// q . k over head_dim floats, in index order. kVec4: head_dim % 4 == 0 and k 16-byte aligned.
+template <bool kVec4>
+__device__ __forceinline__ float dot_q_k(const float* q_shared, const float* k, int head_dim) {
+  float dot = 0.0f;
+  if constexpr (kVec4) {
+    const float4* q4 = reinterpret_cast<const float4*>(q_shared);
+    const float4* k4 = reinterpret_cast<const float4*>(k);
+#pragma unroll 4
+    for (int d4 = 0; d4 < head_dim / 4; ++d4) {
+      const float4 a = q4[d4];
+      const float4 b = k4[d4];
+      dot += a.x * b.x;
+      dot += a.y * b.y;
+      dot += a.z * b.z;
+      dot += a.w * b.w;
+    }
+  } else {
+#pragma unroll 4
+    for (int d = 0; d < head_dim; ++d) dot += q_shared[d] * k[d];
+  }
+  return dot;
+}
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+/// Grid: (n_tokens, n_heads). Block: (kPagedThreads). Static shared memory: q (head_dim floats,
+/// 1 KiB at most) and the warps' partial results (kPagedWarps x (head_dim + 2) floats).
+/// kDimsPerLane = ceil(head_dim / 32) rounded up to a power of two (1, 2, 4, 8): output elements
+/// lane, lane + 32, ... of a warp's accumulator live in registers.
+template <int kDimsPerLane, bool kVec4>
+__global__ void __launch_bounds__(kPagedThreads)
+paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, head_dim)
+                       const float* k_pool,             // (n_slots, n_kv_heads, head_dim)
+                       const float* v_pool,             // (n_slots, n_kv_heads, head_dim)
+                       float* out,                      // (n_tokens, n_heads, head_dim)
+                       const int32_t* query_start_loc,  // (n_seqs + 1)
+                       const int32_t* seq_lens,         // (n_seqs)
+                       const int32_t* block_tables,     // (n_seqs, max_blocks_per_seq)
+                       int n_seqs,
+                       int max_blocks_per_seq,
+                       int block_size,                  // tokens per block
+                       int n_heads,
+                       int n_kv_heads,                  // divides n_heads
+                       int head_dim,                    // <= 32 * kDimsPerLane
+                       float scale) {
+  static_assert(kDimsPerLane >= 1 && kDimsPerLane <= kMaxDimsPerLane, "head_dim <= 256");
+  __shared__ float4 q_shared4[kMaxHeadDim / 4];  // float4: 16-byte aligned for dot_q_k
+  __shared__ float acc_shared[kPagedWarps][kMaxHeadDim];
+  __shared__ float max_shared[kPagedWarps];
+  __shared__ float sum_shared[kPagedWarps];
+  float* q_shared = reinterpret_cast<float*>(q_shared4);
+
+  const int row = blockIdx.x;
+  const int h = blockIdx.y;
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int warp = threadIdx.x / detail::kWarpSize;
+  const int g = h / (n_heads / n_kv_heads);
+  const int s = find_sequence(query_start_loc, n_seqs, row);
+  const int q_start = query_start_loc[s];
+  const int query_len = query_start_loc[s + 1] - q_start;
+  const int n_keys = seq_lens[s] - query_len + (row - q_start) + 1;  // positions 0 .. p
+  const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
+  const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;  // floats per slot
+  const float* k_g = k_pool + static_cast<int64_t>(g) * head_dim;
+  const float* v_g = v_pool + static_cast<int64_t>(g) * head_dim;
+
+  const float* q_row = q + (static_cast<int64_t>(row) * n_heads + h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += kPagedThreads) q_shared[d] = q_row[d];
+  __syncthreads();
+
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  float acc[kDimsPerLane];
+#pragma unroll
+  for (int c = 0; c < kDimsPerLane; ++c) acc[c] = 0.0f;
+
+  // Warp-uniform loop: every tile holds at least one key (tile < n_keys), so the tile's max is
+  // finite for finite inputs and exp(running_max - new_max) is 0 on the warp's first tile.
+  for (int tile = warp * kKeysPerTile; tile < n_keys; tile += kPagedWarps * kKeysPerTile) {
+    const int j = tile + lane;
+    int64_t slot = 0;
+    float score = -INFINITY;
+    if (j < n_keys) {
+      slot = slot_of(table, block_size, j);
+      score = dot_q_k<kVec4>(q_shared, k_g + slot * kv_stride, head_dim) * scale;
+    }
+    const float new_max = fmaxf(running_max, detail::warp_max(score));
+    const float correction = expf(running_max - new_max);
+    const float p = expf(score - new_max);  // 0 for lanes past the last key
+    running_sum = running_sum * correction + detail::warp_sum(p);
+#pragma unroll
+    for (int c = 0; c < kDimsPerLane; ++c) acc[c] *= correction;
+    const int n_valid = min(kKeysPerTile, n_keys - tile);
+    for (int jj = 0; jj < n_valid; ++jj) {
+      const float p_j = __shfl_sync(0xffffffffu, p, jj);
+      const int64_t slot_j = __shfl_sync(0xffffffffu, slot, jj);
+      const float* v_j = v_g + slot_j * kv_stride;
+#pragma unroll
+      for (int c = 0; c < kDimsPerLane; ++c) {
+        const int d = lane + c * detail::kWarpSize;
+        if (d < head_dim) acc[c] += p_j * v_j[d];
+      }
+    }
+    running_max = new_max;
+  }
+
+  // Combine the warps. A warp that had no tile holds (-inf, 0, 0): weight e^(-inf - M) = 0.
+  if (lane == 0) {
+    max_shared[warp] = running_max;
+    sum_shared[warp] = running_sum;
+  }
+#pragma unroll
+  for (int c = 0; c < kDimsPerLane; ++c) {
+    const int d = lane + c * detail::kWarpSize;
+    if (d < head_dim) acc_shared[warp][d] = acc[c];
+  }
+  __syncthreads();
+  float block_max = max_shared[0];  // warp 0 always has key 0
+#pragma unroll
+  for (int w = 1; w < kPagedWarps; ++w) block_max = fmaxf(block_max, max_shared[w]);
+  float weight[kPagedWarps];
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kPagedWarps; ++w) {
+    weight[w] = expf(max_shared[w] - block_max);
+    total += sum_shared[w] * weight[w];
+  }
+  const float inv_total = 1.0f / total;
+  float* out_row = out + (static_cast<int64_t>(row) * n_heads + h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += kPagedThreads) {
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kPagedWarps; ++w) o += acc_shared[w][d] * weight[w];
+    out_row[d] = o * inv_total;
+  }
+}
+
+/// Grid: (ceil(n_tokens * n_heads / kNaiveBlockThreads)). Block: (kNaiveBlockThreads).
+/// One thread per (row, head), walking positions 0 .. p in order; `out` doubles as the
+/// running accumulator.
+__global__ void paged_attention_naive_kernel(const float* q, const float* k_pool,
+                                             const float* v_pool, float* out,
+                                             const int32_t* query_start_loc,
+                                             const int32_t* seq_lens,
+                                             const int32_t* block_tables, int n_tokens,
+                                             int n_seqs, int max_blocks_per_seq, int block_size,
+                                             int n_heads, int n_kv_heads, int head_dim,
+                                             float scale) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(n_tokens) * n_heads) return;
+  const int row = static_cast<int>(idx / n_heads);
+  const int h = static_cast<int>(idx % n_heads);
+  const int g = h / (n_heads / n_kv_heads);
+  const int s = find_sequence(query_start_loc, n_seqs, row);
+  const int query_len = query_start_loc[s + 1] - query_start_loc[s];
+  const int pos = seq_lens[s] - query_len + (row - query_start_loc[s]);
+  const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
+  const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const float* q_ih = q + idx * head_dim;
+  float* o = out + idx * head_dim;
+  for (int d = 0; d < head_dim; ++d) o[d] = 0.0f;
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  for (int j = 0; j <= pos; ++j) {
+    const int64_t slot = slot_of(table, block_size, j);
+    const float* k_j = k_pool + slot * kv_stride + static_cast<int64_t>(g) * head_dim;
+    const float* v_j = v_pool + slot * kv_stride + static_cast<int64_t>(g) * head_dim;
+    float score = 0.0f;
+    for (int d = 0; d < head_dim; ++d) score += q_ih[d] * k_j[d];
+    score *= scale;
+    const float new_max = fmaxf(running_max, score);
+    const float correction = expf(running_max - new_max);  // 0 on the first key
+    const float p = expf(score - new_max);
+    running_sum = running_sum * correction + p;
+    for (int d = 0; d < head_dim; ++d) o[d] = o[d] * correction + p * v_j[d];
+    running_max = new_max;
+  }
+  for (int d = 0; d < head_dim; ++d) o[d] /= running_sum;
+}
+
+// ---- host launchers -----------------------------------------------------------------------------
+
+/// The shape arguments of both launchers, checked once.
+struct PagedShape {
+  int64_t n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim;
+};
+
+void check_paged_attention_args(const char* op, const float* q, const float* k_pool,
+                                const float* v_pool, const float* out,
+                                const int32_t* query_start_loc, const int32_t* seq_lens,
+                                const int32_t* block_tables, const PagedShape& p,
+                                int64_t max_head_dim, float scale) {
+  const std::string where = std::string("cuda::") + op + ": ";
+  if (q == nullptr || k_pool == nullptr || v_pool == nullptr || out == nullptr ||
+      query_start_loc == nullptr || seq_lens == nullptr || block_tables == nullptr) {
+    throw InvalidArgument(where + "null device pointer (q, k_pool, v_pool, out, query_start_loc, "
+                          "seq_lens or block_tables)");
+  }
+  if (p.n_tokens < 0 || p.n_tokens > INT_MAX || p.n_seqs < 0 || p.n_seqs > INT_MAX - 1 ||
+      (p.n_tokens > 0 && p.n_seqs < 1)) {
+    throw InvalidArgument(where + "need 0 <= n_tokens <= INT32_MAX and 1 <= n_seqs < INT32_MAX "
+                          "(when n_tokens > 0), got n_tokens=" + std::to_string(p.n_tokens) +
+                          " n_seqs=" + std::to_string(p.n_seqs));
+  }
+  if (p.block_size < 1 || p.max_blocks_per_seq < 1 ||
+      p.max_blocks_per_seq > INT_MAX / p.block_size) {
+    throw InvalidArgument(where + "need block_size >= 1, max_blocks_per_seq >= 1 and their "
+                          "product (positions per sequence) <= INT32_MAX, got block_size=" +
+                          std::to_string(p.block_size) + " max_blocks_per_seq=" +
+                          std::to_string(p.max_blocks_per_seq));
+  }
+  if (p.n_kv_heads <= 0 || p.n_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads > 65535 ||
+      p.head_dim <= 0 || p.head_dim > max_head_dim) {
+    throw InvalidArgument(where + "need n_heads a positive multiple of n_kv_heads > 0, n_heads <= "
+                          "65535 and 0 < head_dim <= " + std::to_string(max_head_dim) +
+                          ", got n_heads=" + std::to_string(p.n_heads) + " n_kv_heads=" +
+                          std::to_string(p.n_kv_heads) + " head_dim=" +
+                          std::to_string(p.head_dim));
+  }
+  if (!std::isfinite(scale)) throw InvalidArgument(where + "scale must be finite");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                     const int32_t* query_start_loc, const int32_t* seq_lens,
+                     const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                     int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream) {
+  const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size,
+                         n_heads,  n_kv_heads, head_dim};
+  check_paged_attention_args("paged_attention", q, k_pool, v_pool, out, query_start_loc,
+                             seq_lens, block_tables, shape, kPagedAttentionMaxHeadDim, scale);
+  if (n_tokens == 0) return;
+  // Every K row starts at (slot * n_kv_heads + g) * head_dim floats: 16-byte aligned when the
+  // pool is and head_dim % 4 == 0.
+  const bool vec4 = head_dim % 4 == 0 && aligned16(k_pool);
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
+  const auto launch = [&]<int kDimsPerLane>() {
+    const auto args = [&](auto kernel) {
+      kernel<<<grid, kPagedThreads, 0, stream>>>(
+          q, k_pool, v_pool, out, query_start_loc, seq_lens, block_tables,
+          static_cast<int>(n_seqs), static_cast<int>(max_blocks_per_seq),
+          static_cast<int>(block_size), static_cast<int>(n_heads), static_cast<int>(n_kv_heads),
+          static_cast<int>(head_dim), scale);
+    };
+    if (vec4) {
+      args(paged_attention_kernel<kDimsPerLane, true>);
+    } else {
+      args(paged_attention_kernel<kDimsPerLane, false>);
+    }
+  };
+  if (head_dim <= 32) {
+    launch.template operator()<1>();
+  } else if (head_dim <= 64) {
+    launch.template operator()<2>();
+  } else if (head_dim <= 128) {
+    launch.template operator()<4>();
+  } else {
+    launch.template operator()<8>();
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void paged_attention_naive(const float* q, const float* k_pool, const float* v_pool, float* out,
+                           const int32_t* query_start_loc, const int32_t* seq_lens,
+                           const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                           int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                           int64_t n_kv_heads, int64_t head_dim, float scale,
+                           cudaStream_t stream) {
+  const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size,
+                         n_heads,  n_kv_heads, head_dim};
+  check_paged_attention_args("paged_attention_naive", q, k_pool, v_pool, out, query_start_loc,
+                             seq_lens, block_tables, shape, INT_MAX, scale);
+  if (n_tokens == 0) return;
+  const int64_t n_threads = n_tokens * n_heads;
+  const int64_t n_blocks = (n_threads + kNaiveBlockThreads - 1) / kNaiveBlockThreads;
+  if (n_blocks > INT_MAX) {
+    throw InvalidArgument("cuda::paged_attention_naive: " + std::to_string(n_threads) +
+                          " (row, head) pairs exceed one launch");
+  }
+  paged_attention_naive_kernel<<<static_cast<unsigned>(n_blocks), kNaiveBlockThreads, 0, stream>>>(
+      q, k_pool, v_pool, out, query_start_loc, seq_lens, block_tables, static_cast<int>(n_tokens),
+      static_cast<int>(n_seqs), static_cast<int>(max_blocks_per_seq), static_cast<int>(block_size),
+      static_cast<int>(n_heads), static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lio::cuda
