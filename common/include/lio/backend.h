@@ -38,8 +38,8 @@ enum class WeightKind {
 
 /// A weight: its kind and its layer (-1 for TokenEmbd, OutputNorm, Output).
 struct WeightRef {
-  WeightKind kind;
-  int64_t layer = -1;
+  WeightKind kind;      ///< which tensor
+  int64_t layer = -1;   ///< decoder layer, or -1 for the model-level tensors
 };
 
 /// Activation buffers the forward pass asks its backend for (see Backend::scratch).

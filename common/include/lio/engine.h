@@ -34,12 +34,12 @@ struct EngineConfig {
 
 /// What one request got in one step.
 struct RequestOutput {
-  int64_t request_id = 0;
+  int64_t request_id = 0;              ///< add_request()'s id
   std::vector<int32_t> new_token_ids;  ///< tokens sampled this step (EOS excluded)
   std::string new_text;                ///< text that became final this step
-  bool finished = false;
+  bool finished = false;               ///< true on the request's last output
   std::optional<FinishReason> finish_reason;  ///< set when finished
-  int64_t n_prompt_tokens = 0;
+  int64_t n_prompt_tokens = 0;         ///< tokens in the prompt
   int64_t n_generated_tokens = 0;      ///< so far
   double ttft_ms = 0;                  ///< arrival -> first token (once known)
   double tpot_ms = 0;                  ///< mean time per token after the first (when finished)
@@ -50,8 +50,8 @@ struct RequestOutput {
 
 /// Counters over the engine's life.
 struct EngineStats {
-  int64_t n_steps = 0;
-  int64_t n_preemptions = 0;
+  int64_t n_steps = 0;                   ///< step() calls that ran a forward pass
+  int64_t n_preemptions = 0;             ///< sequences preempted (blocks freed, recomputed later)
   int64_t n_prompt_tokens_computed = 0;  ///< prefill rows run (recomputation included)
   int64_t n_decode_tokens = 0;           ///< decode rows run
   int64_t max_running = 0;               ///< most sequences in one step

@@ -21,6 +21,7 @@ namespace lio {
 /// Runs the forward pass on `backend` (which must outlive the Model).
 class Model {
  public:
+  /// Keeps a reference to `backend` (not owned; it must outlive the Model).
   explicit Model(Backend& backend) : backend_(backend) {}
 
   /// Runs `batch` (validated against the model and `pool` first), writes every row's K/V

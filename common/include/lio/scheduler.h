@@ -31,7 +31,7 @@ struct SchedulerConfig {
 
 /// One sequence's share of a step.
 struct ScheduledSequence {
-  Sequence* seq = nullptr;
+  Sequence* seq = nullptr;   ///< not owned
   int64_t n_new_tokens = 0;  ///< tokens from num_computed_tokens on to run this step
 };
 
@@ -57,9 +57,13 @@ class Scheduler {
   /// Picks the next step's sequences and allocates their slots.
   SchedulerOutput schedule();
 
+  /// True while a sequence waits or runs.
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  /// Sequences waiting (new, or preempted and to be recomputed).
   int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  /// Sequences holding KV blocks.
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  /// The limits.
   const SchedulerConfig& config() const { return config_; }
 
  private:

@@ -43,6 +43,7 @@ enum class SequenceStatus { Waiting, Running, Finished };
 /// One request. Created by the Engine; the Scheduler moves it between queues.
 class Sequence {
  public:
+  /// The clock of the timings (monotonic).
   using Clock = std::chrono::steady_clock;
 
   /// `prompt` must be non-empty; `tokenizer` must outlive the sequence. Throws
@@ -50,22 +51,28 @@ class Sequence {
   Sequence(int64_t id, std::vector<int32_t> prompt, const SamplingParams& params,
            const Tokenizer& tokenizer);
 
+  /// The engine's request id.
   int64_t id() const { return id_; }
   /// Prompt followed by generated tokens.
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
+  /// Prompt + generated tokens.
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
+  /// Tokens of the prompt.
   int64_t n_prompt_tokens() const { return n_prompt_; }
+  /// Tokens generated so far (EOS excluded).
   int64_t n_generated() const { return n_tokens() - n_prompt_; }
   /// Tokens whose K/V are in the pool (positions 0 .. num_computed_tokens - 1).
   int64_t num_computed_tokens = 0;
   /// Physical KV block ids, logical block i -> block_table[i].
   std::vector<int32_t> block_table;
-  SequenceStatus status = SequenceStatus::Waiting;
-  std::optional<FinishReason> finish_reason;
+  SequenceStatus status = SequenceStatus::Waiting;  ///< the scheduler's queue, or finished
+  std::optional<FinishReason> finish_reason;        ///< set once the sequence is done
   /// Times the scheduler preempted this sequence.
   int64_t n_preemptions = 0;
 
+  /// The request's generation settings.
   const SamplingParams& params() const { return params_; }
+  /// The sequence's own seeded sampler.
   Sampler& sampler() { return sampler_; }
 
   /// Appends a sampled token: updates the text (stop strings held back until they can no
