@@ -2,6 +2,7 @@
 // softmax(q k^T * scale) v with the causal mask and the head-group mapping.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -74,6 +75,65 @@ TEST(Attention, RejectsBadHeadGrouping) {
   std::vector<float> buf(64);
   EXPECT_THROW(lio::cpu::attention(buf.data(), buf.data(), buf.data(), buf.data(), 1, 0, 3, 2, 4, 1.0f),
                lio::InvalidArgument);
+}
+
+}  // namespace
+
+namespace {
+
+// paged_attention over blocks scattered through a pool equals attention over the same keys laid
+// out contiguously, bit for bit (one routine; only where key j lives differs), for a batch
+// mixing a prefill chunk with a cached prefix, a whole prompt and a decode row; masked rows are
+// left untouched.
+TEST(PagedAttention, ScatteredBlocksEqualContiguousAttention) {
+  const int64_t n_heads = 6, n_kv = 2, hd = 16, bs = 4, kvd = n_kv * hd, n_blocks = 40;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // Sequences: (cached tokens, new rows): a chunk after 9 cached, a fresh 6-token prompt, a decode.
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{9, 5}, {0, 6}, {22, 1}};
+  std::vector<int32_t> perm(n_blocks);
+  for (int32_t b = 0; b < n_blocks; ++b) perm[b] = b;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<float> k_pool(n_blocks * bs * kvd), v_pool(k_pool.size());
+  for (float& x : k_pool) x = dist(rng);
+  for (float& x : v_pool) x = dist(rng);
+  const int64_t max_blocks = 6;
+  std::vector<int32_t> qsl = {0}, seq_lens, tables;
+  int64_t next_block = 0;
+  for (auto [cached, rows] : seqs) {
+    qsl.push_back(qsl.back() + static_cast<int32_t>(rows));
+    seq_lens.push_back(static_cast<int32_t>(cached + rows));
+    for (int64_t b = 0; b < max_blocks; ++b) tables.push_back(perm[next_block++]);
+  }
+  const int64_t n_tokens = qsl.back();
+  std::vector<float> q(n_tokens * n_heads * hd), out(q.size(), -7.0f);
+  for (float& x : q) x = dist(rng);
+  std::vector<uint8_t> mask(n_tokens, 1);
+  mask[2] = 0;  // row 2 is someone else's (chapter 01's decode_attention, say)
+  lio::cpu::paged_attention(q.data(), k_pool.data(), v_pool.data(), out.data(), qsl.data(), seq_lens.data(),
+                            tables.data(), 3, max_blocks, bs, n_heads, n_kv, hd, 0.25f, mask.data());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    // Gather the sequence's keys contiguously and run the contiguous kernel on its rows.
+    const int64_t len = seq_lens[s], rows = seqs[s].second, start = len - rows;
+    std::vector<float> k(len * kvd), v(len * kvd);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t slot = tables[s * max_blocks + j / bs] * bs + j % bs;
+      std::copy_n(k_pool.begin() + slot * kvd, kvd, k.begin() + j * kvd);
+      std::copy_n(v_pool.begin() + slot * kvd, kvd, v.begin() + j * kvd);
+    }
+    std::vector<float> want(rows * n_heads * hd);
+    lio::cpu::attention(q.data() + qsl[s] * n_heads * hd, k.data(), v.data(), want.data(), rows, start, n_heads,
+                        n_kv, hd, 0.25f);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t e = 0; e < n_heads * hd; ++e) {
+        const float got = out[(qsl[s] + i) * n_heads * hd + e];
+        if (qsl[s] + i == 2) {
+          ASSERT_EQ(got, -7.0f) << "a masked row was written";
+        } else {
+          ASSERT_EQ(got, want[i * n_heads * hd + e]) << "sequence " << s << " row " << i;
+        }
+      }
+  }
 }
 
 }  // namespace
