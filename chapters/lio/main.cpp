@@ -127,12 +127,6 @@ int cmd_generate(const lio::CommonOptions& o) {
   lio::LoadedModel m = lio::load_from_options(o);
   std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
-  if (!o.json) {
-    const lio::KvPool& pool = runner->kv_pool();
-    std::fprintf(stderr, "[%s | KV pool %.0f MiB: %lld blocks x %lld tokens]\n", runner->device_description().c_str(),
-                 static_cast<double>(pool.size_bytes()) / (1 << 20), (long long)pool.n_blocks(),
-                 (long long)pool.block_size());
-  }
   lio::GenerateOptions g;
   g.max_tokens = o.max_tokens;
   g.stop = o.stop;
@@ -149,9 +143,14 @@ int cmd_generate(const lio::CommonOptions& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("\n");
-    std::fprintf(stderr, "[%lld prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms, %.1f tok/s]\n",
+    const lio::KvPool& pool = runner->kv_pool();
+    std::fprintf(stderr,
+                 "[%lld prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms, %.1f tok/s; %s, KV pool "
+                 "%.0f MiB = %lld blocks x %lld tokens]\n",
                  (long long)r.n_prompt_tokens, r.token_ids.size(), lio::finish_reason_name(r.finish_reason),
-                 r.ttft_ms, r.tpot_ms, r.tokens_per_s);
+                 r.ttft_ms, r.tpot_ms, r.tokens_per_s, runner->device_description().c_str(),
+                 static_cast<double>(pool.size_bytes()) / (1 << 20), (long long)pool.n_blocks(),
+                 (long long)pool.block_size());
   }
   return 0;
 }

@@ -57,6 +57,22 @@ expect_error bad_ids             "--ids"                 "$bin/lio" logits --mod
 expect_error id_out_of_range     "token"                 "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,99999 --out "$work/l.bin"
 expect_error bad_device          "--device"              "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device gpu
 expect_error ch01_bad_device     "--device"              "$bin/ch01_kv_cache" --model "$m/tiny.gguf" --prompt hi --device tpu
+# lio batch: a bad prompts file is rejected whole, naming FILE:LINE, before anything runs.
+printf '{"prompt": "hi"}\n{"prompt": "oops",\n' >"$work/batch_malformed.jsonl"
+printf '{"prompt": "hi"}\n\n{"prompt": "hi", "temprature": 0.5}\n' >"$work/batch_unknown.jsonl"
+printf '{"prompt": "hi", "messages": []}\n' >"$work/batch_two_prompts.jsonl"
+printf '{"prompt": "hi", "max_tokens": "8"}\n' >"$work/batch_bad_type.jsonl"
+printf '{"prompt": "hi", "top_p": 0}\n' >"$work/batch_bad_value.jsonl"
+printf '\n  \n' >"$work/batch_empty.jsonl"
+expect_error batch_malformed_line "batch_malformed.jsonl:2: not valid JSON" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_malformed.jsonl"
+expect_error batch_unknown_field  "batch_unknown.jsonl:3: unknown field \"temprature\"" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_unknown.jsonl"
+expect_error batch_two_prompts    "batch_two_prompts.jsonl:1: several prompts" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_two_prompts.jsonl"
+expect_error batch_bad_type       "batch_bad_type.jsonl:1: \"max_tokens\" must be an integer" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_bad_type.jsonl"
+expect_error batch_bad_value      "batch_bad_value.jsonl:1: top_p" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_bad_value.jsonl"
+expect_error batch_empty_file     "no requests"           "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_empty.jsonl"
+expect_error batch_missing_file   "does not exist"        "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/nope.jsonl"
+expect_error batch_bad_max_seqs   "--max-num-seqs"         "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_empty.jsonl" --max-num-seqs 0
+
 # --device cuda where no GPU can be used (or the build has no CUDA): one clear line, exit 1.
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   expect_error cuda_without_gpu  "--device cuda"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device cuda

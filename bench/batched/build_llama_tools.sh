@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's batched-work peers (llama-batched-bench, optionally llama-server) for CPU from
+# the llama.cpp source vendored in the pinned llama-cpp-python sdist (COURSE.md, "Performance
+# method"). Idempotent: does nothing when the binaries already exist.
+#
+# Usage: bench/batched/build_llama_tools.sh [--server]
+#   --server   also build llama-server (slower; not needed by bench/batched/run.py)
+# Env: LLAMA_BUILD_DIR (default build-llama/, gitignored by /build*/), JOBS (default nproc).
+# Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [and llama-server].
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+
+build_dir="${LLAMA_BUILD_DIR:-$root/build-llama}"
+jobs="${JOBS:-$(nproc)}"
+targets=(llama-batched-bench)
+if [[ "${1:-}" == "--server" ]]; then
+  targets+=(llama-server)
+fi
+
+missing=()
+for t in "${targets[@]}"; do
+  [[ -x "$build_dir/bin/$t" ]] || missing+=("$t")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "build_llama_tools: up to date: ${targets[*]} in $build_dir/bin" >&2
+  exit 0
+fi
+
+# The pin lives in one place: scripts/requirements.txt.
+pin="$(grep -E '^llama-cpp-python==' scripts/requirements.txt | head -n1 | cut -d= -f3)"
+if [[ -z "$pin" ]]; then
+  echo "build_llama_tools: no llama-cpp-python pin in scripts/requirements.txt" >&2
+  exit 1
+fi
+
+src_parent="$build_dir/src"
+src_dir="$src_parent/llama_cpp_python-$pin"
+if [[ ! -f "$src_dir/vendor/llama.cpp/CMakeLists.txt" ]]; then
+  mkdir -p "$src_parent"
+  pip="$root/.venv/bin/pip"
+  [[ -x "$pip" ]] || pip="pip"
+  echo "build_llama_tools: downloading llama-cpp-python==$pin sdist" >&2
+  "$pip" download --no-binary :all: --no-deps "llama-cpp-python==$pin" -d "$src_parent" >&2
+  tarball="$(ls "$src_parent"/llama_cpp_python-"$pin".tar.gz 2>/dev/null ||
+    ls "$src_parent"/llama-cpp-python-"$pin".tar.gz)"
+  tar -xzf "$tarball" -C "$src_parent"
+  # The sdist's top folder may use either spelling.
+  if [[ ! -d "$src_dir" && -d "$src_parent/llama-cpp-python-$pin" ]]; then
+    mv "$src_parent/llama-cpp-python-$pin" "$src_dir"
+  fi
+fi
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+# CPU only: GGML_NATIVE tunes for this machine's ISA, as our own Release build does.
+cmake -S "$src_dir/vendor/llama.cpp" -B "$build_dir" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON >&2
+cmake --build "$build_dir" --target "${missing[@]}" -j "$jobs" >&2
+
+for t in "${targets[@]}"; do
+  if [[ ! -x "$build_dir/bin/$t" ]]; then
+    echo "build_llama_tools: $t was not built" >&2
+    exit 1
+  fi
+done
+echo "build_llama_tools: built ${missing[*]} in $build_dir/bin" >&2

@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Offline batched throughput: `lio batch` vs llama.cpp's `llama-batched-bench`, same GGUF files.
+
+Workload (vLLM's offline benchmark shape): requests of exactly P prompt tokens (distinct
+windows of real text, tokenized by `lio tokenize`), N generated tokens each, greedy, EOS
+ignored. For each concurrency C:
+  LIO        `lio batch --max-num-seqs C` over min(--requests 64, --waves 4 x C) requests (all
+             queued at once, continuous batching; every request is the same work, so C=1 needs
+             no 64 sequential requests to reach its steady state, and skipping them keeps the
+             run short), reading its --summary: output tok/s end to end, decode tok/s over the
+             steps that ran no prompt row, median TTFT / TPOT.
+  llama.cpp  `llama-batched-bench -npp P -ntg N -npl C`: C sequences prefilled together, then
+             decoded together (S_TG t/s = decode throughput; output tok/s = C*N / T).
+Both on the Q4_1 file as shipped and its F32 copy, same thread count, median of --repeats (default
+1: one sweep takes ~10 min on 2 cores).
+Achieved GB/s = weight bytes x decode steps/s (each decode step reads every weight once,
+whatever the batch), next to a read bandwidth measured in the same run (bench_decode's probe).
+
+Writes bench/results/batched.csv, .md and .png.
+Usage: .venv/bin/python bench/batched/run.py [--quick] [--repeats R] [--concurrency 1,4,16,32,64]
+Needs build/bin/lio (Release) and bench/batched/build_llama_tools.sh run once.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+TARGET_C = 32            # the concurrency the targets are stated at
+TARGET_VS_C1 = 3.0       # LIO decode throughput at TARGET_C >= this x its C=1
+TARGET_VS_LLAMA = 1.5    # ... and >= this x llama.cpp's at TARGET_C
+
+
+# ---------------------------------------------------------------------------------------
+# Machine and inputs
+# ---------------------------------------------------------------------------------------
+
+def machine_info():
+    """CPU model, logical CPUs, cores per socket, from lscpu (falls back to /proc/cpuinfo)."""
+    info = {"cpu": "unknown", "cpus": os.cpu_count(), "arch": platform.machine()}
+    try:
+        out = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True, check=True).stdout
+        fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        info["cpu"] = fields.get("Model name", info["cpu"])
+        info["cpus"] = int(fields.get("CPU(s)", info["cpus"]))
+        info["threads_per_core"] = int(fields.get("Thread(s) per core", 1))
+        info["cores_per_socket"] = int(fields.get("Core(s) per socket", 0))
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            info["mem_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return info
+
+
+def lio_json(lio, *args):
+    """Runs `lio ARGS` and parses its JSON stdout."""
+    out = subprocess.run([lio, *args], stdout=subprocess.PIPE, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def make_prompts(lio, model, n_requests, n_tokens, path):
+    """Writes `n_requests` JSONL lines {"prompt_token_ids": [...]} of exactly `n_tokens` ids:
+    windows of the repo's own docs, tokenized by LIO, at offsets 64 tokens apart (wrapping)."""
+    text = ""
+    for rel in ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
+                                      if f.endswith(".md")):
+        with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+            text += f.read() + "\n"
+    text = text[:100_000]  # one argv string stays below Linux's 128 KiB limit
+    ids = lio_json(lio, "tokenize", "--model", model, "--json", "--prompt", text)["ids"]
+    if len(ids) < n_tokens:
+        sys.exit(f"make_prompts: only {len(ids)} tokens of text, need {n_tokens}")
+    with open(path, "w") as f:
+        for i in range(n_requests):
+            start = (i * 64) % (len(ids) - n_tokens + 1)
+            f.write(json.dumps({"prompt_token_ids": ids[start:start + n_tokens]}) + "\n")
+
+
+def read_bandwidth_gbs(bin_dir, model, threads):
+    """Read bandwidth (GB/s) from bench_decode's probe (a short run), or None if unavailable."""
+    exe = os.path.join(bin_dir, "bench_decode")
+    if not os.path.exists(exe):
+        return None
+    try:
+        out = subprocess.run([exe, "--model", model, "--json", "--prompt-tokens", "8", "--decode-tokens", "4",
+                              "--repeats", "1", "--threads", str(threads)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True,
+                             timeout=300).stdout
+        return json.loads(out)["read_bandwidth_gbs"]
+    except (subprocess.SubprocessError, ValueError, KeyError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# The two engines
+# ---------------------------------------------------------------------------------------
+
+def run_lio(a, model, prompts, concurrency, n_requests):
+    """One `lio batch` run; returns its summary dict (see run_batch in chapters/lio/batch.cpp)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sub = os.path.join(tmp, "prompts.jsonl")
+        with open(prompts) as f, open(sub, "w") as g:
+            g.writelines(f.readlines()[:n_requests])
+        summary = os.path.join(tmp, "summary.json")
+        cmd = [a.lio, "batch", "--model", model, "--prompts", sub, "--out", os.path.join(tmp, "out.jsonl"),
+               "--summary", summary, "--max-tokens", str(a.gen_tokens), "--ignore-eos", "--temperature", "0",
+               "--max-num-seqs", str(concurrency), "--max-num-batched-tokens", str(a.batched_tokens),
+               "--threads", str(a.threads)]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            sys.exit(f"lio batch failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}")
+        with open(summary) as f:
+            s = json.load(f)
+        if s["n_failed"] or s["output_tokens"] != n_requests * a.gen_tokens:
+            sys.exit(f"lio batch: {s['n_failed']} failed, {s['output_tokens']} output tokens "
+                     f"(expected {n_requests * a.gen_tokens})")
+        return s
+
+
+TABLE_ROW = re.compile(r"^\|\s*\d")
+
+
+def run_llama(a, model, npl):
+    """One llama-batched-bench run over every concurrency in `npl`; returns {C: row} with the
+    table's columns (PP, TG, B, N_KV, T_PP s, S_PP t/s, T_TG s, S_TG t/s, T s, S t/s)."""
+    ctx = max(npl) * (a.prompt_tokens + a.gen_tokens) + 64
+    cmd = [a.llama_bench, "-m", model, "-c", str(ctx), "-b", "2048", "-ub", "512",
+           "-npp", str(a.prompt_tokens), "-ntg", str(a.gen_tokens), "-npl", ",".join(map(str, npl)),
+           "-t", str(a.threads), "-tb", str(a.threads)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"llama-batched-bench failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
+    header, rows = None, {}
+    for line in r.stdout.splitlines():
+        if line.startswith("|") and "S_TG" in line:
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+        elif header and TABLE_ROW.match(line):
+            cells = [float(c) for c in line.strip().strip("|").split("|")]
+            row = dict(zip(header, cells))
+            rows[int(row["B"])] = row
+    if set(rows) != set(npl):
+        sys.exit(f"llama-batched-bench: could not parse rows for {npl} from:\n{r.stdout}")
+    shown = ["MODEL" if c == model else os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd]
+    return rows, " ".join(shown)
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+
+def med(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def write_csv(path, rows):
+    keys = list(rows[0].keys())
+    with open(path, "w") as f:
+        f.write(",".join(keys) + "\n")
+        for r in rows:
+            f.write(",".join(f"{r[k]:.5g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + "\n")
+
+
+def write_plot(path, rows, concurrency, prompt_tokens, gen_tokens):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = {("lio", "Q4_1"): ("C0", "-", "o"), ("lio", "F32"): ("C0", "--", "s"),
+              ("llama.cpp", "Q4_1"): ("C1", "-", "o"), ("llama.cpp", "F32"): ("C1", "--", "s")}
+    for ax, key, title in ((axes[0], "output_tok_s", "output tok/s, end to end"),
+                           (axes[1], "decode_tok_s", "decode tok/s (decode-only steps)")):
+        for (engine, dtype), (color, ls, marker) in styles.items():
+            pts = sorted((r["concurrency"], r[key]) for r in rows if r["engine"] == engine and r["weights"] == dtype)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=ls, marker=marker,
+                        label=f"{'LIO' if engine == 'lio' else engine} {dtype}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(concurrency)
+        ax.set_xticklabels([str(c) for c in concurrency])
+        ax.set_xlabel("concurrency (max_num_seqs / npl)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("tokens/s")
+    axes[0].legend()
+    fig.suptitle(f"SmolLM2-135M offline batched generation ({prompt_tokens} prompt + {gen_tokens} generated "
+                 "tokens per request)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--lio", default=os.path.join(ROOT, "build/bin/lio"))
+    ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-batched-bench"))
+    ap.add_argument("--concurrency", default="1,4,16,32,64", help="comma-separated C values")
+    ap.add_argument("--requests", type=int, default=64,
+                    help="LIO requests per point at most (always at least C)")
+    ap.add_argument("--waves", type=int, default=4,
+                    help="LIO requests per point at least this many waves of C: min(--requests, waves*C)")
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen-tokens", type=int, default=64)
+    ap.add_argument("--batched-tokens", type=int, default=512,
+                    help="LIO --max-num-batched-tokens (= llama.cpp's -ub 512 micro-batch)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="repeats per point, medians (1 keeps the full sweep near 10 min on 2 cores; "
+                         "3 takes three times as long)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--weights", default="Q4_1,F32", help="which files: Q4_1, F32 or both")
+    ap.add_argument("--quick", action="store_true", help="smoke run (~2 min): C 1,4,16; <= 16 requests; 1 repeat")
+    ap.add_argument("--skip-llama", action="store_true", help="LIO only")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/batched"))
+    a = ap.parse_args()
+    if a.quick:
+        a.concurrency, a.requests, a.waves, a.repeats = "1,4,16", 16, 4, 1
+    concurrency = [int(c) for c in a.concurrency.split(",")]
+    weights = a.weights.split(",")
+    if not os.path.exists(a.lio):
+        sys.exit(f"{a.lio} not found: build LIO first (cmake --preset release && cmake --build build)")
+    if not a.skip_llama and not os.path.exists(a.llama_bench):
+        sys.exit(f"{a.llama_bench} not found: run bench/batched/build_llama_tools.sh")
+
+    files = {"Q4_1": a.model, "F32": os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")}
+    if "F32" in weights:
+        from make_f32_copy import make_f32_copy
+        make_f32_copy(files["Q4_1"], files["F32"])
+    machine = machine_info()
+    load_start = os.getloadavg()[0]
+    print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
+    if load_start > 1.0:
+        print("warning: the machine is busy; other processes will distort the numbers", flush=True)
+    t_start = time.time()
+
+    prompts = os.path.join(tempfile.mkdtemp(prefix="lio_batched_"), "prompts.jsonl")
+    def n_requests(c):
+        return max(c, min(a.requests, a.waves * c))
+
+    n_max = max(n_requests(c) for c in concurrency)
+    make_prompts(a.lio, files["Q4_1"], n_max, a.prompt_tokens, prompts)
+
+    rows, llama_cmd, lio_cmds = [], None, []
+    bandwidth = read_bandwidth_gbs(os.path.dirname(a.lio), files["Q4_1"], a.threads)
+    for dtype in weights:
+        model = files[dtype]
+        weight_bytes = lio_json(a.lio, "info", "--model", model, "--json")["weight_bytes"]
+        lio_runs = {c: [] for c in concurrency}
+        llama_runs = {c: [] for c in concurrency}
+        for rep in range(a.repeats):
+            # Interleave the engines per repeat so that drift (thermal, neighbours) hits both.
+            if not a.skip_llama:
+                res, llama_cmd = run_llama(a, model, concurrency)
+                for c in concurrency:
+                    llama_runs[c].append(res[c])
+                print(f"[{dtype} rep {rep + 1}] llama.cpp: " +
+                      ", ".join(f"C={c} {res[c]['S_TG t/s']:.0f} dec tok/s" for c in concurrency), flush=True)
+            for c in concurrency:
+                n_req = n_requests(c)
+                s = run_lio(a, model, prompts, c, n_req)
+                lio_runs[c].append(s)
+                print(f"[{dtype} rep {rep + 1}] LIO C={c}: {s['output_tok_per_s']:.1f} out tok/s, "
+                      f"{s['decode_tok_per_s']:.1f} decode tok/s, TPOT {s['median_tpot_ms']:.1f} ms, "
+                      f"{s['total_s']:.1f} s", flush=True)
+        for c in concurrency:
+            runs = lio_runs[c]
+            dec = med([s["decode_tok_per_s"] for s in runs])
+            steps_per_s = med([s["n_decode_steps"] / s["decode_s"] for s in runs if s.get("decode_s")])
+            rows.append(dict(engine="lio", weights=dtype, concurrency=c, n_requests=n_requests(c),
+                             repeats=len(runs), output_tok_s=med([s["output_tok_per_s"] for s in runs]),
+                             decode_tok_s=dec, total_tok_s=med([s["total_tok_per_s"] for s in runs]),
+                             median_tpot_ms=med([s["median_tpot_ms"] for s in runs]),
+                             median_ttft_ms=med([s["median_ttft_ms"] for s in runs]),
+                             weight_gbs=weight_bytes * steps_per_s / 1e9,
+                             n_preemptions=max(s["n_preemptions"] for s in runs)))
+            if not a.skip_llama:
+                lr = llama_runs[c]
+                rows.append(dict(engine="llama.cpp", weights=dtype, concurrency=c, n_requests=c,
+                                 repeats=len(lr), output_tok_s=med([c * a.gen_tokens / r["T s"] for r in lr]),
+                                 decode_tok_s=med([r["S_TG t/s"] for r in lr]), total_tok_s=med([r["S t/s"] for r in lr]),
+                                 median_tpot_ms=med([1000 * r["T_TG s"] / a.gen_tokens for r in lr]),
+                                 median_ttft_ms=float("nan"),
+                                 weight_gbs=weight_bytes * med([a.gen_tokens / r["T_TG s"] for r in lr]) / 1e9,
+                                 n_preemptions=0))
+    elapsed_min = (time.time() - t_start) / 60
+    load_end = os.getloadavg()[0]
+    lio_cmds.append(f"{os.path.relpath(a.lio, ROOT)} batch --model MODEL --prompts PROMPTS.jsonl --max-tokens {a.gen_tokens} "
+                    f"--ignore-eos --temperature 0 --max-num-seqs C --max-num-batched-tokens {a.batched_tokens} "
+                    f"--threads {a.threads} --summary S.json")
+
+    # ---- table: ratios LIO / llama.cpp and LIO C / C=1 ----
+    def get(engine, dtype, c, key):
+        for r in rows:
+            if r["engine"] == engine and r["weights"] == dtype and r["concurrency"] == c:
+                return r[key]
+        return float("nan")
+
+    table = []
+    for dtype in weights:
+        for c in concurrency:
+            lo, ld = get("lio", dtype, c, "output_tok_s"), get("lio", dtype, c, "decode_tok_s")
+            qo, qd = get("llama.cpp", dtype, c, "output_tok_s"), get("llama.cpp", dtype, c, "decode_tok_s")
+            table.append(dict(weights=dtype, c=c, lio_out=lo, llama_out=qo, out_ratio=lo / qo if qo else float("nan"),
+                              lio_dec=ld, llama_dec=qd, dec_ratio=ld / qd if qd else float("nan"),
+                              lio_vs_c1=ld / get("lio", dtype, concurrency[0], "decode_tok_s"),
+                              llama_vs_c1=qd / get("llama.cpp", dtype, concurrency[0], "decode_tok_s"),
+                              lio_tpot=get("lio", dtype, c, "median_tpot_ms"),
+                              llama_tpot=get("llama.cpp", dtype, c, "median_tpot_ms"),
+                              lio_gbs=get("lio", dtype, c, "weight_gbs"), llama_gbs=get("llama.cpp", dtype, c, "weight_gbs"),
+                              preempt=get("lio", dtype, c, "n_preemptions")))
+    header = ("| weights | C | out tok/s LIO | llama.cpp | LIO/llama | decode tok/s LIO | llama.cpp | LIO/llama "
+              "| LIO C/C=1 | llama C/C=1 | TPOT ms LIO | llama.cpp | weight GB/s LIO | llama.cpp | preempt |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for t in table:
+        lines.append(f"| {t['weights']} | {t['c']} | {t['lio_out']:.1f} | {t['llama_out']:.1f} | {t['out_ratio']:.2f} | "
+                     f"{t['lio_dec']:.1f} | {t['llama_dec']:.1f} | {t['dec_ratio']:.2f} | {t['lio_vs_c1']:.2f} | "
+                     f"{t['llama_vs_c1']:.2f} | {t['lio_tpot']:.1f} | {t['llama_tpot']:.1f} | {t['lio_gbs']:.1f} | "
+                     f"{t['llama_gbs']:.1f} | {t['preempt']} |")
+    print("\n".join(lines))
+
+    targets = []
+    if TARGET_C in concurrency and concurrency[0] == 1:
+        for dtype in weights:
+            t = next(t for t in table if t["weights"] == dtype and t["c"] == TARGET_C)
+            ok1 = t["lio_vs_c1"] >= TARGET_VS_C1
+            ok2 = t["dec_ratio"] >= TARGET_VS_LLAMA
+            targets.append(f"- {dtype}: LIO decode at C={TARGET_C} is {t['lio_vs_c1']:.2f}x its C=1 "
+                           f"(target >= {TARGET_VS_C1}x): **{'met' if ok1 else 'missed'}**; "
+                           f"{t['dec_ratio']:.2f}x llama.cpp's (target >= {TARGET_VS_LLAMA}x): "
+                           f"**{'met' if ok2 else 'missed'}**")
+    else:
+        targets.append(f"- not evaluated (needs C=1 and C={TARGET_C} in the run)")
+    print("\n".join(targets))
+
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    write_csv(a.out + ".csv", rows)
+    write_plot(a.out + ".png", rows, concurrency, a.prompt_tokens, a.gen_tokens)
+    cpu = (f"{machine['cpu']}, {machine['cpus']} logical CPUs ({machine.get('threads_per_core', '?')} per core), "
+           f"{machine.get('mem_gib', '?')} GiB, {machine['arch']}")
+    bw = f"{bandwidth:.1f} GB/s (bench_decode's probe, same run)" if bandwidth else "not measured (no bench_decode)"
+    with open(a.out + ".md", "w") as f:
+        f.write("# Offline batched throughput: LIO vs llama.cpp\n\n")
+        f.write(f"- Machine: {cpu}; {a.threads} threads for both engines; read bandwidth {bw}\n")
+        f.write("- Model: SmolLM2-135M-Instruct, as shipped (Q4_1, token_embd Q8_0) and an F32 copy made with "
+                "llama.cpp's quantize API\n")
+        f.write(f"- Workload: prompts of exactly {a.prompt_tokens} tokens (distinct windows of the repo's docs), "
+                f"{a.gen_tokens} generated tokens each, greedy, EOS ignored. LIO: min({a.requests}, {a.waves} x C) "
+                f"requests per point (at least C; {', '.join(f'C={c}: {n_requests(c)}' for c in concurrency)}), "
+                f"all queued at once, `--max-num-seqs C --max-num-batched-tokens {a.batched_tokens}`, "
+                "KV pool at its default budget (f32). llama.cpp: `llama-batched-bench`, C sequences prefilled "
+                "together then decoded together (`-npl C`; its KV cache is f16 by default).\n")
+        f.write(f"- Load average (1 min): {load_start:.2f} before the run (~0 = an idle machine), "
+                f"{load_end:.2f} at its end (our own {a.threads} threads alone make ~{a.threads})\n")
+        f.write(f"- Repeats: {a.repeats} per point (medians when > 1); total run {elapsed_min:.1f} min"
+                f"{' (--quick smoke run)' if a.quick else ''}, i.e. ~{elapsed_min / a.repeats:.1f} min per sweep"
+                f"{'' if a.repeats >= 3 else f', so 3 repeats would take ~{3 * elapsed_min / a.repeats:.1f} min; fewer repeats keep the run short on this machine'}.\n")
+        f.write("- Output tok/s = generated tokens / wall time from the first request queued to the last "
+                "finished (prefill included). Decode tok/s: LIO over its steps that ran no prompt row; "
+                "llama.cpp's S_TG. TPOT = mean time between a request's tokens (llama.cpp: T_TG / ntg). "
+                "Weight GB/s = weight bytes x decode steps/s.\n")
+        f.write("- Not quite the same experiment: LIO runs min(requests, waves x C) requests through continuous "
+                "batching, so when C is close to the request count its decode-only steps include a tail with "
+                "fewer than C sequences (the first requests prefilled finish first); llama-batched-bench's "
+                "decode phase always holds exactly C. LIO's pool is f32, llama.cpp's KV cache f16.\n")
+        args = " ".join(sys.argv[1:])
+        f.write(f"- Command: `.venv/bin/python bench/batched/run.py{' ' + args if args else ''}`, which runs\n"
+                f"  - `{lio_cmds[0]}`\n")
+        if llama_cmd:
+            f.write(f"  - `{llama_cmd}`\n")
+        f.write("\n" + "\n".join(lines) + "\n\n")
+        f.write(f"Targets (at C={TARGET_C}):\n" + "\n".join(targets) + "\n\n![throughput](batched.png)\n")
+    print(f"wrote {a.out}.csv, .md, .png ({elapsed_min:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+// batch.cpp — `lio batch`: the offline batch front end over the Engine (see batch.h).
+#include "batch.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "batch_requests.h"
+#include "lio/engine.h"
+#include "lio/error.h"
+#include "lio/model_runner.h"
+
+namespace lio {
+
+// =====================================================================================
+// Flags
+// =====================================================================================
+
+CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions& b) {
+  CLI::App* app = parent.add_subcommand(
+      "batch",
+      "Run every request of a JSONL file through one engine (offline batched generation); one JSON "
+      "result line per request, in input order");
+  add_model_flags(*app, o);
+  add_device_flag(*app, o);
+  app->add_option("--prompts", b.prompts_path,
+                  "JSONL input, one request a line: {\"prompt\": ...} | {\"messages\": [...]} | "
+                  "{\"prompt_token_ids\": [...]}, optionally with max_tokens, temperature, top_k, "
+                  "top_p, min_p, repeat_penalty, seed, stop, ignore_eos")
+      ->required();
+  app->add_option("--out", b.out_path, "Write the result lines here (default: stdout)");
+  app->add_option("--summary", b.summary_path,
+                  "Write the run's summary (throughput, latencies, settings) as JSON here");
+
+  // Per-request defaults: greedy, as a benchmark wants; lines override them.
+  o.max_tokens = 128;
+  o.sampler = SamplerConfig{};
+  app->add_option("--max-tokens", o.max_tokens, "Default: generate at most this many tokens")
+      ->capture_default_str();
+  app->add_option("--stop", o.stop, "Default stop text (repeatable; not included in the output)");
+  app->add_option("--temperature", o.sampler.temperature,
+                  "Default sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  app->add_option("--top-k", o.sampler.top_k, "Default top-k; 0 = off")->capture_default_str();
+  app->add_option("--top-p", o.sampler.top_p, "Default nucleus mass in (0, 1]; 1 = off")
+      ->capture_default_str();
+  app->add_option("--min-p", o.sampler.min_p, "Default min-p; 0 = off")->capture_default_str();
+  app->add_option("--repeat-penalty", o.sampler.repeat_penalty,
+                  "Default repetition penalty; 1 = off")
+      ->capture_default_str();
+  app->add_option("--seed", o.sampler.seed,
+                  "Base RNG seed: a line without \"seed\" gets this + its 0-based index")
+      ->capture_default_str();
+  app->add_flag("--ignore-eos", b.ignore_eos,
+                "Default: keep generating past EOS (fixed lengths for benchmarks)");
+
+  app->add_option("--max-num-seqs", b.max_num_seqs, "Sequences in one step at most")
+      ->capture_default_str();
+  app->add_option("--max-num-batched-tokens", b.max_num_batched_tokens,
+                  "Tokens (rows) in one step at most")
+      ->capture_default_str();
+  add_kv_pool_flags(*app, o);
+  app->add_flag("--no-chunked-prefill", b.no_chunked_prefill,
+                "Run each prompt whole in one step (or wait) instead of splitting it over steps");
+  // --json is one of the shared flags; the result lines are JSON anyway, so here it makes
+  // stderr's final summary line JSON (the --summary object) instead of a sentence.
+  app->get_option("--json")->description(
+      "Print the final summary line on stderr as JSON (the --summary object) instead of text");
+  return app;
+}
+
+// =====================================================================================
+// Running
+// =====================================================================================
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+/// What one request ended with (its output line).
+struct BatchResult {
+  bool done = false;
+  std::string error;  ///< set when the engine refused the request
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::optional<FinishReason> finish_reason;
+  int64_t n_prompt_tokens = 0;
+  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
+  int64_t n_preemptions = 0;
+};
+
+/// The output line of request `index`: the fields listed in batch.h; timings null for a refused
+/// request, tpot_ms null below two tokens.
+json result_json(int64_t index, const BatchResult& r) {
+  json j;
+  j["index"] = index;
+  if (!r.error.empty()) j["error"] = r.error;
+  j["text"] = r.text;
+  j["token_ids"] = r.token_ids;
+  j["finish_reason"] = r.finish_reason ? json(finish_reason_name(*r.finish_reason)) : json(nullptr);
+  j["n_prompt_tokens"] = r.n_prompt_tokens;
+  j["n_generated_tokens"] = r.token_ids.size();
+  const bool ok = r.error.empty();
+  j["ttft_ms"] = ok ? json(r.ttft_ms) : json(nullptr);
+  j["tpot_ms"] = ok && r.token_ids.size() > 1 ? json(r.tpot_ms) : json(nullptr);
+  j["e2e_ms"] = ok ? json(r.e2e_ms) : json(nullptr);
+  j["n_preemptions"] = r.n_preemptions;
+  return j;
+}
+
+/// Median of `v` (0 when empty).
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Wall seconds from `t0` to now.
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// One-line progress bar on stderr, redrawn at most every 100 ms; silent unless stderr is a
+/// terminal (logs and pipes get only the final summary).
+class ProgressBar {
+ public:
+  explicit ProgressBar(int64_t n_total) : n_total_(n_total), enabled_(isatty(STDERR_FILENO) == 1) {}
+  /// Redraws when enabled and due (always when `force`).
+  void update(int64_t n_done, int64_t n_output_tokens, double elapsed_s, bool force = false) {
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * n_done / std::max<int64_t>(n_total_, 1));
+    std::fprintf(stderr, "\r\033[K[%s%s] %lld/%lld requests, %.1f output tok/s",
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                 (long long)n_done, (long long)n_total_,
+                 elapsed_s > 0 ? n_output_tokens / elapsed_s : 0.0);
+    drawn_ = true;
+  }
+  /// Clears the bar so other text can be printed on a clean line.
+  void clear() {
+    if (enabled_ && drawn_) std::fprintf(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  int64_t n_total_;
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point last_{};
+};
+
+}  // namespace
+
+int run_batch(const CommonOptions& o, const BatchOptions& b) {
+  // ---- check everything that needs no model: flags, output paths, the whole prompts file ----
+  apply_threads(o.threads);
+  SamplingParams defaults;
+  defaults.max_tokens = o.max_tokens;
+  defaults.stop = o.stop;
+  defaults.ignore_eos = b.ignore_eos;
+  defaults.sampler = o.sampler;
+  defaults.validate();
+  EngineConfig engine_config;
+  engine_config.scheduler.max_num_seqs = b.max_num_seqs;
+  engine_config.scheduler.max_num_batched_tokens = b.max_num_batched_tokens;
+  engine_config.scheduler.enable_chunked_prefill = !b.no_chunked_prefill;
+  engine_config.scheduler.validate();
+  parse_device(o.device);  // a bad --device fails before the file is read
+
+  if (!std::filesystem::exists(b.prompts_path))
+    throw InvalidArgument("--prompts " + single_quoted(b.prompts_path) + " does not exist");
+  std::ifstream in(b.prompts_path);
+  if (!in) throw InvalidArgument("cannot read --prompts " + single_quoted(b.prompts_path));
+  const std::vector<BatchRequest> requests = parse_batch_requests(in, b.prompts_path, defaults);
+
+  std::ofstream out_file;
+  if (!b.out_path.empty()) {
+    out_file.open(b.out_path, std::ios::binary | std::ios::trunc);
+    if (!out_file) throw InvalidArgument("cannot write --out " + single_quoted(b.out_path));
+  }
+  std::ostream& out = b.out_path.empty() ? std::cout : out_file;
+  std::ofstream summary_file;
+  if (!b.summary_path.empty()) {
+    summary_file.open(b.summary_path, std::ios::trunc);
+    if (!summary_file)
+      throw InvalidArgument("cannot write --summary " + single_quoted(b.summary_path));
+  }
+
+  // ---- model, runner, engine ----
+  LoadedModel m = load_from_options(o);
+  std::unique_ptr<ModelRunner> runner = runner_from_options(m, o);
+  const KvPool& pool = runner->kv_pool();
+  const double pool_mib = pool.size_bytes() / 1048576.0;
+  Engine engine(*runner, *m.tokenizer, engine_config);
+
+  std::fprintf(stderr, "model   %s (%s, %s weights)\n", m.path.c_str(), m.config.name.c_str(),
+               o.dtype.c_str());
+  std::fprintf(stderr, "device  %s\n", runner->device_description().c_str());
+  std::fprintf(
+      stderr, "KV pool %.1f MiB%s: %lld blocks x %lld tokens = %lld tokens (context %lld)\n",
+      pool_mib, o.kv_pool.kv_cache_mib ? "" : " (default budget)", (long long)pool.n_blocks(),
+      (long long)pool.block_size(), (long long)pool.n_slots(), (long long)m.config.context_length);
+  std::fprintf(
+      stderr,
+      "limits  max_num_seqs %lld, max_num_batched_tokens %lld, chunked prefill %s; %zu requests\n",
+      (long long)b.max_num_seqs, (long long)b.max_num_batched_tokens,
+      b.no_chunked_prefill ? "off" : "on", requests.size());
+
+  // ---- tokenize and add every request (vLLM's LLM.generate: all arrive at once) ----
+  const int64_t n = static_cast<int64_t>(requests.size());
+  std::vector<BatchResult> results(requests.size());
+  std::map<int64_t, int64_t> index_of;  // engine request id -> input index
+  std::vector<std::vector<int32_t>> prompts(requests.size());
+  for (int64_t i = 0; i < n; ++i) prompts[i] = batch_prompt_ids(requests[i], *m.tokenizer);
+  const Clock::time_point t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    results[i].n_prompt_tokens = static_cast<int64_t>(prompts[i].size());
+    try {
+      index_of[engine.add_request(std::move(prompts[i]), requests[i].params)] = i;
+    } catch (const InvalidArgument& e) {
+      results[i].error = e.what();
+      results[i].done = true;
+    }
+  }
+
+  // ---- step until done, writing result lines in input order as they become ready ----
+  ProgressBar bar(n);
+  int64_t n_done = 0, n_written = 0, n_output_tokens = 0;
+  int64_t n_decode_steps = 0, n_decode_step_tokens = 0;
+  double decode_step_s = 0;
+  auto write_ready = [&] {
+    bool wrote = false;
+    for (; n_written < n && results[n_written].done; ++n_written) {
+      if (!wrote) bar.clear();
+      wrote = true;
+      out << result_json(n_written, results[n_written])
+                 .dump(-1, ' ', false, json::error_handler_t::replace)
+          << "\n";
+    }
+    if (wrote) out.flush();
+  };
+  for (const BatchResult& r : results) n_done += r.done;
+  write_ready();
+  while (engine.has_unfinished()) {
+    const int64_t prompt_rows_before = engine.stats().n_prompt_tokens_computed;
+    const Clock::time_point ts = Clock::now();
+    std::vector<RequestOutput> outputs = engine.step();
+    const double step_s = seconds_since(ts);
+    int64_t step_tokens = 0;
+    for (const RequestOutput& ro : outputs) {
+      BatchResult& r = results[index_of.at(ro.request_id)];
+      r.text += ro.new_text;
+      r.token_ids.insert(r.token_ids.end(), ro.new_token_ids.begin(), ro.new_token_ids.end());
+      step_tokens += static_cast<int64_t>(ro.new_token_ids.size());
+      if (ro.finished) {
+        r.done = true;
+        r.finish_reason = ro.finish_reason;
+        r.n_prompt_tokens = ro.n_prompt_tokens;
+        r.ttft_ms = ro.ttft_ms;
+        r.tpot_ms = ro.tpot_ms;
+        r.e2e_ms = ro.e2e_ms;
+        r.n_preemptions = ro.n_preemptions;
+        ++n_done;
+      }
+    }
+    n_output_tokens += step_tokens;
+    // A step that ran no prompt row is pure decode: llama-batched-bench's "TG" phase.
+    if (engine.stats().n_prompt_tokens_computed == prompt_rows_before && step_tokens > 0) {
+      ++n_decode_steps;
+      n_decode_step_tokens += step_tokens;
+      decode_step_s += step_s;
+    }
+    write_ready();
+    bar.update(n_done, n_output_tokens, seconds_since(t0));
+  }
+  const double total_s = seconds_since(t0);
+  bar.update(n_done, n_output_tokens, total_s, /*force=*/true);
+  bar.clear();
+  write_ready();
+  out.flush();
+  if (!out)
+    throw InvalidArgument("writing the results failed" +
+                          (b.out_path.empty() ? "" : " (--out " + single_quoted(b.out_path) + ")"));
+
+  // ---- summary ----
+  int64_t n_failed = 0, n_prompt_tokens = 0;
+  std::vector<double> ttfts, tpots;
+  for (const BatchResult& r : results) {
+    if (!r.error.empty()) {
+      ++n_failed;
+      continue;
+    }
+    n_prompt_tokens += r.n_prompt_tokens;
+    if (!r.token_ids.empty()) ttfts.push_back(r.ttft_ms);
+    if (r.token_ids.size() > 1) tpots.push_back(r.tpot_ms);
+  }
+  const EngineStats& st = engine.stats();
+  const double out_tps = total_s > 0 ? n_output_tokens / total_s : 0;
+  json s;
+  s["n_requests"] = n;
+  s["n_failed"] = n_failed;
+  s["total_s"] = total_s;
+  s["output_tokens"] = n_output_tokens;
+  s["prompt_tokens"] = n_prompt_tokens;
+  s["output_tok_per_s"] = out_tps;
+  s["total_tok_per_s"] = total_s > 0 ? (n_prompt_tokens + n_output_tokens) / total_s : 0;
+  s["decode_tok_per_s"] = decode_step_s > 0 ? n_decode_step_tokens / decode_step_s : 0;
+  s["n_decode_steps"] = n_decode_steps;
+  s["decode_s"] = decode_step_s;
+  s["median_ttft_ms"] = median(ttfts);
+  s["median_tpot_ms"] = median(tpots);
+  s["n_preemptions"] = st.n_preemptions;
+  s["n_steps"] = st.n_steps;
+  s["max_running"] = st.max_running;
+  s["prompt_rows_computed"] = st.n_prompt_tokens_computed;
+  s["settings"] = {{"model", m.path},
+                   {"dtype", o.dtype},
+                   {"device", runner->device_description()},
+                   {"threads", o.threads},
+                   {"max_num_seqs", b.max_num_seqs},
+                   {"max_num_batched_tokens", b.max_num_batched_tokens},
+                   {"chunked_prefill", !b.no_chunked_prefill},
+                   {"block_size", pool.block_size()},
+                   {"kv_pool_mib", pool_mib},
+                   {"kv_blocks", pool.n_blocks()},
+                   {"kv_tokens", pool.n_slots()},
+                   {"max_tokens", defaults.max_tokens},
+                   {"temperature", defaults.sampler.temperature},
+                   {"ignore_eos", defaults.ignore_eos}};
+  if (summary_file.is_open())
+    summary_file << s.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  if (o.json) {
+    std::cerr << s.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  } else {
+    std::fprintf(
+        stderr,
+        "[batch: %lld requests (%lld failed) in %.2f s; %lld output tokens, %.1f output tok/s, "
+        "%.1f total tok/s, %.1f decode tok/s; median TTFT %.1f ms, TPOT %.2f ms; %lld steps, "
+        "%lld preemptions]\n",
+        (long long)n, (long long)n_failed, total_s, (long long)n_output_tokens, out_tps,
+        s["total_tok_per_s"].get<double>(), s["decode_tok_per_s"].get<double>(), median(ttfts),
+        median(tpots), (long long)st.n_steps, (long long)st.n_preemptions);
+  }
+  return 0;
+}
+
+}  // namespace lio

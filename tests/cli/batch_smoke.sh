@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# batch_smoke.sh BIN_DIR WORK_DIR — `lio batch` end to end on a tiny random model: five
+# requests of every prompt form (one too long for the 256-token context), greedy with
+# --ignore-eos. Checks one result line per request, in input order; the long one carries
+# "error" and finish_reason null while the others run; every other request generates exactly
+# its max_tokens (the default, or its own override); the summary file adds up.
+set -uo pipefail
+bin="$1"
+work="$2"
+rm -rf "$work" && mkdir -p "$work"
+if ! command -v python3 >/dev/null 2>&1; then echo "SKIP: python3 is needed to check the JSON"; exit 77; fi
+"$bin/make_test_models" "$work/models" >/dev/null || { echo "FAIL: make_test_models"; exit 1; }
+
+long_prompt=$(printf 'token %.0s' $(seq 1 400))
+cat >"$work/prompts.jsonl" <<EOF
+{"prompt": "the cat sat on"}
+{"messages": [{"role": "user", "content": "hi there"}]}
+
+{"prompt": "$long_prompt"}
+{"prompt_token_ids": [5, 6, 7, 8, 9, 10], "max_tokens": 3}
+{"prompt": "in the beginning", "temperature": 0.8, "top_p": 0.9, "seed": 7, "stop": []}
+EOF
+
+if ! "$bin/lio" batch --model "$work/models/tiny.gguf" --prompts "$work/prompts.jsonl" \
+    --out "$work/out.jsonl" --summary "$work/summary.json" --max-tokens 8 --ignore-eos \
+    --max-num-seqs 2 --max-num-batched-tokens 16 --kv-cache-mib 1 --threads 1 2>"$work/err"; then
+  echo "FAIL: lio batch exited non-zero"; cat "$work/err"; exit 1
+fi
+cat "$work/err"
+
+python3 - "$work/out.jsonl" "$work/summary.json" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+summary = json.load(open(sys.argv[2]))
+fails = []
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+check(len(lines) == 5, f"expected 5 result lines, got {len(lines)}")
+check([l.get("index") for l in lines] == [0, 1, 2, 3, 4], f"indices out of order: {[l.get('index') for l in lines]}")
+want_tokens = {0: 8, 1: 8, 3: 3, 4: 8}
+for l in lines:
+    i = l.get("index")
+    if i == 2:
+        check("the context holds" in l.get("error", ""), f"line 2 lacks the context error: {l}")
+        check(l.get("finish_reason") is None, f"line 2 finish_reason should be null: {l}")
+        check(l.get("n_generated_tokens") == 0, f"line 2 generated tokens: {l}")
+        continue
+    check("error" not in l, f"request {i} failed: {l.get('error')}")
+    check(l.get("n_generated_tokens") == want_tokens.get(i), f"request {i}: n_generated_tokens {l.get('n_generated_tokens')} != {want_tokens.get(i)}")
+    check(len(l.get("token_ids", [])) == l.get("n_generated_tokens"), f"request {i}: token_ids length mismatch")
+    check(l.get("finish_reason") == "length", f"request {i}: finish_reason {l.get('finish_reason')}")
+    check(l.get("n_prompt_tokens", 0) > 0, f"request {i}: n_prompt_tokens {l.get('n_prompt_tokens')}")
+    check(l.get("ttft_ms", -1) >= 0 and l.get("e2e_ms", -1) >= l.get("ttft_ms", 0), f"request {i}: timings {l}")
+check(lines[3].get("n_prompt_tokens") == 6 if len(lines) > 3 else False, "prompt_token_ids not taken as given")
+check(summary.get("n_requests") == 5 and summary.get("n_failed") == 1, f"summary counts: {summary}")
+check(summary.get("output_tokens") == sum(want_tokens.values()), f"summary output_tokens {summary.get('output_tokens')}")
+check(summary.get("output_tok_per_s", 0) > 0, "summary output_tok_per_s")
+check(summary.get("max_running", 99) <= 2, f"max_running {summary.get('max_running')} > --max-num-seqs 2")
+for f in fails:
+    print("FAIL", f)
+print("ok   batch_smoke" if not fails else f"{len(fails)} checks failed")
+sys.exit(1 if fails else 0)
+PY
