@@ -4,22 +4,21 @@
 //   for each tile of kTileRows weight rows (split across OpenMP threads):
 //     for each group of up to kGroupRows rows of x:
 //       for each weight row j of the tile, for each 32-element block b of it:
-//         decode the block ONCE into 4 x 8 floats w (nibbles / int8 / f16 / bf16 / f32),
-//         then for every row r of the group:  s_r  = w . x_r[block b]      (8 lanes)
-//                                             acc_r = fma(scale_b, s_r, acc_r)
-//                                             off_r += offset_b * sum(x_r[block b])
-//       y[r, j] = hsum(acc_r) + off_r (+ a scalar tail when cols % 32 != 0)
-// So quantized weights are never expanded to an f32 matrix, each weight block is read from
-// memory once per group of rows (decode rows of many sequences share the read), and the
-// arithmetic per output element — which products, in which order, into which accumulator —
-// depends only on that element's weight row and x row: never on how many rows are in the
-// batch, which group or thread a row lands in, or where a sequence's chunk starts. That is
-// the reduction order that makes a sequence's logits bitwise identical alone, in a batch of
-// 64, or prefilled in chunks of 1, 7 or 64 (He et al. 2025, "Defeating Nondeterminism in LLM
-// Inference", Thinking Machines: batch-invariant kernels). The price: no Eigen GEMM for large
-// prefill chunks (see docs and bench/results for the measured cost).
-// Q4_1 per block: sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i (ggml's
-// block_q4_1); Q4_0: d * (sum_i q_i x_i - 8 sum_i x_i); Q8_0: d * sum_i q_i x_i.
+//         decode the block ONCE into 4 x 8 f32 weights w = d * q + m (exactly dequantize_row's
+//         values: d * q is exact in f32 and the sum rounds once), then for every row r of the
+//         group:  part = w[0] * x_r[b, 0]; part = fma(w[k], x_r[b, k], part) for k = 1 .. 3
+//                 acc_r = acc_r + part                                (8 lanes each)
+//       y[r, j] = hsum(acc_r) (+ a scalar tail when cols % 32 != 0)
+// So quantized weights are never expanded to an f32 matrix (a block lives in 4 registers),
+// each weight block is read from memory and decoded once per group of rows (decode rows of
+// many sequences share the read and the decode), and a row costs 4 multiply-adds and one add per 32 weights.
+// The arithmetic per output element — which products, in which order, into which
+// accumulator — depends only on that element's weight row and x row: never on how many rows
+// are in the batch, which group or thread a row lands in, or where a sequence's chunk starts.
+// That is the reduction order that makes a sequence's logits bitwise identical alone, in a
+// batch of 64, or prefilled in chunks of 1, 7 or 64 (He et al. 2025, "Defeating
+// Nondeterminism in LLM Inference", Thinking Machines: batch-invariant kernels). The price: no
+// vendor GEMM for large prefill chunks (bench/results/batched.md has the measured cost).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -37,16 +36,6 @@ constexpr int64_t kGroupRows = 8;  // x rows sharing one decoded weight block (8
 constexpr int64_t kTileRows = 16;  // weight rows per OpenMP work item (a tile stays in L1)
 constexpr int64_t kB = kQuantBlockElems;  // 32
 
-/// Sum of x over each 32-element block, in element order: the "+ m * sum(x)" term of
-/// Q4_1/Q4_0. x: (cols); out: (cols / 32).
-void block_sums(const float* x, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / kB; ++b) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < kB; ++i) s += x[b * kB + i];
-    out[b] = s;
-  }
-}
-
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
@@ -57,12 +46,9 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-/// One decoded 32-element weight block: w[k] holds elements 8k .. 8k+7; the block contributes
-/// scale * (w . x) + offset * sum(x).
+/// One decoded 32-element weight block: w[k] holds elements 8k .. 8k+7, as f32.
 struct DecodedBlock {
   __m256 w[4];
-  float scale;
-  float offset;
 };
 
 inline void unpack_nibbles(const uint8_t* qs, __m256* w) {
@@ -76,47 +62,39 @@ inline void unpack_nibbles(const uint8_t* qs, __m256* w) {
   w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
 }
 
-/// Decodes block b of a row of dtype D. Equivalent to dequantize_row on those 32 elements,
-/// factored as scale * w + offset.
+/// Decodes block b of a row of dtype D into the f32 values dequantize_row gives for them.
 template <DType D>
 inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
   DecodedBlock blk;
-  if constexpr (D == DType::Q4_1) {
+  if constexpr (D == DType::Q4_1) {  // w = d * q + m
     const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
     unpack_nibbles(q.qs, blk.w);
-    blk.scale = _cvtsh_ss(q.d);
-    blk.offset = _cvtsh_ss(q.m);
-  } else if constexpr (D == DType::Q4_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d)), m = _mm256_set1_ps(_cvtsh_ss(q.m));
+    for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_fmadd_ps(d, blk.w[k], m);
+  } else if constexpr (D == DType::Q4_0) {  // w = d * (q - 8)
     const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
     unpack_nibbles(q.qs, blk.w);
-    blk.scale = _cvtsh_ss(q.d);
-    blk.offset = -8.0f * blk.scale;
-  } else if constexpr (D == DType::Q8_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d)), eight = _mm256_set1_ps(8.0f);
+    for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_mul_ps(d, _mm256_sub_ps(blk.w[k], eight));
+  } else if constexpr (D == DType::Q8_0) {  // w = d * q
     const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d));
     for (int k = 0; k < 4; ++k)
-      blk.w[k] = _mm256_cvtepi32_ps(
-          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.qs + 8 * k))));
-    blk.scale = _cvtsh_ss(q.d);
-    blk.offset = 0.0f;
+      blk.w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.qs + 8 * k)))));
   } else if constexpr (D == DType::F16) {
     const auto* h = reinterpret_cast<const uint16_t*>(row) + b * kB;
     for (int k = 0; k < 4; ++k)
       blk.w[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * k)));
-    blk.scale = 1.0f;
-    blk.offset = 0.0f;
   } else if constexpr (D == DType::BF16) {
     const auto* h = reinterpret_cast<const uint16_t*>(row) + b * kB;
     for (int k = 0; k < 4; ++k) {
       const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * k)));
       blk.w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));  // bf16 = the top half of f32
     }
-    blk.scale = 1.0f;
-    blk.offset = 0.0f;
   } else {
     const auto* f = reinterpret_cast<const float*>(row) + b * kB;
     for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_loadu_ps(f + 8 * k);
-    blk.scale = 1.0f;
-    blk.offset = 0.0f;
   }
   return blk;
 }
@@ -131,33 +109,26 @@ inline float element(const std::byte* row, int64_t c) {
 }
 
 /// y[r * y_stride + j] (+)= W[j] . x_r for the R rows x_r = x + r * cols of one group.
-/// xsums: (R, cols / 32) block sums (used when the dtype has an offset).
 template <DType D, int R>
-void dot_group(const std::byte* wrow, const float* x, const float* xsums, int64_t cols, float* y,
-               int64_t y_stride, bool accumulate) {
-  constexpr bool kHasOffset = D == DType::Q4_1 || D == DType::Q4_0;
+void dot_group(const std::byte* wrow, const float* x, int64_t cols, float* y, int64_t y_stride, bool accumulate) {
   const int64_t n_blocks = cols / kB;
   __m256 acc[R];
-  float off[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm256_setzero_ps();
-    off[r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     const DecodedBlock blk = decode_block<D>(wrow, b);
-    const __m256 scale = _mm256_set1_ps(blk.scale);
     for (int r = 0; r < R; ++r) {
       const float* xb = x + r * cols + b * kB;
-      __m256 s = _mm256_mul_ps(blk.w[0], _mm256_loadu_ps(xb));
-      s = _mm256_fmadd_ps(blk.w[1], _mm256_loadu_ps(xb + 8), s);
-      s = _mm256_fmadd_ps(blk.w[2], _mm256_loadu_ps(xb + 16), s);
-      s = _mm256_fmadd_ps(blk.w[3], _mm256_loadu_ps(xb + 24), s);
-      acc[r] = _mm256_fmadd_ps(scale, s, acc[r]);
-      if constexpr (kHasOffset) off[r] += blk.offset * xsums[r * n_blocks + b];
+      // The block's partial sum first: its chain does not depend on the previous block's, so
+      // blocks overlap in the FMA pipes; only the one add per block is serial.
+      __m256 part = _mm256_mul_ps(blk.w[0], _mm256_loadu_ps(xb));
+      part = _mm256_fmadd_ps(blk.w[1], _mm256_loadu_ps(xb + 8), part);
+      part = _mm256_fmadd_ps(blk.w[2], _mm256_loadu_ps(xb + 16), part);
+      part = _mm256_fmadd_ps(blk.w[3], _mm256_loadu_ps(xb + 24), part);
+      acc[r] = _mm256_add_ps(acc[r], part);
     }
   }
   for (int r = 0; r < R; ++r) {
-    float v = hsum(acc[r]) + off[r];
+    float v = hsum(acc[r]);
     for (int64_t c = n_blocks * kB; c < cols; ++c) v += element<D>(wrow, c) * x[r * cols + c];
     float& out = y[r * y_stride];
     out = accumulate ? out + v : v;
@@ -165,33 +136,29 @@ void dot_group(const std::byte* wrow, const float* x, const float* xsums, int64_
 }
 
 template <DType D, int R>
-void dot_tile(const WeightMatrix& w, int64_t j0, int64_t j1, const float* x, const float* xsums,
-              float* y, bool accumulate) {
-  for (int64_t j = j0; j < j1; ++j) dot_group<D, R>(w.row(j), x, xsums, w.cols, y + j, w.rows, accumulate);
+void dot_tile(const WeightMatrix& w, int64_t j0, int64_t j1, const float* x, float* y, bool accumulate) {
+  for (int64_t j = j0; j < j1; ++j) dot_group<D, R>(w.row(j), x, w.cols, y + j, w.rows, accumulate);
 }
 
 template <DType D>
-void matmul_dtype(const WeightMatrix& w, const float* x, float* y, int64_t n, const float* xsums,
-                  bool accumulate) {
+void matmul_dtype(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate) {
   const int64_t n_tiles = (w.rows + kTileRows - 1) / kTileRows;
-  const int64_t n_blocks = w.cols / kB;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_tiles; ++t) {
     const int64_t j0 = t * kTileRows, j1 = std::min(w.rows, j0 + kTileRows);
     for (int64_t r0 = 0; r0 < n; r0 += kGroupRows) {
       const float* xg = x + r0 * w.cols;
-      const float* sg = xsums + r0 * n_blocks;
       float* yg = y + r0 * w.rows;
       // Same per-element arithmetic for every group size; R only sets how many share a block.
       switch (std::min(kGroupRows, n - r0)) {
-        case 1: dot_tile<D, 1>(w, j0, j1, xg, sg, yg, accumulate); break;
-        case 2: dot_tile<D, 2>(w, j0, j1, xg, sg, yg, accumulate); break;
-        case 3: dot_tile<D, 3>(w, j0, j1, xg, sg, yg, accumulate); break;
-        case 4: dot_tile<D, 4>(w, j0, j1, xg, sg, yg, accumulate); break;
-        case 5: dot_tile<D, 5>(w, j0, j1, xg, sg, yg, accumulate); break;
-        case 6: dot_tile<D, 6>(w, j0, j1, xg, sg, yg, accumulate); break;
-        case 7: dot_tile<D, 7>(w, j0, j1, xg, sg, yg, accumulate); break;
-        default: dot_tile<D, 8>(w, j0, j1, xg, sg, yg, accumulate); break;
+        case 1: dot_tile<D, 1>(w, j0, j1, xg, yg, accumulate); break;
+        case 2: dot_tile<D, 2>(w, j0, j1, xg, yg, accumulate); break;
+        case 3: dot_tile<D, 3>(w, j0, j1, xg, yg, accumulate); break;
+        case 4: dot_tile<D, 4>(w, j0, j1, xg, yg, accumulate); break;
+        case 5: dot_tile<D, 5>(w, j0, j1, xg, yg, accumulate); break;
+        case 6: dot_tile<D, 6>(w, j0, j1, xg, yg, accumulate); break;
+        case 7: dot_tile<D, 7>(w, j0, j1, xg, yg, accumulate); break;
+        default: dot_tile<D, 8>(w, j0, j1, xg, yg, accumulate); break;
       }
     }
   }
@@ -319,15 +286,14 @@ void matmul_i8_dtype(const WeightMatrix& w, const QuantizedRows& q, float* y, in
   }
 }
 
-void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, const float* xsums,
-                 bool accumulate) {
+void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate) {
   switch (w.dtype) {
-    case DType::F32: return matmul_dtype<DType::F32>(w, x, y, n, xsums, accumulate);
-    case DType::F16: return matmul_dtype<DType::F16>(w, x, y, n, xsums, accumulate);
-    case DType::BF16: return matmul_dtype<DType::BF16>(w, x, y, n, xsums, accumulate);
-    case DType::Q8_0: return matmul_dtype<DType::Q8_0>(w, x, y, n, xsums, accumulate);
-    case DType::Q4_0: return matmul_dtype<DType::Q4_0>(w, x, y, n, xsums, accumulate);
-    case DType::Q4_1: return matmul_dtype<DType::Q4_1>(w, x, y, n, xsums, accumulate);
+    case DType::F32: return matmul_dtype<DType::F32>(w, x, y, n, accumulate);
+    case DType::F16: return matmul_dtype<DType::F16>(w, x, y, n, accumulate);
+    case DType::BF16: return matmul_dtype<DType::BF16>(w, x, y, n, accumulate);
+    case DType::Q8_0: return matmul_dtype<DType::Q8_0>(w, x, y, n, accumulate);
+    case DType::Q4_0: return matmul_dtype<DType::Q4_0>(w, x, y, n, accumulate);
+    case DType::Q4_1: return matmul_dtype<DType::Q4_1>(w, x, y, n, accumulate);
   }
 }
 #endif
@@ -365,11 +331,7 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool acc
     if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
     return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
   }
-  const int64_t n_blocks = w.cols / kB;
-  std::vector<float> xsums(static_cast<size_t>(n * n_blocks));
-  if (w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0)
-    for (int64_t r = 0; r < n; ++r) block_sums(x + r * w.cols, w.cols, xsums.data() + r * n_blocks);
-  matmul_simd(w, x, y, n, xsums.data(), accumulate);
+  matmul_simd(w, x, y, n, accumulate);
 #else
   (void)activations;
   matmul_scalar(w, x, y, n, accumulate);  // portable fallback: one order for every batch too
