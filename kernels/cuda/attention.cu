@@ -23,6 +23,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "online_softmax.cuh"
 #include "lio/error.h"
 #include "reduce.cuh"
 
@@ -126,25 +127,10 @@ __global__ void attention_naive_kernel(const float* q, const float* k_cache, con
   const int h = static_cast<int>(idx % n_heads);
   const int g = h / (n_heads / n_kv_heads);
   const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;
-  const float* q_ih = q + idx * head_dim;
-  float* o = out + idx * head_dim;
-  for (int d = 0; d < head_dim; ++d) o[d] = 0.0f;
-  float running_max = -INFINITY;
-  float running_sum = 0.0f;
-  for (int j = 0; j <= start_pos + i; ++j) {
-    const float* k_j = k_cache + j * kv_stride + static_cast<int64_t>(g) * head_dim;
-    const float* v_j = v_cache + j * kv_stride + static_cast<int64_t>(g) * head_dim;
-    float s = 0.0f;
-    for (int d = 0; d < head_dim; ++d) s += q_ih[d] * k_j[d];
-    s *= scale;
-    const float new_max = fmaxf(running_max, s);
-    const float correction = expf(running_max - new_max);  // 0 on the first key
-    const float p = expf(s - new_max);
-    running_sum = running_sum * correction + p;
-    for (int d = 0; d < head_dim; ++d) o[d] = o[d] * correction + p * v_j[d];
-    running_max = new_max;
-  }
-  for (int d = 0; d < head_dim; ++d) o[d] /= running_sum;
+  online_softmax_attend(q + idx * head_dim, k_cache + static_cast<int64_t>(g) * head_dim,
+                        v_cache + static_cast<int64_t>(g) * head_dim, kv_stride, start_pos + i + 1,
+                        [](int j) { return static_cast<int64_t>(j); }, head_dim, scale,
+                        out + idx * head_dim);
 }
 
 // ---- host launchers -------------------------------------------------------------------------

@@ -36,6 +36,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "lio/error.h"
+#include "online_softmax.cuh"
 #include "reduce.cuh"
 
 namespace lio::cuda {
@@ -232,26 +233,10 @@ __global__ void paged_attention_naive_kernel(const float* q, const float* k_pool
   const int pos = seq_lens[s] - query_len + (row - query_start_loc[s]);
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
   const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;
-  const float* q_ih = q + idx * head_dim;
-  float* o = out + idx * head_dim;
-  for (int d = 0; d < head_dim; ++d) o[d] = 0.0f;
-  float running_max = -INFINITY;
-  float running_sum = 0.0f;
-  for (int j = 0; j <= pos; ++j) {
-    const int64_t slot = slot_of(table, block_size, j);
-    const float* k_j = k_pool + slot * kv_stride + static_cast<int64_t>(g) * head_dim;
-    const float* v_j = v_pool + slot * kv_stride + static_cast<int64_t>(g) * head_dim;
-    float score = 0.0f;
-    for (int d = 0; d < head_dim; ++d) score += q_ih[d] * k_j[d];
-    score *= scale;
-    const float new_max = fmaxf(running_max, score);
-    const float correction = expf(running_max - new_max);  // 0 on the first key
-    const float p = expf(score - new_max);
-    running_sum = running_sum * correction + p;
-    for (int d = 0; d < head_dim; ++d) o[d] = o[d] * correction + p * v_j[d];
-    running_max = new_max;
-  }
-  for (int d = 0; d < head_dim; ++d) o[d] /= running_sum;
+  online_softmax_attend(q + idx * head_dim, k_pool + static_cast<int64_t>(g) * head_dim,
+                        v_pool + static_cast<int64_t>(g) * head_dim, kv_stride, pos + 1,
+                        [&](int j) { return slot_of(table, block_size, j); }, head_dim, scale,
+                        out + idx * head_dim);
 }
 
 // ---- host launchers -----------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+// cuda_device_memory.h — private to cuda_backend.cpp: the memory the CUDA backend owns besides
+// its weights — page-locked host staging (PinnedBuffer), grow-only device scratch (ensure), and
+// the KV pool in device memory (DeviceKvPool).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "lio/error.h"
+#include "lio/kv_pool.h"
+
+namespace lio::cuda {
+
+/// Owning page-locked host array (cudaMallocHost): async copies from/to it run at full
+/// PCIe/NVLink speed without a staging copy in the driver. Grows on demand; contents are not
+/// kept. The caller makes sure no copy still uses the old array before it grows.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  /// Makes room for n elements (reallocating when larger than before).
+  void reserve(int64_t n) {
+    if (n <= capacity_) return;
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+    CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&data_), static_cast<size_t>(n) * sizeof(T)));
+    capacity_ = n;
+  }
+  T* data() { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
+/// Grows a device buffer to at least n elements (contents are not kept). Waits for `stream`
+/// first: queued kernels may still use the old allocation.
+template <typename T>
+void ensure(DeviceBuffer<T>& buf, int64_t n, cudaStream_t stream) {
+  if (buf.n_elems() >= n) return;
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  buf = DeviceBuffer<T>();  // free first: peak memory stays one buffer
+  buf = DeviceBuffer<T>(n);
+}
+
+/// A KV pool in device memory: K and V of all layers, each (n_layers, n_slots, kv_dim) f32.
+class DeviceKvPool final : public KvPool {
+ public:
+  DeviceKvPool(const ModelConfig& model, const KvPoolConfig& config)
+      : KvPool(model, config),
+        layer_floats_(n_slots() * kv_dim()),
+        keys_(n_layers() * layer_floats_),
+        values_(n_layers() * layer_floats_) {
+    // Zeroed like HostKvPool: a slot is never read before it is written, but a debugger or a
+    // dump should not show garbage.
+    CUDA_CHECK(cudaMemset(keys_.data(), 0, keys_.size_bytes()));
+    CUDA_CHECK(cudaMemset(values_.data(), 0, values_.size_bytes()));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  ~DeviceKvPool() override {
+    // A backend's stream may still read the pool; the pool does not know which stream, so it
+    // waits for the device (errors dropped: a destructor must not throw).
+    cudaDeviceSynchronize();
+  }
+  float* keys(int64_t layer) override { return keys_.data() + checked(layer) * layer_floats_; }
+  float* values(int64_t layer) override { return values_.data() + checked(layer) * layer_floats_; }
+
+ private:
+  int64_t checked(int64_t layer) const {
+    if (layer < 0 || layer >= n_layers()) {
+      throw InvalidArgument("KvPool: layer " + std::to_string(layer) + " outside [0, " +
+                            std::to_string(n_layers()) + ")");
+    }
+    return layer;
+  }
+  int64_t layer_floats_;  // n_slots * kv_dim
+  DeviceBuffer<float> keys_, values_;
+};
+
+}  // namespace lio::cuda
