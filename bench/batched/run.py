@@ -117,7 +117,7 @@ def run_lio(a, model, prompts, concurrency, n_requests):
         cmd = [a.lio, "batch", "--model", model, "--prompts", sub, "--out", os.path.join(tmp, "out.jsonl"),
                "--summary", summary, "--max-tokens", str(a.gen_tokens), "--ignore-eos", "--temperature", "0",
                "--max-num-seqs", str(concurrency), "--max-num-batched-tokens", str(a.batched_tokens),
-               "--threads", str(a.threads)]
+               "--threads", str(a.threads)] + a.lio_args.split()
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             sys.exit(f"lio batch failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}")
@@ -222,6 +222,9 @@ def main():
     ap.add_argument("--weights", default="Q4_1,F32", help="which files: Q4_1, F32 or both")
     ap.add_argument("--quick", action="store_true", help="smoke run (~2 min): C 1,4,16; <= 16 requests; 1 repeat")
     ap.add_argument("--skip-llama", action="store_true", help="LIO only")
+    ap.add_argument("--lio-args", default="",
+                    help='extra flags for every `lio batch` run, e.g. "--activations int8" or "--device cuda" '
+                         "(recorded in the .md's command line; llama.cpp still runs on the CPU)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/batched"))
     a = ap.parse_args()
     if a.quick:
@@ -297,7 +300,7 @@ def main():
     load_end = os.getloadavg()[0]
     lio_cmds.append(f"{os.path.relpath(a.lio, ROOT)} batch --model MODEL --prompts PROMPTS.jsonl --max-tokens {a.gen_tokens} "
                     f"--ignore-eos --temperature 0 --max-num-seqs C --max-num-batched-tokens {a.batched_tokens} "
-                    f"--threads {a.threads} --summary S.json")
+                    f"--threads {a.threads} --summary S.json" + (f" {a.lio_args}" if a.lio_args else ""))
 
     # ---- table: ratios LIO / llama.cpp and LIO C / C=1 ----
     def get(engine, dtype, c, key):
