@@ -103,26 +103,31 @@ void prefill(lio::ModelRunner& r, const std::vector<int32_t>& tokens, const std:
 }
 
 TEST_F(EngineTest, DecodeLogitsAreBitwiseEqualAloneAndInABatch) {
-  // 8 sequences of different lengths in disjoint blocks; one decode row each, batched and alone.
-  constexpr int kN = 8;
-  auto r = runner(16, 64);
+  // 65 sequences of different lengths in disjoint, scattered blocks: one decode row each, run
+  // as one batch (the "alone or in a batch of up to 64 others") and one at a time.
+  constexpr int kN = 65;
+  constexpr int kBlocksPerSeq = 6;  // 96 slots >= the longest prompt (66) + 1
+  auto r = runner(16, kN * kBlocksPerSeq);
   std::vector<std::vector<int32_t>> tables(kN);
+  std::vector<std::vector<int32_t>> prompts(kN);
   for (int i = 0; i < kN; ++i) {
-    for (int b = 0; b < 6; ++b) tables[i].push_back(static_cast<int32_t>(i * 6 + (5 - b)));  // scattered
-    prefill(*r, prompt(i), tables[i]);
+    prompts[i] = prompt(i % 8);
+    prompts[i][0] = static_cast<int32_t>(3 + i);  // distinct sequences
+    for (int b = 0; b < kBlocksPerSeq; ++b)
+      tables[i].push_back(static_cast<int32_t>(i * kBlocksPerSeq + (kBlocksPerSeq - 1 - b)));  // scattered
+    prefill(*r, prompts[i], tables[i]);
   }
   const int64_t vocab = model_->config.vocab_size;
   lio::ForwardBatch batch(16);
-  for (int i = 0; i < kN; ++i) {
-    const int32_t next = static_cast<int32_t>(7 + i);
-    batch.add_sequence(std::vector<int32_t>{next}, static_cast<int64_t>(prompt(i).size()), tables[i], 1);
-  }
+  for (int i = 0; i < kN; ++i)
+    batch.add_sequence(std::vector<int32_t>{static_cast<int32_t>(7 + i)}, static_cast<int64_t>(prompts[i].size()),
+                       tables[i], 1);
   const auto together_span = r->forward(batch);
   const std::vector<float> together(together_span.begin(), together_span.end());
   ASSERT_EQ(static_cast<int64_t>(together.size()), kN * vocab);
   for (int i = 0; i < kN; ++i) {
     lio::ForwardBatch one(16);
-    one.add_sequence(std::vector<int32_t>{static_cast<int32_t>(7 + i)}, static_cast<int64_t>(prompt(i).size()),
+    one.add_sequence(std::vector<int32_t>{static_cast<int32_t>(7 + i)}, static_cast<int64_t>(prompts[i].size()),
                      tables[i], 1);
     const auto alone = r->forward(one);
     for (int64_t v = 0; v < vocab; ++v)
