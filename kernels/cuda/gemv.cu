@@ -62,17 +62,7 @@ gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
   for (int e0 = lane * kElemsPerLane; e0 < cols; e0 += kElemsPerWarpStep) {
     if (e0 + kElemsPerLane <= cols) {
       float x8[kElemsPerLane];
-      if constexpr (kStageX) {
-        // Two 16-byte shared loads (x_shared + e0 is 16-byte aligned): lanes 32 bytes apart
-        // meet 2-way bank conflicts instead of the 8-way of scalar loads at an 8-float stride.
-        const float4 lo = *reinterpret_cast<const float4*>(xv + e0);
-        const float4 hi = *reinterpret_cast<const float4*>(xv + e0 + 4);
-        x8[0] = lo.x; x8[1] = lo.y; x8[2] = lo.z; x8[3] = lo.w;
-        x8[4] = hi.x; x8[5] = hi.y; x8[6] = hi.z; x8[7] = hi.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < kElemsPerLane; ++j) x8[j] = xv[e0 + j];
-      }
+      detail::load_x8<kStageX>(xv, e0, x8);
       acc += detail::dot8<kType>(w_row, e0, x8);
     } else {  // ragged tail, float dtypes only (quantized cols are whole blocks)
       for (int e = e0; e < cols; ++e) acc += detail::load_element<kType>(w_row, e) * xv[e];

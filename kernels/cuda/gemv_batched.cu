@@ -42,21 +42,6 @@ static_assert(kGemvBatchedMaxSharedCols % 4 == 0, "padded x rows fit the staging
 /// (and every 8-column group in it) starts 16-byte aligned for float4 loads.
 __host__ __device__ __forceinline__ int padded_cols(int cols) { return (cols + 3) / 4 * 4; }
 
-/// The 8 activations at columns e0 .. e0+7 of x row `xr`: two float4 loads from shared memory
-/// (kStageX), or 8 scalar loads through L1/L2.
-template <bool kStageX>
-__device__ __forceinline__ void load_x8(const float* xr, int e0, float (&x8)[kElemsPerLane]) {
-  if constexpr (kStageX) {
-    const float4 lo = *reinterpret_cast<const float4*>(xr + e0);
-    const float4 hi = *reinterpret_cast<const float4*>(xr + e0 + 4);
-    x8[0] = lo.x; x8[1] = lo.y; x8[2] = lo.z; x8[3] = lo.w;
-    x8[4] = hi.x; x8[5] = hi.y; x8[6] = hi.z; x8[7] = hi.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < kElemsPerLane; ++j) x8[j] = xr[e0 + j];
-  }
-}
-
 // ---- kernels ------------------------------------------------------------------------------------
 
 /// Grid: (ceil(rows / kWarps)). Block: (kThreads). Dynamic shared memory when kStageX:
@@ -104,7 +89,7 @@ gemv_batched_kernel(const std::byte* w,  // (rows, row_bytes) in kType
         for (int b = 0; b < kRowsPerPass; ++b) {
           if (b < n_pass) {
             float x8[kElemsPerLane];
-            load_x8<kStageX>(xs + static_cast<int64_t>(b) * x_stride, e0, x8);
+            detail::load_x8<kStageX>(xs + static_cast<int64_t>(b) * x_stride, e0, x8);
             acc[b] += w8.dot(x8);
           }
         }

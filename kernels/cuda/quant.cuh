@@ -181,4 +181,21 @@ inline void check_matrix(const char* op, const DeviceMatrix& w) {
   }
 }
 
+/// The 8 activations x[e0 .. e0+7] a lane multiplies with its 8 weights (dot8): two 16-byte
+/// loads when x is staged in shared memory (kStaged; x + e0 is 16-byte aligned there, and lanes
+/// 32 bytes apart meet 2-way bank conflicts instead of the 8-way of scalar loads at an 8-float
+/// stride), else 8 scalar loads through L1/L2.
+template <bool kStaged>
+__device__ __forceinline__ void load_x8(const float* x, int e0, float (&x8)[kDot8Elems]) {
+  if constexpr (kStaged) {
+    const float4 lo = *reinterpret_cast<const float4*>(x + e0);
+    const float4 hi = *reinterpret_cast<const float4*>(x + e0 + 4);
+    x8[0] = lo.x; x8[1] = lo.y; x8[2] = lo.z; x8[3] = lo.w;
+    x8[4] = hi.x; x8[5] = hi.y; x8[6] = hi.z; x8[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kDot8Elems; ++j) x8[j] = x[e0 + j];
+  }
+}
+
 }  // namespace lio::cuda::detail

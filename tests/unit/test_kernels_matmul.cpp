@@ -10,6 +10,7 @@
 #include "cpu_ops.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "random_inputs.h"
 
 namespace {
 
@@ -77,9 +78,7 @@ TEST(Matmul, RowsAreBitwiseIdenticalAloneAndInAnyBatch) {
       std::mt19937 rng(7);
       const int64_t rows = 70, cols = 96, n = 21;
       Quantized q = make_weight(dtype, rows, cols, rng);
-      std::normal_distribution<float> dist(0.0f, 1.0f);
-      std::vector<float> x(static_cast<size_t>(n * cols));
-      for (float& v : x) v = dist(rng);
+      const std::vector<float> x = lio::testing::random_floats(static_cast<size_t>(n * cols), -2.0f, 2.0f, 8);
       std::vector<float> batched(static_cast<size_t>(n * rows)), single(static_cast<size_t>(rows));
       lio::cpu::matmul(q.w, x.data(), batched.data(), n, false, act);
       for (int64_t i = 0; i < n; ++i) {
@@ -98,9 +97,7 @@ TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
     std::mt19937 rng(21);
     const int64_t rows = 50, cols = 128, n = 5;
     Quantized q = make_weight(dtype, rows, cols, rng);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n * cols));
-    for (float& v : x) v = dist(rng);
+    const std::vector<float> x = lio::testing::random_floats(static_cast<size_t>(n * cols), -2.0f, 2.0f, 22);
     std::vector<float> y(static_cast<size_t>(n * rows));
     lio::cpu::matmul(q.w, x.data(), y.data(), n, false, lio::cpu::MatmulActivations::Int8);
     double worst = 0;
