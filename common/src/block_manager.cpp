@@ -1,44 +1,41 @@
+// The BlockManager's bookkeeping. Its allocation and copy-on-write methods are chapter 04's
+// exercise points: solutions|exercises/04_paged_attention/block_manager.cpp.
 #include "lio/block_manager.h"
 
 #include <string>
 
 #include "lio/error.h"
+#include "lio/prefix_cache.h"
 
 namespace lio {
 
-BlockManager::BlockManager(int64_t n_blocks, int64_t block_size)
-    : n_blocks_(n_blocks), block_size_(block_size), in_use_(static_cast<size_t>(std::max<int64_t>(n_blocks, 0)), 0) {
-  if (n_blocks < 1 || block_size < 1) {
-    throw InvalidArgument("BlockManager: n_blocks and block_size must be >= 1, got " + std::to_string(n_blocks) +
-                          " and " + std::to_string(block_size));
+BlockManager::BlockManager(int64_t n_blocks, int64_t block_size) : n_blocks_(n_blocks), block_size_(block_size) {
+  if (n_blocks < 1 || n_blocks > INT32_MAX || block_size < 1) {
+    throw InvalidArgument("BlockManager: n_blocks must be in [1, 2^31) and block_size >= 1, got " +
+                          std::to_string(n_blocks) + " and " + std::to_string(block_size));
   }
-  for (int64_t b = 0; b < n_blocks; ++b) free_.push_back(static_cast<int32_t>(b));
+  ref_cnt_.assign(static_cast<size_t>(n_blocks), 0);
+  free_pos_.resize(static_cast<size_t>(n_blocks));
+  for (int64_t b = 0; b < n_blocks; ++b) free_pos_[static_cast<size_t>(b)] = free_.insert(free_.end(), static_cast<int32_t>(b));
 }
 
-bool BlockManager::can_allocate(const std::vector<int32_t>& block_table, int64_t n_tokens) const {
-  const int64_t needed = blocks_for(n_tokens) - static_cast<int64_t>(block_table.size());
-  return needed <= n_free_blocks();
+void BlockManager::check_id(int32_t id) const {
+  if (id < 0 || id >= n_blocks_) {
+    throw InvalidArgument("KV block id " + std::to_string(id) + " is outside [0, " + std::to_string(n_blocks_) + ")");
+  }
 }
 
-bool BlockManager::allocate(std::vector<int32_t>& block_table, int64_t n_tokens) {
-  if (!can_allocate(block_table, n_tokens)) return false;
-  while (static_cast<int64_t>(block_table.size()) < blocks_for(n_tokens)) {
-    const int32_t id = free_.front();
-    free_.pop_front();
-    in_use_[static_cast<size_t>(id)] = 1;
-    block_table.push_back(id);
-  }
-  return true;
+int32_t BlockManager::ref_count(int32_t id) const {
+  check_id(id);
+  return ref_cnt_[static_cast<size_t>(id)];
 }
 
-void BlockManager::free(std::vector<int32_t>& block_table) {
-  for (const int32_t id : block_table) {
-    LIO_CHECK(id >= 0 && id < n_blocks_ && in_use_[static_cast<size_t>(id)] == 1,
-              "freeing KV block " + std::to_string(id) + " that is not allocated");
-    in_use_[static_cast<size_t>(id)] = 0;
-    free_.push_back(id);
-  }
-  block_table.clear();
+int64_t BlockManager::n_available_blocks() const {
+  return n_free_blocks() + (cache_ != nullptr ? cache_->n_evictable() : 0);
+}
+
+bool BlockManager::can_allocate(std::span<const int32_t> block_table, int64_t n_tokens) const {
+  return blocks_for(n_tokens) - static_cast<int64_t>(block_table.size()) <= n_available_blocks();
 }
 
 }  // namespace lio

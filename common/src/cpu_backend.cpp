@@ -94,9 +94,11 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
   const KvCache& slots = host->slots();
   paged_rows_.assign(static_cast<size_t>(b.n_tokens()), 1);
+  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
   bool any_paged = false;
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
     const int64_t q0 = b.query_start_loc[static_cast<size_t>(s)];
+    std::fill_n(row_seq_.begin() + q0, b.query_len(s), static_cast<int32_t>(s));
     const int64_t first_pos = b.seq_lens[static_cast<size_t>(s)] - b.query_len(s);
     const int64_t first_slot = b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq)] * bs;
     for (int64_t i = q0; i < q0 + b.query_len(s); ++i) {
@@ -116,9 +118,22 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
     }
   }
   if (!any_paged) return;
-  cpu::paged_attention(q, pool.keys(layer), pool.values(layer), out, b.query_start_loc.data(), b.seq_lens.data(),
-                       b.block_tables.data(), b.n_seqs(), b.max_blocks_per_seq, bs, c.n_heads, c.n_kv_heads,
-                       c.head_dim, scale, paged_rows_.data());
+  // The other rows read K/V through their block tables: chapter 04's paged decode step
+  // (Task 5), one (row, query head) pair at a time, the pairs spread over the threads.
+  const int64_t group = c.n_heads / c.n_kv_heads, n_pairs = b.n_tokens() * c.n_heads;
+  const float* k_pool = pool.keys(layer);
+  const float* v_pool = pool.values(layer);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t pair = 0; pair < n_pairs; ++pair) {
+    const int64_t i = pair / c.n_heads, h = pair % c.n_heads;
+    if (paged_rows_[static_cast<size_t>(i)] == 0) continue;
+    const int64_t s = row_seq_[static_cast<size_t>(i)];
+    const int64_t n_ctx = b.seq_lens[static_cast<size_t>(s)] - (b.query_start_loc[static_cast<size_t>(s) + 1] - i) + 1;
+    const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
+                                         static_cast<size_t>(b.max_blocks_per_seq));
+    cpu::paged_decode_attention(q + i * qd + h * c.head_dim, k_pool, v_pool, out + i * qd + h * c.head_dim, table,
+                                n_ctx, bs, c.n_kv_heads, h / group, c.head_dim, scale);
+  }
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) { cpu::swiglu(gate, up, out, n); }

@@ -75,6 +75,20 @@ class DeviceKvPool final : public KvPool {
   }
   float* keys(int64_t layer) override { return keys_.data() + checked(layer) * layer_floats_; }
   float* values(int64_t layer) override { return values_.data() + checked(layer) * layer_floats_; }
+  /// One strided copy per tensor: a block's rows sit layer_floats_ apart. The backend's
+  /// stream is non-blocking, so wait for the device on both sides.
+  void copy_block(int32_t src, int32_t dst) override {
+    check_copy(src, dst);
+    const size_t block = static_cast<size_t>(block_size() * kv_dim()) * sizeof(float);
+    const size_t pitch = static_cast<size_t>(layer_floats_) * sizeof(float);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (DeviceBuffer<float>* t : {&keys_, &values_}) {
+      CUDA_CHECK(cudaMemcpy2D(t->data() + static_cast<int64_t>(dst) * block_size() * kv_dim(), pitch,
+                              t->data() + static_cast<int64_t>(src) * block_size() * kv_dim(), pitch, block,
+                              static_cast<size_t>(n_layers()), cudaMemcpyDeviceToDevice));
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
  private:
   int64_t checked(int64_t layer) const {

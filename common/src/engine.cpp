@@ -18,7 +18,8 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
       tokenizer_(tokenizer),
       config_(config),
       blocks_(runner.kv_pool().n_blocks(), runner.kv_pool().block_size()),
-      scheduler_(config.scheduler, blocks_) {}
+      prefix_cache_(make_prefix_cache(config.prefix_cache, blocks_)),
+      scheduler_(config.scheduler, blocks_, prefix_cache_.get()) {}
 
 int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
   const ModelConfig& c = runner_.config();
@@ -34,13 +35,16 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& p
                             " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     }
   }
-  if (blocks_.blocks_for(n_prompt + 1) > blocks_.n_blocks()) {
-    throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens; the KV pool holds only " +
-                          std::to_string(blocks_.n_blocks() * blocks_.block_size()) +
+  params.validate();
+  if (blocks_.blocks_for(n_prompt + 1) + (params.n - 1) > blocks_.n_blocks()) {
+    throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens" +
+                          (params.n > 1 ? " and n = " + std::to_string(params.n) + " samples" : std::string()) +
+                          "; the KV pool holds only " + std::to_string(blocks_.n_blocks() * blocks_.block_size()) +
                           " tokens in all (raise --kv-cache-mib)");
   }
   const int64_t id = next_id_++;
-  auto seq = std::make_unique<Sequence>(id, std::move(prompt), params, tokenizer_);  // validates params
+  auto seq = std::make_unique<Sequence>(id, std::move(prompt), params, tokenizer_);
+  seq->forks_pending = params.n - 1;
   std::lock_guard lock(inbox_mutex_);
   inbox_add_.push_back(std::move(seq));
   return id;
@@ -58,7 +62,8 @@ bool Engine::has_unfinished() const {
 
 RequestOutput Engine::output_of(const Sequence& seq) const {
   RequestOutput o;
-  o.request_id = seq.id();
+  o.request_id = seq.request_id;
+  o.sample_index = seq.sample_index;
   o.n_prompt_tokens = seq.n_prompt_tokens();
   o.n_generated_tokens = seq.n_generated();
   o.n_preemptions = seq.n_preemptions;
@@ -77,7 +82,32 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   if (seq.first_token_time && seq.n_generated() > 1) {
     out.tpot_ms = ms_between(*seq.first_token_time, seq.last_token_time) / static_cast<double>(seq.n_generated() - 1);
   }
-  scheduler_.remove(&seq);  // frees its blocks at once
+  if (prefix_cache_ && !seq.block_table.empty()) {  // what it computed stays findable
+    prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, true);
+  }
+  scheduler_.remove(&seq);  // frees its blocks at once (cached content kept until reused)
+}
+
+void Engine::fork_samples(Sequence& parent) {
+  // The prompt is computed: samples 1 .. n-1 share its blocks up to the last prompt token,
+  // which each computes itself (its logits row; the write copies the shared last block).
+  const int64_t n_prompt = parent.n_prompt_tokens();
+  const std::vector<int32_t> prompt(parent.token_ids().begin(), parent.token_ids().begin() + n_prompt);
+  for (int64_t i = parent.forks_pending; i >= 1; --i) {  // pushed to the front: sample 1 ends up first
+    SamplingParams p = parent.params();
+    p.n = 1;
+    p.sampler.seed += static_cast<uint64_t>(i);
+    auto child = std::make_unique<Sequence>(next_id_++, prompt, p, tokenizer_);
+    child->request_id = parent.request_id;
+    child->sample_index = i;
+    child->arrival_time = parent.arrival_time;
+    child->block_table = blocks_.fork(parent.block_table, n_prompt - 1);
+    child->num_computed_tokens = n_prompt - 1;
+    scheduler_.add_front(child.get());
+    live_.emplace(child->id(), std::move(child));
+    stats_.n_forks += 1;
+  }
+  parent.forks_pending = 0;
 }
 
 void Engine::drain_inbox(std::vector<RequestOutput>& out) {
@@ -93,12 +123,16 @@ void Engine::drain_inbox(std::vector<RequestOutput>& out) {
     live_.emplace(seq->id(), std::move(seq));
   }
   for (const int64_t id : aborted) {
-    auto it = live_.find(id);
-    if (it == live_.end()) continue;
-    RequestOutput o = output_of(*it->second);
-    finish(*it->second, FinishReason::Abort, o);
-    out.push_back(std::move(o));
-    live_.erase(it);
+    for (auto it = live_.begin(); it != live_.end();) {  // every sample of the request
+      if (it->second->request_id != id) {
+        ++it;
+        continue;
+      }
+      RequestOutput o = output_of(*it->second);
+      finish(*it->second, FinishReason::Abort, o);
+      out.push_back(std::move(o));
+      it = live_.erase(it);
+    }
   }
 }
 
@@ -117,6 +151,12 @@ std::vector<RequestOutput> Engine::step() {
     live_.erase(seq->id());
   }
   if (sched.scheduled.empty()) return outputs;
+  runner_.copy_blocks(sched.copies);  // copy-on-write, before anything writes the copies
+  stats_.n_block_copies += static_cast<int64_t>(sched.copies.size());
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_.n_used_blocks());
+  int64_t tokens_held = 0;
+  for (const ScheduledSequence& s : sched.scheduled) tokens_held += s.seq->num_computed_tokens + s.n_new_tokens;
+  stats_.peak_tokens_held = std::max(stats_.peak_tokens_held, tokens_held);
 
   // 2. build the batch: each sequence's next tokens at their positions, through its blocks;
   //    a sequence whose chunk reaches its last token gets a logits row and samples.
@@ -149,8 +189,11 @@ std::vector<RequestOutput> Engine::step() {
 
   // 4. post-process: advance, append, stop checks, emit
   for (const ScheduledSequence& s : sched.scheduled) {
-    s.seq->num_computed_tokens += s.n_new_tokens;
-    if (!config_.reuse_kv) s.seq->num_computed_tokens = 0;  // chapter 01's baseline: recompute
+    Sequence& seq = *s.seq;
+    seq.num_computed_tokens += s.n_new_tokens;
+    if (seq.forks_pending > 0 && seq.num_computed_tokens >= seq.n_prompt_tokens()) fork_samples(seq);
+    if (prefix_cache_) prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, false);
+    if (!config_.reuse_kv) seq.num_computed_tokens = 0;  // chapter 01's baseline: recompute
   }
   for (size_t i = 0; i < sampling.size(); ++i) {
     Sequence& seq = *sampling[i];

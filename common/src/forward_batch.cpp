@@ -32,12 +32,12 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
   }
   const int64_t first_row = n_tokens();
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t pos = start_pos + i;
     token_ids.push_back(tokens[static_cast<size_t>(i)]);
-    positions.push_back(static_cast<int32_t>(pos));
-    slot_mapping.push_back(
-        static_cast<int32_t>(block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size));
+    positions.push_back(static_cast<int32_t>(start_pos + i));
   }
+  slot_mapping.resize(static_cast<size_t>(first_row + n));
+  compute_slot_mapping(block_table, start_pos, block_size,
+                       std::span<int32_t>(slot_mapping).subspan(static_cast<size_t>(first_row)));  // Task 1
   for (int64_t i = n - n_logits; i < n; ++i) logits_rows.push_back(static_cast<int32_t>(first_row + i));
   query_start_loc.push_back(static_cast<int32_t>(first_row + n));
   seq_lens.push_back(static_cast<int32_t>(seq_len));

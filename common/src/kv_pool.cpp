@@ -1,5 +1,6 @@
 #include "lio/kv_pool.h"
 
+#include <algorithm>
 #include <string>
 
 #include "lio/error.h"
@@ -30,5 +31,21 @@ KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
 
 HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
     : KvPool(model, config), slots_(model.n_layers, model.kv_dim(), config.n_blocks * config.block_size) {}
+
+void KvPool::check_copy(int32_t src, int32_t dst) const {
+  if (src < 0 || src >= n_blocks() || dst < 0 || dst >= n_blocks()) {
+    throw InvalidArgument("KvPool::copy_block: block " + std::to_string(src < 0 || src >= n_blocks() ? src : dst) +
+                          " is outside [0, " + std::to_string(n_blocks()) + ")");
+  }
+}
+
+void HostKvPool::copy_block(int32_t src, int32_t dst) {
+  check_copy(src, dst);
+  const int64_t n = block_size() * kv_dim();  // floats per block and layer
+  for (int64_t l = 0; l < n_layers(); ++l) {
+    std::copy_n(keys(l) + src * n, n, keys(l) + dst * n);
+    std::copy_n(values(l) + src * n, n, values(l) + dst * n);
+  }
+}
 
 }  // namespace lio

@@ -27,6 +27,10 @@ std::vector<ArgmaxRow> Backend::greedy_argmax(float*, std::span<const int32_t>,
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config)
     : backend_(std::move(backend)), pool_(backend_->make_kv_pool(pool_config)), model_(*backend_) {}
 
+void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
+  for (const BlockCopy& c : copies) pool_->copy_block(c.src, c.dst);
+}
+
 std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));
   model_.forward(batch, *pool_, logits_);

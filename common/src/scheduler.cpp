@@ -14,13 +14,19 @@ void SchedulerConfig::validate() const {
   }
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache)
+    : config_(config), blocks_(blocks), cache_(prefix_cache) {
   config_.validate();
 }
 
 void Scheduler::add(Sequence* seq) {
   seq->status = SequenceStatus::Waiting;
   waiting_.push_back(seq);
+}
+
+void Scheduler::add_front(Sequence* seq) {
+  seq->status = SequenceStatus::Waiting;
+  waiting_.push_front(seq);
 }
 
 void Scheduler::remove(Sequence* seq) {
@@ -49,7 +55,7 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t remaining = seq->n_tokens() - seq->num_computed_tokens;
     const int64_t n_new = std::min(remaining, budget);
     // Make room: preempt the newest running sequence until this one's slots fit.
-    bool fits = blocks_.allocate(seq->block_table, seq->num_computed_tokens + n_new);
+    bool fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
     while (!fits) {
       Sequence* victim = running_.back();
       const bool victim_scheduled =
@@ -57,7 +63,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == seq || victim_scheduled) break;
       preempt(victim);
       out.preempted.push_back(victim);
-      fits = blocks_.allocate(seq->block_table, seq->num_computed_tokens + n_new);
+      fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
     }
     if (!fits) {
       if (scheduled_running.empty()) {
@@ -81,11 +87,21 @@ SchedulerOutput Scheduler::schedule() {
   while (!waiting_.empty() && out.preempted.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
+    // Prefix caching: a sequence with nothing computed starts from the longest cached prefix.
+    const bool lookup = cache_ != nullptr && seq->num_computed_tokens == 0 && seq->block_table.empty();
+    const int64_t n_hit = lookup ? cache_->match(seq->token_ids(), seq->block_table) : 0;
+    seq->num_computed_tokens = std::max(seq->num_computed_tokens, n_hit);
     const int64_t remaining = seq->n_tokens() - seq->num_computed_tokens;
-    if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int64_t n_new = std::min(remaining, budget);
-    if (!blocks_.allocate(seq->block_table, seq->num_computed_tokens + n_new)) {
-      if (running_.empty() && !blocks_.can_allocate({}, seq->num_computed_tokens + n_new)) {
+    const bool fits = (config_.enable_chunked_prefill || remaining <= budget) &&
+                      blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
+    if (!fits) {
+      if (lookup) {  // give the hits back; look up again next time
+        blocks_.free(seq->block_table);
+        seq->num_computed_tokens = 0;
+      }
+      if (remaining > budget && !config_.enable_chunked_prefill) break;
+      if (running_.empty() && !blocks_.can_allocate(seq->block_table, seq->num_computed_tokens + n_new)) {
         // Nothing runs and the pool cannot hold it: it would wait forever.
         waiting_.pop_front();
         blocks_.free(seq->block_table);
@@ -93,6 +109,10 @@ SchedulerOutput Scheduler::schedule() {
         continue;
       }
       break;
+    }
+    if (lookup) {
+      cache_->stats.queries += seq->n_tokens();
+      cache_->stats.hits += n_hit;
     }
     waiting_.pop_front();
     seq->status = SequenceStatus::Running;

@@ -18,6 +18,7 @@ const char* finish_reason_name(FinishReason r) {
 
 void SamplingParams::validate() const {
   if (max_tokens < 1) throw InvalidArgument("--max-tokens must be >= 1, got " + std::to_string(max_tokens));
+  if (n < 1 || n > 1024) throw InvalidArgument("n (samples per prompt) must be in [1, 1024], got " + std::to_string(n));
   sampler.validate();
 }
 
@@ -50,6 +51,7 @@ Sequence::Sequence(int64_t id, std::vector<int32_t> prompt, const SamplingParams
       detok_(tokenizer),
       tokenizer_(&tokenizer) {
   if (token_ids_.empty()) throw InvalidArgument("the prompt is empty (0 tokens)");
+  request_id = id;
 }
 
 std::string Sequence::emit(bool final_flush) {

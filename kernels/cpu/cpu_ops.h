@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "lio/model_config.h"
 #include "lio/tensor.h"
@@ -75,6 +76,22 @@ void paged_attention(const float* q, const float* k_pool, const float* v_pool, f
                      const int32_t* block_tables, int64_t n_seqs, int64_t max_blocks_per_seq,
                      int64_t block_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      float scale, const uint8_t* row_mask = nullptr);
+
+/// Task 5 (chapter 04 exercise point; defined in solutions|exercises/04_paged_attention/
+/// paged_decode_attention.cpp). Attention of ONE query head over positions 0 .. n_ctx-1 of a
+/// sequence whose K/V live in a paged pool, read through its block table (Kwon et al. 2023,
+/// PagedAttention, sec. 4.1): position j is at slot block_table[j / block_size] * block_size +
+/// j % block_size, and its key for KV head `kv_head` starts at
+/// k_pool + (slot * n_kv_heads + kv_head) * head_dim (likewise v_pool).
+/// q: (head_dim); k_pool, v_pool: one layer, (n_blocks, block_size, n_kv_heads, head_dim);
+/// block_table: at least ceil(n_ctx / block_size) block ids; out: (head_dim).
+///   out = sum_j softmax_j(scale * q . k[j]) v[j]
+/// Equals decode_attention's result for that head on the gathered contiguous cache (to f32
+/// rounding). Single-threaded: the engine runs many (row, head) pairs in parallel.
+/// Throws InvalidArgument if n_ctx < 1, block_size < 1, or the table is too short.
+void paged_decode_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                            std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
+                            int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale);
 
 /// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
 /// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:

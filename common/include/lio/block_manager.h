@@ -1,49 +1,119 @@
-// block_manager.h — who owns which KV block: the free list and each sequence's block table.
+// block_manager.h — who owns which KV block: reference counts, the free list, copy-on-write.
 //
-// PagedAttention's block manager (Kwon et al. 2023, sec. 4.2; vLLM v1 `KVCacheManager`,
-// nano-vllm `BlockManager`): physical blocks of `block_size` token slots are handed out from a
-// free list as a sequence grows and returned when it finishes, is aborted or is preempted. It
-// holds no tensor memory — the KvPool does — only ids. Chapter 04 completes it with reference
-// counts, prefix hashing and copy-on-write; this is the minimal version the batched engine needs.
+// PagedAttention's block manager (Kwon et al. 2023, sec. 4.2-4.4; vLLM v1 `BlockPool`,
+// nano-vllm `BlockManager`). Physical blocks of `block_size` token slots are handed out as a
+// sequence grows and come back when it finishes, is aborted or is preempted. A block may be held
+// by several sequences at once — a parallel-sampling fork, a prefix-cache hit — so each block
+// carries a reference count, and a sequence about to write into a block that others also hold
+// first gets a private copy (copy-on-write, sec. 4.4). It holds no tensor memory — the KvPool
+// does — only ids; the copies it decides are carried out by the engine (ModelRunner::copy_blocks).
+//
+// The free list doubles as the eviction order of the prefix cache (vLLM's `FreeKVCacheBlockQueue`):
+// a block whose count drops to 0 keeps its cached content and goes to the back; allocation takes
+// from the front, so the least recently used cached block is overwritten first. A sequence frees
+// its blocks last-to-first, so among blocks freed together the one holding the longest prefix (the
+// least likely to be shared) is evicted first.
+//
+// Chapter 04 exercise points (solutions|exercises/04_paged_attention/block_manager.cpp):
+// Task 2 — allocate_block, ref, unref, allocate, free, fork; Task 3 — append_slots. The
+// bookkeeping (constructor, ref_count, n_available_blocks) is common/src/block_manager.cpp.
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
+#include <span>
 #include <vector>
 
 namespace lio {
 
-/// Hands out block ids of a pool of `n_blocks` blocks. Not thread-safe (the Engine's thread).
+class PrefixCache;
+
+/// A copy the engine makes before the next forward pass: block `src`'s K and V, every layer,
+/// into block `dst` (copy-on-write; vLLM v0's `blocks_to_copy`).
+struct BlockCopy {
+  int32_t src = 0;  ///< block read
+  int32_t dst = 0;  ///< block written (a fresh block the writer now owns alone)
+};
+
+/// Hands out block ids of a pool of `n_blocks` blocks, with reference counts. Not thread-safe
+/// (the Engine's thread).
 class BlockManager {
  public:
-  /// Throws InvalidArgument if n_blocks < 1 or block_size < 1.
+  /// All blocks free, in id order. Throws InvalidArgument if n_blocks < 1, n_blocks >= 2^31 or
+  /// block_size < 1.
   BlockManager(int64_t n_blocks, int64_t block_size);
 
   /// Blocks needed to hold `n_tokens` tokens: ceil(n_tokens / block_size).
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
-  /// True if a sequence with `block_table` can grow to hold `n_tokens` tokens with the free
-  /// blocks left.
-  bool can_allocate(const std::vector<int32_t>& block_table, int64_t n_tokens) const;
-  /// Grows `block_table` (appending free block ids) until it holds `n_tokens` tokens: a prompt's
-  /// blocks at admission, or the slot of each new token (a new block every block_size tokens).
-  /// Returns false and changes nothing if too few blocks are free.
-  bool allocate(std::vector<int32_t>& block_table, int64_t n_tokens);
-  /// Returns every block of `block_table` to the free list and clears it. Throws
-  /// InternalError if a block is not currently allocated (a double free).
-  void free(std::vector<int32_t>& block_table);
 
-  /// Blocks on the free list.
+  // ---- Task 2: reference-counted allocation -------------------------------------------------
+
+  /// Takes the block at the front of the free list (the least recently used), sets its count to
+  /// 1 and returns its id. If it still held cached content, the prefix cache is told first
+  /// (PrefixCache::on_block_reused), so that content is never returned as a hit again. If the
+  /// free list is empty, asks the prefix cache to evict one block first. Returns -1 if no block
+  /// can be had.
+  int32_t allocate_block();
+  /// One more holder of block `id` (a fork, a prefix-cache hit). A block with count 0 (free, its
+  /// cached content kept) leaves the free list. Throws InvalidArgument if id is out of range.
+  void ref(int32_t id);
+  /// One holder fewer; at 0 the block goes to the back of the free list, content kept. Throws
+  /// InternalError if its count is already 0 (a double free), InvalidArgument if id is out of
+  /// range.
+  void unref(int32_t id);
+  /// Grows `block_table` with fresh blocks until it holds `n_tokens` tokens. All or nothing:
+  /// returns false and changes nothing if too few blocks can be had.
+  bool allocate(std::vector<int32_t>& block_table, int64_t n_tokens);
+  /// Drops this holder of every block of `block_table`, last block first, and clears it.
+  void free(std::vector<int32_t>& block_table);
+  /// A table sharing the first blocks_for(n_tokens) blocks of `block_table` (each gains a
+  /// holder): parallel sampling's n samples of one prompt (Kwon et al. 2023, sec. 4.4). Throws
+  /// InvalidArgument if the table holds fewer blocks.
+  std::vector<int32_t> fork(std::span<const int32_t> block_table, int64_t n_tokens);
+
+  // ---- Task 3: copy-on-write ----------------------------------------------------------------
+
+  /// Makes `block_table` ready for writing positions [n_computed, n_computed + n_new): every
+  /// existing block those positions fall in that another holder shares is replaced by a fresh
+  /// block and a BlockCopy {old, fresh} is appended to `copies` (the writer drops its hold on the
+  /// old one); then new blocks are appended until the table holds n_computed + n_new tokens.
+  /// All or nothing: returns false and changes nothing if too few blocks can be had. A block
+  /// that another holder shares is never written in place.
+  bool append_slots(std::vector<int32_t>& block_table, int64_t n_computed, int64_t n_new,
+                    std::vector<BlockCopy>& copies);
+
+  // ---- state ---------------------------------------------------------------------------------
+
+  /// Holders of block `id` (0 = free). Throws InvalidArgument if id is out of range.
+  int32_t ref_count(int32_t id) const;
+  /// Blocks that allocation can have now: the free list plus what the prefix cache can evict.
+  int64_t n_available_blocks() const;
+  /// Blocks on the free list (count 0; some may hold cached content).
   int64_t n_free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  /// Blocks with count > 0.
+  int64_t n_used_blocks() const { return n_blocks_ - n_free_blocks(); }
   /// Blocks in the pool.
   int64_t n_blocks() const { return n_blocks_; }
   /// Tokens per block.
   int64_t block_size() const { return block_size_; }
+  /// True if a sequence with `block_table` can grow to hold `n_tokens` tokens (ignoring
+  /// copy-on-write) with the blocks available.
+  bool can_allocate(std::span<const int32_t> block_table, int64_t n_tokens) const;
+  /// Attaches the prefix cache told about reused blocks and asked to evict (nullptr: none).
+  /// The cache must outlive this manager or be detached first.
+  void set_prefix_cache(PrefixCache* cache) { cache_ = cache; }
+  /// The attached prefix cache, or nullptr.
+  PrefixCache* prefix_cache() const { return cache_; }
 
  private:
+  void check_id(int32_t id) const;
+
   int64_t n_blocks_;
   int64_t block_size_;
-  std::deque<int32_t> free_;       ///< free ids; freed blocks go to the back (FIFO reuse)
-  std::vector<uint8_t> in_use_;    ///< (n_blocks) 1 while allocated, to catch double frees
+  std::vector<int32_t> ref_cnt_;                          ///< (n_blocks) holders per block
+  std::list<int32_t> free_;                               ///< count-0 blocks, front = evicted first
+  std::vector<std::list<int32_t>::iterator> free_pos_;    ///< (n_blocks) position in free_ if free
+  PrefixCache* cache_ = nullptr;                          ///< not owned
 };
 
 }  // namespace lio

@@ -2,9 +2,9 @@
 //
 // Attention: a row whose whole context lies in its sequence's first block reads a contiguous
 // run of slots — chapter 01's cache — and runs through chapter 01's decode_attention (Task 4);
-// other rows go through cpu::paged_attention. K/V are appended with chapter 01's
-// KvCache::write (Task 3) on the pool's slots. So the learner's chapter 01 code is on the
-// engine's path. Both attention paths depend only on the row's own position and block size,
+// other rows read their K/V through the block table with chapter 04's paged_decode_attention
+// (Task 5), one (row, head) pair per call. K/V are appended with chapter 01's KvCache::write
+// (Task 3) on the pool's slots. So the learner's chapter 01 and 04 code is on the engine's path. Both attention paths depend only on the row's own position and block size,
 // never on what else is in the batch, so batch invariance holds.
 #pragma once
 
@@ -53,7 +53,8 @@ class CpuBackend final : public Backend {
   const Weights& weights_;
   cpu::MatmulActivations activations_;
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
-  std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_attention
+  std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_decode_attention
+  std::vector<int32_t> row_seq_;     ///< (n_tokens) the sequence of each row
 };
 
 }  // namespace lio

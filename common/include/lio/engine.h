@@ -18,6 +18,7 @@
 #include "lio/block_manager.h"
 #include "lio/forward_batch.h"
 #include "lio/model_runner.h"
+#include "lio/prefix_cache.h"
 #include "lio/scheduler.h"
 #include "lio/sequence.h"
 #include "lio/tokenizer.h"
@@ -27,6 +28,8 @@ namespace lio {
 /// Engine settings.
 struct EngineConfig {
   SchedulerConfig scheduler;  ///< batch limits
+  /// Prefix caching (chapter 04): none, a hash chain of full blocks, or a radix tree.
+  PrefixCacheMode prefix_cache = PrefixCacheMode::None;
   /// false: chapter 01's baseline without a KV cache — after every step each sequence's
   /// computed tokens are forgotten, so the next step recomputes its whole prefix.
   bool reuse_kv = true;
@@ -35,6 +38,7 @@ struct EngineConfig {
 /// What one request got in one step.
 struct RequestOutput {
   int64_t request_id = 0;              ///< add_request()'s id
+  int64_t sample_index = 0;            ///< which of the request's n samples (0 .. n-1)
   std::vector<int32_t> new_token_ids;  ///< tokens sampled this step (EOS excluded)
   std::string new_text;                ///< text that became final this step
   bool finished = false;               ///< true on the request's last output
@@ -55,6 +59,10 @@ struct EngineStats {
   int64_t n_prompt_tokens_computed = 0;  ///< prefill rows run (recomputation included)
   int64_t n_decode_tokens = 0;           ///< decode rows run
   int64_t max_running = 0;               ///< most sequences in one step
+  int64_t peak_blocks_used = 0;          ///< most KV blocks held at once (after a schedule)
+  int64_t peak_tokens_held = 0;          ///< most token positions with K/V at once, all sequences
+  int64_t n_block_copies = 0;            ///< copy-on-write block copies made
+  int64_t n_forks = 0;                   ///< samples forked off a computed prompt (n > 1)
 };
 
 /// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
@@ -64,13 +72,15 @@ class Engine {
   /// is invalid.
   Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config = {});
 
-  /// Queues a request; thread-safe. Returns its id. Throws InvalidArgument (and queues
-  /// nothing) if the prompt is empty, has a token outside the vocabulary, leaves no room for
-  /// one new token in the context ("prompt has N tokens; the context holds M"), needs more KV
-  /// blocks than the whole pool holds, or `params` are invalid.
+  /// Queues a request; thread-safe. Returns its id. With params.n > 1 the prompt is computed
+  /// once and n samples fork off it, sharing its blocks (outputs carry sample_index). Throws
+  /// InvalidArgument (and queues nothing) if the prompt is empty, has a token outside the
+  /// vocabulary, leaves no room for one new token in the context ("prompt has N tokens; the
+  /// context holds M"), needs more KV blocks than the whole pool holds (n samples: the shared
+  /// prompt plus one block each), or `params` are invalid.
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
-  /// Asks for request `id` to end (finish reason Abort) at the next step, its blocks freed;
-  /// thread-safe. Unknown or finished ids are ignored.
+  /// Asks for request `id` (all its samples) to end (finish reason Abort) at the next step,
+  /// its blocks freed; thread-safe. Unknown or finished ids are ignored.
   void abort_request(int64_t id);
 
   /// Runs one step: drains the inbox, schedules, runs the forward pass, samples, and returns one
@@ -84,18 +94,28 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   /// The runner.
   ModelRunner& runner() { return runner_; }
-  /// Free KV blocks right now (all of them once every request is done).
+  /// Free KV blocks right now (all of them once every request is done and no radix tree holds
+  /// cached blocks).
   int64_t n_free_blocks() const { return blocks_.n_free_blocks(); }
+  /// The block manager (read-only: block tables, counts).
+  const BlockManager& block_manager() const { return blocks_; }
+  /// The prefix cache, or nullptr with PrefixCacheMode::None.
+  const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
+  /// Sequences waiting or running, by sequence id (read-only; for the chapter executable's
+  /// block-table views).
+  const std::map<int64_t, std::unique_ptr<Sequence>>& live_sequences() const { return live_; }
 
  private:
   void drain_inbox(std::vector<RequestOutput>& out);
   RequestOutput output_of(const Sequence& seq) const;
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out);
+  void fork_samples(Sequence& parent);
 
   ModelRunner& runner_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
   BlockManager blocks_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  ///< after blocks_: released before it
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
   EngineStats stats_;

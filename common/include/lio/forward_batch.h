@@ -15,6 +15,15 @@
 
 namespace lio {
 
+/// Task 1 (chapter 04 exercise point; solutions|exercises/04_paged_attention/slot_mapping.cpp).
+/// The KV-pool slot of each of the positions start_pos .. start_pos + out.size() - 1 of a
+/// sequence with `block_table`: slot = block_table[pos / block_size] * block_size
+/// + pos % block_size (vLLM `BlockTable.compute_slot_mapping`). `out` has one entry per
+/// position. Throws InvalidArgument if block_size < 1, start_pos < 0, or a position falls past
+/// the table's last block.
+void compute_slot_mapping(std::span<const int32_t> block_table, int64_t start_pos, int64_t block_size,
+                          std::span<int32_t> out);
+
 /// Inputs of one forward pass, built on the host (by the Engine, or by hand in tests) and
 /// copied to the device by the backend. Rows of one sequence are contiguous and in position
 /// order; sequences appear in any order.

@@ -50,13 +50,21 @@ class KvPool {
   int64_t kv_dim() const { return kv_dim_; }
   /// Bytes the pool holds: 2 * n_layers * n_slots * kv_dim * 4.
   int64_t size_bytes() const { return 2 * n_layers_ * n_slots() * kv_dim_ * 4; }
+  /// Bytes one block holds over all layers, K and V: 2 * n_layers * block_size * kv_dim * 4.
+  int64_t block_bytes() const { return 2 * n_layers_ * config_.block_size * kv_dim_ * 4; }
 
   /// Keys of `layer`, device memory: (n_blocks, block_size, n_kv_heads, head_dim) f32.
   virtual float* keys(int64_t layer) = 0;
   /// Values of `layer`, laid out as keys().
   virtual float* values(int64_t layer) = 0;
+  /// Copies block `src`'s K and V into block `dst`, every layer (copy-on-write; done before
+  /// the forward pass that writes `dst`, with no kernel of this pool's backend running).
+  /// Throws InvalidArgument if an id is outside [0, n_blocks).
+  virtual void copy_block(int32_t src, int32_t dst) = 0;
 
  protected:
+  /// Throws InvalidArgument unless 0 <= src, dst < n_blocks.
+  void check_copy(int32_t src, int32_t dst) const;
   /// Throws InvalidArgument if block_size < 1 or n_blocks < 1.
   KvPool(const ModelConfig& model, const KvPoolConfig& config);
 
@@ -76,6 +84,7 @@ class HostKvPool final : public KvPool {
   HostKvPool(const ModelConfig& model, const KvPoolConfig& config);
   float* keys(int64_t layer) override { return slots_.keys(layer); }
   float* values(int64_t layer) override { return slots_.values(layer); }
+  void copy_block(int32_t src, int32_t dst) override;
   /// The slots as a KvCache (capacity = n_slots); its write(layer, slot, k, v) appends.
   KvCache& slots() { return slots_; }
 

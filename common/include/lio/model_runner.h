@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lio/backend.h"
+#include "lio/block_manager.h"
 #include "lio/forward_batch.h"
 #include "lio/kv_pool.h"
 #include "lio/model.h"
@@ -50,6 +51,10 @@ class ModelRunner {
   Backend& backend() { return *backend_; }
   /// The KV pool.
   KvPool& kv_pool() { return *pool_; }
+
+  /// Carries out copy-on-write copies (BlockManager::append_slots) before the next forward
+  /// pass, in order. Throws InvalidArgument on an id outside the pool.
+  void copy_blocks(std::span<const BlockCopy> copies);
 
   /// Runs `batch` and returns its logits on the host: (n_logits, vocab_size) row-major,
   /// valid until the next call. Throws as Model::forward_device.

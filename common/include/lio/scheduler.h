@@ -7,7 +7,10 @@
 // into chunks (chunked prefill). When the pool has no block for a running sequence, the newest
 // running sequence is preempted: its blocks are freed, its computed tokens reset to 0, and it
 // goes back to the front of the waiting queue to be recomputed later (vLLM's "recompute"
-// preemption; Kwon et al. 2023, sec. 4.5). Chapter 05 completes it.
+// preemption; Kwon et al. 2023, sec. 4.5). With a prefix cache, a sequence admitted with no
+// computed tokens first takes the longest cached prefix of its tokens (its num_computed_tokens
+// starts there); every sequence's next slots come from BlockManager::append_slots, whose
+// copy-on-write copies the engine carries out before the forward pass. Chapter 05 completes it.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "lio/block_manager.h"
+#include "lio/prefix_cache.h"
 #include "lio/sequence.h"
 
 namespace lio {
@@ -41,17 +45,22 @@ struct SchedulerOutput {
   std::vector<Sequence*> preempted;          ///< preempted during this call
   /// Sequences that can never fit the pool alone (finished by the engine with Length).
   std::vector<Sequence*> unfittable;
+  /// Copy-on-write copies to make before the forward pass, in order.
+  std::vector<BlockCopy> copies;
   int64_t n_tokens = 0;  ///< total rows scheduled
 };
 
 /// FCFS scheduler over a BlockManager. Holds non-owning Sequence pointers. Not thread-safe.
 class Scheduler {
  public:
-  /// Throws InvalidArgument if `config` is invalid.
-  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
+  /// `prefix_cache` may be nullptr (no prefix caching). Throws InvalidArgument if `config` is
+  /// invalid.
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache = nullptr);
 
   /// Queues a new sequence (status Waiting) at the back.
   void add(Sequence* seq);
+  /// Queues a sequence at the front (a forked sample holding its shared prompt blocks).
+  void add_front(Sequence* seq);
   /// Removes `seq` from whichever queue holds it and frees its blocks.
   void remove(Sequence* seq);
   /// Picks the next step's sequences and allocates their slots.
@@ -70,6 +79,7 @@ class Scheduler {
   void preempt(Sequence* seq);
   SchedulerConfig config_;
   BlockManager& blocks_;
+  PrefixCache* cache_;
   std::deque<Sequence*> waiting_;
   std::deque<Sequence*> running_;
 };

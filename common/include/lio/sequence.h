@@ -32,8 +32,12 @@ struct SamplingParams {
   std::vector<std::string> stop;  ///< stop strings (not included in the output text)
   bool ignore_eos = false;        ///< keep generating past EOS (benchmarks need fixed lengths)
   SamplerConfig sampler;          ///< token selection (validated by Sampler)
+  /// Samples of the prompt (parallel sampling, OpenAI's `n`): the prompt is prefilled once and
+  /// its blocks are shared by the n sequences (BlockManager::fork); sample i draws with seed
+  /// sampler.seed + i.
+  int64_t n = 1;
 
-  /// Throws InvalidArgument for max_tokens < 1 or bad sampler settings.
+  /// Throws InvalidArgument for max_tokens < 1, n < 1 or bad sampler settings.
   void validate() const;
 };
 
@@ -51,7 +55,7 @@ class Sequence {
   Sequence(int64_t id, std::vector<int32_t> prompt, const SamplingParams& params,
            const Tokenizer& tokenizer);
 
-  /// The engine's request id.
+  /// The engine's sequence id (a request's first sample has the request's id).
   int64_t id() const { return id_; }
   /// Prompt followed by generated tokens.
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
@@ -69,6 +73,12 @@ class Sequence {
   std::optional<FinishReason> finish_reason;        ///< set once the sequence is done
   /// Times the scheduler preempted this sequence.
   int64_t n_preemptions = 0;
+  /// The request it belongs to (its own id, or the first sample's for a forked sample).
+  int64_t request_id = 0;
+  /// Which of the request's params().n samples it is (0 for the first).
+  int64_t sample_index = 0;
+  /// Samples still to fork off once this sequence's prompt is computed (n - 1, then 0).
+  int64_t forks_pending = 0;
 
   /// The request's generation settings.
   const SamplingParams& params() const { return params_; }

@@ -1,0 +1,81 @@
+// The prefix-cache modes and the hash chain's bookkeeping (its lookup, hash_chain_match, is
+// chapter 04's Task 4). The radix tree is radix_prefix_cache.cpp.
+#include "lio/prefix_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lio/error.h"
+
+namespace lio {
+
+PrefixCacheMode parse_prefix_cache_mode(const std::string& name) {
+  if (name == "none") return PrefixCacheMode::None;
+  if (name == "hash") return PrefixCacheMode::Hash;
+  if (name == "radix") return PrefixCacheMode::Radix;
+  throw InvalidArgument("--prefix-cache must be none, hash or radix, got '" + name + "'");
+}
+
+const char* prefix_cache_mode_name(PrefixCacheMode mode) {
+  switch (mode) {
+    case PrefixCacheMode::Hash: return "hash";
+    case PrefixCacheMode::Radix: return "radix";
+    case PrefixCacheMode::None: break;
+  }
+  return "none";
+}
+
+std::unique_ptr<PrefixCache> make_prefix_cache(PrefixCacheMode mode, BlockManager& blocks) {
+  std::unique_ptr<PrefixCache> cache;
+  if (mode == PrefixCacheMode::Hash) cache = std::make_unique<HashPrefixCache>(blocks);
+  if (mode == PrefixCacheMode::Radix) cache = std::make_unique<RadixPrefixCache>(blocks);
+  blocks.set_prefix_cache(cache.get());
+  return cache;
+}
+
+HashPrefixCache::HashPrefixCache(BlockManager& blocks) : blocks_(blocks) {
+  index_.entries.resize(static_cast<size_t>(blocks.n_blocks()));
+}
+
+int64_t HashPrefixCache::match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) {
+  const std::vector<int32_t> hit = hash_chain_match(index_, tokens, blocks_.block_size());  // Task 4
+  for (const int32_t id : hit) {
+    blocks_.ref(id);  // a free cached block leaves the free list
+    block_table.push_back(id);
+  }
+  return static_cast<int64_t>(hit.size()) * blocks_.block_size();
+}
+
+void HashPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
+                             bool /*finished: only full blocks are ever cached*/) {
+  const int64_t bs = blocks_.block_size();
+  const int64_t n_full = std::min<int64_t>(n_computed / bs, static_cast<int64_t>(block_table.size()));
+  uint64_t parent = 0;
+  for (int64_t k = 0; k < n_full; ++k) {
+    const int32_t id = block_table[static_cast<size_t>(k)];
+    HashChainIndex::Entry& e = index_.entries[static_cast<size_t>(id)];
+    const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(k * bs), static_cast<size_t>(bs));
+    if (e.cached && e.parent == parent && std::equal(block.begin(), block.end(), e.tokens.begin(), e.tokens.end())) {
+      parent = e.hash;  // already findable (cached by this or another sequence)
+      continue;
+    }
+    const uint64_t h = block_hash(parent, block);
+    if (!index_.by_hash.contains(h)) {  // a twin computed elsewhere keeps the key (vLLM: first wins)
+      e = {true, h, parent, std::vector<int32_t>(block.begin(), block.end())};
+      index_.by_hash.emplace(h, id);
+    }
+    parent = h;
+  }
+}
+
+void HashPrefixCache::on_block_reused(int32_t id) {
+  HashChainIndex::Entry& e = index_.entries[static_cast<size_t>(id)];
+  if (!e.cached) return;
+  const auto it = index_.by_hash.find(e.hash);
+  if (it != index_.by_hash.end() && it->second == id) index_.by_hash.erase(it);
+  e.cached = false;  // evicted: never a hit again
+}
+
+int64_t HashPrefixCache::evict(int64_t /*n_blocks*/) { return 0; }
+
+}  // namespace lio

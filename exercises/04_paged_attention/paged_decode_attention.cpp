@@ -1,0 +1,31 @@
+// Chapter 04, Task 5 — YOUR implementation: one query head over a sequence's K/V gathered
+// through its block table. Declaration and contract: kernels/cpu/cpu_ops.h
+// (lio::cpu::paged_decode_attention). Grade: ctest -R ch04_task_5
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "lio/error.h"
+
+namespace lio::cpu {
+
+void paged_decode_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                            std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
+                            int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale) {
+  // TODO(Task 5): chapter 01's decode step, but position j's K/V are found through the table:
+  //   slot = block_table[j / block_size] * block_size + j % block_size
+  //   k[j] = k_pool + (slot * n_kv_heads + kv_head) * head_dim   (v[j] likewise in v_pool)
+  //   1. s[j] = scale * dot(q, k[j]) for j in [0, n_ctx)
+  //   2. p = softmax(s), subtracting max(s) first
+  //   3. out = sum_j p[j] * v[j]
+  //   Throw InvalidArgument if n_ctx < 1, block_size < 1, or the table has fewer than
+  //   ceil(n_ctx / block_size) blocks.
+  (void)q, (void)k_pool, (void)v_pool, (void)out, (void)block_table, (void)n_ctx, (void)block_size,
+      (void)n_kv_heads, (void)kv_head, (void)head_dim, (void)scale;
+  throw NotImplemented("Task 5 (exercises/04_paged_attention/paged_decode_attention.cpp): paged_decode_attention — "
+                       "scores through the block table, stable softmax, weighted sum of values");
+}
+
+}  // namespace lio::cpu
