@@ -34,7 +34,8 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
   app->add_option("--prompts", b.prompts_path,
                   "JSONL input, one request a line: {\"prompt\": ...} | {\"messages\": [...]} | "
                   "{\"prompt_token_ids\": [...]}, optionally with max_tokens, temperature, top_k, "
-                  "top_p, min_p, repeat_penalty, seed, stop, ignore_eos")
+                  "top_p, min_p, repeat_penalty, seed, stop, ignore_eos, n (samples sharing the prompt's "
+                  "KV blocks)")
       ->required();
   app->add_option("--out", b.out_path, "Write the result lines here (default: stdout)");
   app->add_option("--summary", b.summary_path,
@@ -68,6 +69,10 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
                   "Tokens (rows) in one step at most")
       ->capture_default_str();
   add_kv_pool_flags(*app, o);
+  app->add_option("--prefix-cache", b.prefix_cache,
+                  "Reuse the K/V of cached prompt prefixes: none, hash (full blocks, vLLM) or radix "
+                  "(token-level tree, SGLang)")
+      ->capture_default_str();
   app->add_flag("--no-chunked-prefill", b.no_chunked_prefill,
                 "Run each prompt whole in one step (or wait) instead of splitting it over steps");
   // --json is one of the shared flags; the result lines are JSON anyway, so here it makes
@@ -86,34 +91,57 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-/// What one request ended with (its output line).
-struct BatchResult {
+/// What one sample of a request ended with.
+struct SampleResult {
   bool done = false;
-  std::string error;  ///< set when the engine refused the request
   std::string text;
   std::vector<int32_t> token_ids;
   std::optional<FinishReason> finish_reason;
-  int64_t n_prompt_tokens = 0;
   double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
   int64_t n_preemptions = 0;
 };
 
-/// The output line of request `index`: the fields listed in batch.h; timings null for a refused
-/// request, tpot_ms null below two tokens.
-json result_json(int64_t index, const BatchResult& r) {
-  json j;
-  j["index"] = index;
-  if (!r.error.empty()) j["error"] = r.error;
+/// What one request ended with (its output line): n samples (1 unless the line asked for n).
+struct BatchResult {
+  std::string error;  ///< set when the engine refused the request
+  int64_t n_prompt_tokens = 0;
+  std::vector<SampleResult> samples = std::vector<SampleResult>(1);
+  /// True once refused or every sample finished.
+  bool done() const {
+    return !error.empty() || std::all_of(samples.begin(), samples.end(), [](const SampleResult& r) { return r.done; });
+  }
+};
+
+/// One sample's fields (timings null for a refused request, tpot_ms null below two tokens).
+void sample_json(json& j, const SampleResult& r, bool ok) {
   j["text"] = r.text;
   j["token_ids"] = r.token_ids;
   j["finish_reason"] = r.finish_reason ? json(finish_reason_name(*r.finish_reason)) : json(nullptr);
-  j["n_prompt_tokens"] = r.n_prompt_tokens;
   j["n_generated_tokens"] = r.token_ids.size();
-  const bool ok = r.error.empty();
   j["ttft_ms"] = ok ? json(r.ttft_ms) : json(nullptr);
   j["tpot_ms"] = ok && r.token_ids.size() > 1 ? json(r.tpot_ms) : json(nullptr);
   j["e2e_ms"] = ok ? json(r.e2e_ms) : json(nullptr);
   j["n_preemptions"] = r.n_preemptions;
+}
+
+/// The output line of request `index`: the fields listed in batch.h for its first sample, and
+/// with n > 1 a "samples" list holding every sample's fields (sample_index 0 .. n-1).
+json result_json(int64_t index, const BatchResult& r) {
+  json j;
+  j["index"] = index;
+  if (!r.error.empty()) j["error"] = r.error;
+  j["n_prompt_tokens"] = r.n_prompt_tokens;
+  sample_json(j, r.samples.front(), r.error.empty());
+  if (r.samples.size() > 1) {
+    json all = json::array();
+    for (size_t i = 0; i < r.samples.size(); ++i) {
+      json one;
+      one["sample_index"] = i;
+      sample_json(one, r.samples[i], r.error.empty());
+      all.push_back(std::move(one));
+    }
+    j["samples"] = std::move(all);
+  }
   return j;
 }
 
@@ -178,6 +206,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   engine_config.scheduler.max_num_batched_tokens = b.max_num_batched_tokens;
   engine_config.scheduler.enable_chunked_prefill = !b.no_chunked_prefill;
   engine_config.scheduler.validate();
+  engine_config.prefix_cache = parse_prefix_cache_mode(b.prefix_cache);
   parse_device(o.device);  // a bad --device fails before the file is read
 
   if (!std::filesystem::exists(b.prompts_path))
@@ -215,9 +244,10 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
       (long long)pool.block_size(), (long long)pool.n_slots(), (long long)m.config.context_length);
   std::fprintf(
       stderr,
-      "limits  max_num_seqs %lld, max_num_batched_tokens %lld, chunked prefill %s; %zu requests\n",
-      (long long)b.max_num_seqs, (long long)b.max_num_batched_tokens,
-      b.no_chunked_prefill ? "off" : "on", requests.size());
+      "limits  max_num_seqs %lld, max_num_batched_tokens %lld, chunked prefill %s, prefix cache %s; %zu "
+      "requests\n",
+      (long long)b.max_num_seqs, (long long)b.max_num_batched_tokens, b.no_chunked_prefill ? "off" : "on",
+      b.prefix_cache.c_str(), requests.size());
 
   // ---- tokenize and add every request (vLLM's LLM.generate: all arrive at once) ----
   const int64_t n = static_cast<int64_t>(requests.size());
@@ -228,11 +258,11 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   const Clock::time_point t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
     results[i].n_prompt_tokens = static_cast<int64_t>(prompts[i].size());
+    results[i].samples.resize(static_cast<size_t>(requests[i].params.n));
     try {
       index_of[engine.add_request(std::move(prompts[i]), requests[i].params)] = i;
     } catch (const InvalidArgument& e) {
       results[i].error = e.what();
-      results[i].done = true;
     }
   }
 
@@ -243,7 +273,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   double decode_step_s = 0;
   auto write_ready = [&] {
     bool wrote = false;
-    for (; n_written < n && results[n_written].done; ++n_written) {
+    for (; n_written < n && results[n_written].done(); ++n_written) {
       if (!wrote) bar.clear();
       wrote = true;
       out << result_json(n_written, results[n_written])
@@ -252,7 +282,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     }
     if (wrote) out.flush();
   };
-  for (const BatchResult& r : results) n_done += r.done;
+  for (const BatchResult& r : results) n_done += r.done();
   write_ready();
   while (engine.has_unfinished()) {
     const int64_t prompt_rows_before = engine.stats().n_prompt_tokens_computed;
@@ -261,19 +291,20 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     const double step_s = seconds_since(ts);
     int64_t step_tokens = 0;
     for (const RequestOutput& ro : outputs) {
-      BatchResult& r = results[index_of.at(ro.request_id)];
+      BatchResult& request = results[index_of.at(ro.request_id)];
+      SampleResult& r = request.samples.at(static_cast<size_t>(ro.sample_index));
       r.text += ro.new_text;
       r.token_ids.insert(r.token_ids.end(), ro.new_token_ids.begin(), ro.new_token_ids.end());
       step_tokens += static_cast<int64_t>(ro.new_token_ids.size());
       if (ro.finished) {
         r.done = true;
         r.finish_reason = ro.finish_reason;
-        r.n_prompt_tokens = ro.n_prompt_tokens;
+        request.n_prompt_tokens = ro.n_prompt_tokens;
         r.ttft_ms = ro.ttft_ms;
         r.tpot_ms = ro.tpot_ms;
         r.e2e_ms = ro.e2e_ms;
         r.n_preemptions = ro.n_preemptions;
-        ++n_done;
+        n_done += request.done();
       }
     }
     n_output_tokens += step_tokens;
@@ -304,8 +335,10 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
       continue;
     }
     n_prompt_tokens += r.n_prompt_tokens;
-    if (!r.token_ids.empty()) ttfts.push_back(r.ttft_ms);
-    if (r.token_ids.size() > 1) tpots.push_back(r.tpot_ms);
+    for (const SampleResult& sr : r.samples) {
+      if (!sr.token_ids.empty()) ttfts.push_back(sr.ttft_ms);
+      if (sr.token_ids.size() > 1) tpots.push_back(sr.tpot_ms);
+    }
   }
   const EngineStats& st = engine.stats();
   const double out_tps = total_s > 0 ? n_output_tokens / total_s : 0;
@@ -326,6 +359,15 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   s["n_steps"] = st.n_steps;
   s["max_running"] = st.max_running;
   s["prompt_rows_computed"] = st.n_prompt_tokens_computed;
+  s["peak_kv_blocks_used"] = st.peak_blocks_used;
+  s["peak_kv_tokens_held"] = st.peak_tokens_held;
+  s["kv_block_copies"] = st.n_block_copies;
+  s["forked_samples"] = st.n_forks;
+  if (const PrefixCache* pc = engine.prefix_cache()) {
+    s["prefix_cache_queries"] = pc->stats.queries;
+    s["prefix_cache_hits"] = pc->stats.hits;
+    s["prefix_cache_hit_rate"] = pc->stats.hit_rate();
+  }
   s["settings"] = {{"model", m.path},
                    {"dtype", o.dtype},
                    {"device", runner->device_description()},
@@ -333,6 +375,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
                    {"max_num_seqs", b.max_num_seqs},
                    {"max_num_batched_tokens", b.max_num_batched_tokens},
                    {"chunked_prefill", !b.no_chunked_prefill},
+                   {"prefix_cache", b.prefix_cache},
                    {"block_size", pool.block_size()},
                    {"kv_pool_mib", pool_mib},
                    {"kv_blocks", pool.n_blocks()},

@@ -22,6 +22,7 @@ struct BatchOptions {
   int64_t max_num_seqs = 64;             ///< --max-num-seqs: sequences in one step at most
   int64_t max_num_batched_tokens = 512;  ///< --max-num-batched-tokens: rows in one step at most
   bool no_chunked_prefill = false;       ///< --no-chunked-prefill: a prompt runs whole or waits
+  std::string prefix_cache = "none";     ///< --prefix-cache: none | hash | radix (chapter 04)
 };
 
 /// Registers the `batch` subcommand on `parent`, binding its flags to `common` and `batch`

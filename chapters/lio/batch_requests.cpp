@@ -20,7 +20,8 @@ using json = nlohmann::ordered_json;
 /// Fields a line may carry besides its prompt.
 const std::set<std::string> kSamplingFields = {"max_tokens", "temperature", "top_k",
                                                "top_p",      "min_p",       "repeat_penalty",
-                                               "seed",       "stop",        "ignore_eos"};
+                                               "seed",       "stop",        "ignore_eos",
+                                               "n"};
 const std::set<std::string> kPromptFields = {"prompt", "messages", "prompt_token_ids"};
 
 /// "NAME:LINE: what".
@@ -116,6 +117,8 @@ void apply_sampling_field(const std::string& key, const json& v, SamplingParams&
       line_error(name, line,
                  "\"stop\" must be a string or a list of strings, got " + short_dump(v));
     }
+  } else if (key == "n") {
+    p.n = integer_field(v, key, 1, 1024, name, line);
   } else if (key == "ignore_eos") {
     if (!v.is_boolean())
       line_error(name, line, "\"ignore_eos\" must be true or false, got " + short_dump(v));
@@ -185,7 +188,7 @@ BatchRequest parse_line(const std::string& text, const std::string& name, int64_
                  "unknown field \"" + key +
                      "\" (expected one of prompt, messages, prompt_token_ids, and optionally "
                      "max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, "
-                     "stop, ignore_eos)");
+                     "stop, ignore_eos, n)");
     }
   }
   if (n_prompt_forms != 1)

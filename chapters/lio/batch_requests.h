@@ -5,7 +5,8 @@
 //   {"messages": [{"role": "user", "content": "..."}]}   chat template + generation prompt
 //   {"prompt_token_ids": [1, 2, 3]}                      exact ids (benchmarks)
 // plus optional per-request overrides of the sampling defaults: max_tokens, temperature, top_k,
-// top_p, min_p, repeat_penalty, seed, stop (string or list), ignore_eos. Blank lines are skipped.
+// top_p, min_p, repeat_penalty, seed, stop (string or list), ignore_eos, n (samples of the
+// prompt, sharing its KV blocks). Blank lines are skipped.
 #pragma once
 
 #include <cstdint>

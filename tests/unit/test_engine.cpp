@@ -318,4 +318,180 @@ TEST(ForwardBatchTest, RejectsShortBlockTablesAndBadIds) {
   EXPECT_NO_THROW(b.validate(1000, 64, 10));
 }
 
+// ---- chapter 04: prefix caching, copy-on-write, parallel sampling ------------------------
+
+/// Generated ids by (request id, sample index).
+using Samples = std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>>;
+
+Samples run_samples(lio::Engine& engine) {
+  Samples out;
+  for (int guard = 0; engine.has_unfinished() && guard < 10000; ++guard) {
+    for (const lio::RequestOutput& o : engine.step()) {
+      auto& v = out[{o.request_id, o.sample_index}];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  }
+  EXPECT_FALSE(engine.has_unfinished()) << "engine did not finish";
+  return out;
+}
+
+/// A 40-token shared "system prompt" followed by prompt(i)'s tokens.
+std::vector<int32_t> with_system_prompt(int i) {
+  std::vector<int32_t> p(40);
+  for (int j = 0; j < 40; ++j) p[static_cast<size_t>(j)] = 7 + (j * 37) % 200;
+  const std::vector<int32_t> tail = [&] {
+    std::mt19937 rng(500 + i);
+    std::uniform_int_distribution<int32_t> id(3, 250);
+    std::vector<int32_t> t(static_cast<size_t>(5 + 3 * i));
+    for (int32_t& x : t) x = id(rng);
+    return t;
+  }();
+  p.insert(p.end(), tail.begin(), tail.end());
+  return p;
+}
+
+class PrefixCacheTest : public EngineTest, public ::testing::WithParamInterface<lio::PrefixCacheMode> {};
+
+TEST_P(PrefixCacheTest, SharedSystemPromptHitsAndChangesNoToken) {
+  // Wave 1: one request alone (fills the cache); wave 2: five more with the same system prompt.
+  auto serve = [&](lio::PrefixCacheMode mode, lio::EngineStats* stats, lio::PrefixCacheStats* pc) {
+    auto r = runner(16, 40);
+    lio::EngineConfig cfg;
+    cfg.prefix_cache = mode;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    e.add_request(with_system_prompt(0), greedy(6));
+    Samples out = run_samples(e);
+    for (int i = 1; i < 6; ++i) e.add_request(with_system_prompt(i), greedy(6));
+    Samples more = run_samples(e);
+    out.insert(more.begin(), more.end());
+    *stats = e.stats();
+    if (e.prefix_cache() != nullptr) *pc = e.prefix_cache()->stats;
+    const int64_t held = e.block_manager().n_used_blocks();
+    EXPECT_EQ(e.n_free_blocks() + held, 40);
+    return out;
+  };
+  lio::EngineStats base_stats, stats;
+  lio::PrefixCacheStats none_pc, pc;
+  const Samples base = serve(lio::PrefixCacheMode::None, &base_stats, &none_pc);
+  const Samples cached = serve(GetParam(), &stats, &pc);
+  ASSERT_EQ(base.size(), 6u);
+  EXPECT_EQ(cached, base) << "a prefix-cache hit changed a token";
+  // Each of the 5 later requests reuses at least the 2 full blocks (32 tokens) of the system prompt.
+  EXPECT_GE(pc.hits, 5 * 32);
+  EXPECT_GT(pc.queries, pc.hits);
+  EXPECT_LE(stats.n_prompt_tokens_computed, base_stats.n_prompt_tokens_computed - 5 * 32);
+}
+
+TEST_P(PrefixCacheTest, EvictionUnderPressureNeverServesStaleKv) {
+  // A pool too small to keep everything cached: blocks are evicted and reused while other
+  // requests look up the same prefixes. Tokens must equal the uncached run.
+  auto serve = [&](lio::PrefixCacheMode mode) {
+    auto r = runner(8, 24);
+    lio::EngineConfig cfg;
+    cfg.prefix_cache = mode;
+    cfg.scheduler.max_num_seqs = 3;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    Samples out;
+    for (int wave = 0; wave < 3; ++wave) {
+      for (int i = 0; i < 4; ++i) e.add_request(with_system_prompt((i + wave) % 5), greedy(5));
+      Samples o = run_samples(e);
+      for (auto& [k, v] : o) out[{k.first, 0}] = v;
+    }
+    return out;
+  };
+  EXPECT_EQ(serve(GetParam()), serve(lio::PrefixCacheMode::None));
+}
+
+INSTANTIATE_TEST_SUITE_P(HashAndRadix, PrefixCacheTest,
+                         ::testing::Values(lio::PrefixCacheMode::Hash, lio::PrefixCacheMode::Radix),
+                         [](const auto& info) { return std::string(lio::prefix_cache_mode_name(info.param)); });
+
+TEST_F(EngineTest, RadixReusesTheNextTurnsPartialBlockAHashChainCannot) {
+  // Turn 1: a 20-token prompt, 6 tokens generated (K/V computed for 25). Turn 2's prompt is
+  // turn 1's whole text plus 3 new tokens: the radix tree matches all 25 computed tokens
+  // (a partial second block, copied on the first write), the hash chain only the full block.
+  std::vector<int32_t> turn1 = prompt(2);
+  turn1.resize(20);
+  auto serve = [&](lio::PrefixCacheMode mode, int64_t* hits, int64_t* copies) {
+    auto r = runner(16, 16);
+    lio::EngineConfig cfg;
+    cfg.prefix_cache = mode;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    const int64_t id1 = e.add_request(turn1, greedy(6));
+    Samples a = run_samples(e);
+    std::vector<int32_t> turn2 = turn1;
+    const std::vector<int32_t>& out1 = a[std::make_pair(id1, int64_t{0})];
+    turn2.insert(turn2.end(), out1.begin(), out1.end());
+    turn2.insert(turn2.end(), {11, 12, 13});
+    e.add_request(turn2, greedy(6));
+    Samples b = run_samples(e);
+    *hits = e.prefix_cache() != nullptr ? e.prefix_cache()->stats.hits : 0;
+    *copies = e.stats().n_block_copies;
+    return b.begin()->second;
+  };
+  int64_t h_none = 0, h_hash = 0, h_radix = 0, c_none = 0, c_hash = 0, c_radix = 0;
+  const auto none = serve(lio::PrefixCacheMode::None, &h_none, &c_none);
+  EXPECT_EQ(serve(lio::PrefixCacheMode::Hash, &h_hash, &c_hash), none);
+  EXPECT_EQ(serve(lio::PrefixCacheMode::Radix, &h_radix, &c_radix), none);
+  EXPECT_EQ(h_hash, 16);
+  EXPECT_EQ(h_radix, 25);
+  EXPECT_EQ(c_hash, 0);
+  EXPECT_GE(c_radix, 1) << "the shared partial block must be copied before turn 2 writes into it";
+}
+
+TEST_F(EngineTest, ParallelSamplesShareThePromptAndMatchIndependentRequests) {
+  const std::vector<int32_t> p = prompt(3);  // 30 tokens: the last prompt token is in block 1
+  lio::SamplingParams params = greedy(8);
+  params.sampler.temperature = 0.9f;
+  params.sampler.seed = 1000;
+  // Reference: four independent requests with seeds 1000 .. 1003.
+  auto r0 = runner(16, 64);
+  lio::Engine e0(*r0, *model_->tokenizer);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    lio::SamplingParams pi = params;
+    pi.sampler.seed += static_cast<uint64_t>(i);
+    ids.push_back(e0.add_request(p, pi));
+  }
+  Samples independent = run_samples(e0);
+  // Forked: one request, n = 4.
+  auto r = runner(16, 64);
+  lio::Engine e(*r, *model_->tokenizer);
+  params.n = 4;
+  const int64_t id = e.add_request(p, params);
+  Samples forked = run_samples(e);
+  ASSERT_EQ(forked.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<int32_t>& sample = forked[std::make_pair(id, int64_t{i})];
+    ASSERT_EQ(sample.size(), 8u);
+    EXPECT_EQ(sample, (independent[std::make_pair(ids[static_cast<size_t>(i)], int64_t{0})])) << "sample " << i;
+  }
+  EXPECT_EQ(e.stats().n_forks, 3);
+  EXPECT_EQ(e.stats().n_block_copies, 3) << "each fork copies the shared block of the last prompt token once";
+  EXPECT_LT(e.stats().peak_blocks_used, e0.stats().peak_blocks_used) << "the prompt's first block is shared";
+  EXPECT_LT(e.stats().n_prompt_tokens_computed, e0.stats().n_prompt_tokens_computed);
+  EXPECT_EQ(e.n_free_blocks(), 64);
+}
+
+TEST_F(EngineTest, AbortingAParallelRequestEndsEverySample) {
+  auto r = runner(16, 64);
+  lio::Engine e(*r, *model_->tokenizer);
+  lio::SamplingParams params = greedy(50);
+  params.n = 3;
+  const int64_t id = e.add_request(prompt(2), params);
+  int finished = 0;
+  for (int s = 0; s < 3; ++s) e.step();  // prompt computed, samples forked and decoding
+  e.abort_request(id);
+  for (const lio::RequestOutput& o : e.step()) {
+    EXPECT_EQ(o.request_id, id);
+    if (o.finished) {
+      EXPECT_EQ(o.finish_reason, lio::FinishReason::Abort);
+      ++finished;
+    }
+  }
+  EXPECT_EQ(finished, 3);
+  EXPECT_FALSE(e.has_unfinished());
+  EXPECT_EQ(e.n_free_blocks(), 64);
+}
+
 }  // namespace
