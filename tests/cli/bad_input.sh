@@ -64,6 +64,7 @@ printf '{"prompt": "hi", "messages": []}\n' >"$work/batch_two_prompts.jsonl"
 printf '{"prompt": "hi", "max_tokens": "8"}\n' >"$work/batch_bad_type.jsonl"
 printf '{"prompt": "hi", "top_p": 0}\n' >"$work/batch_bad_value.jsonl"
 printf '\n  \n' >"$work/batch_empty.jsonl"
+printf '{"prompt": "hi", "n": 0}\n' >"$work/batch_bad_n.jsonl"
 expect_error batch_malformed_line "batch_malformed.jsonl:2: not valid JSON" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_malformed.jsonl"
 expect_error batch_unknown_field  "batch_unknown.jsonl:3: unknown field \"temprature\"" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_unknown.jsonl"
 expect_error batch_two_prompts    "batch_two_prompts.jsonl:1: several prompts" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_two_prompts.jsonl"
@@ -72,6 +73,8 @@ expect_error batch_bad_value      "batch_bad_value.jsonl:1: top_p" "$bin/lio" ba
 expect_error batch_empty_file     "no requests"           "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_empty.jsonl"
 expect_error batch_missing_file   "does not exist"        "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/nope.jsonl"
 expect_error batch_bad_max_seqs   "--max-num-seqs"         "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_empty.jsonl" --max-num-seqs 0
+expect_error batch_bad_n          "batch_bad_n.jsonl:1: \"n\"" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_bad_n.jsonl"
+expect_error batch_bad_prefix     "--prefix-cache must be none, hash or radix" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$work/batch_empty.jsonl" --prefix-cache lru
 
 # --device cuda where no GPU can be used (or the build has no CUDA): one clear line, exit 1.
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then

@@ -62,3 +62,38 @@ for f in fails:
 print("ok   batch_smoke" if not fails else f"{len(fails)} checks failed")
 sys.exit(1 if fails else 0)
 PY
+rc=$?
+((rc == 0)) || exit $rc
+
+# Chapter 04: parallel samples ("n") and a radix prefix cache. Greedy samples of one prompt are
+# identical; every sample generates its max_tokens; the second request of the same prompt hits.
+cat >"$work/samples.jsonl" <<EOF2
+{"prompt": "the cat sat on the mat and looked at the dog", "n": 3, "max_tokens": 5}
+{"prompt": "the cat sat on the mat and looked at the dog", "max_tokens": 5}
+EOF2
+if ! "$bin/lio" batch --model "$work/models/tiny.gguf" --prompts "$work/samples.jsonl" --out "$work/samples_out.jsonl" \
+    --summary "$work/samples_summary.json" --ignore-eos --prefix-cache radix --max-num-seqs 3 --kv-cache-mib 1 \
+    --threads 1 2>"$work/err2"; then
+  echo "FAIL: lio batch with n and --prefix-cache exited non-zero"; cat "$work/err2"; exit 1
+fi
+python3 - "$work/samples_out.jsonl" "$work/samples_summary.json" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+s = json.load(open(sys.argv[2]))
+fails = []
+samples = lines[0].get("samples", [])
+if len(samples) != 3 or [x.get("sample_index") for x in samples] != [0, 1, 2]:
+    fails.append(f"expected 3 samples with sample_index 0..2: {lines[0]}")
+if any(x.get("n_generated_tokens") != 5 for x in samples):
+    fails.append(f"every sample generates 5 tokens: {samples}")
+if len({tuple(x.get("token_ids", [])) for x in samples}) != 1 or samples[0].get("token_ids") != lines[1].get("token_ids"):
+    fails.append("greedy samples of one prompt must be identical")
+if s.get("forked_samples") != 2:
+    fails.append(f"forked_samples {s.get('forked_samples')} != 2")
+if not s.get("prefix_cache_queries"):
+    fails.append(f"no prefix-cache queries counted: {s}")
+for f in fails:
+    print("FAIL", f)
+print("ok   batch_smoke (n, prefix cache)" if not fails else f"{len(fails)} checks failed")
+sys.exit(1 if fails else 0)
+PY

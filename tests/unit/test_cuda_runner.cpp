@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "cuda_ops.h"
 #include "lio/cuda_backend.h"
+#include "lio/engine.h"
 #include "lio/error.h"
 #include "lio/forward_batch.h"
 #include "lio/generate.h"
@@ -309,6 +311,48 @@ TEST_F(CudaRunnerTest, GreedyGenerationMatchesCpuWithAndWithoutCache) {
     EXPECT_EQ(recomputed.token_ids, want.token_ids) << "penalty " << penalty;
     EXPECT_EQ(cached.kv_bytes, want.kv_bytes);
   }
+}
+
+// Chapter 04 on the GPU: parallel samples forked off one prompt (their first write copies the
+// shared block with DeviceKvPool::copy_block) and a radix prefix cache reusing a finished
+// turn's partial block. Greedy tokens must equal the CPU engine's.
+TEST_F(CudaRunnerTest, EngineForksAndPrefixCacheMatchCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  auto serve = [&](lio::Device device, int64_t* copies) {
+    auto r = runner(m, device, 16, 64);
+    lio::EngineConfig cfg;
+    cfg.prefix_cache = lio::PrefixCacheMode::Radix;
+    lio::Engine e(*r, *m.tokenizer, cfg);
+    lio::SamplingParams p;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    p.n = 3;
+    std::vector<int32_t> prompt = kPrompt;
+    std::vector<std::vector<int32_t>> out;
+    for (int turn = 0; turn < 2; ++turn) {
+      e.add_request(prompt, p);
+      std::map<int64_t, std::vector<int32_t>> by_sample;
+      while (e.has_unfinished())
+        for (const lio::RequestOutput& o : e.step())
+          by_sample[o.sample_index].insert(by_sample[o.sample_index].end(), o.new_token_ids.begin(),
+                                           o.new_token_ids.end());
+      for (auto& [i, ids] : by_sample) out.push_back(ids);
+      prompt.insert(prompt.end(), by_sample[0].begin(), by_sample[0].end());  // the next turn
+    }
+    *copies = e.stats().n_block_copies;
+    EXPECT_EQ(e.n_free_blocks() + e.block_manager().n_used_blocks(), 64);
+    return out;
+  };
+  int64_t cpu_copies = 0, gpu_copies = 0;
+  const auto want = serve(lio::Device::Cpu, &cpu_copies);
+  const auto got = serve(lio::Device::Cuda, &gpu_copies);
+  ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(gpu_copies, 0) << "no copy-on-write happened: the test lost its point";
+  EXPECT_EQ(gpu_copies, cpu_copies);
 }
 
 // forward_sample with a greedy sampler runs the penalty and argmax on the device; it must pick
