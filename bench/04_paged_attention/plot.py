@@ -42,8 +42,8 @@ def plot_indirection(paths, out):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for path in paths:
         d = json.load(open(path))
-        tag = d.get("device") or d.get("host_cpu", "cpu")
-        rows = d["batch_rows"]
+        tag = d.get("device") or d.get("cpu", "cpu")
+        rows = d.get("batch_rows") or d["rows"]  # CUDA: batch and single tables; CPU: one
         sizes = sorted({v["block_size"] for r in rows for v in r["variants"] if v["variant"] == "paged_scattered"})
         for bs in sizes:
             xs = [r["n_ctx"] for r in rows]
