@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -73,6 +74,14 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
                   "Reuse the K/V of cached prompt prefixes: none, hash (full blocks, vLLM) or radix "
                   "(token-level tree, SGLang)")
       ->capture_default_str();
+  app->add_option("--scheduling", b.scheduling,
+                  "continuous (requests join every step) or static (a batch runs to its end before the next)")
+      ->capture_default_str();
+  app->add_option("--preemption", b.preemption,
+                  "When KV blocks run out: recompute (drop and prefill again) or swap (copy to host and back)")
+      ->capture_default_str();
+  app->add_option("--swap-space-mib", b.swap_space_mib, "Host swap space for --preemption swap (MiB)")
+      ->capture_default_str();
   app->add_flag("--no-chunked-prefill", b.no_chunked_prefill,
                 "Run each prompt whole in one step (or wait) instead of splitting it over steps");
   // --json is one of the shared flags; the result lines are JSON anyway, so here it makes
@@ -97,7 +106,8 @@ struct SampleResult {
   std::string text;
   std::vector<int32_t> token_ids;
   std::optional<FinishReason> finish_reason;
-  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
+  double queue_ms = 0, ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
+  std::vector<double> itl_ms;
   int64_t n_preemptions = 0;
 };
 
@@ -118,6 +128,7 @@ void sample_json(json& j, const SampleResult& r, bool ok) {
   j["token_ids"] = r.token_ids;
   j["finish_reason"] = r.finish_reason ? json(finish_reason_name(*r.finish_reason)) : json(nullptr);
   j["n_generated_tokens"] = r.token_ids.size();
+  j["queue_ms"] = ok ? json(r.queue_ms) : json(nullptr);
   j["ttft_ms"] = ok ? json(r.ttft_ms) : json(nullptr);
   j["tpot_ms"] = ok && r.token_ids.size() > 1 ? json(r.tpot_ms) : json(nullptr);
   j["e2e_ms"] = ok ? json(r.e2e_ms) : json(nullptr);
@@ -151,6 +162,14 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// The q-quantile of `v` (0 <= q <= 1), nearest rank; 0 when empty.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto k = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
 }
 
 /// Wall seconds from `t0` to now.
@@ -207,6 +226,10 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   engine_config.scheduler.enable_chunked_prefill = !b.no_chunked_prefill;
   engine_config.scheduler.validate();
   engine_config.prefix_cache = parse_prefix_cache_mode(b.prefix_cache);
+  engine_config.scheduler.policy = parse_scheduling_policy(b.scheduling);
+  engine_config.scheduler.preemption = parse_preemption_mode(b.preemption);
+  engine_config.swap_space_mib = b.swap_space_mib;
+  if (b.swap_space_mib < 0) throw InvalidArgument("--swap-space-mib must be >= 0, got " + std::to_string(b.swap_space_mib));
   parse_device(o.device);  // a bad --device fails before the file is read
 
   if (!std::filesystem::exists(b.prompts_path))
@@ -300,6 +323,8 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
         r.done = true;
         r.finish_reason = ro.finish_reason;
         request.n_prompt_tokens = ro.n_prompt_tokens;
+        r.queue_ms = ro.queue_ms;
+        r.itl_ms = ro.itl_ms;
         r.ttft_ms = ro.ttft_ms;
         r.tpot_ms = ro.tpot_ms;
         r.e2e_ms = ro.e2e_ms;
@@ -328,7 +353,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
 
   // ---- summary ----
   int64_t n_failed = 0, n_prompt_tokens = 0;
-  std::vector<double> ttfts, tpots;
+  std::vector<double> ttfts, tpots, itls, e2es, queues;
   for (const BatchResult& r : results) {
     if (!r.error.empty()) {
       ++n_failed;
@@ -338,6 +363,9 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     for (const SampleResult& sr : r.samples) {
       if (!sr.token_ids.empty()) ttfts.push_back(sr.ttft_ms);
       if (sr.token_ids.size() > 1) tpots.push_back(sr.tpot_ms);
+      itls.insert(itls.end(), sr.itl_ms.begin(), sr.itl_ms.end());
+      e2es.push_back(sr.e2e_ms);
+      queues.push_back(sr.queue_ms);
     }
   }
   const EngineStats& st = engine.stats();
@@ -355,6 +383,13 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   s["decode_s"] = decode_step_s;
   s["median_ttft_ms"] = median(ttfts);
   s["median_tpot_ms"] = median(tpots);
+  s["p99_ttft_ms"] = quantile(ttfts, 0.99);
+  s["p99_tpot_ms"] = quantile(tpots, 0.99);
+  s["median_itl_ms"] = median(itls);
+  s["p99_itl_ms"] = quantile(itls, 0.99);
+  s["median_e2e_ms"] = median(e2es);
+  s["median_queue_ms"] = median(queues);
+  s["kv_blocks_swapped_out"] = st.n_blocks_swapped_out;
   s["n_preemptions"] = st.n_preemptions;
   s["n_steps"] = st.n_steps;
   s["max_running"] = st.max_running;
@@ -376,6 +411,8 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
                    {"max_num_batched_tokens", b.max_num_batched_tokens},
                    {"chunked_prefill", !b.no_chunked_prefill},
                    {"prefix_cache", b.prefix_cache},
+                   {"scheduling", b.scheduling},
+                   {"preemption", b.preemption},
                    {"block_size", pool.block_size()},
                    {"kv_pool_mib", pool_mib},
                    {"kv_blocks", pool.n_blocks()},

@@ -23,6 +23,9 @@ struct BatchOptions {
   int64_t max_num_batched_tokens = 512;  ///< --max-num-batched-tokens: rows in one step at most
   bool no_chunked_prefill = false;       ///< --no-chunked-prefill: a prompt runs whole or waits
   std::string prefix_cache = "none";     ///< --prefix-cache: none | hash | radix (chapter 04)
+  std::string scheduling = "continuous"; ///< --scheduling: continuous | static (chapter 05)
+  std::string preemption = "recompute";  ///< --preemption: recompute | swap (chapter 05)
+  int64_t swap_space_mib = 1024;         ///< --swap-space-mib: host swap space for --preemption swap
 };
 
 /// Registers the `batch` subcommand on `parent`, binding its flags to `common` and `batch`

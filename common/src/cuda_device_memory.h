@@ -68,6 +68,12 @@ class DeviceKvPool final : public KvPool {
     CUDA_CHECK(cudaMemset(values_.data(), 0, values_.size_bytes()));
     CUDA_CHECK(cudaDeviceSynchronize());
   }
+  /// A block's rows of every layer, K then V, to/from a host array (block_floats() floats):
+  /// strided device side (layer_floats_ apart), two host rows per layer.
+  void copy_block_to_host(int32_t block, float* host) override { host_copy(block, host, cudaMemcpyDeviceToHost); }
+  void copy_block_from_host(const float* host, int32_t block) override {
+    host_copy(block, const_cast<float*>(host), cudaMemcpyHostToDevice);
+  }
   ~DeviceKvPool() override {
     // A backend's stream may still read the pool; the pool does not know which stream, so it
     // waits for the device (errors dropped: a destructor must not throw).
@@ -91,6 +97,21 @@ class DeviceKvPool final : public KvPool {
   }
 
  private:
+  void host_copy(int32_t block, float* host, cudaMemcpyKind kind) {
+    check_copy(block, block);
+    const int64_t n = block_size() * kv_dim();
+    const size_t row = static_cast<size_t>(n) * sizeof(float), pitch = static_cast<size_t>(layer_floats_) * sizeof(float);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int t = 0; t < 2; ++t) {  // K rows at host + 2 l n, V rows at host + (2 l + 1) n
+      float* dev = (t == 0 ? keys_ : values_).data() + static_cast<int64_t>(block) * n;
+      float* h = host + t * n;
+      if (kind == cudaMemcpyDeviceToHost) {
+        CUDA_CHECK(cudaMemcpy2D(h, 2 * row, dev, pitch, row, static_cast<size_t>(n_layers()), kind));
+      } else {
+        CUDA_CHECK(cudaMemcpy2D(dev, pitch, h, 2 * row, row, static_cast<size_t>(n_layers()), kind));
+      }
+    }
+  }
   int64_t checked(int64_t layer) const {
     if (layer < 0 || layer >= n_layers()) {
       throw InvalidArgument("KvPool: layer " + std::to_string(layer) + " outside [0, " +

@@ -11,6 +11,17 @@ namespace {
 double ms_between(Sequence::Clock::time_point a, Sequence::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
+/// The host swap space of Swap preemption: swap_space_mib of host blocks as big as the pool's
+/// (`host` is sized to match); nullptr in Recompute mode or with no room for one block.
+std::unique_ptr<BlockManager> make_swap_space(const EngineConfig& config, const KvPool& pool, std::vector<float>& host) {
+  if (config.scheduler.preemption != PreemptionMode::Swap) return nullptr;
+  if (config.swap_space_mib < 0) throw InvalidArgument("--swap-space-mib must be >= 0");
+  const int64_t n = (config.swap_space_mib << 20) / (pool.block_floats() * static_cast<int64_t>(sizeof(float)));
+  if (n < 1) return nullptr;
+  host.assign(static_cast<size_t>(n * pool.block_floats()), 0.0f);
+  return std::make_unique<BlockManager>(n, pool.block_size());
+}
+
 }  // namespace
 
 Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config)
@@ -19,7 +30,8 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
       config_(config),
       blocks_(runner.kv_pool().n_blocks(), runner.kv_pool().block_size()),
       prefix_cache_(make_prefix_cache(config.prefix_cache, blocks_)),
-      scheduler_(config.scheduler, blocks_, prefix_cache_.get()) {}
+      swap_blocks_(make_swap_space(config, runner.kv_pool(), swap_host_)),
+      scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get()) {}
 
 int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
   const ModelConfig& c = runner_.config();
@@ -36,6 +48,11 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& p
     }
   }
   params.validate();
+  const SchedulerConfig& sc = config_.scheduler;
+  if (!sc.enable_chunked_prefill && n_prompt > sc.max_num_batched_tokens) {
+    throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens; with chunked prefill off one step holds " +
+                          std::to_string(sc.max_num_batched_tokens) + " (raise --max-num-batched-tokens)");
+  }
   if (blocks_.blocks_for(n_prompt + 1) + (params.n - 1) > blocks_.n_blocks()) {
     throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens" +
                           (params.n > 1 ? " and n = " + std::to_string(params.n) + " samples" : std::string()) +
@@ -68,6 +85,7 @@ RequestOutput Engine::output_of(const Sequence& seq) const {
   o.n_generated_tokens = seq.n_generated();
   o.n_preemptions = seq.n_preemptions;
   o.kv_tokens = seq.num_computed_tokens;
+  if (seq.first_scheduled_time) o.queue_ms = ms_between(seq.arrival_time, *seq.first_scheduled_time);
   if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);
   return o;
 }
@@ -82,6 +100,8 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   if (seq.first_token_time && seq.n_generated() > 1) {
     out.tpot_ms = ms_between(*seq.first_token_time, seq.last_token_time) / static_cast<double>(seq.n_generated() - 1);
   }
+  for (size_t i = 1; i < seq.token_times.size(); ++i)
+    out.itl_ms.push_back(ms_between(seq.token_times[i - 1], seq.token_times[i]));
   if (prefix_cache_ && !seq.block_table.empty()) {  // what it computed stays findable
     prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, true);
   }
@@ -151,8 +171,17 @@ std::vector<RequestOutput> Engine::step() {
     live_.erase(seq->id());
   }
   if (sched.scheduled.empty()) return outputs;
-  runner_.copy_blocks(sched.copies);  // copy-on-write, before anything writes the copies
+  // Copies before the forward pass, in the scheduler's order: swap-outs read device blocks the
+  // step may reuse, swap-ins then fill theirs, copy-on-write last.
+  runner_.swap_out(sched.swap_out, swap_host_.data());
+  runner_.swap_in(sched.swap_in, swap_host_.data());
+  runner_.copy_blocks(sched.copies);
   stats_.n_block_copies += static_cast<int64_t>(sched.copies.size());
+  stats_.n_blocks_swapped_out += static_cast<int64_t>(sched.swap_out.size());
+  stats_.n_blocks_swapped_in += static_cast<int64_t>(sched.swap_in.size());
+  const auto step_start = Sequence::Clock::now();
+  for (const ScheduledSequence& s : sched.scheduled)
+    if (!s.seq->first_scheduled_time) s.seq->first_scheduled_time = step_start;
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_.n_used_blocks());
   int64_t tokens_held = 0;
   for (const ScheduledSequence& s : sched.scheduled) tokens_held += s.seq->num_computed_tokens + s.n_new_tokens;

@@ -48,4 +48,22 @@ void HostKvPool::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+void HostKvPool::copy_block_to_host(int32_t block, float* host) {
+  check_copy(block, block);
+  const int64_t n = block_size() * kv_dim();
+  for (int64_t l = 0; l < n_layers(); ++l) {
+    std::copy_n(keys(l) + block * n, n, host + 2 * l * n);
+    std::copy_n(values(l) + block * n, n, host + (2 * l + 1) * n);
+  }
+}
+
+void HostKvPool::copy_block_from_host(const float* host, int32_t block) {
+  check_copy(block, block);
+  const int64_t n = block_size() * kv_dim();
+  for (int64_t l = 0; l < n_layers(); ++l) {
+    std::copy_n(host + 2 * l * n, n, keys(l) + block * n);
+    std::copy_n(host + (2 * l + 1) * n, n, values(l) + block * n);
+  }
+}
+
 }  // namespace lio

@@ -31,6 +31,14 @@ void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
   for (const BlockCopy& c : copies) pool_->copy_block(c.src, c.dst);
 }
 
+void ModelRunner::swap_out(std::span<const BlockCopy> copies, float* host) {
+  for (const BlockCopy& c : copies) pool_->copy_block_to_host(c.src, host + c.dst * pool_->block_floats());
+}
+
+void ModelRunner::swap_in(std::span<const BlockCopy> copies, const float* host) {
+  for (const BlockCopy& c : copies) pool_->copy_block_from_host(host + c.src * pool_->block_floats(), c.dst);
+}
+
 std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));
   model_.forward(batch, *pool_, logits_);

@@ -74,6 +74,7 @@ std::string Sequence::append_token(int32_t token, int64_t context_length) {
   const auto now = Clock::now();
   if (!first_token_time) first_token_time = now;
   last_token_time = now;
+  token_times.push_back(now);
   if (!params_.ignore_eos && tokenizer_->is_eog(token)) return finish(FinishReason::Stop);
   token_ids_.push_back(token);
   pending_ += detok_.push(token);

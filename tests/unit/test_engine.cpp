@@ -494,4 +494,48 @@ TEST_F(EngineTest, AbortingAParallelRequestEndsEverySample) {
   EXPECT_EQ(e.n_free_blocks(), 64);
 }
 
+// ---- chapter 05: swap preemption, static batching, per-request timings -------------------
+
+TEST_F(EngineTest, SwapPreemptionResumesWithTheSameTokens) {
+  auto serve = [&](int64_t n_blocks, lio::PreemptionMode mode, lio::EngineStats* stats) {
+    auto r = runner(8, n_blocks);
+    lio::EngineConfig cfg;
+    cfg.scheduler.preemption = mode;
+    cfg.swap_space_mib = 4;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    for (int i = 0; i < 6; ++i) e.add_request(prompt(i % 4), greedy(24));
+    Samples out = run_samples(e);
+    *stats = e.stats();
+    EXPECT_EQ(e.n_free_blocks(), n_blocks);
+    return out;
+  };
+  lio::EngineStats big, swapped, recomputed;
+  const Samples want = serve(128, lio::PreemptionMode::Recompute, &big);
+  ASSERT_EQ(big.n_preemptions, 0);
+  EXPECT_EQ(serve(24, lio::PreemptionMode::Swap, &swapped), want);
+  EXPECT_EQ(serve(24, lio::PreemptionMode::Recompute, &recomputed), want);
+  EXPECT_GT(swapped.n_preemptions, 0);
+  EXPECT_GT(swapped.n_blocks_swapped_out, 0);
+  EXPECT_EQ(swapped.n_blocks_swapped_in, swapped.n_blocks_swapped_out) << "every swapped block comes back";
+  EXPECT_LT(swapped.n_prompt_tokens_computed, recomputed.n_prompt_tokens_computed) << "swap recomputes nothing";
+}
+
+TEST_F(EngineTest, TimingsFollowVllmDefinitions) {
+  auto r = runner(16, 64);
+  lio::Engine e(*r, *model_->tokenizer);
+  e.add_request(prompt(2), greedy(6));
+  std::vector<lio::RequestOutput> finished;
+  while (e.has_unfinished())
+    for (lio::RequestOutput& o : e.step())
+      if (o.finished) finished.push_back(o);
+  ASSERT_EQ(finished.size(), 1u);
+  const lio::RequestOutput& o = finished[0];
+  ASSERT_EQ(o.itl_ms.size(), 5u) << "6 tokens: 5 gaps";
+  double sum = 0;
+  for (double x : o.itl_ms) sum += x;
+  EXPECT_NEAR(o.tpot_ms, sum / 5, 1e-6) << "TPOT is the mean inter-token latency (first token excluded)";
+  EXPECT_LE(o.queue_ms, o.ttft_ms);
+  EXPECT_LE(o.ttft_ms, o.e2e_ms);
+}
+
 }  // namespace

@@ -28,6 +28,8 @@ namespace lio {
 /// Engine settings.
 struct EngineConfig {
   SchedulerConfig scheduler;  ///< batch limits
+  /// Host swap space for PreemptionMode::Swap, MiB (chapter 05); unused otherwise.
+  int64_t swap_space_mib = 1024;
   /// Prefix caching (chapter 04): none, a hash chain of full blocks, or a radix tree.
   PrefixCacheMode prefix_cache = PrefixCacheMode::None;
   /// false: chapter 01's baseline without a KV cache — after every step each sequence's
@@ -45,9 +47,13 @@ struct RequestOutput {
   std::optional<FinishReason> finish_reason;  ///< set when finished
   int64_t n_prompt_tokens = 0;         ///< tokens in the prompt
   int64_t n_generated_tokens = 0;      ///< so far
+  double queue_ms = 0;                 ///< arrival -> first step that ran it (once known)
   double ttft_ms = 0;                  ///< arrival -> first token (once known)
   double tpot_ms = 0;                  ///< mean time per token after the first (when finished)
   double e2e_ms = 0;                   ///< arrival -> finish (when finished)
+  /// Inter-token latencies, ms: the gaps between consecutive sampled tokens (when finished;
+  /// n_generated - 1 of them, one more if it stopped at EOS). TPOT is their mean.
+  std::vector<double> itl_ms;
   int64_t n_preemptions = 0;           ///< times this request was preempted
   int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
 };
@@ -63,6 +69,8 @@ struct EngineStats {
   int64_t peak_tokens_held = 0;          ///< most token positions with K/V at once, all sequences
   int64_t n_block_copies = 0;            ///< copy-on-write block copies made
   int64_t n_forks = 0;                   ///< samples forked off a computed prompt (n > 1)
+  int64_t n_blocks_swapped_out = 0;      ///< blocks copied to host swap space
+  int64_t n_blocks_swapped_in = 0;       ///< blocks copied back
 };
 
 /// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
@@ -77,7 +85,8 @@ class Engine {
   /// InvalidArgument (and queues nothing) if the prompt is empty, has a token outside the
   /// vocabulary, leaves no room for one new token in the context ("prompt has N tokens; the
   /// context holds M"), needs more KV blocks than the whole pool holds (n samples: the shared
-  /// prompt plus one block each), or `params` are invalid.
+  /// prompt plus one block each), is longer than a step holds with chunked prefill off, or
+  /// `params` are invalid.
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   /// Asks for request `id` (all its samples) to end (finish reason Abort) at the next step,
   /// its blocks freed; thread-safe. Unknown or finished ids are ignored.
@@ -116,6 +125,9 @@ class Engine {
   EngineConfig config_;
   BlockManager blocks_;
   std::unique_ptr<PrefixCache> prefix_cache_;  ///< after blocks_: released before it
+  std::vector<float> swap_host_;               ///< (swap blocks, block_floats) host K/V; before
+                                               ///< swap_blocks_, whose initializer fills it
+  std::unique_ptr<BlockManager> swap_blocks_;  ///< host swap-space block ids (Swap mode)
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
   EngineStats stats_;

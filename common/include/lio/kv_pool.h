@@ -61,6 +61,14 @@ class KvPool {
   /// the forward pass that writes `dst`, with no kernel of this pool's backend running).
   /// Throws InvalidArgument if an id is outside [0, n_blocks).
   virtual void copy_block(int32_t src, int32_t dst) = 0;
+  /// Floats one block holds in host swap space: 2 * n_layers * block_size * kv_dim (per layer,
+  /// its K then its V).
+  int64_t block_floats() const { return 2 * n_layers_ * config_.block_size * kv_dim_; }
+  /// Copies block `block`'s K/V, every layer, to `host` (block_floats() floats, laid out as
+  /// block_floats() says): a swap-out. Throws InvalidArgument if the id is out of range.
+  virtual void copy_block_to_host(int32_t block, float* host) = 0;
+  /// The reverse: `host` (block_floats() floats) into block `block` (a swap-in).
+  virtual void copy_block_from_host(const float* host, int32_t block) = 0;
 
  protected:
   /// Throws InvalidArgument unless 0 <= src, dst < n_blocks.
@@ -85,6 +93,8 @@ class HostKvPool final : public KvPool {
   float* keys(int64_t layer) override { return slots_.keys(layer); }
   float* values(int64_t layer) override { return slots_.values(layer); }
   void copy_block(int32_t src, int32_t dst) override;
+  void copy_block_to_host(int32_t block, float* host) override;
+  void copy_block_from_host(const float* host, int32_t block) override;
   /// The slots as a KvCache (capacity = n_slots); its write(layer, slot, k, v) appends.
   KvCache& slots() { return slots_; }
 

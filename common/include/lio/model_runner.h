@@ -55,6 +55,11 @@ class ModelRunner {
   /// Carries out copy-on-write copies (BlockManager::append_slots) before the next forward
   /// pass, in order. Throws InvalidArgument on an id outside the pool.
   void copy_blocks(std::span<const BlockCopy> copies);
+  /// Swap-outs: block src's K/V to host block dst of `host` ((n_host_blocks, block_floats)
+  /// floats; KvPool::block_floats). Throws InvalidArgument on a device id outside the pool.
+  void swap_out(std::span<const BlockCopy> copies, float* host);
+  /// Swap-ins: host block src of `host` into device block dst.
+  void swap_in(std::span<const BlockCopy> copies, const float* host);
 
   /// Runs `batch` and returns its logits on the host: (n_logits, vocab_size) row-major,
   /// valid until the next call. Throws as Model::forward_device.

@@ -1,20 +1,25 @@
 // scheduler.h — which sequences run in the next step, and how many tokens each.
 //
-// FCFS with a token budget, as vLLM v1's `Scheduler.schedule()` and nano-vllm's: running
-// sequences first (each gets its remaining tokens — 1 when decoding, a chunk of its prompt
-// while prefilling), then waiting ones in arrival order while seats (`max_num_seqs`) and the
-// token budget (`max_num_batched_tokens`) last. A prompt longer than the budget left is split
-// into chunks (chunked prefill). When the pool has no block for a running sequence, the newest
-// running sequence is preempted: its blocks are freed, its computed tokens reset to 0, and it
-// goes back to the front of the waiting queue to be recomputed later (vLLM's "recompute"
-// preemption; Kwon et al. 2023, sec. 4.5). With a prefix cache, a sequence admitted with no
-// computed tokens first takes the longest cached prefix of its tokens (its num_computed_tokens
-// starts there); every sequence's next slots come from BlockManager::append_slots, whose
-// copy-on-write copies the engine carries out before the forward pass. Chapter 05 completes it.
+// Iteration-level scheduling (Yu et al. 2022, Orca) with vLLM v1's policy: FCFS with a token
+// budget. Each step, running sequences go first — 1 token each when decoding, the next chunk of
+// their prompt while prefilling — then swapped-out sequences come back if their blocks fit, then
+// waiting ones join in arrival order while seats (`max_num_seqs`), the token budget
+// (`max_num_batched_tokens`) and blocks last. Prefill and decode rows mix in one step; a prompt
+// longer than the budget left is split (chunked prefill; Agrawal et al. 2024, Sarathi-Serve).
+// When the pool has no block for a running sequence, the latest arrival is preempted (Kwon et
+// al. 2023, sec. 4.5): recompute (its blocks freed, its tokens prefilled again later: vLLM's
+// default) or swap (its K/V copied to a host swap space and back when blocks free up; vLLM v0).
+// With a prefix cache a sequence admitted with nothing computed starts from the longest cached
+// prefix; every sequence's next slots come from BlockManager::append_slots (copy-on-write).
+// Static batching (`SchedulingPolicy::Static`, the baseline of chapter 05) admits a batch only
+// when nothing runs and lets no request join until the whole batch has finished.
+// The decisions are chapter 05's exercise points (lio/scheduler_policy.h); the copies decided
+// here are carried out by the Engine before the forward pass.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "lio/block_manager.h"
@@ -23,11 +28,34 @@
 
 namespace lio {
 
-/// Scheduler limits (vLLM's names).
+/// When requests may join the running batch.
+enum class SchedulingPolicy {
+  Continuous,  ///< every step (iteration-level scheduling, Orca / vLLM)
+  Static,      ///< only when the previous batch has wholly finished (HF generate-style)
+};
+
+/// What happens to a preempted sequence's K/V.
+enum class PreemptionMode {
+  Recompute,  ///< dropped; the tokens are prefilled again when it resumes (vLLM's default)
+  Swap,       ///< copied to host swap space and back (vLLM v0); recompute when swap is full
+};
+
+/// "continuous" | "static" -> policy. Throws InvalidArgument on anything else.
+SchedulingPolicy parse_scheduling_policy(const std::string& name);
+/// "recompute" | "swap" -> mode. Throws InvalidArgument on anything else.
+PreemptionMode parse_preemption_mode(const std::string& name);
+/// The policy's name, as parse_scheduling_policy() takes it.
+const char* scheduling_policy_name(SchedulingPolicy policy);
+/// The mode's name, as parse_preemption_mode() takes it.
+const char* preemption_mode_name(PreemptionMode mode);
+
+/// Scheduler limits and policies (vLLM's names).
 struct SchedulerConfig {
   int64_t max_num_seqs = 64;             ///< sequences in one step at most
   int64_t max_num_batched_tokens = 512;  ///< tokens (rows) in one step at most
   bool enable_chunked_prefill = true;    ///< false: a prompt runs whole or waits
+  SchedulingPolicy policy = SchedulingPolicy::Continuous;  ///< when requests may join
+  PreemptionMode preemption = PreemptionMode::Recompute;   ///< what preemption does to K/V
 
   /// Throws InvalidArgument if a limit is < 1.
   void validate() const;
@@ -45,43 +73,54 @@ struct SchedulerOutput {
   std::vector<Sequence*> preempted;          ///< preempted during this call
   /// Sequences that can never fit the pool alone (finished by the engine with Length).
   std::vector<Sequence*> unfittable;
-  /// Copy-on-write copies to make before the forward pass, in order.
-  std::vector<BlockCopy> copies;
+  /// Copies to make before the forward pass, in this order: swap-outs (src = device block,
+  /// dst = host swap block), then swap-ins (src = host block, dst = device block), then
+  /// copy-on-write copies (device to device).
+  std::vector<BlockCopy> swap_out, swap_in, copies;
   int64_t n_tokens = 0;  ///< total rows scheduled
 };
 
 /// FCFS scheduler over a BlockManager. Holds non-owning Sequence pointers. Not thread-safe.
 class Scheduler {
  public:
-  /// `prefix_cache` may be nullptr (no prefix caching). Throws InvalidArgument if `config` is
-  /// invalid.
-  Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache = nullptr);
+  /// `prefix_cache` may be nullptr (no prefix caching); `swap_space` (host block ids of the
+  /// swap space) may be nullptr, which makes Swap preemption recompute. Throws InvalidArgument
+  /// if `config` is invalid.
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache = nullptr,
+            BlockManager* swap_space = nullptr);
 
   /// Queues a new sequence (status Waiting) at the back.
   void add(Sequence* seq);
   /// Queues a sequence at the front (a forked sample holding its shared prompt blocks).
   void add_front(Sequence* seq);
-  /// Removes `seq` from whichever queue holds it and frees its blocks.
+  /// Removes `seq` from whichever queue holds it and frees its blocks (device and host).
   void remove(Sequence* seq);
   /// Picks the next step's sequences and allocates their slots.
   SchedulerOutput schedule();
 
-  /// True while a sequence waits or runs.
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  /// True while a sequence waits, runs or is swapped out.
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   /// Sequences waiting (new, or preempted and to be recomputed).
   int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   /// Sequences holding KV blocks.
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
-  /// The limits.
+  /// Sequences whose K/V are in the host swap space.
+  int64_t n_swapped() const { return static_cast<int64_t>(swapped_.size()); }
+  /// The limits and policies.
   const SchedulerConfig& config() const { return config_; }
 
  private:
-  void preempt(Sequence* seq);
+  void preempt(Sequence* seq, SchedulerOutput& out);
+  void schedule_running(SchedulerOutput& out, int64_t& budget);
+  void resume_swapped(SchedulerOutput& out, int64_t& budget);
+  void admit_waiting(SchedulerOutput& out, int64_t& budget, int64_t n_running_at_start);
   SchedulerConfig config_;
   BlockManager& blocks_;
   PrefixCache* cache_;
+  BlockManager* swap_space_;
   std::deque<Sequence*> waiting_;
   std::deque<Sequence*> running_;
+  std::deque<Sequence*> swapped_;  ///< oldest preemption first
 };
 
 }  // namespace lio

@@ -42,7 +42,7 @@ struct SamplingParams {
 };
 
 /// Where a sequence is in its life.
-enum class SequenceStatus { Waiting, Running, Finished };
+enum class SequenceStatus { Waiting, Running, Swapped, Finished };
 
 /// One request. Created by the Engine; the Scheduler moves it between queues.
 class Sequence {
@@ -69,6 +69,8 @@ class Sequence {
   int64_t num_computed_tokens = 0;
   /// Physical KV block ids, logical block i -> block_table[i].
   std::vector<int32_t> block_table;
+  /// While swapped out (status Swapped): the host swap-space blocks holding its K/V, in order.
+  std::vector<int32_t> host_block_table;
   SequenceStatus status = SequenceStatus::Waiting;  ///< the scheduler's queue, or finished
   std::optional<FinishReason> finish_reason;        ///< set once the sequence is done
   /// Times the scheduler preempted this sequence.
@@ -106,6 +108,8 @@ class Sequence {
   Clock::time_point arrival_time;               ///< when add_request took it
   std::optional<Clock::time_point> first_token_time;  ///< first generated token
   Clock::time_point last_token_time;            ///< latest generated token
+  std::optional<Clock::time_point> first_scheduled_time;  ///< first step that ran it (queue time ends)
+  std::vector<Clock::time_point> token_times;   ///< when each generated token was appended
 
  private:
   std::string emit(bool final_flush);
