@@ -355,6 +355,44 @@ TEST_F(CudaRunnerTest, EngineForksAndPrefixCacheMatchCpu) {
   EXPECT_EQ(gpu_copies, cpu_copies);
 }
 
+// Chapter 05 on the GPU: a pool too small for the load, swap preemption (device blocks copied
+// to host swap space and back with DeviceKvPool::copy_block_to_host / _from_host). Tokens must
+// equal the CPU engine's with a pool large enough for no preemption.
+TEST_F(CudaRunnerTest, EngineSwapPreemptionMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  auto serve = [&](lio::Device device, int64_t n_blocks, lio::EngineStats* stats) {
+    auto r = runner(m, device, 8, n_blocks);
+    lio::EngineConfig cfg;
+    cfg.scheduler.preemption = lio::PreemptionMode::Swap;
+    cfg.swap_space_mib = 4;
+    lio::Engine e(*r, *m.tokenizer, cfg);
+    lio::SamplingParams p;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> prompt = kPrompt;
+      prompt.push_back(10 + i);  // distinct prompts
+      e.add_request(prompt, p);
+    }
+    std::map<int64_t, std::vector<int32_t>> out;
+    while (e.has_unfinished())
+      for (const lio::RequestOutput& o : e.step())
+        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    *stats = e.stats();
+    return out;
+  };
+  lio::EngineStats cpu_stats, gpu_stats;
+  const auto want = serve(lio::Device::Cpu, 64, &cpu_stats);
+  const auto got = serve(lio::Device::Cuda, 14, &gpu_stats);
+  ASSERT_EQ(cpu_stats.n_preemptions, 0);
+  EXPECT_GT(gpu_stats.n_blocks_swapped_out, 0) << "no swap happened: the test lost its point";
+  EXPECT_EQ(gpu_stats.n_blocks_swapped_in, gpu_stats.n_blocks_swapped_out);
+  EXPECT_EQ(got, want);
+}
+
 // forward_sample with a greedy sampler runs the penalty and argmax on the device; it must pick
 // the CPU sampler's tokens, penalty on and off, and leave the same sequence behind.
 TEST_F(CudaRunnerTest, GreedyForwardSampleMatchesCpuSampler) {
