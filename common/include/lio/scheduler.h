@@ -76,7 +76,9 @@ struct SchedulerOutput {
   /// Copies to make before the forward pass, in this order: swap-outs (src = device block,
   /// dst = host swap block), then swap-ins (src = host block, dst = device block), then
   /// copy-on-write copies (device to device).
-  std::vector<BlockCopy> swap_out, swap_in, copies;
+  std::vector<BlockCopy> swap_out;
+  std::vector<BlockCopy> swap_in;  ///< host block -> device block, after the swap-outs
+  std::vector<BlockCopy> copies;   ///< copy-on-write, device -> device, last
   int64_t n_tokens = 0;  ///< total rows scheduled
 };
 
