@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -65,11 +66,14 @@ json num(double x) { return std::isnan(x) ? json(nullptr) : json(x); }
 json summarize(const Variant& v, const std::string& rate, const Run& r, int64_t kv_blocks,
                int64_t weight_bytes) {
   const lio::EngineStats& s = r.stats;
-  const double rows = static_cast<double>(s.n_prompt_tokens_computed + s.n_decode_tokens);
+  const double rows =
+      static_cast<double>(s.n_prompt_tokens_computed + s.n_decode_tokens + s.n_padding_tokens);
   return {{"variant", v.name},
           {"rate", rate},
           {"policy", lio::scheduling_policy_name(v.policy)},
           {"chunked_prefill", v.chunked_prefill},
+          {"static_padding", v.policy == lio::SchedulingPolicy::Static && v.static_padding},
+          {"padding_rows", s.n_padding_tokens},
           {"preemption", lio::preemption_mode_name(v.preemption)},
           {"kv_blocks", kv_blocks},
           {"requests", r.e2e_ms.size()},
@@ -197,8 +201,8 @@ int main(int argc, char** argv) {
   app.add_option("--swap-space-mib", swap_space_mib, "Host swap space for swap preemption, MiB")
       ->capture_default_str();
   app.add_option("--variants", variant_names,
-                 "Run only these (static, continuous, continuous_no_chunk, small_kv_recompute, "
-                 "small_kv_swap; "
+                 "Run only these (static, continuous, static_no_padding, continuous_no_chunk, "
+                 "small_kv_recompute, small_kv_swap; "
                  "default all; tables and ratios need their pairs)")
       ->delimiter(',');
   app.add_option("--out-json", json_path, "Write every number here");
@@ -273,7 +277,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
     std::printf("# bench_continuous_batching\n\n");
     std::printf("- Command: `%s`\n", command.c_str());
-    std::printf("- Machine: %s | host %s\n", device.c_str(), cpu.c_str());
+    // Spinning OpenMP threads stall for whole time slices when other work shares the cores.
+    const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+    std::printf("- Machine: %s | host %s | OMP_WAIT_POLICY %s\n", device.c_str(), cpu.c_str(),
+                wait_policy ? wait_policy : "unset");
     std::printf("- Model: %s (%.1f MiB of weights)\n", m.path.c_str(),
                 static_cast<double>(runner->backend().weight_bytes()) / 1048576.0);
     std::printf(
@@ -324,6 +331,7 @@ int main(int argc, char** argv) {
       c.scheduler.policy = v.policy;
       c.scheduler.enable_chunked_prefill = v.chunked_prefill;
       c.scheduler.preemption = v.preemption;
+      c.scheduler.static_padding = v.static_padding;
       c.swap_space_mib = swap_space_mib;
       return c;
     };
@@ -333,7 +341,7 @@ int main(int argc, char** argv) {
       w.min_prompt = w.max_prompt = 32;
       w.min_output = w.max_output = 8;
       const std::vector<TraceRequest> t = lio::bench::make_trace(4, w, vocab, seed + 1);
-      const Variant continuous = kVariants[1];
+      const Variant& continuous = kVariants[1];
       replay(r, tok, engine_config(continuous), t, lio::bench::arrival_times_s(t, INFINITY));
     };
 
@@ -380,24 +388,33 @@ int main(int argc, char** argv) {
                          [&](const json& r) { return r["variant"] == variant; });
     };
     std::printf("## 1. Static vs continuous batching\n\n");
-    print_table(runs, {"static", "continuous"});
     std::printf(
-        "\n| rate (req/s) | static out tok/s | continuous out tok/s | continuous / static | TTFT "
-        "p50 static / continuous | E2E p50 static / continuous |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|\n");
+        "`static` is HF `generate`-style: a finished request's row keeps decoding padding until "
+        "its batch ends; `static_no_padding` lets it leave (cheaper steps, same admissions).\n\n");
+    print_table(runs, {"static", "static_no_padding", "continuous"});
+    std::printf(
+        "\n| rate (req/s) | static out tok/s | continuous out tok/s | continuous / static | "
+        "continuous / static_no_padding | TTFT p50 static / continuous | E2E p50 static / "
+        "continuous |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
     json ratios = json::array();
     for (const double rate : rates) {
       const json* sp = find("static", rate_label(rate));
       const json* cp = find("continuous", rate_label(rate));
+      const json* np = find("static_no_padding", rate_label(rate));
       if (sp == nullptr || cp == nullptr) continue;
       const json& s = *sp;
       const json& c = *cp;
       const double ratio = get(c, "output_tok_s") / get(s, "output_tok_s");
-      std::printf("| %s | %s | %s | %.2fx | %.2fx | %.2fx |\n", rate_label(rate).c_str(),
+      const double ratio_np = np ? get(c, "output_tok_s") / get(*np, "output_tok_s") : NAN;
+      std::printf("| %s | %s | %s | %.2fx | %s | %.2fx | %.2fx |\n", rate_label(rate).c_str(),
                   fmt(get(s, "output_tok_s")).c_str(), fmt(get(c, "output_tok_s")).c_str(), ratio,
+                  np ? (fmt(ratio_np, 2) + "x").c_str() : "-",
                   get(s, "ttft_p50_ms") / get(c, "ttft_p50_ms"),
                   get(s, "e2e_p50_ms") / get(c, "e2e_p50_ms"));
-      ratios.push_back({{"rate", rate_label(rate)}, {"continuous_over_static_throughput", ratio}});
+      ratios.push_back({{"rate", rate_label(rate)},
+                        {"continuous_over_static_throughput", ratio},
+                        {"continuous_over_static_no_padding_throughput", num(ratio_np)}});
     }
     if (!ratios.empty()) {  // the last rate listed is taken as the highest load
       const double top = ratios.back()["continuous_over_static_throughput"].get<double>();
@@ -423,17 +440,18 @@ int main(int argc, char** argv) {
     const double load_end = load_average_1min();
     std::printf("\n## Engine counters (load average at the end: %s)\n\n", fmt(load_end, 2).c_str());
     std::printf(
-        "| variant | rate (req/s) | KV blocks | peak blocks | steps | rows/step | max running | "
-        "busy %% | weight GB/s (busy) | recomputed tokens | blocks swapped in | incomplete | max "
-        "add lag ms |\n");
-    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| variant | rate (req/s) | KV blocks | peak blocks | steps | rows/step | padding rows | max "
+        "running | busy %% | weight GB/s (busy) | recomputed tokens | blocks swapped in | "
+        "incomplete | max add lag ms |\n");
+    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const json& r : runs) {
       std::printf(
-          "| %s | %s | %lld | %lld | %lld | %.1f | %lld | %.0f%% | %.1f | %lld | %lld | %lld | "
-          "%.1f |\n",
+          "| %s | %s | %lld | %lld | %lld | %.1f | %lld | %lld | %.0f%% | %.1f | %lld | %lld | "
+          "%lld | %.1f |\n",
           r["variant"].get<std::string>().c_str(), r["rate"].get<std::string>().c_str(),
           r["kv_blocks"].get<long long>(), r["peak_blocks_used"].get<long long>(),
-          r["steps"].get<long long>(), get(r, "rows_per_step"), r["max_running"].get<long long>(),
+          r["steps"].get<long long>(), get(r, "rows_per_step"), r["padding_rows"].get<long long>(),
+          r["max_running"].get<long long>(),
           100 * get(r, "busy_s") / get(r, "wall_s"), get(r, "weight_gb_s"),
           r["recomputed_tokens"].get<long long>(), r["blocks_swapped_in"].get<long long>(),
           r["incomplete"].get<long long>(), get(r, "max_late_ms"));
@@ -445,6 +463,7 @@ int main(int argc, char** argv) {
           {"command", command},
           {"device", device},
           {"host_cpu", cpu},
+          {"omp_wait_policy", wait_policy ? wait_policy : "unset"},
           {"model", m.path},
           {"weight_bytes", runner->backend().weight_bytes()},
           {"requests", n_requests},

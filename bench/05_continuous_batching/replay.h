@@ -29,11 +29,14 @@ struct Variant {
   bool chunked_prefill;
   lio::PreemptionMode preemption;
   bool small_kv;  ///< runs on the runner whose pool is --small-kv-mib
+  bool static_padding = true;  ///< static only: finished rows pad until the batch ends (HF)
 };
 
 inline constexpr Variant kVariants[] = {
-    {"static", lio::SchedulingPolicy::Static, true, lio::PreemptionMode::Recompute, false},
+    {"static", lio::SchedulingPolicy::Static, true, lio::PreemptionMode::Recompute, false, true},
     {"continuous", lio::SchedulingPolicy::Continuous, true, lio::PreemptionMode::Recompute, false},
+    {"static_no_padding", lio::SchedulingPolicy::Static, true, lio::PreemptionMode::Recompute, false,
+     false},
     {"continuous_no_chunk", lio::SchedulingPolicy::Continuous, false,
      lio::PreemptionMode::Recompute, false},
     {"small_kv_recompute", lio::SchedulingPolicy::Continuous, true, lio::PreemptionMode::Recompute,

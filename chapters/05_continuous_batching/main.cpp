@@ -4,7 +4,9 @@
 // requests A, B, C with 500, 20 and 200 output tokens, then D..I with 60, 40, 400, 200, 120, 20
 // (--extra more, the six cycling), all arriving at t = 0, batch size 3 (--max-num-seqs).
 // - static batching (HF generate-style): a batch of 3 is admitted together and nobody joins
-//   until all three have finished, so B's and C's slots sit idle while A runs on;
+//   until all three have finished, so B's and C's slots sit idle while A runs on (idle for
+//   the schedule, not for the device: as in HF generate, a finished row keeps decoding
+//   padding until its batch ends; --no-static-padding lets it leave);
 // - continuous batching (Orca, Yu et al. 2022; vLLM): the scheduler refills a slot the step
 //   after its request finishes, so D starts at step 21 instead of step 501.
 // The learner sees, per policy, which request occupies each of the 3 slots step by step
@@ -133,6 +135,7 @@ struct Replay {
   std::vector<std::vector<size_t>> busy;  ///< per step: indices of the requests busy in it
   std::vector<RequestResult> requests;    ///< by trace index
   int64_t n_generated = 0;                ///< tokens generated, all requests
+  int64_t n_padding_rows = 0;             ///< static: finished rows run as padding (HF generate)
   double wall_s = 0;                      ///< from the first step to the last, seconds
 };
 
@@ -187,6 +190,7 @@ Replay replay(lio::Engine& engine, const std::vector<TraceRequest>& trace,
     }
   }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.n_padding_rows = engine.stats().n_padding_tokens;
   return r;
 }
 
@@ -234,7 +238,8 @@ json replay_json(const Replay& r, const std::vector<TraceRequest>& trace, int64_
                         {"queue_ms", q.queue_ms}, {"ttft_ms", q.ttft_ms}, {"tpot_ms", q.tpot_ms},
                         {"e2e_ms", q.e2e_ms}, {"preemptions", q.preemptions}});
   }
-  return {{"steps", r.busy.size()}, {"generated_tokens", r.n_generated}, {"wall_s", r.wall_s},
+  return {{"steps", r.busy.size()}, {"generated_tokens", r.n_generated},
+          {"padding_rows", r.n_padding_rows}, {"wall_s", r.wall_s},
           {"tokens_per_s", r.wall_s > 0 ? static_cast<double>(r.n_generated) / r.wall_s : 0.0},
           {"avg_batch", n_steps > 0 ? static_cast<double>(slot_steps) / n_steps : 0.0},
           {"timeline", timeline_json(r, trace, n_slots)}, {"requests", requests}};
@@ -283,6 +288,10 @@ void print_text(const json& j) {
     std::printf("\n== %s batching: %lld steps, %lld tokens, %.2f s, %.1f tokens/s, average "
                 "batch %.2f ==\n", policy, ll(p["steps"]), ll(p["generated_tokens"]),
                 dbl(p["wall_s"]), dbl(p["tokens_per_s"]), dbl(p["avg_batch"]));
+    if (ll(p["padding_rows"]) > 0)
+      std::printf("  ('.' slots of a running batch still cost a row: %lld padding rows ran, a "
+                  "finished request decoding until its batch ends, as HF generate does)\n",
+                  ll(p["padding_rows"]));
     for (const json& seg : p["timeline"]) {
       std::string cells;
       for (const json& name : seg["slots"])  // right-aligned in `width` columns
@@ -349,6 +358,9 @@ int main(int argc, char** argv) {
   int64_t extra = 6, max_num_seqs = 3, prompt_tokens = 16;
   double scale = 1.0;
   uint64_t seed = 42;
+  bool no_padding = false;
+  app.add_flag("--no-static-padding", no_padding, "Static batching: a finished request leaves its "
+               "batch at once instead of decoding padding until the batch ends (HF generate)");
   app.add_option("--trace", trace_path, "JSONL trace replacing A, B, C...: one request a line, "
                  "{\"output_tokens\": N, \"prompt_tokens\": M (optional)}; --scale applies to N");
   app.add_option("--extra", extra, "Requests after A, B, C (lengths cycle 60 40 400 200 120 20)")
@@ -375,6 +387,7 @@ int main(int argc, char** argv) {
     }
     lio::EngineConfig ec;
     ec.scheduler.max_num_seqs = max_num_seqs;
+    ec.scheduler.static_padding = !no_padding;
     ec.scheduler.validate();
     lio::parse_device(o.device);
     const std::vector<TraceRequest> trace = trace_path.empty()
@@ -416,7 +429,7 @@ int main(int argc, char** argv) {
       requests.push_back({{"name", r.name}, {"prompt_tokens", r.prompt_tokens},
                           {"output_tokens", r.output_tokens}});
     json j{{"model", m.path}, {"device", runner->device_description()},
-           {"max_num_seqs", max_num_seqs}, {"scale", scale},
+           {"max_num_seqs", max_num_seqs}, {"scale", scale}, {"static_padding", !no_padding},
            {"trace", {{"source", trace_path.empty() ? "built-in" : trace_path},
                       {"n_requests", trace.size()},
                       {"mean_prompt_tokens", double(sum_prompt) / double(trace.size())},

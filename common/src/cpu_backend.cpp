@@ -82,7 +82,7 @@ void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const fl
   const int64_t kvd = config_.kv_dim();
   // Chapter 01, Task 3: the slot mapping turns "append at position p" into "write slot s".
   for (int64_t i = 0; i < batch.host->n_tokens(); ++i)
-    slots.write(layer, batch.slot_mapping[i], k + i * kvd, v + i * kvd);
+    if (batch.slot_mapping[i] != kPadSlotId) slots.write(layer, batch.slot_mapping[i], k + i * kvd, v + i * kvd);
 }
 
 void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch) {

@@ -209,6 +209,13 @@ std::vector<RequestOutput> Engine::step() {
       rows.push_back({&seq.sampler(), seq.token_ids()});
     }
   }
+  // Static batching's finished rows (HF generate-style padding): they cost a row, write no
+  // K/V, and their greedy token is thrown away.
+  for (const PaddingRow& row : sched.padding) {
+    batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false);
+    rows.push_back({&padding_sampler_, std::span<const int32_t>(&row.token, 1)});
+  }
+  stats_.n_padding_tokens += static_cast<int64_t>(sched.padding.size());
   stats_.n_steps += 1;
   stats_.max_running = std::max<int64_t>(stats_.max_running, static_cast<int64_t>(sched.scheduled.size()));
 

@@ -15,7 +15,7 @@ ForwardBatch::ForwardBatch(int64_t block_size_tokens) : block_size(block_size_to
 }
 
 void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                                std::span<const int32_t> block_table, int64_t n_logits) {
+                                std::span<const int32_t> block_table, int64_t n_logits, bool write_kv) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw InvalidArgument("ForwardBatch::add_sequence: no tokens");
   if (start_pos < 0) throw InvalidArgument("ForwardBatch::add_sequence: start_pos < 0");
@@ -38,6 +38,7 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
   slot_mapping.resize(static_cast<size_t>(first_row + n));
   compute_slot_mapping(block_table, start_pos, block_size,
                        std::span<int32_t>(slot_mapping).subspan(static_cast<size_t>(first_row)));  // Task 1
+  if (!write_kv) std::fill(slot_mapping.begin() + first_row, slot_mapping.end(), kPadSlotId);
   for (int64_t i = n - n_logits; i < n; ++i) logits_rows.push_back(static_cast<int32_t>(first_row + i));
   query_start_loc.push_back(static_cast<int32_t>(first_row + n));
   seq_lens.push_back(static_cast<int32_t>(seq_len));
@@ -78,7 +79,7 @@ void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t 
                             std::to_string(context_length) + " tokens");
     }
     const int32_t slot = slot_mapping[static_cast<size_t>(i)];
-    if (slot < 0 || slot >= n_blocks * block_size) {
+    if ((slot < 0 && slot != kPadSlotId) || slot >= n_blocks * block_size) {
       throw InvalidArgument("forward: slot " + std::to_string(slot) + " at row " + std::to_string(i) +
                             " is outside the pool's " + std::to_string(n_blocks * block_size) + " slots");
     }

@@ -50,12 +50,26 @@ void Scheduler::add_front(Sequence* seq) {
 }
 
 void Scheduler::remove(Sequence* seq) {
+  const bool was_running = std::find(running_.begin(), running_.end(), seq) != running_.end();
   std::erase(waiting_, seq);
   std::erase(running_, seq);
   std::erase(swapped_, seq);
+  if (was_running && config_.policy == SchedulingPolicy::Static && config_.static_padding &&
+      seq->num_computed_tokens > 0 && !seq->block_table.empty()) {
+    // HF generate: the finished row stays in the batch, decoding padding, until the batch ends.
+    const int64_t pos = seq->num_computed_tokens - 1;
+    padding_.push_back({std::move(seq->block_table), seq->token_ids()[static_cast<size_t>(pos)], pos});
+    seq->block_table.clear();
+  }
   blocks_.free(seq->block_table);
   if (swap_space_ != nullptr) swap_space_->free(seq->host_block_table);
   seq->host_block_table.clear();
+  if (running_.empty() && swapped_.empty()) release_padding();  // the batch has ended
+}
+
+void Scheduler::release_padding() {
+  for (PaddingRow& row : padding_) blocks_.free(row.block_table);
+  padding_.clear();
 }
 
 void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
@@ -91,6 +105,10 @@ void Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
     }
     // Make room: preempt the latest arrival until this sequence's slots fit.
     bool fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
+    if (!fits && !padding_.empty()) {  // padding rows give their blocks up before anyone is preempted
+      release_padding();
+      fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
+    }
     while (!fits) {
       std::vector<Sequence*> candidates;
       for (Sequence* s : running_)
@@ -200,6 +218,12 @@ SchedulerOutput Scheduler::schedule() {
   schedule_running(out, budget);  // decodes and prompt chunks of running sequences first
   if (out.preempted.empty()) resume_swapped(out, budget);
   admit_waiting(out, budget, n_running_at_start);
+  for (const PaddingRow& row : padding_) {  // static batching's finished rows, as budget allows
+    if (budget <= 0) break;
+    out.padding.push_back(row);
+    out.n_tokens += 1;
+    budget -= 1;
+  }
   return out;
 }
 

@@ -393,6 +393,42 @@ TEST_F(CudaRunnerTest, EngineSwapPreemptionMatchesCpu) {
   EXPECT_EQ(got, want);
 }
 
+// Static batching's padding rows (slot kPadSlotId: computed, never written) on the device:
+// the same tokens as the CPU, and the same count of padding rows.
+TEST_F(CudaRunnerTest, EngineStaticPaddingMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  auto serve = [&](lio::Device device, lio::EngineStats* stats) {
+    auto r = runner(m, device, 8, 64);
+    lio::EngineConfig cfg;
+    cfg.scheduler.policy = lio::SchedulingPolicy::Static;
+    cfg.scheduler.max_num_seqs = 3;
+    lio::Engine e(*r, *m.tokenizer, cfg);
+    for (int i = 0; i < 6; ++i) {
+      lio::SamplingParams p;
+      p.max_tokens = 3 + 5 * i;
+      p.ignore_eos = true;
+      std::vector<int32_t> prompt = kPrompt;
+      prompt.push_back(10 + i);
+      e.add_request(prompt, p);
+    }
+    std::map<int64_t, std::vector<int32_t>> out;
+    while (e.has_unfinished())
+      for (const lio::RequestOutput& o : e.step())
+        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    *stats = e.stats();
+    EXPECT_EQ(e.n_free_blocks(), 64);
+    return out;
+  };
+  lio::EngineStats cpu_stats, gpu_stats;
+  const auto want = serve(lio::Device::Cpu, &cpu_stats);
+  EXPECT_EQ(serve(lio::Device::Cuda, &gpu_stats), want);
+  EXPECT_GT(cpu_stats.n_padding_tokens, 0);
+  EXPECT_EQ(gpu_stats.n_padding_tokens, cpu_stats.n_padding_tokens);
+}
+
 // forward_sample with a greedy sampler runs the penalty and argmax on the device; it must pick
 // the CPU sampler's tokens, penalty on and off, and leave the same sequence behind.
 TEST_F(CudaRunnerTest, GreedyForwardSampleMatchesCpuSampler) {

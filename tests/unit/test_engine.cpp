@@ -305,6 +305,12 @@ TEST(ForwardBatchTest, SlotMappingFollowsTheBlockTable) {
   EXPECT_EQ(b.positions, (std::vector<int32_t>{3, 4, 5}));
   EXPECT_EQ(b.seq_lens, (std::vector<int32_t>{6}));
   EXPECT_EQ(b.logits_rows, (std::vector<int32_t>{2}));
+  b.add_sequence(std::vector<int32_t>{5}, 2, table, 1, /*write_kv=*/false);  // a padding row
+  EXPECT_EQ(b.slot_mapping.back(), lio::kPadSlotId);
+  EXPECT_EQ(b.seq_lens.back(), 3) << "it still attends to positions 0..2";
+  EXPECT_NO_THROW(b.validate(256, 64, 16));
+  b.slot_mapping.back() = -2;
+  EXPECT_THROW(b.validate(256, 64, 16), lio::InvalidArgument) << "only kPadSlotId may be negative";
 }
 
 TEST(ForwardBatchTest, RejectsShortBlockTablesAndBadIds) {
@@ -518,6 +524,47 @@ TEST_F(EngineTest, SwapPreemptionResumesWithTheSameTokens) {
   EXPECT_GT(swapped.n_blocks_swapped_out, 0);
   EXPECT_EQ(swapped.n_blocks_swapped_in, swapped.n_blocks_swapped_out) << "every swapped block comes back";
   EXPECT_LT(swapped.n_prompt_tokens_computed, recomputed.n_prompt_tokens_computed) << "swap recomputes nothing";
+}
+
+TEST_F(EngineTest, StaticBatchingPadsFinishedRowsUntilTheBatchEnds) {
+  // Batch of 3 (max_tokens 5, 2, 3), then D: B finishes after step 2 and pads steps 3-5, C
+  // after step 3 and pads steps 4-5 (HF generate keeps finished rows in the batch); D starts
+  // at step 6 with the padding's blocks back in the pool. Tokens never depend on padding.
+  auto serve = [&](lio::SchedulingPolicy policy, bool padding, lio::EngineStats* stats,
+                   std::vector<int64_t>* free_after_step) {
+    auto r = runner(16, 64);
+    lio::EngineConfig cfg;
+    cfg.scheduler.max_num_seqs = 3;
+    cfg.scheduler.policy = policy;
+    cfg.scheduler.static_padding = padding;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    const int64_t max_tokens[] = {5, 2, 3, 2};
+    for (int i = 0; i < 4; ++i) e.add_request(prompt(i), greedy(max_tokens[i]));
+    std::map<int64_t, std::vector<int32_t>> out;
+    while (e.has_unfinished()) {
+      for (const lio::RequestOutput& o : e.step())
+        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      free_after_step->push_back(e.n_free_blocks());
+      if (free_after_step->size() > 100) break;
+    }
+    *stats = e.stats();
+    EXPECT_EQ(e.n_free_blocks(), 64) << "padding rows give their blocks back";
+    return out;
+  };
+  lio::EngineStats padded, unpadded, continuous;
+  std::vector<int64_t> free_padded, free_unpadded, free_continuous;
+  const auto want = serve(lio::SchedulingPolicy::Continuous, true, &continuous, &free_continuous);
+  EXPECT_EQ(serve(lio::SchedulingPolicy::Static, true, &padded, &free_padded), want);
+  EXPECT_EQ(serve(lio::SchedulingPolicy::Static, false, &unpadded, &free_unpadded), want);
+  EXPECT_EQ(continuous.n_padding_tokens, 0);
+  EXPECT_EQ(unpadded.n_padding_tokens, 0);
+  EXPECT_EQ(padded.n_padding_tokens, 3 + 2);
+  ASSERT_EQ(free_padded.size(), 7u) << "A runs 5 steps, then D 2";
+  EXPECT_EQ(free_unpadded.size(), 7u);
+  // After step 3, B and C are done: padded, their blocks are still held; unpadded, freed.
+  EXPECT_LT(free_padded[2], free_unpadded[2]);
+  EXPECT_EQ(free_padded[4], 64) << "the batch ended at step 5: everything is back";
+  EXPECT_EQ(padded.n_decode_tokens, unpadded.n_decode_tokens) << "padding rows are not decode tokens";
 }
 
 TEST_F(EngineTest, TimingsFollowVllmDefinitions) {

@@ -71,6 +71,7 @@ struct EngineStats {
   int64_t n_forks = 0;                   ///< samples forked off a computed prompt (n > 1)
   int64_t n_blocks_swapped_out = 0;      ///< blocks copied to host swap space
   int64_t n_blocks_swapped_in = 0;       ///< blocks copied back
+  int64_t n_padding_tokens = 0;          ///< static batching's padding rows run (output discarded)
 };
 
 /// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
@@ -131,6 +132,7 @@ class Engine {
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
   EngineStats stats_;
+  Sampler padding_sampler_{SamplerConfig{}};  ///< greedy; static batching's padding rows
 
   mutable std::mutex inbox_mutex_;
   std::vector<std::unique_ptr<Sequence>> inbox_add_;

@@ -24,6 +24,10 @@ namespace lio {
 void compute_slot_mapping(std::span<const int32_t> block_table, int64_t start_pos, int64_t block_size,
                           std::span<int32_t> out);
 
+/// The slot of a row whose K/V are not written (vLLM's PAD_SLOT_ID): a padding row that
+/// re-reads a computed position, e.g. static batching's finished rows (chapter 05).
+inline constexpr int32_t kPadSlotId = -1;
+
 /// Inputs of one forward pass, built on the host (by the Engine, or by hand in tests) and
 /// copied to the device by the backend. Rows of one sequence are contiguous and in position
 /// order; sequences appear in any order.
@@ -32,7 +36,7 @@ struct ForwardBatch {
   std::vector<int32_t> positions;        ///< (n_tokens) absolute position of each token (RoPE)
   /// (n_tokens) KV slot each token's K/V is written to:
   /// slot = block_table[pos / block_size] * block_size + pos % block_size
-  /// (vLLM `BlockTable.compute_slot_mapping`).
+  /// (vLLM `BlockTable.compute_slot_mapping`); kPadSlotId = not written.
   std::vector<int32_t> slot_mapping;
   std::vector<int32_t> query_start_loc;  ///< (n_seqs + 1) row offsets: cu_seqlens_q, [0] = 0
   std::vector<int32_t> seq_lens;         ///< (n_seqs) cached + new tokens of each sequence
@@ -66,13 +70,16 @@ struct ForwardBatch {
   /// and whose cached prefix 0 .. start_pos - 1 is already in those blocks. `n_logits` of its
   /// last rows get logits (0, 1 = the usual last token, or query_len = teacher forcing).
   /// block_table: (>= ceil((start_pos + query_len) / block_size)) block ids.
+  /// `write_kv` false makes the rows padding (slot kPadSlotId): they compute and attend but
+  /// write no K/V, so their positions must already hold K/V (static batching's finished
+  /// rows re-run their last computed token; HF `generate` keeps such rows in the batch).
   /// Throws InvalidArgument if tokens is empty, start_pos < 0, n_logits outside
   /// [0, query_len], or the block table is too short for start_pos + query_len.
   void add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                    std::span<const int32_t> block_table, int64_t n_logits = 1);
+                    std::span<const int32_t> block_table, int64_t n_logits = 1, bool write_kv = true);
 
   /// Checks the batch against a model and a pool before anything runs: token ids in
-  /// [0, vocab_size), every slot in [0, n_slots), positions below context_length, block ids
+  /// [0, vocab_size), every slot in [0, n_slots) or kPadSlotId, positions below context_length, block ids
   /// in [0, n_blocks), shapes consistent. Throws InvalidArgument naming the row or sequence.
   void validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks) const;
 };

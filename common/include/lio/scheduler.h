@@ -12,7 +12,9 @@
 // With a prefix cache a sequence admitted with nothing computed starts from the longest cached
 // prefix; every sequence's next slots come from BlockManager::append_slots (copy-on-write).
 // Static batching (`SchedulingPolicy::Static`, the baseline of chapter 05) admits a batch only
-// when nothing runs and lets no request join until the whole batch has finished.
+// when nothing runs and lets no request join until the whole batch has finished; as in HF
+// `generate`, a finished request's row stays in the batch as padding until then (it keeps
+// its blocks and re-runs its last computed token, writing nothing).
 // The decisions are chapter 05's exercise points (lio/scheduler_policy.h); the copies decided
 // here are carried out by the Engine before the forward pass.
 #pragma once
@@ -56,6 +58,9 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true;    ///< false: a prompt runs whole or waits
   SchedulingPolicy policy = SchedulingPolicy::Continuous;  ///< when requests may join
   PreemptionMode preemption = PreemptionMode::Recompute;   ///< what preemption does to K/V
+  /// Static batching only: a finished request's row keeps running as padding until its batch
+  /// ends, as in HF `generate` (true), or leaves the batch at once (false; cheaper steps).
+  bool static_padding = true;
 
   /// Throws InvalidArgument if a limit is < 1.
   void validate() const;
@@ -65,6 +70,16 @@ struct SchedulerConfig {
 struct ScheduledSequence {
   Sequence* seq = nullptr;   ///< not owned
   int64_t n_new_tokens = 0;  ///< tokens from num_computed_tokens on to run this step
+};
+
+/// A finished request's row that static batching keeps running until its batch ends (HF
+/// `generate` decodes padding for finished rows). It re-runs the last computed token at its
+/// position, reading the blocks it still holds and writing no K/V (kPadSlotId); its output is
+/// discarded.
+struct PaddingRow {
+  std::vector<int32_t> block_table;  ///< the finished sequence's blocks, held until the batch ends
+  int32_t token = 0;                 ///< its last computed token
+  int64_t position = 0;              ///< that token's position (its K/V are in block_table)
 };
 
 /// What schedule() decided.
@@ -79,7 +94,8 @@ struct SchedulerOutput {
   std::vector<BlockCopy> swap_out;
   std::vector<BlockCopy> swap_in;  ///< host block -> device block, after the swap-outs
   std::vector<BlockCopy> copies;   ///< copy-on-write, device -> device, last
-  int64_t n_tokens = 0;  ///< total rows scheduled
+  std::vector<PaddingRow> padding;  ///< static batching's finished rows, after `scheduled`
+  int64_t n_tokens = 0;  ///< total rows scheduled, padding included
 };
 
 /// FCFS scheduler over a BlockManager. Holds non-owning Sequence pointers. Not thread-safe.
@@ -96,6 +112,8 @@ class Scheduler {
   /// Queues a sequence at the front (a forked sample holding its shared prompt blocks).
   void add_front(Sequence* seq);
   /// Removes `seq` from whichever queue holds it and frees its blocks (device and host).
+  /// Static batching with `static_padding`: a running sequence's blocks stay held by a
+  /// PaddingRow until the last sequence of its batch is removed.
   void remove(Sequence* seq);
   /// Picks the next step's sequences and allocates their slots.
   SchedulerOutput schedule();
@@ -108,6 +126,8 @@ class Scheduler {
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
   /// Sequences whose K/V are in the host swap space.
   int64_t n_swapped() const { return static_cast<int64_t>(swapped_.size()); }
+  /// Static batching's padding rows (finished requests whose batch still runs).
+  int64_t n_padding() const { return static_cast<int64_t>(padding_.size()); }
   /// The limits and policies.
   const SchedulerConfig& config() const { return config_; }
 
@@ -116,6 +136,7 @@ class Scheduler {
   void schedule_running(SchedulerOutput& out, int64_t& budget);
   void resume_swapped(SchedulerOutput& out, int64_t& budget);
   void admit_waiting(SchedulerOutput& out, int64_t& budget, int64_t n_running_at_start);
+  void release_padding();
   SchedulerConfig config_;
   BlockManager& blocks_;
   PrefixCache* cache_;
@@ -123,6 +144,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::deque<Sequence*> running_;
   std::deque<Sequence*> swapped_;  ///< oldest preemption first
+  std::vector<PaddingRow> padding_;  ///< static batching's finished rows
 };
 
 }  // namespace lio
