@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Plots bench_continuous_batching's --out-json as a PNG beside it (same name, .png):
-- output tok/s by arrival rate, static vs continuous batching (the ratio over each pair)
+- output tok/s by arrival rate, static (padded as HF generate; and letting finished rows leave,
+  where measured) vs continuous batching (continuous / static over each group)
 - ITL p99 and TTFT p99 by rate, continuous batching with chunked prefill on vs off (p50 over each bar)
 - the small KV pool: output tok/s by rate, recompute vs swap preemption (preemptions over each bar)
 Usage: plot.py RESULT.json [RESULT.json ...]   (default: bench/results/05_continuous_batching*.json)"""
@@ -51,11 +52,18 @@ def plot(path):
     axes = axes.flatten()
 
     static, cont = rows_of(runs, "static"), rows_of(runs, "continuous")
-    bars(axes[0], rates, [("static", static), ("continuous", cont)], "output_tok_s", "output tokens/s",
-         "Static vs continuous batching")
+    leave = rows_of(runs, "static_no_padding")
+    # Results made before static padding existed have no "static_padding": their static let
+    # finished rows leave the batch.
+    padded = any(r.get("static_padding", False) for r in static.values())
+    series = [("static (HF generate: padding)" if padded else "static (finished rows leave)", static)]
+    if leave:
+        series.append(("static, finished rows leave", leave))
+    series.append(("continuous", cont))
+    bars(axes[0], rates, series, "output_tok_s", "output tokens/s", "Static vs continuous batching")
     for j, r in enumerate(rates):
         if r in static and r in cont and static[r]["output_tok_s"] > 0:
-            top = max(static[r]["output_tok_s"], cont[r]["output_tok_s"])
+            top = max(run[r]["output_tok_s"] for _, run in series if r in run)
             axes[0].annotate(f"{cont[r]['output_tok_s'] / static[r]['output_tok_s']:.2f}x", (j, top * 1.02),
                              ha="center", va="bottom", fontsize=8, fontweight="bold")
     axes[0].margins(y=0.15)

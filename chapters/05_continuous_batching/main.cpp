@@ -333,9 +333,13 @@ void print_text(const json& j) {
               ll(fb["max"]), dbl(fb["formula_avg_batch"]), dbl(fb["measured_avg_batch"]),
               ll(fb["steps"]), dbl(m["static_mean_ttft_ms"]), dbl(m["continuous_mean_ttft_ms"]),
               dbl(m["static_mean_e2e_ms"]), dbl(m["continuous_mean_e2e_ms"]));
-  if (dbl(m["throughput_ratio"]) < dbl(m["avg_batch_ratio"]))
-    std::printf("(throughput gains less than the batch: a step of %lld rows costs more than a "
-                "step of 1 on this device)\n", ll(j["max_num_seqs"]));
+  if (ll(j["static"]["padding_rows"]) > 0)
+    std::printf("(a static step keeps every row of its batch, padding included, as HF generate "
+                "does, so throughput follows the average batch)\n");
+  else if (dbl(m["throughput_ratio"]) < dbl(m["avg_batch_ratio"]))
+    std::printf("(throughput gains less than the batch: static steps shrink as requests leave, "
+                "and a step of %lld rows costs more than a step of 1 on this device)\n",
+                ll(j["max_num_seqs"]));
 }
 
 /// Mean of `key` over a replay's requests.
