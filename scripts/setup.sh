@@ -27,7 +27,7 @@ sudo_cmd=()
 # ---- 1. system packages ----------------------------------------------------------------
 apt_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
           libeigen3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz
-          nlohmann-json3-dev libpcre2-dev libxxhash-dev)
+          nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

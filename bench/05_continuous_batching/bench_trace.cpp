@@ -33,7 +33,9 @@
 namespace {
 
 using json = nlohmann::ordered_json;
+using lio::bench::fmt;
 using lio::bench::kVariants;
+using lio::bench::load_average_1min;
 using lio::bench::percentile;
 using lio::bench::Run;
 using lio::bench::TraceRequest;
@@ -42,22 +44,6 @@ using lio::bench::Variant;
 // ============================================================================
 // Reporting
 // ============================================================================
-
-/// `x` with `digits` decimals, "-" for NaN.
-std::string fmt(double x, int digits = 1) {
-  if (std::isnan(x)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
-
-/// The 1-minute load average (/proc/loadavg), or NaN: other work on the machine skews timings.
-double load_average_1min() {
-  std::ifstream in("/proc/loadavg");
-  double load = NAN;
-  in >> load;
-  return in ? load : NAN;
-}
 
 /// NaN -> null (JSON has no NaN).
 json num(double x) { return std::isnan(x) ? json(nullptr) : json(x); }

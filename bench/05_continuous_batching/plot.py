@@ -10,35 +10,20 @@ import glob
 import json
 import os
 
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from plot_util import bars  # noqa: E402
+
 
 def rows_of(runs, variant):
     """{rate label: run} of one variant."""
     return {r["rate"]: r for r in runs if r["variant"] == variant}
-
-
-def bars(ax, rates, series, key, ylabel, title, annotate=None):
-    """Grouped bars: one group per rate, one bar per (label, {rate: run}) in series."""
-    width = 0.8 / max(1, len(series))
-    for i, (label, runs) in enumerate(series):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(rates))]
-        ys = [runs[r][key] if r in runs and runs[r][key] is not None else 0 for r in rates]
-        b = ax.bar(xs, ys, width, label=label)
-        if annotate:
-            for rect, r in zip(b, rates):
-                if r in runs:
-                    ax.annotate(annotate(runs[r]), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
-                                ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(rates)))
-    ax.set_xticklabels(rates)
-    ax.set_xlabel("arrival rate (requests/s)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
 
 
 def plot(path):

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -35,6 +37,22 @@ inline std::string cpu_name() {
     }
   }
   return "unknown";
+}
+
+/// `x` with `digits` decimals, "-" for NaN (a table cell).
+inline std::string fmt(double x, int digits = 1) {
+  if (std::isnan(x)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+/// The 1-minute load average (/proc/loadavg), or NaN: other work on the machine skews timings.
+inline double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double load = NAN;
+  in >> load;
+  return in ? load : NAN;
 }
 
 /// The text the decode benchmarks tokenize and repeat into prompts of any length.

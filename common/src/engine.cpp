@@ -206,7 +206,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (completes) {
       sampling.push_back(&seq);
-      rows.push_back({&seq.sampler(), seq.token_ids()});
+      rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
     }
   }
   // Static batching's finished rows (HF generate-style padding): they cost a row, write no
@@ -236,7 +236,10 @@ std::vector<RequestOutput> Engine::step() {
     RequestOutput o = output_of(seq);
     const int64_t before = seq.n_tokens();
     o.new_text = seq.append_token(next[i], c.context_length);
-    if (seq.n_tokens() > before) o.new_token_ids.push_back(next[i]);
+    if (seq.n_tokens() > before) {
+      o.new_token_ids.push_back(next[i]);
+      if (seq.params().sampler.logprobs >= 0) o.logprobs.push_back(seq.sampler().last_logprobs());
+    }
     o.n_generated_tokens = seq.n_generated();
     if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);
     if (seq.finish_reason) {

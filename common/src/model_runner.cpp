@@ -60,7 +60,9 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
   if (backend_->has_device_argmax()) {
     for (int64_t i = 0; i < n_out; ++i) {
       const SamplerConfig& sc = rows[static_cast<size_t>(i)].sampler->config();
-      if (sc.temperature != 0.0f) continue;
+      // The device path knows the repetition penalty only, and returns no logits row.
+      if (sc.temperature != 0.0f || sc.presence_penalty != 0.0f || sc.frequency_penalty != 0.0f || sc.logprobs >= 0)
+        continue;
       // Checked on the host before anything runs: an id outside the vocabulary would index
       // past the logits on the device.
       penalty_tokens.push_back(sc.repeat_penalty == 1.0f
@@ -76,7 +78,8 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
     std::vector<float> row(static_cast<size_t>(vocab));
     for (int64_t i = 0; i < n_out; ++i) {
       std::copy_n(logits.begin() + i * vocab, vocab, row.begin());  // the penalty writes into it
-      tokens[static_cast<size_t>(i)] = rows[static_cast<size_t>(i)].sampler->sample(row, rows[static_cast<size_t>(i)].history);
+      const SampleRow& r = rows[static_cast<size_t>(i)];
+      tokens[static_cast<size_t>(i)] = r.sampler->sample(row, r.history, r.output);
     }
     return tokens;
   }
@@ -100,8 +103,8 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
     if (done[static_cast<size_t>(i)]) continue;
     const bool was_greedy = std::find(greedy.begin(), greedy.end(), i) != greedy.end();
     std::copy_n(logits_.begin() + i * vocab, vocab, row.begin());
-    tokens[static_cast<size_t>(i)] = rows[static_cast<size_t>(i)].sampler->sample(
-        row, was_greedy ? std::span<const int32_t>{} : rows[static_cast<size_t>(i)].history);
+    const SampleRow& r = rows[static_cast<size_t>(i)];
+    tokens[static_cast<size_t>(i)] = was_greedy ? r.sampler->sample(row, {}) : r.sampler->sample(row, r.history, r.output);
   }
   return tokens;
 }

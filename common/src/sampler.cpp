@@ -1,4 +1,5 @@
-// sampler.cpp — repetition penalty, greedy, top-k, temperature, softmax, top-p, min-p, draw.
+// sampler.cpp — repetition, presence and frequency penalties, greedy, top-k, temperature,
+// softmax, top-p, min-p, draw; optionally the row's log-probabilities.
 //
 // The chain follows sampler.h. Two implementation choices worth knowing:
 //  * Everything after the penalty works on `candidates_`, the ids of the finite logits. Top-k
@@ -88,6 +89,27 @@ void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> hist
   }
 }
 
+// Step (1b): OpenAI's presence and frequency penalties over the generated tokens:
+// l[t] -= count(t) * frequency + (count(t) > 0) * presence (OpenAI API reference, "Parameter
+// details"; vLLM applies them after the repetition penalty, as here).
+void apply_presence_frequency(std::span<float> logits, std::span<const int32_t> output, float presence,
+                              float frequency) {
+  if ((presence == 0.0f && frequency == 0.0f) || output.empty()) return;
+  std::vector<int32_t> sorted(output.begin(), output.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size();) {
+    const int32_t token = sorted[i];
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == token) ++j;
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+      throw InvalidArgument("sampler: output token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                            std::to_string(logits.size()) + ")");
+    }
+    logits[static_cast<size_t>(token)] -= static_cast<float>(j - i) * frequency + presence;
+    i = j;
+  }
+}
+
 }  // namespace
 
 // ==== config ==================================================================================
@@ -115,6 +137,15 @@ void SamplerConfig::validate() const {
     throw InvalidArgument("--repeat-last-n must be >= 0 (0 = off), got " +
                           std::to_string(repeat_last_n));
   }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    throw InvalidArgument("presence_penalty must be in [-2, 2], got " + format_value(presence_penalty));
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    throw InvalidArgument("frequency_penalty must be in [-2, 2], got " + format_value(frequency_penalty));
+  }
+  if (logprobs < -1 || logprobs > 20) {
+    throw InvalidArgument("logprobs must be in [0, 20] (-1 = off), got " + std::to_string(logprobs));
+  }
 }
 
 // ==== sampler =================================================================================
@@ -123,15 +154,46 @@ Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.see
   config_.validate();
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history,
+                        std::span<const int32_t> output) {
   if (logits.empty()) throw InvalidArgument("sampler: empty logits row (vocab size 0)");
-  // (1) repetition penalty, in place; then the row is checked. Checking after the penalty
-  // also catches a finite logit the penalty itself overflowed (|l| near FLT_MAX), which would
-  // otherwise give exp(inf - inf) = NaN below; NaN and +-inf pass through the penalty as they
-  // are. The CUDA greedy path applies the penalty on the device, then checks the same row.
+  if (config_.logprobs >= 0) raw_.assign(logits.begin(), logits.end());
+  // (1) penalties, in place; then the row is checked. Checking after the penalties also
+  // catches a finite logit they overflowed (|l| near FLT_MAX), which would otherwise give
+  // exp(inf - inf) = NaN below; NaN and +-inf pass through them as they are. The CUDA greedy
+  // path applies the repetition penalty on the device, then checks the same row (rows with
+  // presence / frequency penalties or logprobs come here).
   apply_repeat_penalty(logits, history, config_.repeat_last_n, config_.repeat_penalty);
+  apply_presence_frequency(logits, output, config_.presence_penalty, config_.frequency_penalty);
   check_logits(logits);
+  const int32_t token = draw(logits);
+  if (config_.logprobs >= 0) record_logprobs(token);
+  return token;
+}
 
+void Sampler::record_logprobs(int32_t token) {
+  // raw_ holds no NaN or +inf and is not all -inf: the penalties keep NaN and +inf as they
+  // are and -inf as -inf, so check_logits() on the penalized row vouched for it.
+  // log p(t) = l_t - (l_max + log sum exp(l - l_max)).
+  const float l_max = *std::max_element(raw_.begin(), raw_.end());
+  double sum = 0.0;
+  for (const float l : raw_) sum += std::exp(static_cast<double>(l - l_max));
+  const double log_z = static_cast<double>(l_max) + std::log(sum);
+  const auto logprob_of = [&](int32_t t) {
+    return static_cast<float>(static_cast<double>(raw_[static_cast<size_t>(t)]) - log_z);
+  };
+  last_logprobs_.sampled = {token, logprob_of(token)};
+  last_logprobs_.top.clear();
+  const size_t k = std::min(static_cast<size_t>(config_.logprobs), raw_.size());
+  if (k == 0) return;
+  std::vector<int32_t> ids(raw_.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  const auto k_end = ids.begin() + static_cast<std::ptrdiff_t>(k);
+  std::partial_sort(ids.begin(), k_end, ids.end(), MoreLikely{raw_});
+  for (auto it = ids.begin(); it != k_end; ++it) last_logprobs_.top.push_back({*it, logprob_of(*it)});
+}
+
+int32_t Sampler::draw(std::span<const float> logits) {
   // (2) greedy shortcut. The row has a finite maximum now, so argmax is well defined.
   if (config_.temperature == 0.0f) return argmax(logits);
 

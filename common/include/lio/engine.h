@@ -56,6 +56,8 @@ struct RequestOutput {
   std::vector<double> itl_ms;
   int64_t n_preemptions = 0;           ///< times this request was preempted
   int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
+  /// With params.sampler.logprobs >= 0: one entry per new_token_ids entry, in order.
+  std::vector<SampleLogprobs> logprobs;
 };
 
 /// Counters over the engine's life.

@@ -30,10 +30,11 @@ Device parse_device(const std::string& text);
 const char* device_name(Device device);
 
 /// One logits row's sampling: the sequence's own sampler and its tokens so far (for the
-/// repetition penalty).
+/// penalties).
 struct SampleRow {
   Sampler* sampler = nullptr;          ///< not owned
-  std::span<const int32_t> history;    ///< prompt + generated tokens
+  std::span<const int32_t> history;    ///< prompt + generated tokens (repetition penalty)
+  std::span<const int32_t> output;     ///< generated tokens (presence / frequency penalties)
 };
 
 /// A backend, its KV pool and the forward pass. Not thread-safe (the Engine's thread uses it).
@@ -66,8 +67,9 @@ class ModelRunner {
   std::span<const float> forward(const ForwardBatch& batch);
 
   /// Runs `batch` and samples one token per logits row: out[i] =
-  /// rows[i].sampler->sample(logits row i, rows[i].history) — always that answer. Greedy rows
-  /// run penalty + argmax on the device when the backend can (a GPU copies back 12 bytes per
+  /// rows[i].sampler->sample(logits row i, rows[i].history, rows[i].output) — always that
+  /// answer. Greedy rows without presence / frequency penalties or logprobs run the
+  /// repetition penalty + argmax on the device when the backend can (a GPU copies back 12 bytes per
   /// row instead of vocab_size floats); a row the sampler would reject is then copied back and
   /// handed to it, so the error is the CPU path's. Throws InvalidArgument if rows.size() !=
   /// batch.n_logits(), or as forward() and Sampler::sample.

@@ -1,10 +1,12 @@
 // sampler.h — turns one row of logits into the next token id.
 //
 // Order of operations (as llama.cpp's default chain and HF generate apply them):
-// repetition penalty -> greedy shortcut (temperature == 0) -> top-k -> temperature ->
-// softmax -> top-p -> min-p -> renormalize -> draw with the seeded RNG.
-// Sources: repetition penalty, Keskar et al. 2019 (CTRL) sec. 4.1; top-k, Fan et al. 2018;
-// top-p (nucleus), Holtzman et al. 2020; min-p, Nguyen et al. 2024.
+// repetition penalty -> presence / frequency penalties -> greedy shortcut (temperature == 0)
+// -> top-k -> temperature -> softmax -> top-p -> min-p -> renormalize -> draw with the seeded
+// RNG. Optionally the log-probabilities of the row as given (before any of that) are recorded.
+// Sources: repetition penalty, Keskar et al. 2019 (CTRL) sec. 4.1; presence and frequency
+// penalties, the OpenAI API reference (applied after the repetition penalty, as vLLM does);
+// top-k, Fan et al. 2018; top-p (nucleus), Holtzman et al. 2020; min-p, Nguyen et al. 2024.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +25,32 @@ struct SamplerConfig {
   float repeat_penalty = 1.0f;  ///< > 0; 1 = off. Positive logits divided, negative multiplied.
   int32_t repeat_last_n = 64;   ///< how many recent tokens the penalty looks at (>= 0)
   uint64_t seed = 42;           ///< same seed + same logits => same tokens
+  /// OpenAI's presence penalty: subtracted once from the logit of every token that occurs in
+  /// the generated output so far; in [-2, 2]; 0 = off.
+  float presence_penalty = 0.0f;
+  /// OpenAI's frequency penalty: subtracted from a token's logit once per occurrence in the
+  /// generated output so far; in [-2, 2]; 0 = off.
+  float frequency_penalty = 0.0f;
+  /// Log-probabilities to record per sample (Sampler::last_logprobs): -1 = off; k in [0, 20] =
+  /// the sampled token's and the k most likely tokens'.
+  int32_t logprobs = -1;
 
   /// Throws InvalidArgument with the flag name and the allowed range on a bad value
   /// (e.g. "--temperature must be >= 0, got -1").
   void validate() const;
+};
+
+/// A token and its log-probability (natural log).
+struct TokenLogprob {
+  int32_t token = 0;     ///< token id
+  float logprob = 0.0f;  ///< log p(token), <= 0
+};
+
+/// Log-probabilities at one sampled position, from log_softmax of the logits row as the model
+/// gave it (before penalties, temperature and truncation: vLLM's default "raw" logprobs).
+struct SampleLogprobs {
+  TokenLogprob sampled;            ///< the token sample() returned
+  std::vector<TokenLogprob> top;   ///< the config().logprobs most likely, most likely first
 };
 
 /// Stateful sampler: owns the RNG (seeded once), so a run is reproducible.
@@ -38,19 +62,32 @@ class Sampler {
   /// Picks the next token. logits: (vocab) — modified in place by the repetition penalty
   /// (temperature is applied inside the softmax and not written back).
   /// history: tokens so far (prompt + generated) for the repetition penalty.
+  /// output: the generated tokens so far (a suffix of history; empty = none), for the
+  /// presence and frequency penalties, which are subtracted in place after the repetition
+  /// penalty. With config().logprobs >= 0 the row's log-probabilities are recorded
+  /// (last_logprobs()).
   /// -inf logits are allowed (masked, never drawn). Throws InvalidArgument if logits is empty,
-  /// or, after the penalty (so a finite logit it overflows counts), holds a NaN or +inf or is
-  /// all -inf; or if a history token in the penalty window is outside [0, vocab).
-  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  /// or, after the penalties (so a finite logit they overflow counts), holds a NaN or +inf or
+  /// is all -inf; or if a history token in the penalty window or an output token is outside
+  /// [0, vocab).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history,
+                 std::span<const int32_t> output = {});
 
   /// The validated settings.
   const SamplerConfig& config() const { return config_; }
+  /// What the last sample() call recorded when config().logprobs >= 0 (empty `top` and token 0
+  /// before the first call or when off).
+  const SampleLogprobs& last_logprobs() const { return last_logprobs_; }
 
  private:
+  int32_t draw(std::span<const float> logits);
+  void record_logprobs(int32_t token);
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::vector<int32_t> candidates_;  ///< scratch: token ids
   std::vector<float> probs_;         ///< scratch: (vocab) exp((l - l_max) / T), by token id
+  std::vector<float> raw_;           ///< scratch: (vocab) the row before penalties (logprobs on)
+  SampleLogprobs last_logprobs_;     ///< see last_logprobs()
 };
 
 /// Index of the largest value (first one on ties; NaN is never chosen over a number).
