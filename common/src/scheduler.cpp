@@ -50,9 +50,8 @@ void Scheduler::add_front(Sequence* seq) {
 }
 
 void Scheduler::remove(Sequence* seq) {
-  const bool was_running = std::find(running_.begin(), running_.end(), seq) != running_.end();
   std::erase(waiting_, seq);
-  std::erase(running_, seq);
+  const bool was_running = std::erase(running_, seq) > 0;
   std::erase(swapped_, seq);
   if (was_running && config_.policy == SchedulingPolicy::Static && config_.static_padding &&
       seq->num_computed_tokens > 0 && !seq->block_table.empty()) {
