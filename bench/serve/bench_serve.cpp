@@ -377,6 +377,8 @@ int main(int argc, char** argv) {
           if (r["target"] == target && r["rate"] == rate) return r;
         throw lio::InternalError("no run " + target + " @ " + rate);
       };
+      // A ratio over zero (e.g. no request met the SLOs) is no number: NaN, printed "-".
+      auto ratio = [](double x, double y) { return y > 0.0 ? x / y : std::nan(""); };
       for (const std::string& rate : s.rates) {
         const json& a = find(targets[0].name, rate);
         for (size_t j = 1; j < targets.size(); ++j) {
@@ -385,11 +387,11 @@ int main(int argc, char** argv) {
               {"rate", rate},
               {"numerator", targets[0].name},
               {"denominator", targets[j].name},
-              {"output_throughput", num(get(a, "output_throughput") / get(b, "output_throughput"))},
-              {"goodput", num(get(a, "goodput") / get(b, "goodput"))},
-              {"ttft_p99", num(get(a, "ttft_p99_ms") / get(b, "ttft_p99_ms"))},
-              {"tpot_p50", num(get(a, "tpot_p50_ms") / get(b, "tpot_p50_ms"))},
-              {"e2e_p50", num(get(a, "e2e_p50_ms") / get(b, "e2e_p50_ms"))}};
+              {"output_throughput", num(ratio(get(a, "output_throughput"), get(b, "output_throughput")))},
+              {"goodput", num(ratio(get(a, "goodput"), get(b, "goodput")))},
+              {"ttft_p99", num(ratio(get(a, "ttft_p99_ms"), get(b, "ttft_p99_ms")))},
+              {"tpot_p50", num(ratio(get(a, "tpot_p50_ms"), get(b, "tpot_p50_ms")))},
+              {"e2e_p50", num(ratio(get(a, "e2e_p50_ms"), get(b, "e2e_p50_ms")))}};
           std::printf("| %s | %s / %s | %sx | %sx | %sx | %sx | %sx |\n", rate.c_str(),
                       targets[0].name.c_str(), targets[j].name.c_str(),
                       fmt(get(row, "output_throughput"), 2).c_str(),
