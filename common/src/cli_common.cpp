@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "lio/error.h"
+#include "lio/gqa.h"
 
 namespace lio {
 
@@ -25,6 +26,10 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
   app.add_option("--device", o.device,
                  "Where the forward pass runs: cpu, or cuda (GPU 0; weights and KV cache in "
                  "device memory)")
+      ->capture_default_str();
+  app.add_option("--attention", o.attention,
+                 "KV heads (chapter 02): gqa (as stored), mha (one per query head, K/V heads "
+                 "repeated: same outputs), mqa (one, mean-pooled), or gqa:N")
       ->capture_default_str();
   app.add_option("--activations", o.activations,
                  "CPU matmul activations: f32, or int8 (rounded per 32-element block, integer dot "
@@ -65,7 +70,9 @@ void apply_threads(int threads) {
 
 LoadedModel load_from_options(const CommonOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
-  return load_model(path, parse_weight_mode(o.dtype));
+  LoadedModel m = load_model(path, parse_weight_mode(o.dtype));
+  apply_kv_head_variant(m, parse_attention_variant(o.attention, m.config));
+  return m;
 }
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <string>
 
 #include "cpu_ops.h"
 #include "lio/error.h"
+#include "lio/gqa.h"
+#include "lio/mla.h"
 
 namespace lio {
 
@@ -46,6 +49,9 @@ const WeightMatrix& CpuBackend::matrix(WeightRef w) const {
     case WeightKind::Gate: return L.w_gate;
     case WeightKind::Up: return L.w_up;
     case WeightKind::Down: return L.w_down;
+    case WeightKind::WkvA: return L.wkv_a;
+    case WeightKind::WkB: return L.wk_b;
+    case WeightKind::WvB: return L.wv_b;
     default: break;
   }
   throw InternalError("CpuBackend: weight kind is not a matrix");
@@ -119,8 +125,11 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   }
   if (!any_paged) return;
   // The other rows read K/V through their block tables: chapter 04's paged decode step
-  // (Task 5), one (row, query head) pair at a time, the pairs spread over the threads.
-  const int64_t group = c.n_heads / c.n_kv_heads, n_pairs = b.n_tokens() * c.n_heads;
+  // (Task 5), one (row, query head) pair at a time, the pairs spread over the threads; the
+  // KV head each query head reads is chapter 02's Task 1.
+  const int64_t n_pairs = b.n_tokens() * c.n_heads;
+  kv_head_.resize(static_cast<size_t>(c.n_heads));  // asked outside the parallel loop: it may throw
+  for (int64_t h = 0; h < c.n_heads; ++h) kv_head_[static_cast<size_t>(h)] = kv_head_for_query_head(h, c.n_heads, c.n_kv_heads);
   const float* k_pool = pool.keys(layer);
   const float* v_pool = pool.values(layer);
 #pragma omp parallel for schedule(dynamic, 4)
@@ -132,7 +141,103 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
     const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
                                          static_cast<size_t>(b.max_blocks_per_seq));
     cpu::paged_decode_attention(q + i * qd + h * c.head_dim, k_pool, v_pool, out + i * qd + h * c.head_dim, table,
-                                n_ctx, bs, c.n_kv_heads, h / group, c.head_dim, scale);
+                                n_ctx, bs, c.n_kv_heads, kv_head_[static_cast<size_t>(h)], c.head_dim,
+                                scale);
+  }
+}
+
+void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, row = c.kv_lora_rank + dr;
+  if (dr == 0) return;
+  LIO_CHECK(static_cast<int64_t>(weights_.mla_rope_inv_freq.size()) == dr / 2, "MLA model without RoPE frequencies");
+  const float* freq = weights_.mla_rope_inv_freq.data();
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    cpu::rope_freqs(q + i * c.q_dim() + dn, positions[i], c.n_heads, dn + dr, dr, freq);  // each head's q_pe
+    cpu::rope_freqs(latent + i * row + c.kv_lora_rank, positions[i], 1, row, dr, freq);  // the shared k_pe
+  }
+}
+
+void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
+                               const BatchView& batch) {
+  const ForwardBatch& b = *batch.host;
+  const ModelConfig& c = config_;
+  const int64_t H = c.n_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dc = c.kv_lora_rank;
+  const int64_t dv = c.v_head_dim, row = dc + dr, half = c.kv_dim(), qd = c.q_dim(), bs = b.block_size;
+  const float scale = c.softmax_scale();
+  auto* host = dynamic_cast<HostKvPool*>(&pool);
+  LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
+  const LayerWeights& L = weights_.layers.at(static_cast<size_t>(layer));
+  LIO_CHECK(L.wk_b.dtype == DType::F32 && L.wv_b.dtype == DType::F32, "MLA up-projections must be f32");
+  // 1. Each row's latent into the pool: first half in the K array, second half in V.
+  KvCache& slots = host->slots();
+  for (int64_t i = 0; i < b.n_tokens(); ++i)
+    if (b.slot_mapping[static_cast<size_t>(i)] != kPadSlotId)
+      slots.write(layer, b.slot_mapping[static_cast<size_t>(i)], latent + i * row, latent + i * row + half);
+  // 2. Each sequence's cached latents, gathered through its block table into rows [c | k_pe].
+  std::vector<int64_t> first(static_cast<size_t>(b.n_seqs()) + 1, 0);
+  for (int64_t s = 0; s < b.n_seqs(); ++s) first[static_cast<size_t>(s) + 1] = first[static_cast<size_t>(s)] + b.seq_lens[static_cast<size_t>(s)];
+  mla_latents_.resize(static_cast<size_t>(first.back() * row));
+  const float* k_pool = pool.keys(layer);
+  const float* v_pool = pool.values(layer);
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    const int32_t* table = b.block_tables.data() + s * b.max_blocks_per_seq;
+    for (int64_t j = 0; j < b.seq_lens[static_cast<size_t>(s)]; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+      float* dst = mla_latents_.data() + (first[static_cast<size_t>(s)] + j) * row;
+      std::copy_n(k_pool + slot * half, half, dst);
+      std::copy_n(v_pool + slot * half, half, dst + half);
+    }
+  }
+  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
+  for (int64_t s = 0; s < b.n_seqs(); ++s)
+    std::fill_n(row_seq_.begin() + b.query_start_loc[static_cast<size_t>(s)], b.query_len(s), static_cast<int32_t>(s));
+  auto n_ctx_of = [&](int64_t i) {  // causal: row i sees positions 0 .. its own
+    const int64_t s = row_seq_[static_cast<size_t>(i)];
+    return b.seq_lens[static_cast<size_t>(s)] - (b.query_start_loc[static_cast<size_t>(s) + 1] - i) + 1;
+  };
+  const auto* wk = reinterpret_cast<const float*>(L.wk_b.data);
+  const auto* wv = reinterpret_cast<const float*>(L.wv_b.data);
+  const int64_t n_pairs = b.n_tokens() * H;
+  if (c.mla_absorbed) {
+    // 3a. Absorbed (chapter 02, Task 4): attention in latent space, one (row, head) per call.
+    const MlaHeadShape shape{dn, dr, dc, dv};
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t pair = 0; pair < n_pairs; ++pair) {
+      const int64_t i = pair / H, h = pair % H, n_ctx = n_ctx_of(i);
+      const float* qi = q + i * qd + h * (dn + dr);
+      try {
+        mla_absorbed_attention_head(
+            {qi, static_cast<size_t>(dn)}, {qi + dn, static_cast<size_t>(dr)},
+            {wk + h * dn * dc, static_cast<size_t>(dn * dc)}, {wv + h * dv * dc, static_cast<size_t>(dv * dc)},
+            {mla_latents_.data() + first[static_cast<size_t>(row_seq_[static_cast<size_t>(i)])] * row,
+             static_cast<size_t>(n_ctx * row)},
+            n_ctx, shape, scale, {out + i * H * dv + h * dv, static_cast<size_t>(dv)});
+      } catch (...) {
+#pragma omp critical
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  // 3b. Naive: up-project every cached latent to K and V for all heads (one matmul per
+  // sequence), then ordinary attention per (row, head).
+  mla_c_.resize(static_cast<size_t>(first.back() * dc));
+  for (int64_t j = 0; j < first.back(); ++j) std::copy_n(mla_latents_.data() + j * row, dc, mla_c_.data() + j * dc);
+  mla_k_.resize(static_cast<size_t>(first.back() * H * dn));
+  mla_v_.resize(static_cast<size_t>(first.back() * H * dv));
+  cpu::matmul(L.wk_b, mla_c_.data(), mla_k_.data(), first.back());  // (n_ctx, H * d_nope)
+  cpu::matmul(L.wv_b, mla_c_.data(), mla_v_.data(), first.back());  // (n_ctx, H * d_v)
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t pair = 0; pair < n_pairs; ++pair) {
+    const int64_t i = pair / H, h = pair % H, n_ctx = n_ctx_of(i);
+    const int64_t f = first[static_cast<size_t>(row_seq_[static_cast<size_t>(i)])];
+    const float* qi = q + i * qd + h * (dn + dr);
+    cpu::mla_attention_head_expanded(qi, qi + dn, mla_k_.data() + f * H * dn + h * dn, H * dn,
+                                     mla_latents_.data() + f * row + dc, row, mla_v_.data() + f * H * dv + h * dv,
+                                     H * dv, n_ctx, dn, dr, dv, scale, out + i * H * dv + h * dv);
   }
 }
 

@@ -236,6 +236,9 @@ struct CudaBackend::Impl {
 
 CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights)
     : impl_(std::make_unique<Impl>(config)) {
+  if (config.is_mla()) {
+    throw UnsupportedError("--device cuda: the CUDA backend has no MLA kernels yet; run MLA models with --device cpu");
+  }
   if (cuda_device_count() == 0) {
     throw UnsupportedError(
         "--device cuda: no CUDA device is available (no NVIDIA GPU or driver is "

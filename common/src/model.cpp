@@ -21,9 +21,10 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   float* x = be.scratch(Scratch::X, n * d);           // (n, d_model) residual stream
   float* xn = be.scratch(Scratch::Xn, n * d);         // (n, d_model) normalized
   float* q = be.scratch(Scratch::Q, n * c.q_dim());   // (n, n_heads * head_dim)
-  float* k = be.scratch(Scratch::K, n * c.kv_dim());  // (n, n_kv_heads * head_dim)
+  // (n, n_kv_heads * head_dim); MLA: (n, kv_lora_rank + qk_rope_head_dim), the latent rows
+  float* k = be.scratch(Scratch::K, n * (c.is_mla() ? 2 * c.kv_dim() : c.kv_dim()));
   float* v = be.scratch(Scratch::V, n * c.kv_dim());
-  float* attn = be.scratch(Scratch::Attn, n * c.q_dim());
+  float* attn = be.scratch(Scratch::Attn, n * c.attn_out_dim());
   float* gate = be.scratch(Scratch::Gate, n * c.d_ff);  // (n, d_ff)
   float* up = be.scratch(Scratch::Up, n * c.d_ff);
 
@@ -31,14 +32,24 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     // ---- attention: K/V of every row into the pool, then each row over its sequence
     be.rmsnorm(x, {WeightKind::AttnNorm, l}, xn, n);
-    be.matmul({WeightKind::Wq, l}, xn, q, n, false);
-    be.matmul({WeightKind::Wk, l}, xn, k, n, false);
-    be.matmul({WeightKind::Wv, l}, xn, v, n, false);
-    be.rope(q, view.positions, n, c.n_heads);
-    be.rope(k, view.positions, n, c.n_kv_heads);
-    be.kv_append(pool, l, k, v, view);
-    be.attention(pool, l, q, attn, view);
-    be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);  // x += W_o attn
+    if (c.is_mla()) {
+      // ---- MLA (chapter 02; DeepSeek-V2 sec. 2.1): cache the latent c_kv and the shared
+      // RoPE key k_pe, one row per token; every head's K and V come from it.
+      be.matmul({WeightKind::Wq, l}, xn, q, n, false);
+      be.matmul({WeightKind::WkvA, l}, xn, k, n, false);  // (n, d_c + d_R)
+      be.mla_rope(q, k, view.positions, n);
+      be.mla_attention(pool, l, q, k, attn, view);
+      be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);
+    } else {
+      be.matmul({WeightKind::Wq, l}, xn, q, n, false);
+      be.matmul({WeightKind::Wk, l}, xn, k, n, false);
+      be.matmul({WeightKind::Wv, l}, xn, v, n, false);
+      be.rope(q, view.positions, n, c.n_heads);
+      be.rope(k, view.positions, n, c.n_kv_heads);
+      be.kv_append(pool, l, k, v, view);
+      be.attention(pool, l, q, attn, view);
+      be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);  // x += W_o attn
+    }
     // ---- SwiGLU MLP
     be.rmsnorm(x, {WeightKind::FfnNorm, l}, xn, n);
     be.matmul({WeightKind::Gate, l}, xn, gate, n, false);

@@ -1,5 +1,6 @@
 #include "lio/model_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,21 @@ void ModelConfig::validate(const std::string& source) const {
     throw FormatError(source + ": head_dim must be even for RoPE, got " + std::to_string(head_dim));
   if (!(rope_theta > 0.0f)) throw FormatError(source + ": rope theta must be > 0");
   if (!(rms_norm_eps > 0.0f)) throw FormatError(source + ": rms_norm_eps must be > 0");
+  if (is_mla()) {
+    positive(qk_nope_head_dim, "qk_nope_head_dim");
+    positive(v_head_dim, "v_head_dim");
+    if (qk_rope_head_dim < 0 || qk_rope_head_dim % 2 != 0 || (kv_lora_rank + qk_rope_head_dim) % 2 != 0) {
+      throw FormatError(source + ": MLA needs an even qk_rope_head_dim >= 0 and an even kv_lora_rank + "
+                        "qk_rope_head_dim, got " + std::to_string(kv_lora_rank) + " + " +
+                        std::to_string(qk_rope_head_dim));
+    }
+  }
+}
+
+float ModelConfig::softmax_scale() const {
+  if (attn_scale > 0.0f) return attn_scale;
+  const int64_t width = is_mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(width));
 }
 
 ModelConfig config_from_gguf(const GgufFile& file) {

@@ -202,7 +202,7 @@ int64_t Weights::size_bytes() const {
   int64_t total = token_embd.size_bytes();
   for (const auto& L : layers) {
     total += static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
-    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wkv_a, &L.wk_b, &L.wv_b})
       total += m->size_bytes();
   }
   total += static_cast<int64_t>(output_norm.size() * sizeof(float));
@@ -214,7 +214,7 @@ int64_t Weights::n_params() const {
   int64_t total = token_embd.rows * token_embd.cols;
   for (const auto& L : layers) {
     total += static_cast<int64_t>(L.attn_norm.size() + L.ffn_norm.size());
-    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wkv_a, &L.wk_b, &L.wv_b})
       total += m->rows * m->cols;
   }
   total += static_cast<int64_t>(output_norm.size());

@@ -22,6 +22,14 @@ std::vector<ArgmaxRow> Backend::greedy_argmax(float*, std::span<const int32_t>,
   throw UnsupportedError("this backend has no device argmax");
 }
 
+void Backend::mla_rope(float*, float*, const int32_t*, int64_t) {
+  throw UnsupportedError(device_description() + ": this backend has no MLA kernels yet (MLA models run with --device cpu)");
+}
+
+void Backend::mla_attention(KvPool&, int64_t, const float*, const float*, float*, const BatchView&) {
+  throw UnsupportedError(device_description() + ": this backend has no MLA kernels yet (MLA models run with --device cpu)");
+}
+
 // ---- ModelRunner ----------------------------------------------------------------------
 
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config)

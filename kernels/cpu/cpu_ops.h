@@ -106,4 +106,36 @@ void decode_attention(const float* q, const float* k_cache, const float* v_cache
                       int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       float scale);
 
+/// a . b over n floats, with 8 partial sums so the compiler keeps them in one SIMD register (a
+/// single running sum is a serial dependency it may not reorder). The order of additions is
+/// fixed by n alone.
+float dot(const float* a, const float* b, int64_t n);
+
+/// RoPE with explicit per-pair frequencies, in place, interleaved pairs (x[2i], x[2i+1])
+/// turned by pos * inv_freq[i] radians (RoFormer eq. 34 with theta_i given). For MLA's RoPE
+/// query and key (DeepSeek-V2 sec. 2.1.3), whose pairs need not follow base^(-2i/d).
+/// x: n_vecs vectors of `dim` floats at x + v * stride; inv_freq: (dim / 2).
+void rope_freqs(float* x, int64_t pos, int64_t n_vecs, int64_t stride, int64_t dim, const float* inv_freq);
+
+/// MLA attention of one query head, the naive way (reference for the absorbed form, chapter
+/// 02 Task 4): for each cached latent row j = [c_j (d_c) | kpe_j (d_R)] it builds the key
+/// k_j = [W_UK c_j ; kpe_j] and the value v_j = W_UV c_j, then
+///   out = sum_j softmax_j(scale * (q_nope . W_UK c_j + q_pe . kpe_j)) W_UV c_j.
+/// q_nope: (d_nope); q_pe: (d_R); w_uk: (d_nope, d_c); w_uv: (d_v, d_c); latents: (n_ctx,
+/// d_c + d_R); out: (d_v). Costs n_ctx * (d_nope + d_v) * d_c multiply-adds for the
+/// up-projections alone. Throws InvalidArgument if n_ctx < 1 or a width is < 1 (d_R may be 0).
+void mla_naive_attention_head(const float* q_nope, const float* q_pe, const float* w_uk, const float* w_uv,
+                              const float* latents, int64_t n_ctx, int64_t d_nope, int64_t d_rope, int64_t d_c,
+                              int64_t d_v, float scale, float* out);
+
+/// The naive path over K and V already up-projected for a whole context (the engine's naive
+/// MLA: one matmul per sequence builds them for all heads). q_nope (d_nope), q_pe (d_R);
+/// k_nope: this head's keys, n_ctx rows of d_nope at k_nope + j * k_stride; kpe: n_ctx rows
+/// of d_R at kpe + j * kpe_stride; v: n_ctx rows of d_v at v + j * v_stride; out (d_v).
+///   out = sum_j softmax_j(scale * (q_nope . k_nope_j + q_pe . kpe_j)) v_j
+/// Throws InvalidArgument if n_ctx < 1.
+void mla_attention_head_expanded(const float* q_nope, const float* q_pe, const float* k_nope, int64_t k_stride,
+                                 const float* kpe, int64_t kpe_stride, const float* v, int64_t v_stride,
+                                 int64_t n_ctx, int64_t d_nope, int64_t d_rope, int64_t d_v, float scale, float* out);
+
 }  // namespace lio::cpu

@@ -34,6 +34,9 @@ enum class WeightKind {
   Down,        ///< (d_model, d_ff) per layer
   OutputNorm,  ///< (d_model)
   Output,      ///< (vocab_size, d_model): the LM head (token_embd's data when tied)
+  WkvA,        ///< MLA: (kv_lora_rank + qk_rope_head_dim, d_model) per layer
+  WkB,         ///< MLA: (n_heads * qk_nope_head_dim, kv_lora_rank) per layer
+  WvB,         ///< MLA: (n_heads * v_head_dim, kv_lora_rank) per layer
 };
 
 /// A weight: its kind and its layer (-1 for TokenEmbd, OutputNorm, Output).
@@ -112,6 +115,19 @@ class Backend {
   /// sequence s at position p attends to positions 0 .. p of s through its block table.
   virtual void attention(KvPool& pool, int64_t layer, const float* q, float* out,
                          const BatchView& batch) = 0;
+  /// MLA (chapter 02; DeepSeek-V2 sec. 2.1.3): RoPE in place on each head's RoPE query (the
+  /// last qk_rope_head_dim values of each head in q (n_tokens, q_dim)) and on the shared key
+  /// k_pe (the last qk_rope_head_dim values of each row of latent (n_tokens, kv_lora_rank +
+  /// qk_rope_head_dim)), interleaved pairs at Weights::mla_rope_inv_freq. The default throws
+  /// UnsupportedError (a backend without MLA kernels).
+  virtual void mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens);
+  /// MLA attention: writes each row's latent (c_kv then k_pe) to the pool at its slot, then
+  /// out (n_tokens, n_heads * v_head_dim) = each query head's attention over its sequence's
+  /// cached latents, by the naive path (K and V up-projected from the latents) or the absorbed
+  /// one (attention in latent space), as config().mla_absorbed says. The default throws
+  /// UnsupportedError.
+  virtual void mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
+                             const BatchView& batch);
   /// out = silu(gate) * up over n values; out may alias gate.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   /// out (n_rows, dim) = x[rows[i]] for i < n_rows; rows: device int32.

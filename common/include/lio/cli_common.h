@@ -27,6 +27,7 @@ struct CommonOptions {
   std::string dtype = "auto";   ///< --dtype auto|f32|f16|bf16
   std::string device = "cpu";   ///< --device cpu|cuda
   std::string activations = "f32";  ///< --activations f32|int8 (CPU matmuls)
+  std::string attention = "gqa";  ///< --attention mha|gqa|mqa|gqa:N (KV heads, chapter 02)
   int threads = 0;              ///< --threads (0 = all cores)
   KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib
   bool json = false;            ///< --json: one machine-readable summary on stdout
@@ -34,7 +35,7 @@ struct CommonOptions {
 
 /// --model, --dtype, --threads, --json.
 void add_model_flags(CLI::App& app, CommonOptions& o);
-/// --device cpu|cuda (programs that run the forward pass).
+/// --device cpu|cuda, --activations and --attention (programs that run the forward pass).
 void add_device_flag(CLI::App& app, CommonOptions& o);
 /// --block-size and --kv-cache-mib (the paged KV pool).
 void add_kv_pool_flags(CLI::App& app, CommonOptions& o);
@@ -44,7 +45,9 @@ void add_generation_flags(CLI::App& app, CommonOptions& o, float default_tempera
 /// Applies --threads to OpenMP (0 = leave the default: all cores). Throws InvalidArgument if < 0.
 void apply_threads(int threads);
 
-/// Loads the model named by --model (default_model_path() when empty) in --dtype mode.
+/// Loads the model named by --model (default_model_path() when empty) in --dtype mode, with
+/// the KV heads --attention asks for (apply_kv_head_variant). Throws as load_model, and
+/// InvalidArgument for a bad --attention.
 LoadedModel load_from_options(const CommonOptions& o);
 
 /// The runner --device names, over `m` (which must outlive it), with the KV pool o.kv_pool

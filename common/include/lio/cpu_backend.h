@@ -41,6 +41,9 @@ class CpuBackend final : public Backend {
                  const BatchView& batch) override;
   void attention(KvPool& pool, int64_t layer, const float* q, float* out,
                  const BatchView& batch) override;
+  void mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) override;
+  void mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
+                     const BatchView& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
@@ -55,6 +58,10 @@ class CpuBackend final : public Backend {
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
   std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_decode_attention
   std::vector<int32_t> row_seq_;     ///< (n_tokens) the sequence of each row
+  std::vector<int64_t> kv_head_;     ///< (n_heads) the KV head each query head reads (ch02 Task 1)
+  std::vector<float> mla_latents_;   ///< MLA: each sequence's cached latent rows, gathered
+  std::vector<float> mla_c_;         ///< MLA naive path: the latents' c_kv parts, contiguous
+  std::vector<float> mla_k_, mla_v_; ///< MLA naive path: up-projected keys and values
 };
 
 }  // namespace lio

@@ -33,14 +33,35 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::Normal;  ///< RoPE pairing of head dimensions
   bool tied_embeddings = false; ///< LM head reuses token_embd
 
-  /// Width of the concatenated query heads: n_heads * head_dim.
-  int64_t q_dim() const { return n_heads * head_dim; }
-  /// Width of the concatenated key (or value) heads: n_kv_heads * head_dim.
-  int64_t kv_dim() const { return n_kv_heads * head_dim; }
-  /// KV-cache bytes for one token across all layers: 2 * n_layers * n_kv_heads * head_dim * bytes.
-  int64_t kv_bytes_per_token(int64_t bytes_per_elem) const {
-    return 2 * n_layers * n_kv_heads * head_dim * bytes_per_elem;
-  }
+  // ---- multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 sec. 2.1; chapter 02) ----
+  // All 0 for a GQA model. An MLA model's layers carry Wq (n_heads * (qk_nope_head_dim +
+  // qk_rope_head_dim), d_model), WkvA (kv_lora_rank + qk_rope_head_dim, d_model), WkB
+  // (n_heads * qk_nope_head_dim, kv_lora_rank), WvB (n_heads * v_head_dim, kv_lora_rank) and Wo
+  // (d_model, n_heads * v_head_dim); it caches kv_lora_rank + qk_rope_head_dim floats per token
+  // and layer (the latent c_kv, then the shared RoPE key k_pe).
+  int64_t kv_lora_rank = 0;      ///< d_c: width of the cached latent c_kv
+  int64_t qk_nope_head_dim = 0;  ///< per-head query/key width without RoPE
+  int64_t qk_rope_head_dim = 0;  ///< d_h^R: width of the shared RoPE key and each head's RoPE query
+  int64_t v_head_dim = 0;        ///< per-head value width
+  float attn_scale = 0.0f;       ///< softmax scale; 0 = 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)
+  bool mla_absorbed = true;      ///< compute path (a run-time choice): absorbed, or naive up-projection
+
+  /// True for an MLA model (kv_lora_rank > 0).
+  bool is_mla() const { return kv_lora_rank > 0; }
+  /// Width of the concatenated query heads: n_heads * head_dim (MLA: n_heads * (nope + rope)).
+  int64_t q_dim() const { return is_mla() ? n_heads * (qk_nope_head_dim + qk_rope_head_dim) : n_heads * head_dim; }
+  /// Width of the attention output fed to Wo: n_heads * head_dim (MLA: n_heads * v_head_dim).
+  int64_t attn_out_dim() const { return is_mla() ? n_heads * v_head_dim : n_heads * head_dim; }
+  /// Floats one KV-pool slot holds per layer in each of its two arrays (K and V):
+  /// n_kv_heads * head_dim. MLA caches one latent row of kv_lora_rank + qk_rope_head_dim
+  /// floats, stored as its first half in the K array and its second half in the V array.
+  int64_t kv_dim() const { return is_mla() ? (kv_lora_rank + qk_rope_head_dim) / 2 : n_kv_heads * head_dim; }
+  /// KV-cache bytes for one token across all layers: 2 * n_layers * kv_dim() * bytes
+  /// (GQA: 2 * n_layers * n_kv_heads * head_dim * bytes; MLA: n_layers * (d_c + d_h^R) * bytes).
+  int64_t kv_bytes_per_token(int64_t bytes_per_elem) const { return 2 * n_layers * kv_dim() * bytes_per_elem; }
+  /// The softmax scale: attn_scale when set, else 1/sqrt of the query-key width.
+  float softmax_scale() const;
+
   /// Throws FormatError naming `source` when a value is missing, non-positive or
   /// inconsistent (n_heads not a multiple of n_kv_heads, odd head_dim, ...).
   void validate(const std::string& source) const;

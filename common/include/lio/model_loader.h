@@ -25,6 +25,12 @@ struct LayerWeights {
   WeightMatrix w_gate;           ///< (d_ff, d_model)
   WeightMatrix w_up;             ///< (d_ff, d_model)
   WeightMatrix w_down;           ///< (d_model, d_ff)
+  // MLA layers only (ModelConfig::is_mla(); chapter 02), f32; wk and wv are then empty and
+  // wq is (n_heads * (qk_nope_head_dim + qk_rope_head_dim), d_model), each head's no-RoPE
+  // part first, wo (d_model, n_heads * v_head_dim).
+  WeightMatrix wkv_a;            ///< (kv_lora_rank + qk_rope_head_dim, d_model): c_kv, then k_pe
+  WeightMatrix wk_b;             ///< (n_heads * qk_nope_head_dim, kv_lora_rank): W_UK, head by head
+  WeightMatrix wv_b;             ///< (n_heads * v_head_dim, kv_lora_rank): W_UV, head by head
 };
 
 /// All weights of a Llama-family decoder. Matrix data points into the file mapping
@@ -35,6 +41,9 @@ struct Weights {
   std::vector<LayerWeights> layers;  ///< (n_layers) decoder blocks, in order
   std::vector<float> output_norm;  ///< (d_model)
   WeightMatrix output;             ///< (vocab_size, d_model); same data as token_embd when tied
+  /// MLA only: RoPE inverse frequency of each interleaved pair of the shared RoPE key and the
+  /// heads' RoPE queries, (qk_rope_head_dim / 2); a pair at position p turns by p * freq radians.
+  std::vector<float> mla_rope_inv_freq;
   /// Owners of the bytes the matrices point into (file mapping or f32 buffers).
   std::vector<std::shared_ptr<const void>> storage;
 
