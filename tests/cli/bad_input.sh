@@ -57,6 +57,11 @@ expect_error bad_ids             "--ids"                 "$bin/lio" logits --mod
 expect_error id_out_of_range     "token"                 "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,99999 --out "$work/l.bin"
 expect_error bad_device          "--device"              "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device gpu
 expect_error ch01_bad_device     "--device"              "$bin/ch01_kv_cache" --model "$m/tiny.gguf" --prompt hi --device tpu
+expect_error attention_unknown   "--attention must be"   "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention mla
+expect_error attention_no_divide "do not divide"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention gqa:3
+expect_error attention_bad_n     "positive integer"      "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention gqa:x
+expect_error ch02_odd_rank       "rank must be even"     "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks 7 --mla-rope-pairs 2
+expect_error ch02_rope_pairs     "rope_pairs must be"    "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks 8 --mla-rope-pairs 99
 # lio batch: a bad prompts file is rejected whole, naming FILE:LINE, before anything runs.
 printf '{"prompt": "hi"}\n{"prompt": "oops",\n' >"$work/batch_malformed.jsonl"
 printf '{"prompt": "hi"}\n\n{"prompt": "hi", "temprature": 0.5}\n' >"$work/batch_unknown.jsonl"
