@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--batches", batches, "Batch sizes of the decode measurement")->capture_default_str();
   app.add_option("--steps", steps, "Timed decode steps per point (median)")->capture_default_str();
   app.add_option("--eval-tokens", eval_tokens, "Tokens of the fixed text for quality")->capture_default_str();
+  app.add_option("--device", o.device, "cpu|cuda: where the decode measurement runs (quality runs on the CPU)")
+      ->capture_default_str();
   app.add_option("--out-md", out_md, "Write the tables as Markdown here");
   app.add_option("--out-json", out_json, "Write the results as JSON here");
 
@@ -61,8 +63,10 @@ int main(int argc, char** argv) {
     lio::apply_threads(o.threads);
     const double load0 = lio::bench::load_average_1min();
     const double t_start = lio::bench::now_s();
+    const lio::Device device = lio::parse_device(o.device);
     const lio::LoadedModel stored = lio::load_from_options(o);
     const lio::ModelConfig& c = stored.config;
+    const std::string device_name = lio::ch02::describe_device(stored, device);
     const std::vector<int32_t> text = lio::ch02::eval_text_tokens(stored, eval_tokens);
     const lio::ch02::ReferenceLogprobs ref = lio::ch02::reference_logprobs(stored, text);
     const auto names = parse_list<std::string>(variants);
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
       json points = json::array();
       for (int64_t b : bss) {
         for (int64_t ctx : ctxs) {
-          const double v = lio::ch02::decode_tokens_per_s(m, ctx, b, steps);
+          const double v = lio::ch02::decode_tokens_per_s(m, ctx, b, steps, device);
           tps[name][{b, ctx}] = v;
           points.push_back(json{{"batch", b}, {"context", ctx}, {"decode_tokens_per_s", v}});
           std::fprintf(stderr, "bench_gqa: %s batch %lld context %lld: %.1f tok/s\n", name.c_str(), (long long)b,
@@ -110,11 +114,12 @@ int main(int argc, char** argv) {
        << "mha repeats each K/V head (same function), mqa mean-pools them (no uptraining)\n"
        << "- Quality: " << text.size() << " tokens of chapters/02_gqa_mla/eval_text.txt, all positions, against "
        << "the stored model (KL(P_stored || P_variant) in nats)\n"
-       << "- Decode: one step of `batch` sequences, each with `context` positions already in the KV pool (f32, "
+       << "- Decode on " << device_name << ": one step of `batch` sequences, each with `context` positions already in the KV pool (f32, "
        << "block 16; synthetic contents: a step's time does not depend on the values), median of " << steps
        << " steps; tok/s = batch / step time\n"
        << "- Command: `build/bin/bench_gqa --variants " << variants << " --contexts " << contexts
-       << " --batches " << batches << " --steps " << steps << "`\n\n"
+       << " --batches " << batches << " --steps " << steps << (device == lio::Device::Cpu ? "" : " --device cuda")
+       << "`\n\n"
        << "| variant | KV heads | KV bytes/token f32 | f16 | KV MiB at 4K tokens (f16) | mean KL | top-1 | "
           "perplexity |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const json& v : jv) {
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
     if (!out_json.empty()) {
       std::ofstream(out_json) << json{{"machine", lio::bench::cpu_name()},
                                       {"threads", omp_get_max_threads()},
+                                      {"decode_device", device_name},
                                       {"model", stored.path},
                                       {"eval_tokens", text.size()},
                                       {"steps", steps},

@@ -103,11 +103,11 @@ lio::LoadedModel random_mla_stack(int64_t n_layers, uint32_t seed) {
   return m;
 }
 
-// All-position logits of a fixed token sequence.
-std::vector<float> logits_of(const lio::LoadedModel& m, int64_t n) {
+// All-position logits of a fixed token sequence, on `device`.
+std::vector<float> logits_of(const lio::LoadedModel& m, int64_t n, lio::Device device = lio::Device::Cpu) {
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>((i * 7919) % m.config.vocab_size));
-  auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64});
+  auto runner = lio::make_runner(m, device, lio::KvPoolOptions{16, 64});
   lio::SoloSequence seq(*runner, n);
   const std::span<const float> out = seq.forward(tokens, true);
   return {out.begin(), out.end()};
@@ -129,11 +129,15 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "Latent ranks of the course-model conversion")->capture_default_str();
   app.add_option("--rope-pairs", rope_pairs, "RoPE pairs each KV head keeps in the conversion")->capture_default_str();
   app.add_option("--eval-tokens", eval_tokens, "Tokens of the fixed text for quality")->capture_default_str();
+  app.add_option("--device", o.device,
+                 "cpu|cuda: where part A (naive vs absorbed) runs; part B (conversion quality) runs on the CPU")
+      ->capture_default_str();
   app.add_option("--out-md", out_md, "Write the tables as Markdown here");
   app.add_option("--out-json", out_json, "Write the results as JSON here");
 
   return lio::run_main(app, argc, argv, [&]() -> int {
     lio::apply_threads(o.threads);
+    const lio::Device device = lio::parse_device(o.device);
     const double load0 = lio::bench::load_average_1min();
     const double t_start = lio::bench::now_s();
     std::ostringstream md;
@@ -146,6 +150,18 @@ int main(int argc, char** argv) {
     const std::vector<float> la = logits_of(stack, 64);
     stack.config.mla_absorbed = false;
     const std::vector<float> ln = logits_of(stack, 64);
+    // On a GPU, both of its paths against the CPU's naive path as well.
+    double gpu_diff = -1.0;
+    if (device != lio::Device::Cpu) {
+      gpu_diff = 0.0;
+      for (bool absorbed : {true, false}) {
+        stack.config.mla_absorbed = absorbed;
+        const std::vector<float> lg = logits_of(stack, 64, device);
+        for (size_t i = 0; i < lg.size(); ++i) gpu_diff = std::max(gpu_diff, static_cast<double>(std::fabs(lg[i] - ln[i])));
+      }
+      std::fprintf(stderr, "bench_mla: %s vs cpu: max |logit diff| %.2e\n", o.device.c_str(), gpu_diff);
+    }
+    const std::string device_name = lio::ch02::describe_device(stack, device);
     double max_diff = 0.0, max_mag = 0.0;
     int64_t agree = 0;
     for (size_t i = 0; i < la.size(); ++i) {
@@ -167,7 +183,8 @@ int main(int argc, char** argv) {
     md << "# Chapter 02: multi-head latent attention\n\n"
        << "- Machine: " << lio::bench::cpu_name() << ", " << omp_get_max_threads() << " threads\n"
        << "- Command: `build/bin/bench_mla --layers " << layers << " --contexts " << contexts << " --steps " << steps
-       << " --ranks " << ranks << " --rope-pairs " << rope_pairs << " --eval-tokens " << eval_tokens << "`\n\n"
+       << " --ranks " << ranks << " --rope-pairs " << rope_pairs << " --eval-tokens " << eval_tokens
+       << (device == lio::Device::Cpu ? "" : " --device " + o.device) << "`\n\n"
        << "## A. Naive vs absorbed, DeepSeek-V2-Lite-shaped random layers\n\n"
        << "- Stack: " << layers << " layers, d_model 2048, 16 heads, qk_nope 128, qk_rope 64, kv_lora_rank 512, "
        << "v_head_dim 128 (DeepSeek-V2-Lite's attention); one dense SwiGLU MLP of 1408 per layer in place of the "
@@ -177,13 +194,16 @@ int main(int argc, char** argv) {
        << "- KV bytes per token (f16, " << layers << " layers): MLA " << mla_bytes << " (Task 2), MHA with the same "
        << "heads " << mha_bytes << ": " << fmt(static_cast<double>(mha_bytes) / static_cast<double>(mla_bytes), 1)
        << "x smaller\n"
-       << "- Decode: batch 1, `context` positions already cached (synthetic contents), median of " << steps
+       << (gpu_diff >= 0 ? "- " + o.device + " (both paths) against the CPU's naive path: max |logit difference| " +
+                               fmt(gpu_diff, 6) + "\n"
+                         : std::string())
+       << "- Decode on " << device_name << ": batch 1, `context` positions already cached (synthetic contents), median of " << steps
        << " steps\n\n| context | naive tok/s | absorbed tok/s | absorbed / naive |\n|---:|---:|---:|---:|\n";
     for (int64_t ctx : parse_list(contexts)) {
       stack.config.mla_absorbed = false;
-      const double naive = lio::ch02::decode_tokens_per_s(stack, ctx, 1, steps);
+      const double naive = lio::ch02::decode_tokens_per_s(stack, ctx, 1, steps, device);
       stack.config.mla_absorbed = true;
-      const double absorbed = lio::ch02::decode_tokens_per_s(stack, ctx, 1, steps);
+      const double absorbed = lio::ch02::decode_tokens_per_s(stack, ctx, 1, steps, device);
       std::fprintf(stderr, "bench_mla: context %lld: naive %.2f, absorbed %.2f tok/s\n", (long long)ctx, naive, absorbed);
       md << "| " << ctx << " | " << fmt(naive, 2) << " | " << fmt(absorbed, 2) << " | " << fmt(absorbed / naive, 2)
          << "x |\n";
@@ -191,7 +211,7 @@ int main(int argc, char** argv) {
     }
     out["stack"] = json{{"layers", layers},          {"max_logit_diff", max_diff}, {"max_logit", max_mag},
                         {"top1_agree_of_64", agree}, {"kv_bytes_mla_f16", mla_bytes}, {"kv_bytes_mha_f16", mha_bytes},
-                        {"decode", decode}};
+                        {"decode_device", device_name}, {"gpu_vs_cpu_max_logit_diff", gpu_diff}, {"decode", decode}};
 
     // ---- B. the course model converted to MLA, by rank ----
     const lio::LoadedModel stored = lio::load_from_options(o);

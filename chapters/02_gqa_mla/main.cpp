@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--batch", batch, "Sequences decoded together in the speed measurement")->capture_default_str();
   app.add_option("--decode-steps", steps, "Timed decode steps (median reported)")->capture_default_str();
+  app.add_option("--device", o.device, "cpu|cuda: where the decode-speed measurement runs (quality runs on the CPU)")
+      ->capture_default_str();
   std::string mla_ranks = "96,192,240";
   int64_t rope_pairs = 24;
   app.add_option("--mla-ranks", mla_ranks,
@@ -64,18 +66,20 @@ int main(int argc, char** argv) {
 
   return lio::run_main(app, argc, argv, [&]() -> int {
     lio::apply_threads(o.threads);
+    const lio::Device device = lio::parse_device(o.device);
     const lio::LoadedModel stored = lio::load_from_options(o);
     const lio::ModelConfig& c = stored.config;
+    const std::string device_name = lio::ch02::describe_device(stored, device);
     const std::vector<int32_t> text = lio::ch02::eval_text_tokens(stored, eval_tokens);
     const lio::ch02::ReferenceLogprobs ref = lio::ch02::reference_logprobs(stored, text);
     const std::vector<int32_t> calib = svd_only ? std::vector<int32_t>{} : lio::ch02::calibration_text_tokens(stored, 512);
     if (!o.json) {
       std::printf("model %s | %lld layers, %lld query heads, %lld KV heads x %lld | quality over %zu tokens of "
                   "chapters/02_gqa_mla/eval_text.txt | decode at context %lld, batch %lld, median of %d steps | "
-                  "cpu, %d threads\n\n",
+                  "%s\n\n",
                   stored.path.c_str(), (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads,
                   (long long)c.head_dim, text.size(), (long long)context, (long long)batch, steps,
-                  omp_get_max_threads());
+                  device_name.c_str());
       std::printf("%-8s %8s %14s %14s %12s %10s %8s %11s\n", "variant", "KV heads", "KV B/token f32",
                   "KV MiB @4K f16", "decode tok/s", "mean KL", "top-1", "perplexity");
     }
@@ -99,7 +103,7 @@ int main(int argc, char** argv) {
       const int64_t bytes_f32 = lio::kv_bytes_per_token(shape, 4);
       const double mib_4k_f16 = static_cast<double>(lio::kv_bytes_per_token(shape, 2) * 4096) / (1 << 20);
       const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref);
-      const double tps = lio::ch02::decode_tokens_per_s(m, context, batch, steps);
+      const double tps = lio::ch02::decode_tokens_per_s(m, context, batch, steps, device);
       if (!o.json) {
         std::printf("%-8s %8s %14lld %14.1f %12.1f %10.5f %7.1f%% %11.3f\n", name.c_str(),
                     n_kv > 0 ? std::to_string(n_kv).c_str() : "latent",
@@ -116,7 +120,7 @@ int main(int argc, char** argv) {
                           {"perplexity", q.perplexity}});
     }
     if (o.json) {
-      std::cout << json{{"model", stored.path},    {"eval_tokens", text.size()}, {"context", context},
+      std::cout << json{{"model", stored.path},    {"eval_tokens", text.size()}, {"context", context}, {"device", device_name},
                         {"batch", batch},          {"decode_steps", steps},      {"variants", rows}}
                        .dump(2)
                 << "\n";

@@ -1,6 +1,8 @@
 // variant_eval.cpp — quality and decode-speed measurements of chapter 02 (see variant_eval.h).
 #include "variant_eval.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -77,7 +79,7 @@ Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref)
   return q;
 }
 
-double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t batch, int steps) {
+double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t batch, int steps, Device device) {
   if (context < 1 || batch < 1 || steps < 1 || context + steps > model.config.context_length) {
     throw InvalidArgument("ch02: decode at context " + std::to_string(context) + " + " + std::to_string(steps) +
                           " steps, batch " + std::to_string(batch) + " does not fit (context length " +
@@ -85,7 +87,7 @@ double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t ba
   }
   const int64_t per_seq = (context + steps + kBlock - 1) / kBlock;
   const int64_t mib = ((kv_block_bytes(model.config, kBlock) * per_seq * batch) >> 20) + 1;
-  auto runner = make_runner(model, Device::Cpu, KvPoolOptions{kBlock, mib});
+  auto runner = make_runner(model, device, KvPoolOptions{kBlock, mib});
   std::vector<double> times;
   for (int t = -1; t < steps; ++t) {  // step -1 warms up (scratch, caches)
     const int64_t pos = context + std::max(t, 0);
@@ -103,6 +105,11 @@ double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t ba
   }
   std::sort(times.begin(), times.end());
   return static_cast<double>(batch) / times[times.size() / 2];
+}
+
+std::string describe_device(const LoadedModel& model, Device device) {
+  if (device == Device::Cpu) return "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
+  return make_backend(model, device)->device_description();
 }
 
 namespace {

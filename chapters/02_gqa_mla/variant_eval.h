@@ -35,14 +35,21 @@ ReferenceLogprobs reference_logprobs(const LoadedModel& model, const std::vector
 /// compares. Throws InvalidArgument if the vocabularies differ.
 Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref);
 
-/// Decode speed of `model` on the CPU at a context of `context` tokens for `batch`
+/// Decode speed of `model` on `device` at a context of `context` tokens for `batch`
 /// sequences: each sequence's first `context` positions are in the KV pool (synthetic
 /// contents, so no prefill is run: a decode step's time does not depend on the values it
 /// reads), then `steps` decode steps of one token per sequence are timed one by one.
 /// Returns batch / (median step seconds), tokens per second. Allocates a pool of
 /// batch * ceil((context + steps) / 16) blocks. Throws InvalidArgument on a context past the
-/// model's or counts < 1, std::bad_alloc when the pool does not fit in memory.
-double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t batch, int steps);
+/// model's or counts < 1, std::bad_alloc (CPU) or CudaError (GPU) when the pool does not fit
+/// in memory, UnsupportedError when `device` cannot run the model.
+double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t batch, int steps,
+                           Device device = Device::Cpu);
+
+/// What the decode-speed numbers ran on, for output headers: "cpu, <n> threads", or the GPU's
+/// description (Backend::device_description, e.g. "cuda:0 (NVIDIA H100 ...)"). Throws
+/// UnsupportedError when `device` cannot run `model`.
+std::string describe_device(const LoadedModel& model, Device device);
 
 /// Tokens of the chapter's fixed English text (chapters/02_gqa_mla/eval_text.txt: public-domain
 /// prose), cut to at most max_tokens. Throws InvalidArgument if the file is missing.

@@ -31,6 +31,7 @@ namespace {
 struct DeviceLayer {
   const float* attn_norm = nullptr;  // (d_model)
   DeviceMatrix wq, wk, wv, wo;
+  DeviceMatrix wkv_a, wk_b, wv_b;  // MLA (chapter 02): latent down-projection, W_UK, W_UV
   const float* ffn_norm = nullptr;  // (d_model)
   DeviceMatrix w_gate, w_up, w_down;
 };
@@ -61,12 +62,18 @@ struct CudaBackend::Impl {
   std::vector<DeviceLayer> layers;
   int64_t weight_bytes = 0;
   int64_t max_dequant_floats = 0;  // largest non-F32 matmul weight, for the cuBLAS path
+  const float* mla_inv_freq = nullptr;  // MLA: (qk_rope_head_dim / 2) RoPE frequencies
 
   // ---- per pass: the batch's index arrays (one device array, one pinned staging array)
   DeviceBuffer<int32_t> batch_d;
   PinnedBuffer<int32_t> batch_h;
   cudaEvent_t batch_copied = nullptr;  // batch_h may be rewritten once this has fired
   int64_t n_logits = 0;                // logits rows of the last uploaded batch
+  // MLA: the last batch's context-row offsets (n_seqs + 1, device; prefix sums of seq_lens)
+  // and their total, for the naive path's gather; the naive path's buffers
+  const int32_t* mla_ctx_first = nullptr;
+  int64_t mla_ctx_total = 0;
+  DeviceBuffer<float> mla_c, mla_k_pe, mla_k, mla_v;
   std::array<DeviceBuffer<float>, static_cast<size_t>(Scratch::kCount)> scratch;
   DeviceBuffer<float> dequant_scratch;  // f32 copy of a quantized W for cuBLAS
   PinnedBuffer<float> to_host_h;
@@ -195,6 +202,9 @@ struct CudaBackend::Impl {
       case WeightKind::Gate: return layer(ref).w_gate;
       case WeightKind::Up: return layer(ref).w_up;
       case WeightKind::Down: return layer(ref).w_down;
+      case WeightKind::WkvA: return layer(ref).wkv_a;
+      case WeightKind::WkB: return layer(ref).wk_b;
+      case WeightKind::WvB: return layer(ref).wv_b;
       default: break;
     }
     throw InvalidArgument("CudaBackend::matmul: weight kind " +
@@ -237,7 +247,21 @@ struct CudaBackend::Impl {
 CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights)
     : impl_(std::make_unique<Impl>(config)) {
   if (config.is_mla()) {
-    throw UnsupportedError("--device cuda: the CUDA backend has no MLA kernels yet; run MLA models with --device cpu");
+    const bool fits = config.kv_lora_rank <= kMlaMaxLatentDim && config.qk_nope_head_dim <= kMlaMaxLatentDim &&
+                      config.v_head_dim <= kMlaMaxLatentDim && config.qk_rope_head_dim <= kMlaMaxRopeDim;
+    if (!fits) {
+      throw UnsupportedError("--device cuda: the MLA kernels take kv_lora_rank, qk_nope_head_dim and v_head_dim up to " +
+                             std::to_string(kMlaMaxLatentDim) + " and qk_rope_head_dim up to " +
+                             std::to_string(kMlaMaxRopeDim) + "; this model has " +
+                             std::to_string(config.kv_lora_rank) + ", " + std::to_string(config.qk_nope_head_dim) +
+                             ", " + std::to_string(config.v_head_dim) + " and " +
+                             std::to_string(config.qk_rope_head_dim) + "; run it with --device cpu");
+    }
+    for (const LayerWeights& L : weights.layers) {
+      if (L.wk_b.dtype != DType::F32 || L.wv_b.dtype != DType::F32) {
+        throw UnsupportedError("--device cuda: MLA up-projections (W_UK, W_UV) must be f32");
+      }
+    }
   }
   if (cuda_device_count() == 0) {
     throw UnsupportedError(
@@ -267,8 +291,14 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights)
     DeviceLayer d;
     d.attn_norm = m.upload(L.attn_norm);
     d.wq = m.upload(L.wq);
-    d.wk = m.upload(L.wk);
-    d.wv = m.upload(L.wv);
+    if (config.is_mla()) {
+      d.wkv_a = m.upload(L.wkv_a);
+      d.wk_b = m.upload(L.wk_b);
+      d.wv_b = m.upload(L.wv_b);
+    } else {
+      d.wk = m.upload(L.wk);
+      d.wv = m.upload(L.wv);
+    }
     d.wo = m.upload(L.wo);
     d.ffn_norm = m.upload(L.ffn_norm);
     d.w_gate = m.upload(L.w_gate);
@@ -278,6 +308,13 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights)
   }
   m.output_norm = m.upload(weights.output_norm);
   m.output = m.upload(weights.output);
+  if (config.is_mla() && config.qk_rope_head_dim > 0) {
+    if (static_cast<int64_t>(weights.mla_rope_inv_freq.size()) != config.qk_rope_head_dim / 2) {
+      throw InvalidArgument("CudaBackend: MLA model without its " + std::to_string(config.qk_rope_head_dim / 2) +
+                            " RoPE frequencies");
+    }
+    m.mla_inv_freq = m.upload(weights.mla_rope_inv_freq);
+  }
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -318,10 +355,17 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
                           std::to_string(size(batch.block_tables)) + " block table entries for " +
                           std::to_string(batch.max_blocks_per_seq) + " per sequence");
   }
+  // MLA's naive path gathers every sequence's cached latents into consecutive rows: their
+  // offsets, computed here once for all layers.
+  std::vector<int32_t> ctx_first;
+  if (m.config.is_mla()) {
+    ctx_first.assign(1, 0);
+    for (const int32_t len : batch.seq_lens) ctx_first.push_back(ctx_first.back() + len);
+  }
   return m.guarded([&] {
     const std::vector<int32_t>* arrays[] = {
         &batch.token_ids, &batch.positions,    &batch.slot_mapping, &batch.query_start_loc,
-        &batch.seq_lens,  &batch.block_tables, &batch.logits_rows};
+        &batch.seq_lens,  &batch.block_tables, &batch.logits_rows,  &ctx_first};
     int64_t total = 0;
     for (const auto* a : arrays) total += size(*a);
     // The previous upload's copy must be done reading the staging array before it is rewritten.
@@ -348,6 +392,8 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     });
     CUDA_CHECK(cudaEventRecord(m.batch_copied, m.stream));
     m.n_logits = batch.n_logits();
+    m.mla_ctx_first = device[7];
+    m.mla_ctx_total = ctx_first.empty() ? 0 : ctx_first.back();
     return BatchView{&batch,    device[0], device[1], device[2],
                      device[3], device[4], device[5], device[6]};
   });
@@ -438,6 +484,69 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
                       batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
                       b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads, c.head_dim,
                       scale, m.stream);
+    });
+  });
+}
+
+void CudaBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (!c.is_mla()) throw InvalidArgument("CudaBackend::mla_rope: not an MLA model");
+  const MlaShape shape{c.n_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank, c.v_head_dim};
+  m.guarded([&] {
+    m.op("mla_rope", [&] { cuda::mla_rope(q, latent, positions, m.mla_inv_freq, n_tokens, shape, m.stream); });
+  });
+}
+
+void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
+                                const BatchView& batch) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (!c.is_mla()) throw InvalidArgument("CudaBackend::mla_attention: not an MLA model");
+  m.check_pool("mla_attention", pool, layer, batch);
+  const ForwardBatch& b = *batch.host;
+  if (b.block_size != pool.block_size()) {
+    throw InvalidArgument("CudaBackend::mla_attention: the batch's block_size " + std::to_string(b.block_size) +
+                          " is not the pool's " + std::to_string(pool.block_size()));
+  }
+  const MlaShape shape{c.n_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank, c.v_head_dim};
+  const DeviceLayer& L = m.layer({WeightKind::WkB, layer});
+  const float scale = c.softmax_scale();
+  m.guarded([&] {
+    // 1. Each row's latent [c_kv ; k_pe] into the pool, halves in the K and V arrays.
+    m.op("mla_latent_append", [&] {
+      cuda::mla_latent_append(latent, batch.slot_mapping, b.n_tokens(), pool.kv_dim(), pool.keys(layer),
+                              pool.values(layer), m.stream);
+    });
+    if (c.mla_absorbed) {
+      // 2a. Attention in latent space (W_UK into the query, W_UV after the weighted sum).
+      m.op("mla attention (absorbed)", [&] {
+        cuda::mla_absorbed_attention(q, pool.keys(layer), pool.values(layer),
+                                     reinterpret_cast<const float*>(L.wk_b.data),
+                                     reinterpret_cast<const float*>(L.wv_b.data), out, batch.query_start_loc,
+                                     batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
+                                     b.max_blocks_per_seq, b.block_size, shape, scale, m.stream);
+      });
+      return;
+    }
+    // 2b. Naive: every cached latent up-projected to K_nope and V for all heads, every step.
+    const int64_t n_ctx = m.mla_ctx_total;
+    ensure(m.mla_c, n_ctx * c.kv_lora_rank, m.stream);
+    ensure(m.mla_k_pe, std::max<int64_t>(n_ctx * c.qk_rope_head_dim, 1), m.stream);
+    ensure(m.mla_k, n_ctx * c.n_heads * c.qk_nope_head_dim, m.stream);
+    ensure(m.mla_v, n_ctx * c.n_heads * c.v_head_dim, m.stream);
+    m.op("mla gather latents (naive)", [&] {
+      cuda::mla_gather_latents(pool.keys(layer), pool.values(layer), m.mla_ctx_first, batch.block_tables, n_ctx,
+                               b.n_seqs(), b.max_blocks_per_seq, b.block_size, shape, m.mla_c.data(),
+                               m.mla_k_pe.data(), m.stream);
+    });
+    m.op("mla up-projection (naive)", [&] {
+      cuda::matmul(*m.cublas, L.wk_b, m.mla_c.data(), m.mla_k.data(), n_ctx, false, nullptr, 0, m.stream);
+      cuda::matmul(*m.cublas, L.wv_b, m.mla_c.data(), m.mla_v.data(), n_ctx, false, nullptr, 0, m.stream);
+    });
+    m.op("mla attention (naive)", [&] {
+      cuda::mla_naive_attention(q, m.mla_k.data(), m.mla_k_pe.data(), m.mla_v.data(), out, batch.query_start_loc,
+                                batch.seq_lens, m.mla_ctx_first, b.n_tokens(), b.n_seqs(), shape, scale, m.stream);
     });
   });
 }

@@ -37,6 +37,7 @@
 #include "cuda_ops.h"
 #include "lio/error.h"
 #include "online_softmax.cuh"
+#include "paged_index.cuh"
 #include "reduce.cuh"
 
 namespace lio::cuda {
@@ -54,26 +55,8 @@ static_assert(kMaxHeadDim % 4 == 0, "q is staged as float4");
 
 // ---- device helpers -----------------------------------------------------------------------------
 
-/// The sequence that owns batch row `row`: the largest s with query_start_loc[s] <= row
-/// (query_start_loc ascending, [0] = 0 <= row). Sequences with no rows are skipped over.
-__device__ __forceinline__ int find_sequence(const int32_t* query_start_loc, int n_seqs, int row) {
-  int lo = 0;
-  int hi = n_seqs - 1;
-  while (lo < hi) {  // invariant: query_start_loc[lo] <= row; the answer is in [lo, hi]
-    const int mid = (lo + hi + 1) / 2;
-    if (query_start_loc[mid] <= row) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
-/// Pool slot of position `pos` of a sequence whose block table row is `table`.
-__device__ __forceinline__ int64_t slot_of(const int32_t* table, int block_size, int pos) {
-  return static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
-}
+using detail::find_sequence;
+using detail::slot_of;
 
 /// q . k over head_dim floats, in index order. kVec4: head_dim % 4 == 0 and k 16-byte aligned.
 template <bool kVec4>

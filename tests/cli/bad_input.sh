@@ -61,6 +61,7 @@ expect_error attention_unknown   "--attention must be"   "$bin/lio" generate --m
 expect_error attention_no_divide "do not divide"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention gqa:3
 expect_error attention_bad_n     "positive integer"      "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention gqa:x
 expect_error ch02_odd_rank       "rank must be even"     "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks 7 --mla-rope-pairs 2
+expect_error ch02_bad_device     "--device must be 'cpu' or 'cuda'"  "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --device tpu
 expect_error ch02_rope_pairs     "rope_pairs must be"    "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks 8 --mla-rope-pairs 99
 # lio batch: a bad prompts file is rejected whole, naming FILE:LINE, before anything runs.
 printf '{"prompt": "hi"}\n{"prompt": "oops",\n' >"$work/batch_malformed.jsonl"
@@ -84,6 +85,7 @@ expect_error batch_bad_prefix     "--prefix-cache must be none, hash or radix" "
 # --device cuda where no GPU can be used (or the build has no CUDA): one clear line, exit 1.
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   expect_error cuda_without_gpu  "--device cuda"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device cuda
+  expect_error ch02_cuda_without_gpu "--device cuda"     "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks "" --device cuda
 fi
 
 # And the good path still works on the same tiny model (so the errors above are specific).

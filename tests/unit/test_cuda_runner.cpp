@@ -27,6 +27,7 @@
 #include "lio/forward_batch.h"
 #include "lio/generate.h"
 #include "lio/kv_pool.h"
+#include "lio/mla.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
 #include "tiny_model.h"
@@ -184,6 +185,57 @@ TEST_F(CudaRunnerTest, MixedBatchMatchesCpu) {
   const auto got = step(*gpu, mixed);
   ASSERT_EQ(got.size(), size_t(7 * m.config.vocab_size));
   EXPECT_LT(max_rel_error(got, want), 1e-4) << "mixed step";
+}
+
+// MLA (chapter 02): the tiny model converted to a rank-12 latent with 4 RoPE pairs per KV
+// head, both compute paths. A 9-token prefill, 4 decode steps and a 24-token chunk (whose
+// naive up-projection goes through cuBLAS) through blocks of 4 tokens, then the mixed batch
+// of MixedBatchMatchesCpu: every logit against the CPU backend's.
+TEST_F(CudaRunnerTest, MlaMatchesCpuNaiveAndAbsorbed) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q8_0;
+  for (bool absorbed : {true, false}) {
+    const char* path_name = absorbed ? "absorbed" : "naive";
+    lio::LoadedModel m = load_tiny(spec);
+    lio::convert_to_mla(m, {12, 4});
+    m.config.mla_absorbed = absorbed;
+    auto cpu = runner(m, lio::Device::Cpu, 4, 32);
+    auto gpu = runner(m, lio::Device::Cuda, 4, 32);
+    {
+      lio::SoloSequence cpu_seq(*cpu, 64), gpu_seq(*gpu, 64);
+      EXPECT_LT(max_rel_error(run(gpu_seq, kPrompt, true), run(cpu_seq, kPrompt, true)), 1e-4) << path_name;
+      for (int32_t token : {11, 250, 0, 42}) {
+        EXPECT_LT(max_rel_error(run(gpu_seq, {token}, false), run(cpu_seq, {token}, false)), 1e-4)
+            << path_name << " decode token " << token;
+      }
+      EXPECT_LT(max_rel_error(run(gpu_seq, kLongPrompt, true), run(cpu_seq, kLongPrompt, true)), 1e-4)
+          << path_name << " 24-token chunk";
+    }
+    const std::vector<int32_t> table_a = {0, 9, 3}, table_b = {7, 5, 6}, table_c = {4, 11};
+    lio::ForwardBatch prefixes(4);
+    prefixes.add_sequence(std::vector<int32_t>{5, 17, 200, 3, 99, 140}, 0, table_a, 1);
+    prefixes.add_sequence(kPrompt, 0, table_b, 1);
+    lio::ForwardBatch mixed(4);
+    mixed.add_sequence(std::vector<int32_t>{7, 250, 33, 61, 12}, 6, table_a, 5);
+    mixed.add_sequence(std::vector<int32_t>{42}, 9, table_b, 1);
+    mixed.add_sequence(std::vector<int32_t>{1, 2, 3}, 0, table_c, 1);
+    const auto step = [](lio::ModelRunner& r, const lio::ForwardBatch& b) {
+      std::span<const float> out = r.forward(b);
+      return std::vector<float>(out.begin(), out.end());
+    };
+    EXPECT_LT(max_rel_error(step(*gpu, prefixes), step(*cpu, prefixes)), 1e-4) << path_name << " prefixes";
+    EXPECT_LT(max_rel_error(step(*gpu, mixed), step(*cpu, mixed)), 1e-4) << path_name << " mixed step";
+  }
+}
+
+// An MLA model past the kernels' limits is refused with a clear error, not run wrong.
+TEST_F(CudaRunnerTest, MlaPastTheKernelLimitsIsUnsupported) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::LoadedModel m = load_tiny();
+  lio::convert_to_mla(m, {12, 4});
+  m.config.kv_lora_rank = lio::cuda::kMlaMaxLatentDim + 2;  // the shape check comes first
+  EXPECT_THROW(lio::make_backend(m, lio::Device::Cuda), lio::UnsupportedError);
 }
 
 // Greedy rows of a batch sample on the device (penalty + argmax), a sampled row between them

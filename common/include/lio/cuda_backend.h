@@ -44,7 +44,9 @@ class CudaBackend final : public Backend {
   /// Uploads `weights` (matrices in their dtype, norms as f32) to device 0 and creates the
   /// stream and cuBLAS handle. Copies `config`; `weights` may be freed afterwards.
   /// Throws UnsupportedError ("--device cuda: no CUDA device is available ...") if no GPU or
-  /// driver is visible, or if GPU 0 cannot run this build's kernels; CudaError on an
+  /// driver is visible, or if GPU 0 cannot run this build's kernels, or for an MLA model whose
+  /// shape is past the MLA kernels' limits (cuda::kMlaMaxLatentDim, kMlaMaxRopeDim) or whose
+  /// up-projections are not f32; CudaError on an
   /// allocation or copy failure (e.g. "out of memory").
   CudaBackend(const ModelConfig& config, const Weights& weights);
   ~CudaBackend() override;
@@ -86,6 +88,14 @@ class CudaBackend final : public Backend {
   /// not a device pool or the batch's block_size differs from the pool's.
   void attention(KvPool& pool, int64_t layer, const float* q, float* out,
                  const BatchView& batch) override;
+  /// cuda::mla_rope on each head's q_pe and each latent row's k_pe (MLA models, chapter 02).
+  void mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) override;
+  /// cuda::mla_latent_append, then the absorbed path (cuda::mla_absorbed_attention) or the
+  /// naive one (cuda::mla_gather_latents, cuBLAS up-projections of every cached latent to K
+  /// and V, cuda::mla_naive_attention), as config().mla_absorbed says. Throws InvalidArgument
+  /// as attention() does.
+  void mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
+                     const BatchView& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
