@@ -3,10 +3,11 @@
 # the llama.cpp source vendored in the pinned llama-cpp-python sdist (COURSE.md, "Performance
 # method"). Idempotent: does nothing when the binaries already exist.
 #
-# Usage: bench/batched/build_llama_tools.sh [--server]
-#   --server   also build llama-server (slower; not needed by bench/batched/run.py)
+# Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity]
+#   --server      also build llama-server (slower; not needed by bench/batched/run.py)
+#   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
 # Env: LLAMA_BUILD_DIR (default build-llama/, gitignored by /build*/), JOBS (default nproc).
-# Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [and llama-server].
+# Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [, llama-server, llama-perplexity].
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -15,9 +16,13 @@ cd "$root"
 build_dir="${LLAMA_BUILD_DIR:-$root/build-llama}"
 jobs="${JOBS:-$(nproc)}"
 targets=(llama-batched-bench)
-if [[ "${1:-}" == "--server" ]]; then
-  targets+=(llama-server)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --server) targets+=(llama-server) ;;
+    --perplexity) targets+=(llama-perplexity) ;;
+    *) echo "build_llama_tools: unknown option '$arg' (want --server, --perplexity)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for t in "${targets[@]}"; do

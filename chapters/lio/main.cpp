@@ -4,7 +4,11 @@
 //   lio generate  prompt (or --chat) -> streamed text
 //   lio logits    teacher-forced logits for given token ids (for conformance tests)
 //   lio batch     a JSONL file of requests through one engine (offline batched generation)
+//   lio perplexity  perplexity over a text file, as llama-perplexity computes it
+//   lio quantize  rewrite a GGUF's weight matrices at 8 or 4 bits (RTN into llama.cpp blocks)
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +22,8 @@
 #include "lio/generate.h"
 #include "lio/gguf.h"
 #include "lio/model_runner.h"
+#include "lio/perplexity.h"
+#include "lio/quantize.h"
 #include "lio/safetensors.h"
 
 namespace {
@@ -195,6 +201,93 @@ int cmd_logits(const lio::CommonOptions& o, const std::string& ids_text, const s
   return 0;
 }
 
+/// `lio perplexity`: the text file tokenized with the model's BOS choice, then
+/// lio::perplexity; prints llama-perplexity's running "[i]ppl," line and its final estimate
+/// (or one JSON object with --json).
+int cmd_perplexity(const lio::CommonOptions& o, const std::string& text_path, int64_t n_ctx, int64_t n_chunks) {
+  lio::apply_threads(o.threads);
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) throw lio::InvalidArgument("--text: cannot read '" + text_path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  lio::LoadedModel m = lio::load_from_options(o);
+  const bool add_bos = m.tokenizer->add_bos_default();
+  const std::vector<int32_t> tokens = m.tokenizer->encode(ss.str(), /*parse_special=*/false, add_bos);
+  lio::CommonOptions pool_o = o;  // one chunk at a time: one sequence of n_ctx tokens
+  if (pool_o.kv_pool.kv_cache_mib == 0) {
+    const int64_t blocks = (n_ctx + pool_o.kv_pool.block_size - 1) / std::max<int64_t>(pool_o.kv_pool.block_size, 1);
+    pool_o.kv_pool.kv_cache_mib = ((lio::kv_block_bytes(m.config, pool_o.kv_pool.block_size) * blocks) >> 20) + 1;
+  }
+  std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, pool_o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const lio::PerplexityResult r = lio::perplexity(
+      *runner, tokens, add_bos ? m.tokenizer->bos_id() : -1, n_ctx, n_chunks, [&](int64_t i, double ppl) {
+        if (!o.json) std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
+      });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.json) {
+    std::cout << json{{"model", m.path},
+                      {"text", text_path},
+                      {"device", runner->device_description()},
+                      {"n_text_tokens", r.n_text_tokens},
+                      {"n_ctx", r.n_ctx},
+                      {"n_chunks", r.n_chunks},
+                      {"n_scored", r.n_scored},
+                      {"ppl", r.ppl},
+                      {"ppl_uncertainty", r.ppl_uncertainty},
+                      {"mean_nll", r.mean_nll},
+                      {"running_ppl", r.running_ppl},
+                      {"seconds", seconds}}
+                     .dump()
+              << "\n";
+  } else {
+    std::fprintf(stderr, "\n");
+    std::printf("%s: %lld tokens, %lld chunks of %lld (%lld scored) on %s, %.1f s\n", text_path.c_str(),
+                static_cast<long long>(r.n_text_tokens), static_cast<long long>(r.n_chunks),
+                static_cast<long long>(r.n_ctx), static_cast<long long>(r.n_scored),
+                runner->device_description().c_str(), seconds);
+    std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_uncertainty);
+  }
+  return 0;
+}
+
+/// `lio quantize`: lio::quantize_gguf with a progress bar by decoder block on stderr, then a
+/// summary (bytes before and after, bits per quantized weight).
+int cmd_quantize(const std::string& in_path, const std::string& out_path, lio::QuantizeOptions q,
+                 const std::string& keep, bool json_out) {
+  q.keep = lio::parse_keep(keep);
+  const lio::DType target = lio::quantize_target(q);  // bad options fail before any reading
+  const auto t0 = std::chrono::steady_clock::now();
+  const lio::QuantizeReport r = lio::quantize_gguf(in_path, out_path, q, [&](int64_t done, int64_t total) {
+    if (json_out) return;
+    const int width = 30;
+    const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+    std::fprintf(stderr, "\rquantize %s [%s%s] block %lld/%lld", std::string(lio::dtype_info(target).name).c_str(),
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(width - filled), '.').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total));
+    if (done == total) std::fprintf(stderr, "\n");
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double bpw = 8.0 * static_cast<double>(lio::dtype_row_bytes(target, 32)) / 32.0;
+  if (json_out) {
+    std::cout << json{{"in", in_path},          {"out", out_path},          {"type", lio::dtype_info(target).name},
+                      {"bits_per_weight", bpw}, {"tensors", r.n_tensors},   {"quantized", r.n_quantized},
+                      {"params_quantized", r.params_quantized},              {"bytes_in", r.bytes_in},
+                      {"bytes_out", r.bytes_out}, {"seconds", seconds}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("%s -> %s: %lld tensors, %lld matrices (%.1fM weights) to %s (%.2f bits/weight); tensor bytes "
+                "%.1f MiB -> %.1f MiB; %.1f s\n",
+                in_path.c_str(), out_path.c_str(), static_cast<long long>(r.n_tensors),
+                static_cast<long long>(r.n_quantized), static_cast<double>(r.params_quantized) / 1e6,
+                std::string(lio::dtype_info(target).name).c_str(), bpw, static_cast<double>(r.bytes_in) / (1 << 20),
+                static_cast<double>(r.bytes_out) / (1 << 20), seconds);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +319,32 @@ int main(int argc, char** argv) {
   logits->add_option("--ids", ids_text, "Comma-separated token ids")->required();
   logits->add_option("--out", out_path, "Output file (raw little-endian f32)")->required();
 
+  lio::CommonOptions ppl_o;
+  CLI::App* ppl = app.add_subcommand("perplexity", "Perplexity over a text file, computed as llama-perplexity does");
+  lio::add_model_flags(*ppl, ppl_o);
+  lio::add_device_flag(*ppl, ppl_o);
+  lio::add_kv_pool_flags(*ppl, ppl_o);
+  std::string text_path;
+  int64_t ppl_ctx = 512, ppl_chunks = -1;
+  ppl->add_option("--text", text_path, "Text file to score")->required();
+  ppl->add_option("--ctx-size,-c", ppl_ctx, "Tokens per chunk (llama-perplexity's -c); the second half is scored")
+      ->capture_default_str();
+  ppl->add_option("--chunks", ppl_chunks, "Chunks to evaluate (-1: all; llama-perplexity's --chunks)")
+      ->capture_default_str();
+
+  CLI::App* quant = app.add_subcommand("quantize", "Rewrite a GGUF's weight matrices at 8 or 4 bits (RTN, llama.cpp blocks)");
+  std::string q_in, q_out, q_keep;
+  lio::QuantizeOptions q_opts;
+  bool q_json = false;
+  quant->add_option("--model", q_in, "Input GGUF (any dtype LIO reads)")->required();
+  quant->add_option("--out", q_out, "Output GGUF (a new file)")->required();
+  quant->add_option("--method", q_opts.method, "rtn (gptq, awq: not built yet)")->capture_default_str();
+  quant->add_option("--bits", q_opts.bits, "8 (Q8_0) or 4 (Q4_0, or Q4_1 with --asymmetric)")->capture_default_str();
+  quant->add_option("--group-size", q_opts.group_size, "Weights per scale (32: llama.cpp's blocks)")->capture_default_str();
+  quant->add_flag("--asymmetric", q_opts.asymmetric, "4 bits with a minimum per group (Q4_1)");
+  quant->add_option("--keep", q_keep, "Tensors kept at higher precision: DTYPE:PREFIX,... (f32, f16, bf16, q8_0), e.g. f32:token_embd,output");
+  quant->add_flag("--json", q_json, "Print one JSON summary");
+
   lio::CommonOptions batch_o;
   lio::BatchOptions batch_b;
   CLI::App* batch = lio::add_batch_subcommand(app, batch_o, batch_b);
@@ -236,6 +355,8 @@ int main(int argc, char** argv) {
     if (gen->parsed()) return cmd_generate(gen_o);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
     if (batch->parsed()) return lio::run_batch(batch_o, batch_b);
+    if (ppl->parsed()) return cmd_perplexity(ppl_o, text_path, ppl_ctx, ppl_chunks);
+    if (quant->parsed()) return cmd_quantize(q_in, q_out, q_opts, q_keep, q_json);
     return 2;
   });
 }

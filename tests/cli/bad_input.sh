@@ -60,6 +60,16 @@ expect_error ch01_bad_device     "--device"              "$bin/ch01_kv_cache" --
 expect_error attention_unknown   "--attention must be"   "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention mla
 expect_error attention_no_divide "do not divide"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention gqa:3
 expect_error attention_bad_n     "positive integer"      "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention gqa:x
+printf 'A short text.' >"$work/short.txt"
+expect_error ppl_missing_text    "--text: cannot read"   "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/nope.txt"
+expect_error ppl_text_too_short  "needs at least"        "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/short.txt" -c 64
+expect_error ppl_ctx_too_small   "--ctx-size must be"    "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/short.txt" -c 2
+expect_error ppl_zero_chunks     "--chunks must be"      "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/short.txt" -c 4 --chunks 0
+expect_error quant_bits_3         "--bits 3: only 8 and 4" "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --bits 3
+expect_error quant_gptq           "--method gptq"          "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --method gptq
+expect_error quant_same_file      "--out is the input"     "$bin/lio" quantize --model "$m/tiny.gguf" --out "$m/tiny.gguf" --bits 8
+expect_error quant_bad_keep       "--keep"                 "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --keep q4_k:token_embd
+expect_error quant_corrupt_input  "truncated.gguf"         "$bin/lio" quantize --model "$m/truncated.gguf" --out "$work/q.gguf"
 expect_error ch02_odd_rank       "rank must be even"     "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks 7 --mla-rope-pairs 2
 expect_error ch02_bad_device     "--device must be 'cpu' or 'cuda'"  "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --device tpu
 expect_error ch02_rope_pairs     "rope_pairs must be"    "$bin/ch02_gqa_mla" --model "$m/tiny.gguf" --variants gqa --context 16 --decode-steps 1 --eval-tokens 32 --mla-ranks 8 --mla-rope-pairs 99
@@ -94,5 +104,15 @@ if "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --max-tokens 4 --json 
 else
   echo "FAIL tiny_model_generates"; cat "$work/err"; ((fail++))
 fi
+# lio quantize's output runs in the engine (8 and 4 bits, mixed precision).
+for args in "--bits 8" "--bits 4 --asymmetric --keep f16:token_embd"; do
+  # shellcheck disable=SC2086
+  if "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" $args --json >"$work/out" 2>"$work/err" &&
+     "$bin/lio" generate --model "$work/q.gguf" --prompt hi --max-tokens 4 --json >"$work/out" 2>"$work/err"; then
+    echo "ok   quantized_model_generates ($args)"; ((pass++))
+  else
+    echo "FAIL quantized_model_generates ($args)"; cat "$work/err"; ((fail++))
+  fi
+done
 echo "$pass passed, $fail failed"
 ((fail == 0))
