@@ -2,12 +2,15 @@
 #include "lio/quantize.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <sstream>
 
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/quantization.h"
 
 namespace lio {
 
@@ -25,6 +28,32 @@ uint32_t llama_ftype(DType t) {
     default: break;
   }
   throw InvalidArgument("quantize: no llama ftype for " + std::string(dtype_info(t).name));
+}
+
+/// One row of n floats into `t`: Q8_0 / Q4_0 / Q4_1 block by block through chapter 03's
+/// quantize_block_* (the learner's code when the chapter is switched to exercises), anything
+/// else through quantize_row. Throws InvalidArgument for a non-finite weight (naming its block).
+void rtn_quantize_row(DType t, const float* x, std::byte* out, int64_t n) {
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_1) {
+    quantize_row(t, x, out, n);
+    return;
+  }
+  for (int64_t b = 0; b < n / kQuantBlockElems; ++b) {
+    const std::span<const float, kQuantBlockElems> block(x + b * kQuantBlockElems, kQuantBlockElems);
+    for (float v : block) {
+      if (!std::isfinite(v)) throw InvalidArgument("quantize: non-finite weight in block " + std::to_string(b));
+    }
+    if (t == DType::Q8_0) {
+      const BlockQ8_0 q = quantize_block_q8_0(block);
+      std::memcpy(out + b * static_cast<int64_t>(sizeof q), &q, sizeof q);
+    } else if (t == DType::Q4_0) {
+      const BlockQ4_0 q = quantize_block_q4_0(block);
+      std::memcpy(out + b * static_cast<int64_t>(sizeof q), &q, sizeof q);
+    } else {
+      const BlockQ4_1 q = quantize_block_q4_1(block);
+      std::memcpy(out + b * static_cast<int64_t>(sizeof q), &q, sizeof q);
+    }
+  }
 }
 
 /// The decoder block a tensor belongs to ("blk.12.attn_q.weight" -> 12), or -1.
@@ -141,7 +170,11 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
     out.resize(static_cast<size_t>(rows * out_row));
     for (int64_t i = 0; i < rows; ++i) {
       dequantize_row(t.dtype, t.data + i * in_row, row.data(), cols);
-      quantize_row(want, row.data(), out.data() + i * out_row, cols);
+      try {
+        rtn_quantize_row(want, row.data(), out.data() + i * out_row, cols);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(t.name + " row " + std::to_string(i) + ": " + e.what());
+      }
     }
     w.add_tensor(t.name, want, t.shape, out);
     r.bytes_out += static_cast<int64_t>(out.size());

@@ -49,10 +49,12 @@ struct QuantizeReport {
 
 /// Reads the GGUF at `in_path`, writes `out_path` with the same metadata (general.file_type
 /// set to llama.cpp's ftype for the target) and tensors: 2-D ".weight" matrices whose rows are
-/// a multiple of 32 are dequantized to f32 and re-quantized by RTN to quantize_target(o),
+/// a multiple of 32 are dequantized to f32 and re-quantized by RTN to quantize_target(o) (each
+/// block through chapter 03's quantize_block_*, lio/quantization.h),
 /// unless `o.keep` names them; everything else (norms, odd shapes) is copied unchanged.
 /// `on_layer(done, total)` reports progress by decoder block (blk.N). Throws as GgufFile::open
-/// for a bad input, InvalidArgument when out_path equals in_path or cannot be written, and as
+/// for a bad input, InvalidArgument when out_path equals in_path or cannot be written or a weight
+/// is not finite (naming the tensor and row), and as
 /// quantize_target for unsupported options. The input is never modified.
 QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_path, const QuantizeOptions& o,
                              const std::function<void(int64_t, int64_t)>& on_layer = {});
