@@ -23,14 +23,6 @@
 
 namespace {
 using json = nlohmann::ordered_json;
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,8 +76,8 @@ int main(int argc, char** argv) {
                   "KV MiB @4K f16", "decode tok/s", "mean KL", "top-1", "perplexity");
     }
     json rows = json::array();
-    std::vector<std::string> names = split(variants);
-    for (const std::string& r : split(mla_ranks)) names.push_back("mla:" + r);
+    std::vector<std::string> names = lio::ch02::split_commas(variants);
+    for (const std::string& r : lio::ch02::split_commas(mla_ranks)) names.push_back("mla:" + r);
     for (const std::string& name : names) {
       lio::LoadedModel m = lio::load_model(stored.path, lio::parse_weight_mode(o.dtype));
       // Task 2's formula: GQA with this many KV heads (MHA and MQA are its ends), or MLA.

@@ -107,6 +107,14 @@ double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t ba
   return static_cast<double>(batch) / times[times.size() / 2];
 }
 
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 std::string describe_device(const LoadedModel& model, Device device) {
   if (device == Device::Cpu) return "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
   return make_backend(model, device)->device_description();

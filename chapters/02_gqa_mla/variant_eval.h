@@ -51,6 +51,10 @@ double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t ba
 /// UnsupportedError when `device` cannot run `model`.
 std::string describe_device(const LoadedModel& model, Device device);
 
+/// The non-empty items of a comma-separated list ("mha,gqa,,mqa" -> mha, gqa, mqa): the
+/// --variants style flags of chapters 02 and 03.
+std::vector<std::string> split_commas(const std::string& text);
+
 /// Tokens of the chapter's fixed English text (chapters/02_gqa_mla/eval_text.txt: public-domain
 /// prose), cut to at most max_tokens. Throws InvalidArgument if the file is missing.
 std::vector<int32_t> eval_text_tokens(const LoadedModel& model, int64_t max_tokens);

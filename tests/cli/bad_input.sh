@@ -114,5 +114,16 @@ for args in "--bits 8" "--bits 4 --asymmetric --keep f16:token_embd"; do
     echo "FAIL quantized_model_generates ($args)"; cat "$work/err"; ((fail++))
   fi
 done
+# ch03_quantization's table on the tiny model: every variant measured, none failing.
+printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60) >"$work/text.txt"
+ch03=("$bin/ch03_quantization" --reference "$m/tiny.gguf" --ppl-ctx 64 --ppl-chunks 2
+      --eval-tokens 64 --context 32 --prefill-tokens 32 --steps 1)
+if "${ch03[@]}" --text "$work/text.txt" --json >"$work/out" 2>"$work/err" && [[ $(grep -c '"perplexity":' "$work/out") -eq 4 ]]; then
+  echo "ok   ch03_table_on_tiny_model"; ((pass++))
+else
+  echo "FAIL ch03_table_on_tiny_model"; cat "$work/err" "$work/out"; ((fail++))
+fi
+expect_error ch03_unknown_variant "unknown variant 'q3_k'" "${ch03[@]}" --text "$work/text.txt" --variants f32,q3_k
+expect_error ch03_missing_text    "--text: cannot read"    "${ch03[@]}" --text "$work/nope.txt"
 echo "$pass passed, $fail failed"
 ((fail == 0))

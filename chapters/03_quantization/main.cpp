@@ -1,0 +1,199 @@
+// ch03_quantization — chapter 03: the course model at several weight formats, one table.
+//
+// The reference is the F32 copy setup makes (--reference). Each variant is `lio quantize`'s
+// RTN of it (q8_0, q4_1, q4_0: written to a temporary directory, each block through the
+// chapter's Tasks 2-3), the reference itself (f32), or any GGUF file given with --files (e.g.
+// the Q4_1 file as shipped). For each it prints: bytes of weights, bits per weight, decode
+// tokens/s at batch 1 and 32, prefill tokens/s, perplexity over a real English text (as
+// llama-perplexity computes it), and mean KL / top-1 agreement against the reference.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lio/cli_common.h"
+#include "lio/error.h"
+#include "lio/model_loader.h"
+#include "lio/perplexity.h"
+#include "lio/quantize.h"
+#include "variant_eval.h"
+
+namespace {
+using json = nlohmann::ordered_json;
+
+/// Settings of one ch03_quantization run.
+struct Settings {
+  std::string reference = "models/SmolLM2-135M-Instruct.F32.gguf";
+  std::string variants = "f32,q8_0,q4_1,q4_0";
+  std::string files;
+  std::string text = "/usr/share/common-licenses/GPL-3";
+  int64_t ppl_ctx = 512, ppl_chunks = 4, eval_tokens = 256, context = 256, prefill_tokens = 256;
+  int steps = 5;
+  std::string device = "cpu";
+};
+
+/// Median seconds of `reps` prefills of `tokens` from an empty cache, as tokens/s.
+double prefill_tokens_per_s(const lio::LoadedModel& m, const std::vector<int32_t>& tokens, lio::Device device,
+                            int reps) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t mib = (lio::kv_block_bytes(m.config, 16) * ((n + 15) / 16) >> 20) + 1;
+  auto runner = lio::make_runner(m, device, lio::KvPoolOptions{16, mib});
+  std::vector<double> times;
+  for (int r = -1; r < reps; ++r) {  // r = -1 warms up
+    lio::SoloSequence seq(*runner, n);
+    const auto t0 = std::chrono::steady_clock::now();
+    seq.forward(tokens, /*all_logits=*/false);
+    if (r >= 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return static_cast<double>(n) / times[times.size() / 2];
+}
+
+/// The path of variant `name`: the reference (f32), an RTN file made now in `dir`, or a file.
+std::string variant_path(const std::string& name, const Settings& s, const std::string& dir) {
+  if (name == "f32") return s.reference;
+  lio::QuantizeOptions q;
+  if (name == "q8_0") {
+    q.bits = 8;
+  } else if (name == "q4_0") {
+    q.bits = 4;
+  } else if (name == "q4_1") {
+    q.bits = 4;
+    q.asymmetric = true;
+  } else {
+    throw lio::InvalidArgument("--variants: unknown variant '" + name + "' (want f32, q8_0, q4_1, q4_0)");
+  }
+  const std::string out = dir + "/rtn-" + name + ".gguf";
+  lio::quantize_gguf(s.reference, out, q);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Chapter 03: the course model at several weight formats: memory, speed, quality", "ch03_quantization"};
+  Settings s;
+  int threads = 0;
+  bool json_out = false;
+  app.add_option("--reference", s.reference, "The reference model (f32): variants are made from it and compared to it")
+      ->capture_default_str();
+  app.add_option("--variants", s.variants, "Comma-separated: f32 (the reference), q8_0, q4_1, q4_0 (RTN by lio quantize)")
+      ->capture_default_str();
+  app.add_option("--files", s.files, "Comma-separated GGUF files to compare as they are (e.g. the shipped Q4_1)");
+  app.add_option("--text", s.text, "Real English text for perplexity and KL")->capture_default_str();
+  app.add_option("--ppl-ctx", s.ppl_ctx, "Perplexity chunk size (llama-perplexity's -c)")->capture_default_str();
+  app.add_option("--ppl-chunks", s.ppl_chunks, "Perplexity chunks (-1: all)")->capture_default_str();
+  app.add_option("--eval-tokens", s.eval_tokens, "Tokens of the text for mean KL and top-1 agreement")
+      ->capture_default_str();
+  app.add_option("--context", s.context, "Context length of the decode-speed measurement")->capture_default_str();
+  app.add_option("--prefill-tokens", s.prefill_tokens, "Prompt length of the prefill-speed measurement")
+      ->capture_default_str();
+  app.add_option("--steps", s.steps, "Timed decode steps / prefills (median)")->capture_default_str();
+  app.add_option("--device", s.device, "cpu|cuda: where the speed measurements run")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: all)");
+  app.add_flag("--json", json_out, "Print one JSON object");
+
+  return lio::run_main(app, argc, argv, [&]() -> int {
+    lio::apply_threads(threads);
+    const lio::Device device = lio::parse_device(s.device);
+    if (s.eval_tokens < 2 || s.prefill_tokens < 1 || s.steps < 1) {
+      throw lio::InvalidArgument("--eval-tokens must be >= 2, --prefill-tokens and --steps >= 1");
+    }
+    std::ifstream in(s.text, std::ios::binary);
+    if (!in) throw lio::InvalidArgument("--text: cannot read '" + s.text + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const lio::LoadedModel ref = lio::load_model(s.reference, lio::WeightMode::AsStored);
+    const bool add_bos = ref.tokenizer->add_bos_default();
+    const std::vector<int32_t> text = ref.tokenizer->encode(ss.str(), /*parse_special=*/false, add_bos);
+    if (static_cast<int64_t>(text.size()) < std::max(s.eval_tokens, s.prefill_tokens)) {
+      throw lio::InvalidArgument("--text has " + std::to_string(text.size()) + " tokens; --eval-tokens and " +
+                                 "--prefill-tokens need " + std::to_string(std::max(s.eval_tokens, s.prefill_tokens)));
+    }
+    const std::vector<int32_t> eval(text.begin(), text.begin() + s.eval_tokens);
+    const std::vector<int32_t> prompt(text.begin(), text.begin() + s.prefill_tokens);
+    const lio::ch02::ReferenceLogprobs ref_lp = lio::ch02::reference_logprobs(ref, eval);
+    const std::string dir = (std::filesystem::temp_directory_path() / ("lio_ch03_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(dir);
+    std::vector<std::pair<std::string, std::string>> runs;  // (name, path)
+    for (const std::string& v : lio::ch02::split_commas(s.variants)) runs.emplace_back(v, "");
+    for (const std::string& f : lio::ch02::split_commas(s.files)) runs.emplace_back(std::filesystem::path(f).filename().string(), f);
+
+    const std::string device_name = lio::ch02::describe_device(ref, device);
+    if (!json_out) {
+      std::printf("reference %s | text %s (%zu tokens) | perplexity: chunks of %lld, %lld chunks | KL over %lld "
+                  "tokens | decode at context %lld | prefill of %lld tokens | %s\n\n",
+                  s.reference.c_str(), s.text.c_str(), text.size(), (long long)s.ppl_ctx, (long long)s.ppl_chunks,
+                  (long long)s.eval_tokens, (long long)s.context, (long long)s.prefill_tokens, device_name.c_str());
+      std::printf("%-34s %10s %6s %10s %10s %11s %10s %10s %7s\n", "variant", "weight MiB", "bits/w", "decode b1",
+                  "decode b32", "prefill t/s", "perplexity", "mean KL", "top-1");
+    }
+    json rows = json::array();
+    try {
+      for (auto& [name, path] : runs) {
+        if (path.empty()) path = variant_path(name, s, dir);
+        const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
+        if (m.config.vocab_size != ref.config.vocab_size) {
+          throw lio::InvalidArgument(path + ": vocabulary differs from the reference's");
+        }
+        int64_t n_params = 0;
+        for (const lio::LayerWeights& L : m.weights.layers) {
+          for (const lio::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+            n_params += w->rows * w->cols;
+        }
+        n_params += m.weights.token_embd.rows * m.weights.token_embd.cols;
+        auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64});
+        const int64_t bytes = runner->backend().weight_bytes();
+        const lio::PerplexityResult ppl =
+            lio::perplexity(*runner, text, add_bos ? ref.tokenizer->bos_id() : -1, s.ppl_ctx, s.ppl_chunks);
+        runner.reset();
+        const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref_lp);
+        const double b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device);
+        const double b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device);
+        const double pf = prefill_tokens_per_s(m, prompt, device, s.steps);
+        const double bpw = 8.0 * static_cast<double>(bytes) / static_cast<double>(n_params);
+        if (!json_out) {
+          std::printf("%-34s %10.1f %6.2f %10.1f %10.1f %11.1f %10.4f %10.5f %6.1f%%\n", name.c_str(),
+                      static_cast<double>(bytes) / (1 << 20), bpw, b1, b32, pf, ppl.ppl, q.mean_kl,
+                      100.0 * q.top1_agreement);
+          std::fflush(stdout);
+        }
+        rows.push_back(json{{"variant", name},
+                            {"file", path},
+                            {"weight_bytes", bytes},
+                            {"bits_per_weight", bpw},
+                            {"decode_tokens_per_s_b1", b1},
+                            {"decode_tokens_per_s_b32", b32},
+                            {"prefill_tokens_per_s", pf},
+                            {"perplexity", ppl.ppl},
+                            {"perplexity_uncertainty", ppl.ppl_uncertainty},
+                            {"mean_kl", q.mean_kl},
+                            {"top1_agreement", q.top1_agreement}});
+      }
+    } catch (...) {
+      std::filesystem::remove_all(dir);
+      throw;
+    }
+    std::filesystem::remove_all(dir);
+    if (json_out) {
+      std::cout << json{{"reference", s.reference}, {"text", s.text},       {"text_tokens", text.size()},
+                        {"ppl_ctx", s.ppl_ctx},     {"ppl_chunks", s.ppl_chunks}, {"eval_tokens", s.eval_tokens},
+                        {"context", s.context},     {"prefill_tokens", s.prefill_tokens}, {"device", device_name},
+                        {"variants", rows}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::printf("\nbits/w counts every matrix weight and the embedding (norms excluded); perplexity as "
+                  "llama-perplexity computes it; KL(P_reference || P_variant) in nats.\n");
+    }
+    return 0;
+  });
+}
