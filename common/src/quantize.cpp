@@ -149,7 +149,7 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
     if (block != last_block && block >= 0 && last_block >= 0 && on_layer) on_layer(std::min(++done, n_blocks), n_blocks);
     last_block = block >= 0 ? block : last_block;
     r.bytes_in += t.size_bytes;
-    const bool matrix = t.shape.size() == 2 && t.name.size() > 7 && t.name.ends_with(".weight");
+    const bool matrix = t.shape.size() == 2 && t.name.ends_with(".weight");
     DType want = t.dtype;
     if (matrix) {
       want = target;

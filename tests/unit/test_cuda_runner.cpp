@@ -77,6 +77,30 @@ lio::cuda::CudaBackend& cuda_backend(lio::ModelRunner& r) {
   return dynamic_cast<lio::cuda::CudaBackend&>(r.backend());
 }
 
+/// Two batched steps through blocks of 4 tokens with block tables scattered over a pool of
+/// >= 12 blocks — step 1: the prefixes of A (6 tokens) and B (9 tokens); step 2: A's next 5
+/// tokens (all logits), B's next token, C's 3-token prompt — on both runners: every logit of
+/// the GPU's against the CPU's.
+void expect_mixed_batch_matches(lio::ModelRunner& cpu, lio::ModelRunner& gpu, const std::string& what) {
+  const std::vector<int32_t> table_a = {0, 9, 3}, table_b = {7, 5, 6}, table_c = {4, 11};
+  lio::ForwardBatch prefixes(4);
+  prefixes.add_sequence(std::vector<int32_t>{5, 17, 200, 3, 99, 140}, 0, table_a, 1);
+  prefixes.add_sequence(kPrompt, 0, table_b, 1);
+  lio::ForwardBatch mixed(4);
+  mixed.add_sequence(std::vector<int32_t>{7, 250, 33, 61, 12}, 6, table_a, 5);
+  mixed.add_sequence(std::vector<int32_t>{42}, 9, table_b, 1);
+  mixed.add_sequence(std::vector<int32_t>{1, 2, 3}, 0, table_c, 1);
+  const auto step = [](lio::ModelRunner& r, const lio::ForwardBatch& b) {
+    std::span<const float> out = r.forward(b);
+    return std::vector<float>(out.begin(), out.end());
+  };
+  EXPECT_LT(max_rel_error(step(gpu, prefixes), step(cpu, prefixes)), 1e-4) << what << " prefixes";
+  const auto want = step(cpu, mixed);
+  const auto got = step(gpu, mixed);
+  ASSERT_EQ(got.size(), size_t(7 * cpu.config().vocab_size)) << what;
+  EXPECT_LT(max_rel_error(got, want), 1e-4) << what << " mixed step";
+}
+
 class CudaRunnerTest : public ::testing::Test {
  protected:
   /// Writes a tiny random model with `spec` and loads it as stored.
@@ -163,28 +187,9 @@ TEST_F(CudaRunnerTest, MixedBatchMatchesCpu) {
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q4_1;
   lio::LoadedModel m = load_tiny(spec);
-  const int64_t bs = 4;
-  const std::vector<int32_t> table_a = {0, 9, 3}, table_b = {7, 5, 6}, table_c = {4, 11};
-  // Step 1: the prefixes of A (6 tokens) and B (9 tokens).
-  lio::ForwardBatch prefixes(bs);
-  prefixes.add_sequence(std::vector<int32_t>{5, 17, 200, 3, 99, 140}, 0, table_a, 1);
-  prefixes.add_sequence(kPrompt, 0, table_b, 1);
-  // Step 2: A's next 5 tokens (all logits), B's next token, C's 3-token prompt.
-  lio::ForwardBatch mixed(bs);
-  mixed.add_sequence(std::vector<int32_t>{7, 250, 33, 61, 12}, 6, table_a, 5);
-  mixed.add_sequence(std::vector<int32_t>{42}, 9, table_b, 1);
-  mixed.add_sequence(std::vector<int32_t>{1, 2, 3}, 0, table_c, 1);
-  auto cpu = runner(m, lio::Device::Cpu, bs, 12);
-  auto gpu = runner(m, lio::Device::Cuda, bs, 12);
-  const auto step = [](lio::ModelRunner& r, const lio::ForwardBatch& b) {
-    std::span<const float> out = r.forward(b);
-    return std::vector<float>(out.begin(), out.end());
-  };
-  EXPECT_LT(max_rel_error(step(*gpu, prefixes), step(*cpu, prefixes)), 1e-4) << "prefixes";
-  const auto want = step(*cpu, mixed);
-  const auto got = step(*gpu, mixed);
-  ASSERT_EQ(got.size(), size_t(7 * m.config.vocab_size));
-  EXPECT_LT(max_rel_error(got, want), 1e-4) << "mixed step";
+  auto cpu = runner(m, lio::Device::Cpu, 4, 12);
+  auto gpu = runner(m, lio::Device::Cuda, 4, 12);
+  expect_mixed_batch_matches(*cpu, *gpu, "");
 }
 
 // MLA (chapter 02): the tiny model converted to a rank-12 latent with 4 RoPE pairs per KV
@@ -212,20 +217,7 @@ TEST_F(CudaRunnerTest, MlaMatchesCpuNaiveAndAbsorbed) {
       EXPECT_LT(max_rel_error(run(gpu_seq, kLongPrompt, true), run(cpu_seq, kLongPrompt, true)), 1e-4)
           << path_name << " 24-token chunk";
     }
-    const std::vector<int32_t> table_a = {0, 9, 3}, table_b = {7, 5, 6}, table_c = {4, 11};
-    lio::ForwardBatch prefixes(4);
-    prefixes.add_sequence(std::vector<int32_t>{5, 17, 200, 3, 99, 140}, 0, table_a, 1);
-    prefixes.add_sequence(kPrompt, 0, table_b, 1);
-    lio::ForwardBatch mixed(4);
-    mixed.add_sequence(std::vector<int32_t>{7, 250, 33, 61, 12}, 6, table_a, 5);
-    mixed.add_sequence(std::vector<int32_t>{42}, 9, table_b, 1);
-    mixed.add_sequence(std::vector<int32_t>{1, 2, 3}, 0, table_c, 1);
-    const auto step = [](lio::ModelRunner& r, const lio::ForwardBatch& b) {
-      std::span<const float> out = r.forward(b);
-      return std::vector<float>(out.begin(), out.end());
-    };
-    EXPECT_LT(max_rel_error(step(*gpu, prefixes), step(*cpu, prefixes)), 1e-4) << path_name << " prefixes";
-    EXPECT_LT(max_rel_error(step(*gpu, mixed), step(*cpu, mixed)), 1e-4) << path_name << " mixed step";
+    expect_mixed_batch_matches(*cpu, *gpu, path_name);
   }
 }
 
