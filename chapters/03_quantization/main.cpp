@@ -1,9 +1,10 @@
 // ch03_quantization — chapter 03: the course model at several weight formats, one table.
 //
-// The reference is the F32 copy setup makes (--reference). Each variant is `lio quantize`'s
-// RTN of it (q8_0, q4_1, q4_0: written to a temporary directory, each block through the
-// chapter's Tasks 2-3), the reference itself (f32), or any GGUF file given with --files (e.g.
-// the Q4_1 file as shipped). For each it prints: bytes of weights, bits per weight, decode
+// The reference is the F32 copy setup makes (--reference). Each variant is made from it by
+// `lio quantize` in a temporary directory — RTN at llama.cpp's grids (q8_0, q4_1, q4_0: each
+// block through the chapter's Tasks 2-3) or METHOD:BITS[a]gGROUP (rtn, gptq through Task 4,
+// awq through Task 5, calibrated on --calib) — or is the reference itself (f32), or any GGUF
+// file given with --files (e.g. the Q4_1 file as shipped). For each it prints: bytes of weights, bits per weight, decode
 // tokens/s at batch 1 and 32, prefill tokens/s, perplexity over a real English text (as
 // llama-perplexity computes it), and mean KL / top-1 agreement against the reference.
 #include <unistd.h>
@@ -32,12 +33,24 @@ using json = nlohmann::ordered_json;
 /// Settings of one ch03_quantization run.
 struct Settings {
   std::string reference = "models/SmolLM2-135M-Instruct.F32.gguf";
-  std::string variants = "f32,q8_0,q4_1,q4_0";
+  std::string variants = "f32,q8_0,q4_1,q4_0,gptq:4g32,awq:4g32,rtn:4g128,gptq:4g128,awq:4g128,rtn:3g128,gptq:3g128,awq:3g128";
   std::string files;
   std::string text = "/usr/share/common-licenses/GPL-3";
   int64_t ppl_ctx = 512, ppl_chunks = 4, eval_tokens = 256, context = 256, prefill_tokens = 256;
   int steps = 5;
   std::string device = "cpu";
+  std::string keep = "q8_0:token_embd";  // lio quantize --keep for every variant made here
+  std::string calib = "/usr/share/common-licenses/GFDL-1.3";
+  int64_t calib_ctx = 512, calib_chunks = 8;
+  bool skip_speed = false;
+  std::string out_dir;  // keep the variants made here in this directory (else a temporary one)
+};
+
+/// A variant: where its file is and, for gptq / awq, their output error against RTN's.
+struct Variant {
+  std::string path;                ///< the GGUF file
+  std::string grid = "-";          ///< "int4 g32 sym", or "-" for the reference and --files
+  double error_ratio = -1.0;       ///< gptq / awq: output error / RTN's (-1: not calibrated)
 };
 
 /// Median seconds of `reps` prefills of `tokens` from an empty cache, as tokens/s.
@@ -57,23 +70,67 @@ double prefill_tokens_per_s(const lio::LoadedModel& m, const std::vector<int32_t
   return static_cast<double>(n) / times[times.size() / 2];
 }
 
-/// The path of variant `name`: the reference (f32), an RTN file made now in `dir`, or a file.
-std::string variant_path(const std::string& name, const Settings& s, const std::string& dir) {
-  if (name == "f32") return s.reference;
+/// Parses a variant name: q8_0 / q4_0 / q4_1 (RTN at llama.cpp's own grids), or
+/// METHOD:BITS[a]gGROUP, e.g. gptq:4g128, awq:3ag64, rtn:4g32 ('a': asymmetric).
+lio::QuantizeOptions variant_options(const std::string& name) {
   lio::QuantizeOptions q;
   if (name == "q8_0") {
     q.bits = 8;
-  } else if (name == "q4_0") {
-    q.bits = 4;
-  } else if (name == "q4_1") {
-    q.bits = 4;
-    q.asymmetric = true;
-  } else {
-    throw lio::InvalidArgument("--variants: unknown variant '" + name + "' (want f32, q8_0, q4_1, q4_0)");
+    return q;
   }
-  const std::string out = dir + "/rtn-" + name + ".gguf";
-  lio::quantize_gguf(s.reference, out, q);
-  return out;
+  if (name == "q4_0") return q;
+  if (name == "q4_1") {
+    q.asymmetric = true;
+    return q;
+  }
+  const size_t colon = name.find(':');
+  const size_t g = name.find('g', colon == std::string::npos ? 0 : colon);
+  const auto bad = [&] {
+    return lio::InvalidArgument("--variants: unknown variant '" + name +
+                                "' (want f32, q8_0, q4_1, q4_0, or METHOD:BITS[a]gGROUP such as gptq:4g128, awq:3ag64)");
+  };
+  if (colon == std::string::npos || g == std::string::npos) throw bad();
+  q.method = name.substr(0, colon);
+  std::string bits = name.substr(colon + 1, g - colon - 1);
+  if (!bits.empty() && bits.back() == 'a') {
+    q.asymmetric = true;
+    bits.pop_back();
+  }
+  try {
+    size_t used = 0;
+    q.bits = std::stoi(bits, &used);
+    if (used != bits.size()) throw bad();
+    const std::string group = name.substr(g + 1);
+    q.group_size = std::stoll(group, &used);
+    if (used != group.size()) throw bad();
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+  return q;
+}
+
+/// Makes variant `name` from the reference with lio quantize (in `dir`), or returns the
+/// reference itself (f32).
+/// The lio quantize options of variant `name` under `s`; throws as quantize_target for bad ones.
+lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s) {
+  lio::QuantizeOptions q = variant_options(name);
+  q.keep = lio::parse_keep(s.keep);
+  q.calib_path = s.calib;
+  q.calib_ctx = s.calib_ctx;
+  q.calib_chunks = s.calib_chunks;
+  lio::quantize_target(q);
+  return q;
+}
+
+Variant make_variant(const std::string& name, const Settings& s, const std::string& dir) {
+  if (name == "f32") return {s.reference};
+  const lio::QuantizeOptions q = quantize_options(name, s);
+  std::string file = name;
+  std::replace(file.begin(), file.end(), ':', '-');
+  Variant v{dir + "/" + file + ".gguf", lio::quantize_grid(q).name()};
+  const lio::QuantizeReport r = lio::quantize_gguf(s.reference, v.path, q);
+  if (q.method != "rtn" && r.output_error_rtn > 0) v.error_ratio = r.output_error / r.output_error_rtn;
+  return v;
 }
 
 }  // namespace
@@ -85,8 +142,18 @@ int main(int argc, char** argv) {
   bool json_out = false;
   app.add_option("--reference", s.reference, "The reference model (f32): variants are made from it and compared to it")
       ->capture_default_str();
-  app.add_option("--variants", s.variants, "Comma-separated: f32 (the reference), q8_0, q4_1, q4_0 (RTN by lio quantize)")
+  app.add_option("--variants", s.variants,
+                 "Comma-separated: f32 (the reference); q8_0, q4_1, q4_0 (RTN at llama.cpp's grids); "
+                 "METHOD:BITS[a]gGROUP with METHOD rtn|gptq|awq, BITS 8|4|3, 'a' asymmetric, GROUP 32|64|128")
       ->capture_default_str();
+  app.add_option("--keep", s.keep, "lio quantize --keep for the variants made here (\"\": quantize everything)")
+      ->capture_default_str();
+  app.add_option("--calib", s.calib, "Calibration text for gptq / awq (not the evaluation text)")->capture_default_str();
+  app.add_option("--calib-ctx", s.calib_ctx, "Calibration tokens per chunk")->capture_default_str();
+  app.add_option("--calib-chunks", s.calib_chunks, "Calibration chunks (-1: the whole text)")->capture_default_str();
+  app.add_option("--out-dir", s.out_dir, "Write the variants made here to this directory and keep them "
+                 "(e.g. for bench/03_quantization/check_perplexity.sh)");
+  app.add_flag("--skip-speed", s.skip_speed, "Measure quality only (speed depends on the container, not the method)");
   app.add_option("--files", s.files, "Comma-separated GGUF files to compare as they are (e.g. the shipped Q4_1)");
   app.add_option("--text", s.text, "Real English text for perplexity and KL")->capture_default_str();
   app.add_option("--ppl-ctx", s.ppl_ctx, "Perplexity chunk size (llama-perplexity's -c)")->capture_default_str();
@@ -121,10 +188,16 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> eval(text.begin(), text.begin() + s.eval_tokens);
     const std::vector<int32_t> prompt(text.begin(), text.begin() + s.prefill_tokens);
     const lio::ch02::ReferenceLogprobs ref_lp = lio::ch02::reference_logprobs(ref, eval);
-    const std::string dir = (std::filesystem::temp_directory_path() / ("lio_ch03_" + std::to_string(::getpid()))).string();
+    const bool keep_files = !s.out_dir.empty();
+    const std::string dir =
+        keep_files ? s.out_dir
+                   : (std::filesystem::temp_directory_path() / ("lio_ch03_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir);
     std::vector<std::pair<std::string, std::string>> runs;  // (name, path)
-    for (const std::string& v : lio::ch02::split_commas(s.variants)) runs.emplace_back(v, "");
+    for (const std::string& v : lio::ch02::split_commas(s.variants)) {
+      if (v != "f32") quantize_options(v, s);  // a bad name fails before any work
+      runs.emplace_back(v, "");
+    }
     for (const std::string& f : lio::ch02::split_commas(s.files)) runs.emplace_back(std::filesystem::path(f).filename().string(), f);
 
     const std::string device_name = lio::ch02::describe_device(ref, device);
@@ -133,13 +206,15 @@ int main(int argc, char** argv) {
                   "tokens | decode at context %lld | prefill of %lld tokens | %s\n\n",
                   s.reference.c_str(), s.text.c_str(), text.size(), (long long)s.ppl_ctx, (long long)s.ppl_chunks,
                   (long long)s.eval_tokens, (long long)s.context, (long long)s.prefill_tokens, device_name.c_str());
-      std::printf("%-34s %10s %6s %10s %10s %11s %10s %10s %7s\n", "variant", "weight MiB", "bits/w", "decode b1",
-                  "decode b32", "prefill t/s", "perplexity", "mean KL", "top-1");
+      std::printf("%-34s %-14s %10s %6s %9s %10s %10s %11s %10s %10s %7s\n", "variant", "grid", "weight MiB", "bits/w",
+                  "err/RTN", "decode b1", "decode b32", "prefill t/s", "perplexity", "mean KL", "top-1");
     }
     json rows = json::array();
     try {
       for (auto& [name, path] : runs) {
-        if (path.empty()) path = variant_path(name, s, dir);
+        Variant v{path};
+        if (path.empty()) v = make_variant(name, s, dir);
+        path = v.path;
         const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
         if (m.config.vocab_size != ref.config.vocab_size) {
           throw lio::InvalidArgument(path + ": vocabulary differs from the reference's");
@@ -156,43 +231,59 @@ int main(int argc, char** argv) {
             lio::perplexity(*runner, text, add_bos ? ref.tokenizer->bos_id() : -1, s.ppl_ctx, s.ppl_chunks);
         runner.reset();
         const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref_lp);
-        const double b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device);
-        const double b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device);
-        const double pf = prefill_tokens_per_s(m, prompt, device, s.steps);
+        double b1 = 0, b32 = 0, pf = 0;
+        if (!s.skip_speed) {
+          b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device);
+          b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device);
+          pf = prefill_tokens_per_s(m, prompt, device, s.steps);
+        }
         const double bpw = 8.0 * static_cast<double>(bytes) / static_cast<double>(n_params);
         if (!json_out) {
-          std::printf("%-34s %10.1f %6.2f %10.1f %10.1f %11.1f %10.4f %10.5f %6.1f%%\n", name.c_str(),
-                      static_cast<double>(bytes) / (1 << 20), bpw, b1, b32, pf, ppl.ppl, q.mean_kl,
-                      100.0 * q.top1_agreement);
+          const auto cell = [](double v, const char* fmt) {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, fmt, v);
+            return v > 0 ? std::string(buf) : std::string("-");
+          };
+          std::printf("%-34s %-14s %10.1f %6.2f %9s %10s %10s %11s %10.4f %10.5f %6.1f%%\n", name.c_str(),
+                      v.grid.c_str(), static_cast<double>(bytes) / (1 << 20), bpw, cell(v.error_ratio, "%.3f").c_str(),
+                      cell(b1, "%.1f").c_str(), cell(b32, "%.1f").c_str(), cell(pf, "%.1f").c_str(), ppl.ppl,
+                      q.mean_kl, 100.0 * q.top1_agreement);
           std::fflush(stdout);
         }
         rows.push_back(json{{"variant", name},
+                            {"grid", v.grid},
+                            {"output_error_vs_rtn", v.error_ratio > 0 ? json(v.error_ratio) : json(nullptr)},
                             {"file", path},
                             {"weight_bytes", bytes},
                             {"bits_per_weight", bpw},
-                            {"decode_tokens_per_s_b1", b1},
-                            {"decode_tokens_per_s_b32", b32},
-                            {"prefill_tokens_per_s", pf},
+                            {"decode_tokens_per_s_b1", s.skip_speed ? json(nullptr) : json(b1)},
+                            {"decode_tokens_per_s_b32", s.skip_speed ? json(nullptr) : json(b32)},
+                            {"prefill_tokens_per_s", s.skip_speed ? json(nullptr) : json(pf)},
                             {"perplexity", ppl.ppl},
                             {"perplexity_uncertainty", ppl.ppl_uncertainty},
                             {"mean_kl", q.mean_kl},
                             {"top1_agreement", q.top1_agreement}});
       }
     } catch (...) {
-      std::filesystem::remove_all(dir);
+      if (!keep_files) std::filesystem::remove_all(dir);
       throw;
     }
-    std::filesystem::remove_all(dir);
+    if (!keep_files) std::filesystem::remove_all(dir);
     if (json_out) {
       std::cout << json{{"reference", s.reference}, {"text", s.text},       {"text_tokens", text.size()},
                         {"ppl_ctx", s.ppl_ctx},     {"ppl_chunks", s.ppl_chunks}, {"eval_tokens", s.eval_tokens},
                         {"context", s.context},     {"prefill_tokens", s.prefill_tokens}, {"device", device_name},
+                        {"keep", s.keep},           {"calib", s.calib},           {"calib_ctx", s.calib_ctx},
+                        {"calib_chunks", s.calib_chunks},
                         {"variants", rows}}
                        .dump(2)
                 << "\n";
     } else {
-      std::printf("\nbits/w counts every matrix weight and the embedding (norms excluded); perplexity as "
-                  "llama-perplexity computes it; KL(P_reference || P_variant) in nats.\n");
+      std::printf("\nbits/w counts every matrix weight and the embedding (norms excluded) as stored (3-bit codes "
+                  "sit in 4-bit blocks); err/RTN: the summed layer output error tr((W-Q) X^T X (W-Q)^T) over the "
+                  "calibration text, GPTQ's or AWQ's over RTN's on the same grid; perplexity as llama-perplexity "
+                  "computes it; KL(P_reference || P_variant) in nats. Variants made here keep %s.\n",
+                  s.keep.empty() ? "nothing" : s.keep.c_str());
     }
     return 0;
   });

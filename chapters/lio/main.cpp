@@ -5,7 +5,7 @@
 //   lio logits    teacher-forced logits for given token ids (for conformance tests)
 //   lio batch     a JSONL file of requests through one engine (offline batched generation)
 //   lio perplexity  perplexity over a text file, as llama-perplexity computes it
-//   lio quantize  rewrite a GGUF's weight matrices at 8 or 4 bits (RTN into llama.cpp blocks)
+//   lio quantize  rewrite a GGUF's weight matrices at 8, 4 or 3 bits (RTN, GPTQ, AWQ; llama.cpp blocks)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -258,23 +258,29 @@ int cmd_quantize(const std::string& in_path, const std::string& out_path, lio::Q
   q.keep = lio::parse_keep(keep);
   const lio::DType target = lio::quantize_target(q);  // bad options fail before any reading
   const auto t0 = std::chrono::steady_clock::now();
-  const lio::QuantizeReport r = lio::quantize_gguf(in_path, out_path, q, [&](int64_t done, int64_t total) {
+  const auto bar = [&](const char* what, int64_t done, int64_t total) {
     if (json_out) return;
     const int width = 30;
     const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
-    std::fprintf(stderr, "\rquantize %s [%s%s] block %lld/%lld", std::string(lio::dtype_info(target).name).c_str(),
+    std::fprintf(stderr, "\rquantize %s %s [%s%s] %s %lld/%lld", q.method.c_str(),
+                 std::string(lio::dtype_info(target).name).c_str(),
                  std::string(static_cast<size_t>(filled), '#').c_str(),
-                 std::string(static_cast<size_t>(width - filled), '.').c_str(), static_cast<long long>(done),
+                 std::string(static_cast<size_t>(width - filled), '.').c_str(), what, static_cast<long long>(done),
                  static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
-  });
+  };
+  const lio::QuantizeReport r = lio::quantize_gguf(
+      in_path, out_path, q, [&](int64_t done, int64_t total) { bar("block", done, total); },
+      [&](int64_t done, int64_t total) { bar("calibration chunk", done, total); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double bpw = 8.0 * static_cast<double>(lio::dtype_row_bytes(target, 32)) / 32.0;
   if (json_out) {
     std::cout << json{{"in", in_path},          {"out", out_path},          {"type", lio::dtype_info(target).name},
                       {"bits_per_weight", bpw}, {"tensors", r.n_tensors},   {"quantized", r.n_quantized},
                       {"params_quantized", r.params_quantized},              {"bytes_in", r.bytes_in},
-                      {"bytes_out", r.bytes_out}, {"seconds", seconds}}
+                      {"bytes_out", r.bytes_out}, {"seconds", seconds}, {"method", q.method},
+                      {"grid", lio::quantize_grid(q).name()}, {"calib_tokens", r.calib_tokens},
+                      {"output_error_rtn", r.output_error_rtn}, {"output_error", r.output_error}}
                      .dump()
               << "\n";
   } else {
@@ -284,6 +290,11 @@ int cmd_quantize(const std::string& in_path, const std::string& out_path, lio::Q
                 static_cast<long long>(r.n_quantized), static_cast<double>(r.params_quantized) / 1e6,
                 std::string(lio::dtype_info(target).name).c_str(), bpw, static_cast<double>(r.bytes_in) / (1 << 20),
                 static_cast<double>(r.bytes_out) / (1 << 20), seconds);
+    if (q.method != "rtn") {
+      std::printf("%s over %lld calibration tokens: output error %.4g, RTN's %.4g (ratio %.3f)\n", q.method.c_str(),
+                  static_cast<long long>(r.calib_tokens), r.output_error, r.output_error_rtn,
+                  r.output_error_rtn > 0 ? r.output_error / r.output_error_rtn : 1.0);
+    }
   }
   return 0;
 }
@@ -332,16 +343,26 @@ int main(int argc, char** argv) {
   ppl->add_option("--chunks", ppl_chunks, "Chunks to evaluate (-1: all; llama-perplexity's --chunks)")
       ->capture_default_str();
 
-  CLI::App* quant = app.add_subcommand("quantize", "Rewrite a GGUF's weight matrices at 8 or 4 bits (RTN, llama.cpp blocks)");
+  CLI::App* quant = app.add_subcommand("quantize", "Rewrite a GGUF's weight matrices at 8, 4 or 3 bits (RTN, GPTQ or AWQ; llama.cpp blocks)");
   std::string q_in, q_out, q_keep;
   lio::QuantizeOptions q_opts;
   bool q_json = false;
   quant->add_option("--model", q_in, "Input GGUF (any dtype LIO reads)")->required();
   quant->add_option("--out", q_out, "Output GGUF (a new file)")->required();
-  quant->add_option("--method", q_opts.method, "rtn (gptq, awq: not built yet)")->capture_default_str();
-  quant->add_option("--bits", q_opts.bits, "8 (Q8_0) or 4 (Q4_0, or Q4_1 with --asymmetric)")->capture_default_str();
-  quant->add_option("--group-size", q_opts.group_size, "Weights per scale (32: llama.cpp's blocks)")->capture_default_str();
-  quant->add_flag("--asymmetric", q_opts.asymmetric, "4 bits with a minimum per group (Q4_1)");
+  quant->add_option("--method", q_opts.method, "rtn, gptq (Frantar et al. 2023) or awq (Lin et al. 2024)")
+      ->capture_default_str();
+  quant->add_option("--bits", q_opts.bits, "8 (Q8_0), 4 or 3 (Q4_0, or Q4_1 with --asymmetric; 3-bit codes in Q4 blocks)")
+      ->capture_default_str();
+  quant->add_option("--group-size", q_opts.group_size, "Weights per scale: 32 (llama.cpp's block), 64 or 128")
+      ->capture_default_str();
+  quant->add_flag("--asymmetric", q_opts.asymmetric, "4 / 3 bits with a minimum per group (Q4_1)");
+  quant->add_option("--calib", q_opts.calib_path, "gptq / awq: a text file to calibrate on (real text, not the evaluation text)");
+  quant->add_option("--calib-ctx", q_opts.calib_ctx, "Calibration tokens per chunk")->capture_default_str();
+  quant->add_option("--calib-chunks", q_opts.calib_chunks, "Calibration chunks (-1: the whole text)")->capture_default_str();
+  quant->add_option("--damp", q_opts.damp, "gptq: dampening, a fraction of mean(diag H)")->capture_default_str();
+  quant->add_flag("--act-order,!--no-act-order", q_opts.act_order,
+                  "gptq: quantize columns by decreasing H_cc (default; --no-act-order: in order)");
+  quant->add_option("--awq-grid", q_opts.awq_grid, "awq: exponents tried in the scale search")->capture_default_str();
   quant->add_option("--keep", q_keep, "Tensors kept at higher precision: DTYPE:PREFIX,... (f32, f16, bf16, q8_0), e.g. f32:token_embd,output");
   quant->add_flag("--json", q_json, "Print one JSON summary");
 

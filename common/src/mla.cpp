@@ -12,6 +12,7 @@
 #include "lio/dtype.h"
 #include "lio/cpu_backend.h"
 #include "lio/error.h"
+#include "lio/forwarding_backend.h"
 #include "lio/model_runner.h"
 
 namespace lio {
@@ -47,41 +48,21 @@ WeightMatrix f32_matrix(const Mat& m, const std::string& name, std::vector<std::
 
 // A CpuBackend that also keeps every layer's attention input (the AttnNorm output): the x
 // the K and V projections see, for the calibration PCA.
-class CapturingBackend final : public Backend {
+class CapturingBackend final : public ForwardingBackend {
  public:
-  CapturingBackend(const ModelConfig& c, const Weights& w) : inner_(c, w), inputs_(static_cast<size_t>(c.n_layers)) {}
-  const ModelConfig& config() const override { return inner_.config(); }
-  std::string device_description() const override { return inner_.device_description(); }
-  int64_t weight_bytes() const override { return inner_.weight_bytes(); }
-  std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& c) override { return inner_.make_kv_pool(c); }
-  BatchView upload(const ForwardBatch& b) override { return inner_.upload(b); }
-  float* scratch(Scratch id, int64_t n) override { return inner_.scratch(id, n); }
-  void embedding(const int32_t* t, int64_t n, float* out) override { inner_.embedding(t, n, out); }
+  CapturingBackend(const ModelConfig& c, const Weights& w)
+      : ForwardingBackend(std::make_unique<CpuBackend>(c, w)), inputs_(static_cast<size_t>(c.n_layers)) {}
   void rmsnorm(const float* x, WeightRef w, float* out, int64_t n) override {
-    inner_.rmsnorm(x, w, out, n);
+    ForwardingBackend::rmsnorm(x, w, out, n);
     if (w.kind == WeightKind::AttnNorm) {
       auto& dst = inputs_[static_cast<size_t>(w.layer)];
       dst.insert(dst.end(), out, out + n * config().d_model);
     }
   }
-  void matmul(WeightRef w, const float* x, float* y, int64_t n, bool acc) override { inner_.matmul(w, x, y, n, acc); }
-  void rope(float* x, const int32_t* p, int64_t n, int64_t h) override { inner_.rope(x, p, n, h); }
-  void kv_append(KvPool& pool, int64_t l, const float* k, const float* v, const BatchView& b) override {
-    inner_.kv_append(pool, l, k, v, b);
-  }
-  void attention(KvPool& pool, int64_t l, const float* q, float* out, const BatchView& b) override {
-    inner_.attention(pool, l, q, out, b);
-  }
-  void swiglu(const float* g, const float* u, float* out, int64_t n) override { inner_.swiglu(g, u, out, n); }
-  void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {
-    inner_.gather_rows(x, r, n, dim, out);
-  }
-  void to_host(const float* src, int64_t n, float* host) override { inner_.to_host(src, n, host); }
   /// Layer l's captured inputs, (n_tokens, d_model) row-major.
   std::vector<float>& inputs(int64_t l) { return inputs_[static_cast<size_t>(l)]; }
 
  private:
-  CpuBackend inner_;
   std::vector<std::vector<float>> inputs_;
 };
 

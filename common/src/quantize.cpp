@@ -1,15 +1,20 @@
-// quantize.cpp — `lio quantize`: RTN into llama.cpp's block types (see lio/quantize.h).
+// quantize.cpp — `lio quantize`: RTN, GPTQ and AWQ into llama.cpp's block types (see lio/quantize.h).
 #include "lio/quantize.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "lio/calibrated_quant.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/model_loader.h"
 #include "lio/quantization.h"
 
 namespace lio {
@@ -103,45 +108,147 @@ std::vector<std::pair<DType, std::string>> parse_keep(const std::string& text) {
   return out;
 }
 
-DType quantize_target(const QuantizeOptions& o) {
-  if (o.method != "rtn") {
-    throw UnsupportedError("--method " + o.method + ": only rtn is built so far (gptq and awq are chapter 03 work in progress)");
-  }
-  if (o.group_size != 32) {
-    throw UnsupportedError("--group-size " + std::to_string(o.group_size) +
-                           ": only 32 so far (llama.cpp's Q8_0, Q4_0 and Q4_1 blocks)");
-  }
-  if (o.bits == 8) {
-    if (o.asymmetric) throw InvalidArgument("--asymmetric: 8-bit RTN writes Q8_0, which is symmetric");
-    return DType::Q8_0;
-  }
-  if (o.bits == 4) return o.asymmetric ? DType::Q4_1 : DType::Q4_0;
-  throw UnsupportedError("--bits " + std::to_string(o.bits) + ": only 8 and 4 so far");
+QuantGrid quantize_grid(const QuantizeOptions& o) {
+  const QuantGrid g{o.bits, o.group_size, o.asymmetric};
+  check_grid(g);
+  return g;
 }
 
+DType quantize_target(const QuantizeOptions& o) {
+  if (o.method != "rtn" && o.method != "gptq" && o.method != "awq") {
+    throw InvalidArgument("--method " + o.method + ": want rtn, gptq or awq");
+  }
+  const DType t = grid_container(quantize_grid(o));
+  if (o.method != "rtn") {
+    if (o.calib_path.empty()) {
+      throw InvalidArgument("--method " + o.method + " needs --calib FILE: a text to run the model on");
+    }
+    if (o.calib_ctx < 2) throw InvalidArgument("--calib-ctx must be >= 2, got " + std::to_string(o.calib_ctx));
+    if (o.calib_chunks == 0) throw InvalidArgument("--calib-chunks must be > 0 (or -1 for all)");
+    if (!(o.damp >= 0.0 && o.damp < 1.0)) throw InvalidArgument("--damp must be in [0, 1), got " + std::to_string(o.damp));
+    if (o.awq_grid < 1) throw InvalidArgument("--awq-grid must be >= 1, got " + std::to_string(o.awq_grid));
+  }
+  return t;
+}
+
+namespace {
+
+/// A dense f32 copy of tensor t (rows, cols).
+std::vector<float> dense(const GgufTensorInfo& t, int64_t rows, int64_t cols) {
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  const int64_t in_row = dtype_row_bytes(t.dtype, cols);
+  for (int64_t i = 0; i < rows; ++i) dequantize_row(t.dtype, t.data + i * in_row, w.data() + i * cols, cols);
+  return w;
+}
+
+/// The part of a block tensor's name after "blk.N." ("attn_q.weight"), or "".
+std::string suffix_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return "";
+  const size_t dot = name.find('.', 4);
+  return dot == std::string::npos ? "" : name.substr(dot + 1);
+}
+
+/// The calibrated input a block matrix reads, or -1 (a matrix GPTQ leaves to RTN).
+int input_of(const std::string& suffix) {
+  if (suffix == "attn_q.weight" || suffix == "attn_k.weight" || suffix == "attn_v.weight" ||
+      suffix == "attn_kv_a_mqa.weight")
+    return static_cast<int>(LinearInput::Attn);
+  if (suffix == "attn_output.weight") return static_cast<int>(LinearInput::AttnOut);
+  if (suffix == "ffn_gate.weight" || suffix == "ffn_up.weight") return static_cast<int>(LinearInput::Ffn);
+  if (suffix == "ffn_down.weight") return static_cast<int>(LinearInput::FfnDown);
+  return -1;
+}
+
+/// One decoder block's AWQ scales (empty: that input is not scaled).
+struct AwqLayerScales {
+  std::vector<float> attn, ffn, down;  ///< (d_model), (d_model), (d_ff)
+};
+
+/// AWQ's scales for block `l` of `in`: q/k/v on the attention input, gate/up on the MLP input,
+/// down on its input (folded into W_up's rows). Adds RTN's and AWQ's output errors to `r`.
+AwqLayerScales awq_layer(const GgufFile& in, int64_t l, const QuantGrid& g, const CalibrationStats& stats,
+                         int n_grid, QuantizeReport& r) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const auto matrix = [&](const std::string& s, std::vector<float>& w, AwqMatrix& m) {
+    const GgufTensorInfo* t = in.find_tensor(p + s);
+    if (t == nullptr || t->shape.size() != 2) return false;
+    m.rows = t->shape[0];
+    w = dense(*t, t->shape[0], t->shape[1]);
+    m.w = w.data();
+    return true;
+  };
+  const auto search = [&](std::vector<std::string> names, LinearInput input, const char* norm) {
+    const InputStats& st = stats.at(l, input);
+    std::vector<std::vector<float>> ws(names.size());
+    std::vector<AwqMatrix> mats(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!matrix(names[i], ws[i], mats[i])) return std::vector<float>{};
+      if (static_cast<int64_t>(ws[i].size()) != mats[i].rows * st.dim) return std::vector<float>{};
+    }
+    if (norm != nullptr && in.find_tensor(p + norm) == nullptr) return std::vector<float>{};
+    const AwqSearch best = awq_scales(g, mats, st, n_grid);
+    std::vector<float> ones(static_cast<size_t>(st.dim), 1.0f);
+    // RTN's error is the search's alpha = 0 point; recompute it here for the report.
+    for (const AwqMatrix& m : mats) {
+      const std::vector<float> q = rtn_quantize(g, m.w, m.rows, st.dim).dequantized();
+      r.output_error_rtn += output_error(m.w, q.data(), m.rows, st.dim, st.xtx);
+    }
+    r.output_error += best.loss;
+    return best.scales;
+  };
+  AwqLayerScales s;
+  s.attn = search({"attn_q.weight", "attn_k.weight", "attn_v.weight"}, LinearInput::Attn, "attn_norm.weight");
+  s.ffn = search({"ffn_gate.weight", "ffn_up.weight"}, LinearInput::Ffn, "ffn_norm.weight");
+  s.down = search({"ffn_down.weight"}, LinearInput::FfnDown, nullptr);
+  if (!s.down.empty() && in.find_tensor(p + "ffn_up.weight") == nullptr) s.down.clear();
+  return s;
+}
+
+}  // namespace
+
 QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_path, const QuantizeOptions& o,
-                             const std::function<void(int64_t, int64_t)>& on_layer) {
+                             const std::function<void(int64_t, int64_t)>& on_layer,
+                             const std::function<void(int64_t, int64_t)>& on_calib) {
   const DType target = quantize_target(o);
+  const QuantGrid grid = quantize_grid(o);
+  // RTN at llama.cpp's own grids goes block by block through Tasks 2-3 (ggml's exact rules).
+  const bool native_rtn = grid.group_size == kQuantBlockElems && grid.bits != 3;
   std::error_code ec;
   if (std::filesystem::exists(out_path) && std::filesystem::equivalent(in_path, out_path, ec)) {
     throw InvalidArgument("quantize: --out is the input file; write to a new path");
   }
   const GgufFile in = GgufFile::open(in_path);
+  QuantizeReport r;
+
+  CalibrationStats stats;
+  if (o.method != "rtn") {
+    std::ifstream f(o.calib_path, std::ios::binary);
+    if (!f) throw InvalidArgument("quantize: cannot read --calib " + o.calib_path);
+    std::stringstream text;
+    text << f.rdbuf();
+    const LoadedModel m = load_model(in_path, WeightMode::AsStored);
+    const bool add_bos = m.tokenizer->add_bos_default();
+    const std::vector<int32_t> tokens = m.tokenizer->encode(text.str(), /*parse_special=*/false, add_bos);
+    stats = collect_calibration(m, tokens, add_bos ? m.tokenizer->bos_id() : -1, o.calib_ctx, o.calib_chunks, on_calib);
+    r.calib_tokens = stats.n_tokens;
+  }
+
   GgufWriter w;
   for (const auto& [key, value] : in.metadata()) {
     if (key == "general.file_type") continue;
     w.set(key, value);
   }
   w.set("general.file_type", GgufValue::u32(llama_ftype(target)));
-  w.set("general.quantized_by", GgufValue::str("lio quantize --method " + o.method));
+  std::string by = "lio quantize --method " + o.method + " (" + grid.name() + ")";
+  w.set("general.quantized_by", GgufValue::str(by));
 
   std::set<int64_t> blocks;
   for (const GgufTensorInfo& t : in.tensors())
     if (block_of(t.name) >= 0) blocks.insert(block_of(t.name));
   const auto n_blocks = static_cast<int64_t>(blocks.size());
   int64_t last_block = -1, done = 0;
+  std::map<int64_t, AwqLayerScales> awq;  // by decoder block, searched when first reached
 
-  QuantizeReport r;
   std::vector<float> row;
   std::vector<std::byte> out;
   for (const GgufTensorInfo& t : in.tensors()) {
@@ -149,6 +256,24 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
     if (block != last_block && block >= 0 && last_block >= 0 && on_layer) on_layer(std::min(++done, n_blocks), n_blocks);
     last_block = block >= 0 ? block : last_block;
     r.bytes_in += t.size_bytes;
+    const std::string suffix = suffix_of(t.name);
+    const AwqLayerScales* scales = nullptr;
+    if (o.method == "awq" && block >= 0 && block < static_cast<int64_t>(stats.layers.size())) {
+      if (!awq.contains(block)) awq[block] = awq_layer(in, block, grid, stats, o.awq_grid, r);
+      scales = &awq[block];
+    }
+    // AWQ folds diag(s)^-1 into the norms that feed the scaled inputs.
+    if (scales != nullptr && t.shape.size() == 1 &&
+        ((suffix == "attn_norm.weight" && !scales->attn.empty()) || (suffix == "ffn_norm.weight" && !scales->ffn.empty()))) {
+      const std::vector<float>& s = suffix == "attn_norm.weight" ? scales->attn : scales->ffn;
+      std::vector<float> v = dense(t, 1, t.shape[0]);
+      if (v.size() != s.size()) throw InvalidArgument("quantize: " + t.name + " does not match its AWQ scales");
+      for (size_t i = 0; i < v.size(); ++i) v[i] /= s[i];
+      w.add_tensor(t.name, DType::F32, t.shape, std::as_bytes(std::span<const float>(v)));
+      r.bytes_out += static_cast<int64_t>(v.size() * sizeof(float));
+      ++r.n_tensors;
+      continue;
+    }
     const bool matrix = t.shape.size() == 2 && t.name.ends_with(".weight");
     DType want = t.dtype;
     if (matrix) {
@@ -165,16 +290,51 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
       continue;
     }
     const int64_t rows = t.n_elems() / cols;
-    const int64_t in_row = dtype_row_bytes(t.dtype, cols), out_row = dtype_row_bytes(want, cols);
-    row.resize(static_cast<size_t>(cols));
+    const int64_t out_row = dtype_row_bytes(want, cols);
     out.resize(static_cast<size_t>(rows * out_row));
-    for (int64_t i = 0; i < rows; ++i) {
-      dequantize_row(t.dtype, t.data + i * in_row, row.data(), cols);
-      try {
-        rtn_quantize_row(want, row.data(), out.data() + i * out_row, cols);
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(t.name + " row " + std::to_string(i) + ": " + e.what());
+    if (want != target || (o.method == "rtn" && native_rtn)) {
+      // --keep types, and RTN at llama.cpp's grids: row by row (Tasks 2-3 for the Q types).
+      const int64_t in_row = dtype_row_bytes(t.dtype, cols);
+      row.resize(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < rows; ++i) {
+        dequantize_row(t.dtype, t.data + i * in_row, row.data(), cols);
+        try {
+          rtn_quantize_row(want, row.data(), out.data() + i * out_row, cols);
+        } catch (const InvalidArgument& e) {
+          throw InvalidArgument(t.name + " row " + std::to_string(i) + ": " + e.what());
+        }
       }
+    } else {
+      std::vector<float> wd = dense(t, rows, cols);
+      const int in_kind = input_of(suffix);
+      std::optional<QuantizedMatrix> q;
+      try {
+        if (scales != nullptr) {  // AWQ: W diag(s) (W_up also diag(s_down)^-1 W), then RTN
+          const std::vector<float>* col_s = nullptr;
+          if (suffix == "attn_q.weight" || suffix == "attn_k.weight" || suffix == "attn_v.weight") col_s = &scales->attn;
+          if (suffix == "ffn_gate.weight" || suffix == "ffn_up.weight") col_s = &scales->ffn;
+          if (suffix == "ffn_down.weight") col_s = &scales->down;
+          if (col_s != nullptr && static_cast<int64_t>(col_s->size()) == cols)
+            for (int64_t i = 0; i < rows; ++i)
+              for (int64_t c = 0; c < cols; ++c) wd[static_cast<size_t>(i * cols + c)] *= (*col_s)[static_cast<size_t>(c)];
+          if (suffix == "ffn_up.weight" && static_cast<int64_t>(scales->down.size()) == rows)
+            for (int64_t i = 0; i < rows; ++i)
+              for (int64_t c = 0; c < cols; ++c) wd[static_cast<size_t>(i * cols + c)] /= scales->down[static_cast<size_t>(i)];
+        }
+        if (o.method == "gptq" && block >= 0 && in_kind >= 0 && block < static_cast<int64_t>(stats.layers.size()) &&
+            stats.at(block, static_cast<LinearInput>(in_kind)).dim == cols) {
+          const InputStats& st = stats.at(block, static_cast<LinearInput>(in_kind));
+          q.emplace(gptq_quantize(grid, wd.data(), rows, cols, st, GptqOptions{o.damp, o.act_order}));
+          const std::vector<float> rtn = rtn_quantize(grid, wd.data(), rows, cols).dequantized();
+          r.output_error_rtn += output_error(wd.data(), rtn.data(), rows, cols, st.xtx);
+          r.output_error += output_error(wd.data(), q->dequantized().data(), rows, cols, st.xtx);
+        } else {
+          q.emplace(rtn_quantize(grid, wd.data(), rows, cols));
+        }
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(t.name + ": " + e.what());
+      }
+      for (int64_t i = 0; i < rows; ++i) q->encode_row(i, out.data() + i * out_row);
     }
     w.add_tensor(t.name, want, t.shape, out);
     r.bytes_out += static_cast<int64_t>(out.size());

@@ -65,8 +65,12 @@ expect_error ppl_missing_text    "--text: cannot read"   "$bin/lio" perplexity -
 expect_error ppl_text_too_short  "needs at least"        "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/short.txt" -c 64
 expect_error ppl_ctx_too_small   "--ctx-size must be"    "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/short.txt" -c 2
 expect_error ppl_zero_chunks     "--chunks must be"      "$bin/lio" perplexity --model "$m/tiny.gguf" --text "$work/short.txt" -c 4 --chunks 0
-expect_error quant_bits_3         "--bits 3: only 8 and 4" "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --bits 3
-expect_error quant_gptq           "--method gptq"          "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --method gptq
+expect_error quant_bits_2         "--bits 2: want 8, 4 or 3" "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --bits 2
+expect_error quant_group_96       "--group-size 96"        "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --group-size 96
+expect_error quant_method         "--method hqq"           "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --method hqq
+expect_error quant_gptq_no_calib  "needs --calib FILE"     "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --method gptq
+expect_error quant_calib_missing  "cannot read --calib"    "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --method awq --calib "$work/nope.txt"
+expect_error quant_calib_short    "fewer than one chunk"   "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --method gptq --calib "$work/short.txt" --calib-ctx 64
 expect_error quant_same_file      "--out is the input"     "$bin/lio" quantize --model "$m/tiny.gguf" --out "$m/tiny.gguf" --bits 8
 expect_error quant_bad_keep       "--keep"                 "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" --keep q4_k:token_embd
 expect_error quant_corrupt_input  "truncated.gguf"         "$bin/lio" quantize --model "$m/truncated.gguf" --out "$work/q.gguf"
@@ -104,8 +108,11 @@ if "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --max-tokens 4 --json 
 else
   echo "FAIL tiny_model_generates"; cat "$work/err"; ((fail++))
 fi
-# lio quantize's output runs in the engine (8 and 4 bits, mixed precision).
-for args in "--bits 8" "--bits 4 --asymmetric --keep f16:token_embd"; do
+# lio quantize's output runs in the engine (8, 4 and 3 bits, mixed precision, GPTQ, AWQ).
+calib=/usr/share/common-licenses/GFDL-1.3
+for args in "--bits 8" "--bits 4 --asymmetric --keep f16:token_embd" \
+            "--method gptq --bits 3 --group-size 128 --act-order --calib $calib --calib-ctx 64 --calib-chunks 2" \
+            "--method awq --bits 4 --group-size 64 --asymmetric --calib $calib --calib-ctx 64 --calib-chunks 2"; do
   # shellcheck disable=SC2086
   if "$bin/lio" quantize --model "$m/tiny.gguf" --out "$work/q.gguf" $args --json >"$work/out" 2>"$work/err" &&
      "$bin/lio" generate --model "$work/q.gguf" --prompt hi --max-tokens 4 --json >"$work/out" 2>"$work/err"; then
@@ -117,13 +124,15 @@ done
 # ch03_quantization's table on the tiny model: every variant measured, none failing.
 printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60) >"$work/text.txt"
 ch03=("$bin/ch03_quantization" --reference "$m/tiny.gguf" --ppl-ctx 64 --ppl-chunks 2
-      --eval-tokens 64 --context 32 --prefill-tokens 32 --steps 1)
-if "${ch03[@]}" --text "$work/text.txt" --json >"$work/out" 2>"$work/err" && [[ $(grep -c '"perplexity":' "$work/out") -eq 4 ]]; then
+      --eval-tokens 64 --context 32 --prefill-tokens 32 --steps 1 --calib "$calib" --calib-ctx 64 --calib-chunks 2)
+if "${ch03[@]}" --text "$work/text.txt" --variants f32,q8_0,q4_1,q4_0,rtn:3g64,gptq:3g64,awq:4ag32 --json >"$work/out" 2>"$work/err" &&
+   [[ $(grep -c '"perplexity":' "$work/out") -eq 7 ]]; then
   echo "ok   ch03_table_on_tiny_model"; ((pass++))
 else
   echo "FAIL ch03_table_on_tiny_model"; cat "$work/err" "$work/out"; ((fail++))
 fi
 expect_error ch03_unknown_variant "unknown variant 'q3_k'" "${ch03[@]}" --text "$work/text.txt" --variants f32,q3_k
+expect_error ch03_bad_bits        "--bits 5"               "${ch03[@]}" --text "$work/text.txt" --variants f32,gptq:5g32
 expect_error ch03_missing_text    "--text: cannot read"    "${ch03[@]}" --text "$work/nope.txt"
 echo "$pass passed, $fail failed"
 ((fail == 0))

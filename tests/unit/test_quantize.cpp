@@ -28,16 +28,31 @@ TEST(Quantize, TargetAndOptions) {
   EXPECT_EQ(lio::quantize_target(o), DType::Q4_0);
   o.asymmetric = true;
   EXPECT_EQ(lio::quantize_target(o), DType::Q4_1);
-  o.bits = 3;
+  o.bits = 3;  // 3-bit codes in Q4 blocks
+  EXPECT_EQ(lio::quantize_target(o), DType::Q4_1);
+  o.bits = 2;
   EXPECT_THROW(lio::quantize_target(o), lio::UnsupportedError);
   o.bits = 8;
-  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);  // Q8_0 is symmetric
+  EXPECT_THROW(lio::quantize_target(o), lio::UnsupportedError);  // Q8_0 is symmetric
   o = {};
   o.group_size = 128;
+  EXPECT_EQ(lio::quantize_target(o), DType::Q4_0);  // the scale repeated in each 32-block
+  o.group_size = 48;
   EXPECT_THROW(lio::quantize_target(o), lio::UnsupportedError);
   o = {};
   o.method = "gptq";
-  EXPECT_THROW(lio::quantize_target(o), lio::UnsupportedError);
+  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);  // no --calib
+  o.calib_path = "/some/text";
+  EXPECT_EQ(lio::quantize_target(o), DType::Q4_0);
+  o.damp = 1.5;
+  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);
+  o = {};
+  o.method = "awq";
+  o.calib_path = "/some/text";
+  o.awq_grid = 0;
+  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);
+  o.method = "hqq";
+  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);
 }
 
 TEST(Quantize, ParseKeep) {

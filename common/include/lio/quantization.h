@@ -1,12 +1,15 @@
-// quantization.h — chapter 03's exercise points: the memory a model needs at a bit width, and
+// quantization.h — chapter 03's exercise points: the memory a model needs at a bit width,
 // round-to-nearest quantization of one 32-weight block into llama.cpp's Q8_0, Q4_0 and Q4_1
-// (ggml's quantize_row_*_ref rules, ggml/src/ggml-quants.c). Declared here, defined twice:
+// (ggml's quantize_row_*_ref rules, ggml/src/ggml-quants.c), GPTQ's column loop and AWQ's
+// scale search. Declared here, defined twice:
 // solutions/03_quantization (reference) and exercises/03_quantization (your code); the engine
 // links one of them (LIO_EXERCISES). `lio quantize` quantizes every block through these.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "lio/dtype.h"
 
@@ -44,5 +47,50 @@ BlockQ4_0 quantize_block_q4_0(std::span<const float, kQuantBlockElems> x);
 /// q[i] = min(15, trunc((x[i] - min) / d + 0.5)) (0 when d = 0); d and min stored as f16;
 /// nibbles as Q4_0. Dequantized: x[i] ≈ d * q[i] + min.
 BlockQ4_1 quantize_block_q4_1(std::span<const float, kQuantBlockElems> x);
+
+// ---- Task 4 (exercises/03_quantization/gptq.cpp): GPTQ ----------------------------------
+
+/// Rounds column j of W onto the quantization grid: `column` (rows values) holds W[:, j] on
+/// entry and must hold the grid values on return.
+using RoundColumn = std::function<void(int64_t j, std::span<float> column)>;
+
+/// GPTQ's column loop (Frantar et al. 2023, Algorithm 1; the OBS update of Frantar & Alistarh
+/// 2022, eq. 3-4): quantize W's columns one at a time, j = 0 .. cols - 1, and after each one
+/// move its rounding error onto the columns not yet quantized, the way that least raises the
+/// layer's output error ||W X^T - Q X^T||^2:
+///   q = round_column(j, W[:, j]);  err = (W[:, j] - q) / U[j][j];
+///   W[:, k] -= err * U[j][k]  for every k > j;  W[:, j] = q.
+/// wt: W^T, (cols, rows) row-major — column j of W is row j of wt, contiguous — updated in
+/// place; on return row j holds column j's grid values. u: (cols, cols) row-major, the upper
+/// Cholesky factor of H^-1 (H^-1 = U^T U; H = 2 X^T X + damping, X the layer's calibration
+/// inputs), whose row j carries every update column j makes. round_column is called once per
+/// j in increasing order; when it is called for j, the rows of wt from j to the end of j's
+/// 128-column block (128 * floor(j / 128) + 127, or cols - 1) hold every update from the
+/// columns before j (the caller reads a whole group's updated weights there to set its scale;
+/// groups of 32, 64 and 128 never straddle such a block). Lazy batching (the paper's blocks of 128 columns) is allowed under
+/// that rule and gives the same result. Throws InvalidArgument when wt.size() != cols * rows or
+/// u.size() != cols * cols.
+void gptq_quantize_columns(std::span<float> wt, int64_t rows, std::span<const float> u,
+                           const RoundColumn& round_column);
+
+// ---- Task 5 (exercises/03_quantization/awq.cpp): AWQ -------------------------------------
+
+/// What awq_search_scales found.
+struct AwqSearch {
+  double alpha = 0.0;         ///< the exponent picked
+  double loss = 0.0;          ///< loss(scales) at that exponent
+  std::vector<float> scales;  ///< (cols) the per-input-channel scales s at that exponent
+};
+
+/// AWQ's scale search (Lin et al. 2024, sec. 3.2-3.3, eq. 4-5; AutoAWQ's search_best_scale):
+/// per input channel c, s_c = max(mean_abs_x[c]^alpha, 1e-4), then s /= sqrt(max(s) * min(s));
+/// for alpha in {0, 1/n_grid, ..., (n_grid - 1)/n_grid}, evaluate loss(s) — the output error of
+/// the layers reading this input when W diag(s) is rounded and diag(s)^-1 folded back — and
+/// return the alpha with the smallest loss (the first on a tie), its loss and its scales.
+/// alpha = 0 is s = 1: plain RTN, so the search never does worse than RTN on `loss`.
+/// mean_abs_x: (cols) mean |x_c| over the calibration tokens, each >= 0. Throws
+/// InvalidArgument for n_grid < 1 or an empty mean_abs_x.
+AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
+                            const std::function<double(std::span<const float> scales)>& loss);
 
 }  // namespace lio

@@ -1,0 +1,54 @@
+// forwarding_backend.h — a Backend that passes every operator to another one, for tools that
+// watch the forward pass without changing it (the calibration passes of chapters 02 and 03:
+// they override the operators whose inputs they record and call the base).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "lio/backend.h"
+
+namespace lio {
+
+/// Forwards every Backend operator to `inner` (see Backend for each one's contract). Derive
+/// and override an operator to observe its arguments; call ForwardingBackend's version to run
+/// it. Throws whatever `inner` throws.
+class ForwardingBackend : public Backend {
+ public:
+  /// Takes ownership of `inner` (not null).
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  const ModelConfig& config() const override { return inner_->config(); }
+  std::string device_description() const override { return inner_->device_description(); }
+  int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  int64_t free_memory_bytes() const override { return inner_->free_memory_bytes(); }
+  std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& c) override { return inner_->make_kv_pool(c); }
+  BatchView upload(const ForwardBatch& b) override { return inner_->upload(b); }
+  float* scratch(Scratch id, int64_t n) override { return inner_->scratch(id, n); }
+  void embedding(const int32_t* t, int64_t n, float* out) override { inner_->embedding(t, n, out); }
+  void rmsnorm(const float* x, WeightRef w, float* out, int64_t n) override { inner_->rmsnorm(x, w, out, n); }
+  void matmul(WeightRef w, const float* x, float* y, int64_t n, bool acc) override { inner_->matmul(w, x, y, n, acc); }
+  void rope(float* x, const int32_t* p, int64_t n, int64_t h) override { inner_->rope(x, p, n, h); }
+  void kv_append(KvPool& pool, int64_t l, const float* k, const float* v, const BatchView& b) override {
+    inner_->kv_append(pool, l, k, v, b);
+  }
+  void attention(KvPool& pool, int64_t l, const float* q, float* out, const BatchView& b) override {
+    inner_->attention(pool, l, q, out, b);
+  }
+  void mla_rope(float* q, float* latent, const int32_t* p, int64_t n) override { inner_->mla_rope(q, latent, p, n); }
+  void mla_attention(KvPool& pool, int64_t l, const float* q, const float* latent, float* out,
+                     const BatchView& b) override {
+    inner_->mla_attention(pool, l, q, latent, out, b);
+  }
+  void swiglu(const float* g, const float* u, float* out, int64_t n) override { inner_->swiglu(g, u, out, n); }
+  void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {
+    inner_->gather_rows(x, r, n, dim, out);
+  }
+  void to_host(const float* src, int64_t n, float* host) override { inner_->to_host(src, n, host); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+}  // namespace lio

@@ -1,0 +1,99 @@
+// quant_grid.h — chapter 03: the quantization grids GPTQ and AWQ round onto, and how a matrix
+// rounded onto one is stored in llama.cpp's block types.
+//
+// A grid is a bit width (8, 4 or 3), a group size (32, 64 or 128 consecutive weights of a row
+// sharing one scale) and a symmetry: symmetric codes q in [qmin, qmax] stand for scale * q;
+// asymmetric codes q in [0, 2^bits - 1] for scale * q + min. Scale and min are kept as f16
+// values, as llama.cpp stores them, so the value a code stands for here is the value llama.cpp
+// dequantizes. Storage: every grid fits a llama.cpp 32-wide block type — 8 bits in Q8_0, 4 and
+// 3 bits in Q4_0 (symmetric) or Q4_1 (asymmetric); a group of 64 or 128 repeats its scale in
+// each of its 32-wide blocks, and 3-bit codes use 8 of Q4's 16 levels. So every file llama.cpp
+// can run, at the memory of the container (3 bits cost what 4 do; a packed 3-bit format such
+// as llama.cpp's Q3_K is not written).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lio/dtype.h"
+
+namespace lio {
+
+/// A quantization grid (see the file comment).
+struct QuantGrid {
+  int bits = 4;             ///< 8, 4 or 3
+  int64_t group_size = 32;  ///< weights per scale along a row: 32, 64 or 128
+  bool asymmetric = false;  ///< codes 0 .. 2^bits - 1 with a per-group minimum (4 and 3 bits)
+
+  /// Smallest code: -127 (8 bits, as Q8_0), -2^(bits-1) symmetric, 0 asymmetric.
+  int qmin() const;
+  /// Largest code: 127 (8 bits), 2^(bits-1) - 1 symmetric, 2^bits - 1 asymmetric.
+  int qmax() const;
+  /// "int4 g128 sym"-style name.
+  std::string name() const;
+};
+
+/// Throws UnsupportedError for bits other than 8, 4, 3, a group size other than 32, 64, 128,
+/// or an asymmetric 8-bit grid (Q8_0 is symmetric).
+void check_grid(const QuantGrid& g);
+
+/// The llama.cpp block type a grid is stored in: Q8_0, Q4_0 or Q4_1. Throws as check_grid.
+DType grid_container(const QuantGrid& g);
+
+/// One group's parameters, both exactly representable in f16.
+struct GroupParams {
+  float scale = 0.0f;  ///< step between codes (may be negative: Q4_0's rule)
+  float min = 0.0f;    ///< asymmetric: the value code 0 stands for; symmetric: 0
+};
+
+/// The parameters RTN picks for the weights of one group (ggml's rules generalized):
+/// 8 bits: scale = max|w| / 127; 4 / 3 bits symmetric: scale = m / qmin with m the weight of
+/// largest magnitude, sign kept (so m is exactly representable); asymmetric: scale = (max -
+/// min) / (2^bits - 1), min = min(w). Both rounded to f16. `values` must be finite.
+GroupParams grid_params(const QuantGrid& g, std::span<const float> values);
+
+/// The code nearest w on the group's grid: clamp(round((w - min) / scale), qmin, qmax); 0 when
+/// scale is 0 (symmetric; asymmetric also 0, standing for min).
+int grid_code(const QuantGrid& g, const GroupParams& p, float w);
+
+/// The value code q stands for: scale * q + min (llama.cpp's dequantization, in f32).
+inline float grid_value(const GroupParams& p, int q) { return p.scale * static_cast<float>(q) + p.min; }
+
+/// A (rows, cols) matrix rounded onto a grid: one GroupParams per (row, group), one code per
+/// weight. Groups are consecutive columns c0 .. c0 + group_size - 1; when cols is not a
+/// multiple of the group size the last group is shorter (SmolLM2's d_model of 576 is 4.5
+/// groups of 128). cols must be a multiple of 32 (the container's block).
+struct QuantizedMatrix {
+  QuantGrid grid;                    ///< the grid
+  int64_t rows = 0, cols = 0;        ///< shape of W
+  std::vector<GroupParams> params;   ///< (rows, cols / group_size)
+  std::vector<int8_t> codes;         ///< (rows, cols), each in [qmin, qmax]
+
+  /// Allocates params and codes for (rows, cols) on `grid`. Throws InvalidArgument when cols is
+  /// not a positive multiple of 32, and as check_grid.
+  QuantizedMatrix(const QuantGrid& grid, int64_t rows, int64_t cols);
+  /// Groups per row.
+  int64_t groups() const { return (cols + grid.group_size - 1) / grid.group_size; }
+  /// The parameters of the group holding (r, c).
+  GroupParams& group(int64_t r, int64_t c) { return params[static_cast<size_t>(r * groups() + c / grid.group_size)]; }
+  /// As group(), read only.
+  const GroupParams& group(int64_t r, int64_t c) const {
+    return params[static_cast<size_t>(r * groups() + c / grid.group_size)];
+  }
+  /// The value element (r, c) stands for.
+  float value(int64_t r, int64_t c) const { return grid_value(group(r, c), codes[static_cast<size_t>(r * cols + c)]); }
+  /// All values, (rows, cols) row-major.
+  std::vector<float> dequantized() const;
+  /// Row r in grid_container(grid)'s blocks: dtype_row_bytes(container, cols) bytes at `out`.
+  void encode_row(int64_t r, std::byte* out) const;
+};
+
+/// Round-to-nearest of w (rows, cols) row-major onto `g`, every group through grid_params.
+/// Throws InvalidArgument for a non-finite weight (naming row and column), and as
+/// QuantizedMatrix.
+QuantizedMatrix rtn_quantize(const QuantGrid& g, const float* w, int64_t rows, int64_t cols);
+
+}  // namespace lio

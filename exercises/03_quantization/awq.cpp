@@ -1,0 +1,27 @@
+// Chapter 03, Task 5 — YOUR implementation: AWQ's scale search. `lio quantize --method awq`
+// picks every layer's scales through it. Declaration and contract:
+// common/include/lio/quantization.h.
+// Grade: ctest -R ch03_task_5
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lio/error.h"
+#include "lio/quantization.h"
+
+namespace lio {
+
+AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
+                            const std::function<double(std::span<const float> scales)>& loss) {
+  // TODO(Task 5): for i = 0 .. n_grid - 1, alpha = i / n_grid:
+  //   s[c] = max(pow(mean_abs_x[c], alpha), 1e-4); s /= sqrt(max(s) * min(s));
+  //   keep the alpha whose loss(s) is smallest (the first on a tie), with its loss and s.
+  //   Throw InvalidArgument for n_grid < 1 or no channels.
+  (void)mean_abs_x;
+  (void)n_grid;
+  (void)loss;
+  throw NotImplemented("Task 5 (exercises/03_quantization/awq.cpp): awq_search_scales — "
+                       "grid-search the exponent of the activation-aware scales");
+}
+
+}  // namespace lio
