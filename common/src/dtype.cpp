@@ -65,6 +65,8 @@ std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
     case 2: return DType::Q4_0;
     case 3: return DType::Q4_1;
     case 8: return DType::Q8_0;
+    case 12: return DType::Q4_K;
+    case 14: return DType::Q6_K;
     case 30: return DType::BF16;
     default: return std::nullopt;
   }
@@ -88,6 +90,8 @@ DTypeInfo dtype_info(DType dtype) {
     case DType::Q4_0: return {"Q4_0", kQuantBlockElems, sizeof(BlockQ4_0)};
     case DType::Q4_1: return {"Q4_1", kQuantBlockElems, sizeof(BlockQ4_1)};
     case DType::Q8_0: return {"Q8_0", kQuantBlockElems, sizeof(BlockQ8_0)};
+    case DType::Q4_K: return {"Q4_K", kKQuantBlockElems, sizeof(BlockQ4_K)};
+    case DType::Q6_K: return {"Q6_K", kKQuantBlockElems, sizeof(BlockQ6_K)};
   }
   throw InvalidArgument("dtype_info: invalid DType value " +
                         std::to_string(static_cast<uint32_t>(dtype)));
@@ -271,6 +275,56 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems) {
         }
       }
       return;
+    case DType::Q4_K:
+      // Sub-block j of a super-block: scale d * sc_j, minimum dmin * m_j; 6-bit sc/m packed
+      // into 12 bytes: j < 4 in the low 6 bits of bytes j (sc) and j + 4 (m); j >= 4 in the
+      // nibbles of byte j + 4 (low: sc, high: m) with their top 2 bits in the top 2 bits of
+      // bytes j - 4 (sc) and j (m). qs: 4 groups of 32 bytes, each the low nibbles of
+      // sub-block 2g and the high nibbles of sub-block 2g + 1.
+      for (int64_t b = 0; b < n_elems / kKQuantBlockElems; ++b) {
+        const auto block = load_block<BlockQ4_K>(bytes, b);
+        const float d = f16_to_f32(block.d);
+        const float dmin = f16_to_f32(block.dmin);
+        float* y = dst + b * kKQuantBlockElems;
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t* q = block.scales;
+          const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+          const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+          const float scale = d * static_cast<float>(sc);
+          const float min = dmin * static_cast<float>(m);
+          const uint8_t* qs = block.qs + (j / 2) * 32;
+          for (int l = 0; l < 32; ++l) {
+            const int v = j % 2 == 0 ? qs[l] & 0x0f : qs[l] >> 4;
+            y[j * 32 + l] = scale * static_cast<float>(v) - min;
+          }
+        }
+      }
+      return;
+    case DType::Q6_K:
+      // Each half (128 elements) uses 64 bytes of ql, 32 of qh and 8 scales: element
+      // 32 * k + l (k = 0..3, l = 0..31) takes its low 4 bits from ql[l + 32 * (k % 2)]
+      // (low nibble for k < 2, high for k >= 2), its high 2 bits from bits 2k..2k+1 of
+      // qh[l], and scale scales[l / 16 + 2k]; value d * scale * (q - 32).
+      for (int64_t b = 0; b < n_elems / kKQuantBlockElems; ++b) {
+        const auto block = load_block<BlockQ6_K>(bytes, b);
+        const float d = f16_to_f32(block.d);
+        float* y = dst + b * kKQuantBlockElems;
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* ql = block.ql + 64 * half;
+          const uint8_t* qh = block.qh + 32 * half;
+          const int8_t* sc = block.scales + 8 * half;
+          for (int k = 0; k < 4; ++k) {
+            for (int l = 0; l < 32; ++l) {
+              const uint8_t low_byte = ql[l + 32 * (k % 2)];
+              const int low = k < 2 ? low_byte & 0x0f : low_byte >> 4;
+              const int high = (qh[l] >> (2 * k)) & 3;
+              const int q = (low | (high << 4)) - 32;
+              y[128 * half + 32 * k + l] = d * static_cast<float>(sc[l / 16 + 2 * k]) * static_cast<float>(q);
+            }
+          }
+        }
+      }
+      return;
   }
 }
 
@@ -363,6 +417,10 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
         store_block(bytes, b, block);
       }
       return;
+    case DType::Q4_K:
+    case DType::Q6_K:
+      throw UnsupportedError("quantize_row: LIO reads " + std::string(dtype_info(dtype).name) +
+                             " but has no quantizer for it (lio quantize writes Q8_0, Q4_0, Q4_1)");
   }
 }
 

@@ -294,7 +294,10 @@ void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, boo
     case DType::Q8_0: return matmul_dtype<DType::Q8_0>(w, x, y, n, accumulate);
     case DType::Q4_0: return matmul_dtype<DType::Q4_0>(w, x, y, n, accumulate);
     case DType::Q4_1: return matmul_dtype<DType::Q4_1>(w, x, y, n, accumulate);
+    case DType::Q4_K:
+    case DType::Q6_K: break;  // read only: the loader keeps them as f32
   }
+  throw UnsupportedError("cpu matmul: no kernel for " + std::string(dtype_info(w.dtype).name) + " weights");
 }
 #endif
 

@@ -159,6 +159,8 @@ void dispatch_dtype(DType dtype, F&& f) {
     case DType::Q8_0: f.template operator()<DType::Q8_0>(); return;
     case DType::Q4_0: f.template operator()<DType::Q4_0>(); return;
     case DType::Q4_1: f.template operator()<DType::Q4_1>(); return;
+    case DType::Q4_K:
+    case DType::Q6_K: break;  // read only: the loader keeps them as f32
   }
   throw InvalidArgument("cuda: unsupported weight dtype id " +
                         std::to_string(static_cast<uint32_t>(dtype)));

@@ -42,7 +42,7 @@ expect_error truncated_gguf      "truncated.gguf"        "$bin/lio" info --model
 expect_error truncated_header    "truncated_header.gguf" "$bin/lio" generate --model "$m/truncated_header.gguf" --prompt hi
 expect_error bad_magic           "magic"                 "$bin/lio" info --model "$m/bad_magic.gguf"
 expect_error offset_past_end     "token_embd.weight"     "$bin/lio" info --model "$m/offset_past_end.gguf"
-expect_error unknown_tensor_type "Q4_K"                  "$bin/lio" info --model "$m/unknown_type.gguf"
+expect_error unknown_tensor_type "Q5_K"                  "$bin/lio" info --model "$m/unknown_type.gguf"
 expect_error unknown_arch        "architecture 'mamba'"  "$bin/lio" generate --model "$m/unknown_arch.gguf" --prompt hi
 expect_error prompt_too_long     "the context holds"     "$bin/lio" generate --model "$m/tiny.gguf" --prompt "$long_prompt"
 expect_error temperature_neg     "--temperature"         "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --temperature -1

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   std::memcpy(bad_magic.data(), "GGML", 4);
   write_bytes(dir + "/bad_magic.gguf", bad_magic);
   write_bytes(dir + "/offset_past_end.gguf", one_tensor_gguf(0, uint64_t{1} << 40));
-  write_bytes(dir + "/unknown_type.gguf", one_tensor_gguf(12, 0));  // 12 = Q4_K
+  write_bytes(dir + "/unknown_type.gguf", one_tensor_gguf(13, 0));  // 13 = Q5_K (not read)
   write_bytes(dir + "/empty.gguf", {});
 
   // A valid GGUF whose architecture LIO does not run.

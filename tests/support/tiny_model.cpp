@@ -210,6 +210,8 @@ uint32_t gguf_file_type(DType dtype) {
     case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
     case DType::BF16: return 32;
+    case DType::Q4_K: return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
   }
   return 0;
 }

@@ -40,8 +40,10 @@ TEST(Dtype, GgmlIdsAndNames) {
   EXPECT_EQ(lio::dtype_from_ggml(3), DType::Q4_1);
   EXPECT_EQ(lio::dtype_from_ggml(8), DType::Q8_0);
   EXPECT_EQ(lio::dtype_from_ggml(30), DType::BF16);
-  EXPECT_FALSE(lio::dtype_from_ggml(12).has_value());  // Q4_K
-  EXPECT_FALSE(lio::dtype_from_ggml(14).has_value());  // Q6_K
+  EXPECT_EQ(lio::dtype_from_ggml(12), DType::Q4_K);  // read only
+  EXPECT_EQ(lio::dtype_from_ggml(14), DType::Q6_K);
+  EXPECT_FALSE(lio::dtype_from_ggml(13).has_value());  // Q5_K
+  EXPECT_FALSE(lio::dtype_from_ggml(11).has_value());  // Q3_K
   EXPECT_FALSE(lio::dtype_from_ggml(4000).has_value());
 
   EXPECT_EQ(lio::ggml_type_name(0), "F32");
@@ -433,6 +435,53 @@ TEST(Dtype, QuantizeF16Bf16F32RowsAreConversions) {
   float f[3];
   lio::quantize_row(DType::F32, x, f, 3);
   EXPECT_EQ(as_bytes(f, sizeof(f)), as_bytes(x, sizeof(x)));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Dtype, DequantizeQ4_KHandWorkedBlock) {
+  // d = 0.5, dmin = 0.25. Sub-block 1 (j < 4): sc = scales[1] & 63 = 3, m = scales[5] & 63 = 2.
+  // Sub-block 6 (j >= 4): sc = (scales[10] & 15) | (scales[2] >> 6) << 4 = 5 | 1 << 4 = 21,
+  // m = (scales[10] >> 4) | (scales[6] >> 6) << 4 = 7 | 2 << 4 = 39.
+  lio::BlockQ4_K b{};
+  b.d = lio::f32_to_f16(0.5f);
+  b.dmin = lio::f32_to_f16(0.25f);
+  b.scales[1] = 3;
+  b.scales[5] = 2;
+  b.scales[2] = 1 << 6;
+  b.scales[6] = 2 << 6;
+  b.scales[10] = 5 | (7 << 4);
+  b.qs[0] = 0x9 << 4;  // element 32 (sub-block 1, high nibble of qs[0]) = 9
+  b.qs[96 + 4] = 0xC;  // element 192 + 4 (sub-block 6, low nibble of qs[96 + 4]) = 12
+  std::vector<float> y(256);
+  lio::dequantize_row(DType::Q4_K, &b, y.data(), 256);
+  EXPECT_EQ(y[32], 0.5f * 3 * 9 - 0.25f * 2);       // 13
+  EXPECT_EQ(y[33], -0.25f * 2);                     // q = 0: minus the minimum
+  EXPECT_EQ(y[196], 0.5f * 21 * 12 - 0.25f * 39);   // 116.25
+  EXPECT_EQ(y[0], 0.0f);                            // sub-block 0: scale and minimum 0
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q4_K, 512), 288);
+  EXPECT_THROW(lio::dequantize_row(DType::Q4_K, &b, y.data(), 128), lio::InvalidArgument);
+  EXPECT_THROW(lio::quantize_row(DType::Q4_K, y.data(), &b, 256), lio::UnsupportedError);
+}
+
+TEST(Dtype, DequantizeQ6_KHandWorkedBlock) {
+  // Element 128 + 32 * 3 + 17 = 241: second half, k = 3 (high nibble of ql[64 + 17 + 32]),
+  // high bits 6..7 of qh[32 + 17], scale scales[8 + 17 / 16 + 6] = scales[15].
+  lio::BlockQ6_K b{};
+  b.d = lio::f32_to_f16(0.125f);
+  b.ql[64 + 49] = 0xA << 4;   // low 4 bits 10
+  b.qh[32 + 17] = 3 << 6;     // high 2 bits 3: q = 10 | 48 = 58
+  b.scales[15] = -4;
+  b.ql[5] = 0x7;              // element 5: k = 0, low nibble 7, high 0: q = 7
+  b.scales[0] = 2;
+  std::vector<float> y(256);
+  lio::dequantize_row(DType::Q6_K, &b, y.data(), 256);
+  EXPECT_EQ(y[241], 0.125f * -4 * (58 - 32));  // -13
+  EXPECT_EQ(y[5], 0.125f * 2 * (7 - 32));      // -6.25
+  EXPECT_EQ(y[6], 0.125f * 2 * -32);           // q = 0
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q6_K, 256), 210);
 }
 
 }  // namespace

@@ -402,8 +402,8 @@ TEST_F(Gguf, RejectsTensorDataPastEnd) {
 
 TEST_F(Gguf, RejectsUnsupportedTensorTypeByName) {
   Bytes b;
-  b.header(3, 1, 0).tensor("blk.3.ffn_down.weight", {256, 2}, 12, 0).pad_to(32).zeros(512);
-  const std::string file = write_bytes("q4k.gguf", b.data);
+  b.header(3, 1, 0).tensor("blk.3.ffn_down.weight", {256, 2}, 13, 0).pad_to(32).zeros(512);
+  const std::string file = write_bytes("q5k.gguf", b.data);
   try {
     GgufFile::open(file);
     FAIL() << "expected UnsupportedError";
@@ -411,7 +411,7 @@ TEST_F(Gguf, RejectsUnsupportedTensorTypeByName) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.rfind(file + ": ", 0), 0u) << msg;
     EXPECT_NE(msg.find("'blk.3.ffn_down.weight'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Q4_K"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Q5_K"), std::string::npos) << msg;
   }
   Bytes c;
   c.header(3, 1, 0).tensor("t", {32}, 200, 0).pad_to(32).zeros(128);

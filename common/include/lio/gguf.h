@@ -85,7 +85,7 @@ class GgufFile {
   /// 1..4, an element count overflowing int64, ne[0] not a multiple of the block size, a
   /// tensor with data past the end of the file, misaligned or overlapping another,
   /// duplicate keys or tensor names, or a ggml type id outside ggml's table;
-  /// UnsupportedError naming the tensor and type for a ggml type LIO cannot read (e.g. Q4_K).
+  /// UnsupportedError naming the tensor and type for a ggml type LIO cannot read (e.g. Q5_K).
   /// Copies share the mapping; tensor `data` pointers stay valid while any copy lives.
   static GgufFile open(const std::string& path);
 

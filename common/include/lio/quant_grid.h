@@ -68,7 +68,8 @@ inline float grid_value(const GroupParams& p, int q) { return p.scale * static_c
 /// groups of 128). cols must be a multiple of 32 (the container's block).
 struct QuantizedMatrix {
   QuantGrid grid;                    ///< the grid
-  int64_t rows = 0, cols = 0;        ///< shape of W
+  int64_t rows = 0;                  ///< rows of W (output channels)
+  int64_t cols = 0;                  ///< columns of W (input channels)
   std::vector<GroupParams> params;   ///< (rows, cols / group_size)
   std::vector<int8_t> codes;         ///< (rows, cols), each in [qmin, qmax]
 
