@@ -4,7 +4,8 @@
 // `lio quantize` in a temporary directory — RTN at llama.cpp's grids (q8_0, q4_1, q4_0: each
 // block through the chapter's Tasks 2-3) or METHOD:BITS[a]gGROUP (rtn, gptq through Task 4,
 // awq through Task 5, calibrated on --calib) — or is the reference itself (f32), or any GGUF
-// file given with --files (e.g. the Q4_1 file as shipped). For each it prints: bytes of weights, bits per weight, decode
+// file given with --files (e.g. the Q4_1 file as shipped). For each it prints: bytes of
+// weights, bits per weight, the layer output error against RTN's (gptq / awq), decode
 // tokens/s at batch 1 and 32, prefill tokens/s, perplexity over a real English text (as
 // llama-perplexity computes it), and mean KL / top-1 agreement against the reference.
 #include <unistd.h>
@@ -109,8 +110,6 @@ lio::QuantizeOptions variant_options(const std::string& name) {
   return q;
 }
 
-/// Makes variant `name` from the reference with lio quantize (in `dir`), or returns the
-/// reference itself (f32).
 /// The lio quantize options of variant `name` under `s`; throws as quantize_target for bad ones.
 lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s) {
   lio::QuantizeOptions q = variant_options(name);
@@ -122,6 +121,8 @@ lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s
   return q;
 }
 
+/// Makes variant `name` from the reference with lio quantize (in `dir`), or returns the
+/// reference itself (f32).
 Variant make_variant(const std::string& name, const Settings& s, const std::string& dir) {
   if (name == "f32") return {s.reference};
   const lio::QuantizeOptions q = quantize_options(name, s);

@@ -187,7 +187,6 @@ AwqLayerScales awq_layer(const GgufFile& in, int64_t l, const QuantGrid& g, cons
     }
     if (norm != nullptr && in.find_tensor(p + norm) == nullptr) return std::vector<float>{};
     const AwqSearch best = awq_scales(g, mats, st, n_grid);
-    std::vector<float> ones(static_cast<size_t>(st.dim), 1.0f);
     // RTN's error is the search's alpha = 0 point; recompute it here for the report.
     for (const AwqMatrix& m : mats) {
       const std::vector<float> q = rtn_quantize(g, m.w, m.rows, st.dim).dequantized();

@@ -167,8 +167,6 @@ TinySetup tiny_setup(const std::string& tag) {
   TinySetup t;
   t.dir = lio::testing::make_temp_dir(tag);
   t.model = t.dir + "/m.gguf";
-  t.spec.d_model = 64;
-  t.spec.d_ff = 128;
   lio::testing::write_tiny_gguf(t.model, t.spec);
   t.text = "/usr/share/common-licenses/GFDL-1.3";
   return t;
