@@ -3,8 +3,11 @@
 // The reference is the F32 copy setup makes (--reference). Each variant is made from it by
 // `lio quantize` in a temporary directory — RTN at llama.cpp's grids (q8_0, q4_1, q4_0: each
 // block through the chapter's Tasks 2-3) or METHOD:BITS[a]gGROUP (rtn, gptq through Task 4,
-// awq through Task 5, calibrated on --calib) — or is the reference itself (f32), or any GGUF
-// file given with --files (e.g. the Q4_1 file as shipped). For each it prints: bytes of
+// awq through Task 5, calibrated on --calib; GROUP "ch" is one scale per output channel) — or
+// is the reference itself (f32), or any GGUF file given with --files (e.g. the Q4_1 file as
+// shipped). A name ending in "+a8" runs its file with W8A8's per-token int8 activations
+// (Task 6), "+a8b" with per-32-block ones (llama.cpp's CPU rule); w8a16 and w8a8 name
+// rtn:8gch and rtn:8gch+a8. For each it prints: bytes of
 // weights, bits per weight, the layer output error against RTN's (gptq / awq), decode
 // tokens/s at batch 1 and 32, prefill tokens/s, perplexity over a real English text (as
 // llama-perplexity computes it), and mean KL / top-1 agreement against the reference.
@@ -17,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,7 +38,8 @@ using json = nlohmann::ordered_json;
 /// Settings of one ch03_quantization run.
 struct Settings {
   std::string reference = "models/SmolLM2-135M-Instruct.F32.gguf";
-  std::string variants = "f32,q8_0,q4_1,q4_0,gptq:4g32,awq:4g32,rtn:4g128,gptq:4g128,awq:4g128,rtn:3g128,gptq:3g128,awq:3g128";
+  std::string variants =
+      "f32,q8_0,w8a16,w8a8,q4_1,q4_0,gptq:4g32,awq:4g32,rtn:4g128,gptq:4g128,awq:4g128,rtn:3g128,gptq:3g128,awq:3g128";
   std::string files;
   std::string text = "/usr/share/common-licenses/GPL-3";
   int64_t ppl_ctx = 512, ppl_chunks = 4, eval_tokens = 256, context = 256, prefill_tokens = 256;
@@ -56,10 +61,10 @@ struct Variant {
 
 /// Median seconds of `reps` prefills of `tokens` from an empty cache, as tokens/s.
 double prefill_tokens_per_s(const lio::LoadedModel& m, const std::vector<int32_t>& tokens, lio::Device device,
-                            int reps) {
+                            int reps, lio::CpuActivations activations) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t mib = (lio::kv_block_bytes(m.config, 16) * ((n + 15) / 16) >> 20) + 1;
-  auto runner = lio::make_runner(m, device, lio::KvPoolOptions{16, mib});
+  auto runner = lio::make_runner(m, device, lio::KvPoolOptions{16, mib}, activations);
   std::vector<double> times;
   for (int r = -1; r < reps; ++r) {  // r = -1 warms up
     lio::SoloSequence seq(*runner, n);
@@ -71,8 +76,29 @@ double prefill_tokens_per_s(const lio::LoadedModel& m, const std::vector<int32_t
   return static_cast<double>(n) / times[times.size() / 2];
 }
 
-/// Parses a variant name: q8_0 / q4_0 / q4_1 (RTN at llama.cpp's own grids), or
-/// METHOD:BITS[a]gGROUP, e.g. gptq:4g128, awq:3ag64, rtn:4g32 ('a': asymmetric).
+/// A variant's name split into its file's name and the activations it runs with: "+a8"
+/// (per-token int8, W8A8), "+a8b" (per-32-block int8) or nothing (f32); w8a16 and w8a8 are
+/// rtn:8gch and rtn:8gch+a8.
+std::pair<std::string, lio::CpuActivations> split_activations(const std::string& name) {
+  if (name == "w8a16") return {"rtn:8gch", lio::CpuActivations::F32};
+  if (name == "w8a8") return {"rtn:8gch", lio::CpuActivations::Int8PerToken};
+  const size_t plus = name.rfind('+');
+  if (plus == std::string::npos) return {name, lio::CpuActivations::F32};
+  const std::string act = name.substr(plus + 1), base = name.substr(0, plus);
+  if (base == "f32") throw lio::InvalidArgument("--variants: " + name + ": f32 weights have no int8 kernel");
+  if (act == "a8") return {base, lio::CpuActivations::Int8PerToken};
+  if (act == "a8b") return {base, lio::CpuActivations::Int8};
+  throw lio::InvalidArgument("--variants: " + name + ": want +a8 (per-token int8 activations) or +a8b (per block)");
+}
+
+/// --activations' spelling of `a`.
+const char* activations_name(lio::CpuActivations a) {
+  return a == lio::CpuActivations::Int8PerToken ? "int8-token" : a == lio::CpuActivations::Int8 ? "int8" : "f32";
+}
+
+/// Parses a variant's file name: q8_0 / q4_0 / q4_1 (RTN at llama.cpp's own grids), or
+/// METHOD:BITS[a]gGROUP, e.g. gptq:4g128, awq:3ag64, rtn:4g32 ('a': asymmetric), rtn:8gch
+/// (GROUP ch: per output channel).
 lio::QuantizeOptions variant_options(const std::string& name) {
   lio::QuantizeOptions q;
   if (name == "q8_0") {
@@ -88,7 +114,8 @@ lio::QuantizeOptions variant_options(const std::string& name) {
   const size_t g = name.find('g', colon == std::string::npos ? 0 : colon);
   const auto bad = [&] {
     return lio::InvalidArgument("--variants: unknown variant '" + name +
-                                "' (want f32, q8_0, q4_1, q4_0, or METHOD:BITS[a]gGROUP such as gptq:4g128, awq:3ag64)");
+                                "' (want f32, q8_0, q4_1, q4_0, w8a16, w8a8, or METHOD:BITS[a]gGROUP[+a8] such as "
+                                "gptq:4g128, awq:3ag64, rtn:8gch+a8)");
   };
   if (colon == std::string::npos || g == std::string::npos) throw bad();
   q.method = name.substr(0, colon);
@@ -102,17 +129,22 @@ lio::QuantizeOptions variant_options(const std::string& name) {
     q.bits = std::stoi(bits, &used);
     if (used != bits.size()) throw bad();
     const std::string group = name.substr(g + 1);
-    q.group_size = std::stoll(group, &used);
-    if (used != group.size()) throw bad();
+    if (group == "ch") {
+      q.group_size = lio::kPerChannel;
+    } else {
+      q.group_size = std::stoll(group, &used);
+      if (used != group.size()) throw bad();
+    }
   } catch (const std::logic_error&) {
     throw bad();
   }
   return q;
 }
 
-/// The lio quantize options of variant `name` under `s`; throws as quantize_target for bad ones.
+/// The lio quantize options of the file of variant `name` under `s`; throws as
+/// quantize_target for bad ones.
 lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s) {
-  lio::QuantizeOptions q = variant_options(name);
+  lio::QuantizeOptions q = variant_options(split_activations(name).first);
   q.keep = lio::parse_keep(s.keep);
   q.calib_path = s.calib;
   q.calib_ctx = s.calib_ctx;
@@ -123,14 +155,20 @@ lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s
 
 /// Makes variant `name` from the reference with lio quantize (in `dir`), or returns the
 /// reference itself (f32).
-Variant make_variant(const std::string& name, const Settings& s, const std::string& dir) {
-  if (name == "f32") return {s.reference};
+/// Variants share a file when their names differ only in the activations (w8a16, w8a8): the
+/// second reuses the first's (`made`: file name -> Variant).
+Variant make_variant(const std::string& name, const Settings& s, const std::string& dir,
+                     std::map<std::string, Variant>& made) {
+  const std::string base = split_activations(name).first;
+  if (base == "f32") return {s.reference};
+  if (const auto it = made.find(base); it != made.end()) return it->second;
   const lio::QuantizeOptions q = quantize_options(name, s);
-  std::string file = name;
+  std::string file = base;
   std::replace(file.begin(), file.end(), ':', '-');
   Variant v{dir + "/" + file + ".gguf", lio::quantize_grid(q).name()};
   const lio::QuantizeReport r = lio::quantize_gguf(s.reference, v.path, q);
   if (q.method != "rtn" && r.output_error_rtn > 0) v.error_ratio = r.output_error / r.output_error_rtn;
+  made[base] = v;
   return v;
 }
 
@@ -145,7 +183,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--variants", s.variants,
                  "Comma-separated: f32 (the reference); q8_0, q4_1, q4_0 (RTN at llama.cpp's grids); "
-                 "METHOD:BITS[a]gGROUP with METHOD rtn|gptq|awq, BITS 8|4|3, 'a' asymmetric, GROUP 32|64|128")
+                 "METHOD:BITS[a]gGROUP with METHOD rtn|gptq|awq, BITS 8|4|3, 'a' asymmetric, GROUP "
+                 "32|64|128|ch (per channel); any of them +a8 (W8A8: per-token int8 activations) or "
+                 "+a8b (per-block); w8a16 = rtn:8gch, w8a8 = rtn:8gch+a8")
       ->capture_default_str();
   app.add_option("--keep", s.keep, "lio quantize --keep for the variants made here (\"\": quantize everything)")
       ->capture_default_str();
@@ -196,7 +236,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir);
     std::vector<std::pair<std::string, std::string>> runs;  // (name, path)
     for (const std::string& v : lio::ch02::split_commas(s.variants)) {
-      if (v != "f32") quantize_options(v, s);  // a bad name fails before any work
+      if (split_activations(v).first != "f32") quantize_options(v, s);  // a bad name fails before any work
       runs.emplace_back(v, "");
     }
     for (const std::string& f : lio::ch02::split_commas(s.files)) runs.emplace_back(std::filesystem::path(f).filename().string(), f);
@@ -207,14 +247,18 @@ int main(int argc, char** argv) {
                   "tokens | decode at context %lld | prefill of %lld tokens | %s\n\n",
                   s.reference.c_str(), s.text.c_str(), text.size(), (long long)s.ppl_ctx, (long long)s.ppl_chunks,
                   (long long)s.eval_tokens, (long long)s.context, (long long)s.prefill_tokens, device_name.c_str());
-      std::printf("%-34s %-14s %10s %6s %9s %10s %10s %11s %10s %10s %7s\n", "variant", "grid", "weight MiB", "bits/w",
+      std::printf("%-24s %-29s %10s %6s %9s %10s %10s %11s %10s %10s %7s\n", "variant", "grid", "weight MiB", "bits/w",
                   "err/RTN", "decode b1", "decode b32", "prefill t/s", "perplexity", "mean KL", "top-1");
     }
     json rows = json::array();
+    std::map<std::string, Variant> made;
     try {
       for (auto& [name, path] : runs) {
         Variant v{path};
-        if (path.empty()) v = make_variant(name, s, dir);
+        const lio::CpuActivations act = path.empty() ? split_activations(name).second : lio::CpuActivations::F32;
+        if (path.empty()) v = make_variant(name, s, dir, made);
+        if (act == lio::CpuActivations::Int8PerToken) v.grid += " a8/token";
+        if (act == lio::CpuActivations::Int8) v.grid += " a8/32";
         path = v.path;
         const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
         if (m.config.vocab_size != ref.config.vocab_size) {
@@ -226,17 +270,17 @@ int main(int argc, char** argv) {
             n_params += w->rows * w->cols;
         }
         n_params += m.weights.token_embd.rows * m.weights.token_embd.cols;
-        auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64});
+        auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64}, act);
         const int64_t bytes = runner->backend().weight_bytes();
         const lio::PerplexityResult ppl =
             lio::perplexity(*runner, text, add_bos ? ref.tokenizer->bos_id() : -1, s.ppl_ctx, s.ppl_chunks);
         runner.reset();
-        const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref_lp);
+        const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref_lp, act);
         double b1 = 0, b32 = 0, pf = 0;
         if (!s.skip_speed) {
-          b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device);
-          b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device);
-          pf = prefill_tokens_per_s(m, prompt, device, s.steps);
+          b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device, act);
+          b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device, act);
+          pf = prefill_tokens_per_s(m, prompt, device, s.steps, act);
         }
         const double bpw = 8.0 * static_cast<double>(bytes) / static_cast<double>(n_params);
         if (!json_out) {
@@ -245,7 +289,7 @@ int main(int argc, char** argv) {
             std::snprintf(buf, sizeof buf, fmt, v);
             return v > 0 ? std::string(buf) : std::string("-");
           };
-          std::printf("%-34s %-14s %10.1f %6.2f %9s %10s %10s %11s %10.4f %10.5f %6.1f%%\n", name.c_str(),
+          std::printf("%-24s %-29s %10.1f %6.2f %9s %10s %10s %11s %10.4f %10.5f %6.1f%%\n", name.c_str(),
                       v.grid.c_str(), static_cast<double>(bytes) / (1 << 20), bpw, cell(v.error_ratio, "%.3f").c_str(),
                       cell(b1, "%.1f").c_str(), cell(b32, "%.1f").c_str(), cell(pf, "%.1f").c_str(), ppl.ppl,
                       q.mean_kl, 100.0 * q.top1_agreement);
@@ -253,6 +297,7 @@ int main(int argc, char** argv) {
         }
         rows.push_back(json{{"variant", name},
                             {"grid", v.grid},
+                            {"activations", activations_name(act)},
                             {"output_error_vs_rtn", v.error_ratio > 0 ? json(v.error_ratio) : json(nullptr)},
                             {"file", path},
                             {"weight_bytes", bytes},

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -343,17 +344,21 @@ int main(int argc, char** argv) {
   ppl->add_option("--chunks", ppl_chunks, "Chunks to evaluate (-1: all; llama-perplexity's --chunks)")
       ->capture_default_str();
 
-  CLI::App* quant = app.add_subcommand("quantize", "Rewrite a GGUF's weight matrices at 8, 4 or 3 bits (RTN, GPTQ or AWQ; llama.cpp blocks)");
+  CLI::App* quant = app.add_subcommand("quantize", "Rewrite a GGUF's weight matrices at 8, 4 or 3 bits (RTN, GPTQ, AWQ or SmoothQuant; llama.cpp blocks)");
   std::string q_in, q_out, q_keep;
   lio::QuantizeOptions q_opts;
   bool q_json = false;
   quant->add_option("--model", q_in, "Input GGUF (any dtype LIO reads)")->required();
   quant->add_option("--out", q_out, "Output GGUF (a new file)")->required();
-  quant->add_option("--method", q_opts.method, "rtn, gptq (Frantar et al. 2023) or awq (Lin et al. 2024)")
+  quant->add_option("--method", q_opts.method,
+                    "rtn, gptq (Frantar et al. 2023), awq (Lin et al. 2024) or smoothquant (Xiao et al. 2023; "
+                    "for W8A8 with --activations int8-token)")
       ->capture_default_str();
   quant->add_option("--bits", q_opts.bits, "8 (Q8_0), 4 or 3 (Q4_0, or Q4_1 with --asymmetric; 3-bit codes in Q4 blocks)")
       ->capture_default_str();
-  quant->add_option("--group-size", q_opts.group_size, "Weights per scale: 32 (llama.cpp's block), 64 or 128")
+  quant->add_option("--group-size", q_opts.group_size,
+                    "Weights per scale: 32 (llama.cpp's block), 64, 128, or channel (one scale per output row)")
+      ->transform(CLI::Transformer(std::map<std::string, std::string>{{"channel", "0"}}))
       ->capture_default_str();
   quant->add_flag("--asymmetric", q_opts.asymmetric, "4 / 3 bits with a minimum per group (Q4_1)");
   quant->add_option("--calib", q_opts.calib_path, "gptq / awq: a text file to calibrate on (real text, not the evaluation text)");
@@ -363,6 +368,8 @@ int main(int argc, char** argv) {
   quant->add_flag("--act-order,!--no-act-order", q_opts.act_order,
                   "gptq: quantize columns by decreasing H_cc (default; --no-act-order: in order)");
   quant->add_option("--awq-grid", q_opts.awq_grid, "awq: exponents tried in the scale search")->capture_default_str();
+  quant->add_option("--smooth-alpha", q_opts.smooth_alpha, "smoothquant: migration strength alpha in [0, 1]")
+      ->capture_default_str();
   quant->add_option("--keep", q_keep, "Tensors kept at higher precision: DTYPE:PREFIX,... (f32, f16, bf16, q8_0), e.g. f32:token_embd,output");
   quant->add_flag("--json", q_json, "Print one JSON summary");
 

@@ -43,6 +43,7 @@ class CalibratingBackend final : public ForwardingBackend {
         s.dim = dims[static_cast<size_t>(i)];
         s.xtx.assign(static_cast<size_t>(s.dim * s.dim), 0.0);
         s.abs_sum.assign(static_cast<size_t>(s.dim), 0.0);
+        s.abs_max.assign(static_cast<size_t>(s.dim), 0.0f);
       }
     }
   }
@@ -55,7 +56,11 @@ class CalibratingBackend final : public ForwardingBackend {
       Eigen::Map<MatD> xtx(s.xtx.data(), s.dim, s.dim);
       xtx += g.cast<double>();
       const Eigen::RowVectorXf a = X.cwiseAbs().colwise().sum();
-      for (int64_t c = 0; c < s.dim; ++c) s.abs_sum[static_cast<size_t>(c)] += a(c);
+      const Eigen::RowVectorXf m = X.cwiseAbs().colwise().maxCoeff();
+      for (int64_t c = 0; c < s.dim; ++c) {
+        s.abs_sum[static_cast<size_t>(c)] += a(c);
+        s.abs_max[static_cast<size_t>(c)] = std::max(s.abs_max[static_cast<size_t>(c)], m(c));
+      }
       s.n_tokens += n;
     }
     ForwardingBackend::matmul(w, x, y, n, acc);
@@ -135,7 +140,7 @@ QuantizedMatrix gptq_quantize(const QuantGrid& g, const float* w, int64_t rows, 
   if (stats.n_tokens <= 0) throw InvalidArgument("gptq: no calibration tokens");
   check_finite(w, rows * cols);
   QuantizedMatrix out(g, rows, cols);
-  const int64_t G = g.group_size;
+  const int64_t G = g.group_cols(cols);  // per-channel: one group, its scale set at j = 0 from W
 
   MatD h = Eigen::Map<const MatD>(stats.xtx.data(), cols, cols) * (2.0 / static_cast<double>(stats.n_tokens));
   MatF wf = Eigen::Map<const MatF>(w, rows, cols);

@@ -11,6 +11,7 @@
 #include "lio/error.h"
 #include "lio/gqa.h"
 #include "lio/mla.h"
+#include "lio/quantization.h"
 
 namespace lio {
 
@@ -18,8 +19,10 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::M
     : config_(config), weights_(weights), activations_(activations) {}
 
 std::string CpuBackend::device_description() const {
-  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads" +
-         (activations_ == cpu::MatmulActivations::Int8 ? ", int8 activations)" : ")");
+  const char* act = activations_ == cpu::MatmulActivations::Int8           ? ", int8 activations per 32 block)"
+                    : activations_ == cpu::MatmulActivations::Int8PerToken ? ", int8 activations per token)"
+                                                                           : ")";
+  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads" + act;
 }
 
 std::unique_ptr<KvPool> CpuBackend::make_kv_pool(const KvPoolConfig& config) {
@@ -74,7 +77,18 @@ void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows
 }
 
 void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
-  cpu::matmul(matrix(w), x, y, n_rows, accumulate, activations_);
+  const WeightMatrix& m = matrix(w);
+  if (activations_ != cpu::MatmulActivations::Int8PerToken) return cpu::matmul(m, x, y, n_rows, accumulate, activations_);
+  if (!cpu::has_int8_kernel(m)) return cpu::matmul(m, x, y, n_rows, accumulate);  // f32 weights stay W32A32
+  // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6), then integer dots.
+  token_codes_.resize(static_cast<size_t>(n_rows * m.cols));
+  token_scales_.resize(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    token_scales_[static_cast<size_t>(r)] =
+        quantize_row_int8(std::span<const float>(x + r * m.cols, static_cast<size_t>(m.cols)),
+                          std::span<int8_t>(token_codes_.data() + r * m.cols, static_cast<size_t>(m.cols)));
+  }
+  cpu::matmul_int8(m, token_codes_.data(), token_scales_.data(), y, n_rows, accumulate);
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {

@@ -14,14 +14,16 @@ namespace lio {
 CpuActivations parse_cpu_activations(const std::string& text) {
   if (text == "f32") return CpuActivations::F32;
   if (text == "int8") return CpuActivations::Int8;
-  throw InvalidArgument("--activations must be 'f32' or 'int8', got '" + text + "'");
+  if (text == "int8-token") return CpuActivations::Int8PerToken;
+  throw InvalidArgument("--activations must be 'f32', 'int8' or 'int8-token', got '" + text + "'");
 }
 
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, CpuActivations activations) {
   if (device == Device::Cpu) {
-    return std::make_unique<CpuBackend>(
-        model.config, model.weights,
-        activations == CpuActivations::Int8 ? cpu::MatmulActivations::Int8 : cpu::MatmulActivations::F32);
+    const cpu::MatmulActivations a = activations == CpuActivations::Int8           ? cpu::MatmulActivations::Int8
+                                      : activations == CpuActivations::Int8PerToken ? cpu::MatmulActivations::Int8PerToken
+                                                                                    : cpu::MatmulActivations::F32;
+    return std::make_unique<CpuBackend>(model.config, model.weights, a);
   }
 #ifdef LIO_HAVE_CUDA
   return std::make_unique<cuda::CudaBackend>(model.config, model.weights);

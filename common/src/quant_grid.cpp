@@ -21,16 +21,17 @@ int QuantGrid::qmax() const {
 }
 
 std::string QuantGrid::name() const {
-  return "int" + std::to_string(bits) + " g" + std::to_string(group_size) + (asymmetric ? " asym" : " sym");
+  const std::string group = group_size == kPerChannel ? " per-channel" : " g" + std::to_string(group_size);
+  return "int" + std::to_string(bits) + group + (asymmetric ? " asym" : " sym");
 }
 
 void check_grid(const QuantGrid& g) {
   if (g.bits != 8 && g.bits != 4 && g.bits != 3) {
     throw UnsupportedError("--bits " + std::to_string(g.bits) + ": want 8, 4 or 3");
   }
-  if (g.group_size != 32 && g.group_size != 64 && g.group_size != 128) {
+  if (g.group_size != 32 && g.group_size != 64 && g.group_size != 128 && g.group_size != kPerChannel) {
     throw UnsupportedError("--group-size " + std::to_string(g.group_size) +
-                           ": want 32, 64 or 128 (multiples of llama.cpp's 32-wide blocks)");
+                           ": want 32, 64, 128 (multiples of llama.cpp's 32-wide blocks) or channel");
   }
   if (g.bits == 8 && g.asymmetric) {
     throw UnsupportedError("--asymmetric: 8 bits are stored in Q8_0, which is symmetric");
@@ -119,7 +120,7 @@ void QuantizedMatrix::encode_row(int64_t r, std::byte* out) const {
 
 QuantizedMatrix rtn_quantize(const QuantGrid& g, const float* w, int64_t rows, int64_t cols) {
   QuantizedMatrix m(g, rows, cols);
-  const int64_t G = g.group_size;
+  const int64_t G = g.group_cols(cols);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
     for (int64_t c = 0; c < cols; ++c) {

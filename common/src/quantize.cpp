@@ -1,4 +1,5 @@
-// quantize.cpp — `lio quantize`: RTN, GPTQ and AWQ into llama.cpp's block types (see lio/quantize.h).
+// quantize.cpp — `lio quantize`: RTN, GPTQ, AWQ and SmoothQuant into llama.cpp's block types
+// (see lio/quantize.h).
 #include "lio/quantize.h"
 
 #include <algorithm>
@@ -115,8 +116,8 @@ QuantGrid quantize_grid(const QuantizeOptions& o) {
 }
 
 DType quantize_target(const QuantizeOptions& o) {
-  if (o.method != "rtn" && o.method != "gptq" && o.method != "awq") {
-    throw InvalidArgument("--method " + o.method + ": want rtn, gptq or awq");
+  if (o.method != "rtn" && o.method != "gptq" && o.method != "awq" && o.method != "smoothquant") {
+    throw InvalidArgument("--method " + o.method + ": want rtn, gptq, awq or smoothquant");
   }
   const DType t = grid_container(quantize_grid(o));
   if (o.method != "rtn") {
@@ -127,6 +128,9 @@ DType quantize_target(const QuantizeOptions& o) {
     if (o.calib_chunks == 0) throw InvalidArgument("--calib-chunks must be > 0 (or -1 for all)");
     if (!(o.damp >= 0.0 && o.damp < 1.0)) throw InvalidArgument("--damp must be in [0, 1), got " + std::to_string(o.damp));
     if (o.awq_grid < 1) throw InvalidArgument("--awq-grid must be >= 1, got " + std::to_string(o.awq_grid));
+    if (!(o.smooth_alpha >= 0.0 && o.smooth_alpha <= 1.0)) {
+      throw InvalidArgument("--smooth-alpha must be in [0, 1], got " + std::to_string(o.smooth_alpha));
+    }
   }
   return t;
 }
@@ -159,10 +163,24 @@ int input_of(const std::string& suffix) {
   return -1;
 }
 
-/// One decoder block's AWQ scales (empty: that input is not scaled).
+/// One decoder block's AWQ or SmoothQuant scales (empty: that input is not scaled).
 struct AwqLayerScales {
   std::vector<float> attn, ffn, down;  ///< (d_model), (d_model), (d_ff)
 };
+
+/// The scales of the three inputs a block's scales fold into (prefix p = "blk.N."): q/k/v
+/// behind attn_norm, gate/up behind ffn_norm, down behind W_up's rows (dropped without W_up).
+/// scales_of(matrix names, input, norm name or nullptr) gives one input's (empty: not scaled).
+template <class ScalesOf>
+AwqLayerScales block_inputs(const GgufFile& in, const std::string& p, const ScalesOf& scales_of) {
+  AwqLayerScales s;
+  s.attn = scales_of(std::vector<std::string>{"attn_q.weight", "attn_k.weight", "attn_v.weight"}, LinearInput::Attn,
+                     "attn_norm.weight");
+  s.ffn = scales_of(std::vector<std::string>{"ffn_gate.weight", "ffn_up.weight"}, LinearInput::Ffn, "ffn_norm.weight");
+  s.down = scales_of(std::vector<std::string>{"ffn_down.weight"}, LinearInput::FfnDown, nullptr);
+  if (!s.down.empty() && in.find_tensor(p + "ffn_up.weight") == nullptr) s.down.clear();
+  return s;
+}
 
 /// AWQ's scales for block `l` of `in`: q/k/v on the attention input, gate/up on the MLP input,
 /// down on its input (folded into W_up's rows). Adds RTN's and AWQ's output errors to `r`.
@@ -195,12 +213,35 @@ AwqLayerScales awq_layer(const GgufFile& in, int64_t l, const QuantGrid& g, cons
     r.output_error += best.loss;
     return best.scales;
   };
-  AwqLayerScales s;
-  s.attn = search({"attn_q.weight", "attn_k.weight", "attn_v.weight"}, LinearInput::Attn, "attn_norm.weight");
-  s.ffn = search({"ffn_gate.weight", "ffn_up.weight"}, LinearInput::Ffn, "ffn_norm.weight");
-  s.down = search({"ffn_down.weight"}, LinearInput::FfnDown, nullptr);
-  if (!s.down.empty() && in.find_tensor(p + "ffn_up.weight") == nullptr) s.down.clear();
-  return s;
+  return block_inputs(in, p, search);
+}
+
+/// SmoothQuant's scales for block `l` (Xiao et al. 2023, eq. 4): per input channel c,
+/// s_c = max|X_c|^alpha / max|W_c|^(1 - alpha), with max|X_c| over the calibration tokens and
+/// max|W_c| over column c of every matrix reading that input; a channel with either range 0
+/// keeps s_c = 1. Same inputs and folding as awq_layer.
+AwqLayerScales smooth_layer(const GgufFile& in, int64_t l, const CalibrationStats& stats, double alpha) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const auto scales = [&](std::vector<std::string> names, LinearInput input, const char* norm) {
+    const InputStats& st = stats.at(l, input);
+    std::vector<float> wmax(static_cast<size_t>(st.dim), 0.0f);
+    for (const std::string& name : names) {
+      const GgufTensorInfo* t = in.find_tensor(p + name);
+      if (t == nullptr || t->shape.size() != 2 || t->shape[1] != st.dim) return std::vector<float>{};
+      const std::vector<float> w = dense(*t, t->shape[0], t->shape[1]);
+      for (int64_t r = 0; r < t->shape[0]; ++r)
+        for (int64_t c = 0; c < st.dim; ++c)
+          wmax[static_cast<size_t>(c)] = std::max(wmax[static_cast<size_t>(c)], std::fabs(w[static_cast<size_t>(r * st.dim + c)]));
+    }
+    if (norm != nullptr && in.find_tensor(p + norm) == nullptr) return std::vector<float>{};
+    std::vector<float> s(static_cast<size_t>(st.dim), 1.0f);
+    for (size_t c = 0; c < s.size(); ++c) {
+      const double x = st.abs_max[c], w = wmax[c];
+      if (x > 0.0 && w > 0.0) s[c] = static_cast<float>(std::pow(x, alpha) / std::pow(w, 1.0 - alpha));
+    }
+    return s;
+  };
+  return block_inputs(in, p, scales);
 }
 
 }  // namespace
@@ -246,7 +287,7 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
     if (block_of(t.name) >= 0) blocks.insert(block_of(t.name));
   const auto n_blocks = static_cast<int64_t>(blocks.size());
   int64_t last_block = -1, done = 0;
-  std::map<int64_t, AwqLayerScales> awq;  // by decoder block, searched when first reached
+  std::map<int64_t, AwqLayerScales> awq;  // by decoder block, found when first reached
 
   std::vector<float> row;
   std::vector<std::byte> out;
@@ -257,11 +298,15 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
     r.bytes_in += t.size_bytes;
     const std::string suffix = suffix_of(t.name);
     const AwqLayerScales* scales = nullptr;
-    if (o.method == "awq" && block >= 0 && block < static_cast<int64_t>(stats.layers.size())) {
-      if (!awq.contains(block)) awq[block] = awq_layer(in, block, grid, stats, o.awq_grid, r);
+    if ((o.method == "awq" || o.method == "smoothquant") && block >= 0 &&
+        block < static_cast<int64_t>(stats.layers.size())) {
+      if (!awq.contains(block)) {
+        awq[block] = o.method == "awq" ? awq_layer(in, block, grid, stats, o.awq_grid, r)
+                                       : smooth_layer(in, block, stats, o.smooth_alpha);
+      }
       scales = &awq[block];
     }
-    // AWQ folds diag(s)^-1 into the norms that feed the scaled inputs.
+    // AWQ and SmoothQuant fold diag(s)^-1 into the norms that feed the scaled inputs.
     if (scales != nullptr && t.shape.size() == 1 &&
         ((suffix == "attn_norm.weight" && !scales->attn.empty()) || (suffix == "ffn_norm.weight" && !scales->ffn.empty()))) {
       const std::vector<float>& s = suffix == "attn_norm.weight" ? scales->attn : scales->ffn;
@@ -308,7 +353,7 @@ QuantizeReport quantize_gguf(const std::string& in_path, const std::string& out_
       const int in_kind = input_of(suffix);
       std::optional<QuantizedMatrix> q;
       try {
-        if (scales != nullptr) {  // AWQ: W diag(s) (W_up also diag(s_down)^-1 W), then RTN
+        if (scales != nullptr) {  // AWQ, SmoothQuant: W diag(s) (W_up also diag(s_down)^-1 W), then RTN
           const std::vector<float>* col_s = nullptr;
           if (suffix == "attn_q.weight" || suffix == "attn_k.weight" || suffix == "attn_v.weight") col_s = &scales->attn;
           if (suffix == "ffn_gate.weight" || suffix == "ffn_up.weight") col_s = &scales->ffn;

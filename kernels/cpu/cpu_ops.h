@@ -24,8 +24,10 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n_rows, in
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, float theta_base, RopeStyle style);
 
-/// Precision of the activations inside matmul (see matmul()).
-enum class MatmulActivations { F32, Int8 };
+/// Precision of the activations inside matmul (see matmul()). Int8PerToken is W8A8's one
+/// scale per token: the caller rounds the rows (CpuBackend: chapter 03's Task 6) and calls
+/// matmul_int8; matmul() itself rejects it.
+enum class MatmulActivations { F32, Int8, Int8PerToken };
 
 /// y = x W^T for a batch of rows, or y += x W^T when `accumulate`: x (n, w.cols),
 /// y (n, w.rows), no overlap. Any supported weight dtype; quantized blocks are decoded in
@@ -38,9 +40,25 @@ enum class MatmulActivations { F32, Int8 };
 /// 32-element block of x to int8 with its own scale (ggml's Q8 activations) and runs the block
 /// dot products in integers (AVX2 maddubs), for Q4_1 / Q4_0 / Q8_0 weights only (others use
 /// F32). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
-/// activation rounding error; see docs/engine.md for the measured trade.
+/// activation rounding error; see docs/engine.md for the measured trade. Int8PerToken throws
+/// InvalidArgument (use matmul_int8).
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false,
             MatmulActivations activations = MatmulActivations::F32);
+
+/// Whether matmul_int8 (and matmul's Int8) has an integer kernel for w: Q8_0, Q4_0, Q4_1.
+bool has_int8_kernel(const WeightMatrix& w);
+
+/// W8A8 (and W4A8): y = x W^T, or y += x W^T when `accumulate`, with x given already rounded
+/// to int8 one row (token) at a time — x[r][c] ≈ sx[r] * qx[r][c] (SmoothQuant's per-token
+/// activations; LLM.int8()'s vector-wise X) — and integer block dot products against w's
+/// codes: y[r][j] = sum over 32-wide blocks b of sx[r] * d_w[j][b] * int32(sum_i qx * qw)
+/// (+ Q4_1's min / Q4_0's -8 offset times sx[r] * sum qx). With a per-channel grid (every block
+/// of a row holding the same d_w) this is sx[r] * d_w[j] * (int dot of the whole rows),
+/// chapter 03's int8_dot. qx: (n, w.cols) int8; sx: (n) scales; y: (n, w.rows).
+/// Batch-invariant like matmul. Throws InvalidArgument on a null pointer, n <= 0, cols not a
+/// multiple of 32, or weights without an integer kernel (has_int8_kernel).
+void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n,
+                 bool accumulate = false);
 
 /// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

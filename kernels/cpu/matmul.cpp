@@ -317,8 +317,55 @@ void matmul_scalar(const WeightMatrix& w, const float* x, float* y, int64_t n, b
   }
 }
 
+bool has_int8_kernel(const WeightMatrix& w) {
+  return w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0 || w.dtype == DType::Q8_0;
+}
+
+void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n, bool accumulate) {
+  if (w.data == nullptr || qx == nullptr || sx == nullptr || y == nullptr || n <= 0) {
+    throw InvalidArgument("matmul_int8: null pointer or n <= 0 for weight '" + w.name + "'");
+  }
+  if (!has_int8_kernel(w) || w.cols % kB != 0) {
+    throw InvalidArgument("matmul_int8: weight '" + w.name + "' (" + std::string(dtype_info(w.dtype).name) + ", " +
+                          std::to_string(w.cols) + " columns) has no integer kernel: want Q8_0, Q4_0 or Q4_1 "
+                          "with a multiple of 32 columns");
+  }
+  const int64_t nb = w.cols / kB;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  // The per-block kernel with every block of row r at the token's one scale.
+  QuantizedRows q{std::vector<int8_t>(qx, qx + n * w.cols), std::vector<float>(static_cast<size_t>(n * nb)),
+                  std::vector<float>(static_cast<size_t>(n * nb))};
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      int sum = 0;
+      for (int64_t i = 0; i < kB; ++i) sum += qx[r * w.cols + b * kB + i];
+      q.dx[static_cast<size_t>(r * nb + b)] = sx[r];
+      q.qsum[static_cast<size_t>(r * nb + b)] = static_cast<float>(sum);
+    }
+  if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
+  if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
+  return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
+#else
+  // Portable fallback: the decoded weights times the decoded x, one row at a time.
+  (void)nb;
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t j = 0; j < w.rows; ++j) {
+    dequantize_row(w.dtype, w.row(j), row.data(), w.cols);
+    for (int64_t r = 0; r < n; ++r) {
+      float s = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) s += row[static_cast<size_t>(c)] * static_cast<float>(qx[r * w.cols + c]);
+      float& out = y[r * w.rows + j];
+      out = accumulate ? out + sx[r] * s : sx[r] * s;
+    }
+  }
+#endif
+}
+
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate,
             MatmulActivations activations) {
+  if (activations == MatmulActivations::Int8PerToken) {
+    throw InvalidArgument("matmul: per-token int8 activations are rounded by the caller; call matmul_int8");
+  }
   if (w.data == nullptr || x == nullptr || y == nullptr || n <= 0) {
     throw InvalidArgument("matmul: null pointer or n <= 0 for weight '" + w.name + "'");
   }
@@ -327,8 +374,7 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool acc
                           " columns, not a multiple of the 32-element block");
   }
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  const bool int8_weights = w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0 || w.dtype == DType::Q8_0;
-  if (activations == MatmulActivations::Int8 && int8_weights) {
+  if (activations == MatmulActivations::Int8 && has_int8_kernel(w)) {
     const QuantizedRows q = quantize_rows(x, n, w.cols);
     if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
     if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);

@@ -110,7 +110,7 @@ else
 fi
 # lio quantize's output runs in the engine (8, 4 and 3 bits, mixed precision, GPTQ, AWQ).
 calib=/usr/share/common-licenses/GFDL-1.3
-for args in "--bits 8" "--bits 4 --asymmetric --keep f16:token_embd" \
+for args in "--bits 8" "--bits 8 --group-size channel" "--bits 4 --asymmetric --keep f16:token_embd" \
             "--method gptq --bits 3 --group-size 128 --act-order --calib $calib --calib-ctx 64 --calib-chunks 2" \
             "--method awq --bits 4 --group-size 64 --asymmetric --calib $calib --calib-ctx 64 --calib-chunks 2"; do
   # shellcheck disable=SC2086
@@ -121,18 +121,27 @@ for args in "--bits 8" "--bits 4 --asymmetric --keep f16:token_embd" \
     echo "FAIL quantized_model_generates ($args)"; cat "$work/err"; ((fail++))
   fi
 done
+# W4A8 with per-token activations (Task 6) on the last file (Q4_1 blocks).
+if "$bin/lio" generate --model "$work/q.gguf" --prompt hi --max-tokens 4 --activations int8-token --json >"$work/out" 2>"$work/err"; then
+  echo "ok   int8_token_activations_generate"; ((pass++))
+else
+  echo "FAIL int8_token_activations_generate"; cat "$work/err"; ((fail++))
+fi
+expect_error bad_activations "--activations must be" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --activations int4
 # ch03_quantization's table on the tiny model: every variant measured, none failing.
 printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60) >"$work/text.txt"
 ch03=("$bin/ch03_quantization" --reference "$m/tiny.gguf" --ppl-ctx 64 --ppl-chunks 2
       --eval-tokens 64 --context 32 --prefill-tokens 32 --steps 1 --calib "$calib" --calib-ctx 64 --calib-chunks 2)
-if "${ch03[@]}" --text "$work/text.txt" --variants f32,q8_0,q4_1,q4_0,rtn:3g64,gptq:3g64,awq:4ag32 --json >"$work/out" 2>"$work/err" &&
-   [[ $(grep -c '"perplexity":' "$work/out") -eq 7 ]]; then
+if "${ch03[@]}" --text "$work/text.txt" --variants f32,q8_0,w8a16,w8a8,q4_0+a8b,q4_1,q4_0,rtn:3g64,gptq:3g64,awq:4ag32 --json >"$work/out" 2>"$work/err" &&
+   [[ $(grep -c '"perplexity":' "$work/out") -eq 10 ]]; then
   echo "ok   ch03_table_on_tiny_model"; ((pass++))
 else
   echo "FAIL ch03_table_on_tiny_model"; cat "$work/err" "$work/out"; ((fail++))
 fi
 expect_error ch03_unknown_variant "unknown variant 'q3_k'" "${ch03[@]}" --text "$work/text.txt" --variants f32,q3_k
 expect_error ch03_bad_bits        "--bits 5"               "${ch03[@]}" --text "$work/text.txt" --variants f32,gptq:5g32
+expect_error ch03_f32_int8_acts   "no int8 kernel"         "${ch03[@]}" --text "$work/text.txt" --variants f32+a8
+expect_error ch03_bad_acts        "want +a8"               "${ch03[@]}" --text "$work/text.txt" --variants q8_0+a4
 expect_error ch03_missing_text    "--text: cannot read"    "${ch03[@]}" --text "$work/nope.txt"
 echo "$pass passed, $fail failed"
 ((fail == 0))

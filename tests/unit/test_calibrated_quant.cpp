@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
@@ -41,7 +44,8 @@ TEST(QuantGrid, EveryGridRoundTripsThroughItsLlamaCppContainer) {
   w[17] = 0.9f;   // an outlier
   w[200] = -1.1f;
   for (const QuantGrid g : {QuantGrid{8, 32, false}, QuantGrid{4, 32, false}, QuantGrid{4, 128, false},
-                            QuantGrid{4, 64, true}, QuantGrid{3, 128, false}, QuantGrid{3, 32, true}}) {
+                            QuantGrid{4, 64, true}, QuantGrid{3, 128, false}, QuantGrid{3, 32, true},
+                            QuantGrid{8, lio::kPerChannel, false}, QuantGrid{4, lio::kPerChannel, true}}) {
     const lio::QuantizedMatrix q = lio::rtn_quantize(g, w.data(), rows, cols);
     const DType t = lio::grid_container(g);
     std::vector<std::byte> row(static_cast<size_t>(lio::dtype_row_bytes(t, cols)));
@@ -70,6 +74,24 @@ TEST(QuantGrid, EveryGridRoundTripsThroughItsLlamaCppContainer) {
     if (g.bits == 3) {
       EXPECT_GT(static_cast<int>(levels.size()), 4) << g.name();
     }
+  }
+}
+
+TEST(QuantGrid, PerChannelIsOneScalePerRowRepeatedInEveryBlock) {
+  const int64_t rows = 4, cols = 96;
+  std::vector<float> w = normal(rows * cols, 9, 0.05f);
+  w[3 * cols + 70] = 2.0f;  // row 3's largest weight, in its third block
+  const QuantGrid g{8, lio::kPerChannel, false};
+  EXPECT_EQ(g.name(), "int8 per-channel sym");
+  const lio::QuantizedMatrix q = lio::rtn_quantize(g, w.data(), rows, cols);
+  ASSERT_EQ(q.groups(), 1);
+  ASSERT_EQ(q.params.size(), static_cast<size_t>(rows));
+  EXPECT_EQ(q.params[3].scale, lio::f16_to_f32(lio::f32_to_f16(2.0f / 127.0f)));
+  EXPECT_EQ(q.codes[static_cast<size_t>(3 * cols + 70)], 127);
+  std::vector<lio::BlockQ8_0> blocks(static_cast<size_t>(cols / 32));
+  for (int64_t r = 0; r < rows; ++r) {
+    q.encode_row(r, reinterpret_cast<std::byte*>(blocks.data()));
+    for (const lio::BlockQ8_0& b : blocks) EXPECT_EQ(b.d, blocks[0].d) << "row " << r;
   }
 }
 
@@ -114,7 +136,8 @@ TEST(Gptq, LowersTheOutputErrorBelowRtnOnEveryGrid) {
   const int64_t rows = 24, cols = 192;
   const Layer L = make_layer(rows, cols, 512, 3);
   const lio::InputStats st = stats_of(L.x);
-  for (const QuantGrid g : {QuantGrid{4, 32, false}, QuantGrid{4, 128, true}, QuantGrid{3, 64, false}}) {
+  for (const QuantGrid g : {QuantGrid{4, 32, false}, QuantGrid{4, 128, true}, QuantGrid{3, 64, false},
+                            QuantGrid{4, lio::kPerChannel, false}}) {
     for (bool act_order : {false, true}) {
       const lio::QuantizedMatrix q = lio::gptq_quantize(g, L.w.data(), rows, cols, st, {0.01, act_order});
       const std::vector<float> rtn = lio::rtn_quantize(g, L.w.data(), rows, cols).dequantized();
@@ -282,6 +305,48 @@ TEST(QuantizeCalibrated, AwqFoldsItsScalesWithoutChangingTheModel) {
   const double rtn = max_logit_diff(t.model, t.dir + "/rtn8.gguf");
   const double awq = max_logit_diff(t.model, t.dir + "/awq8.gguf");
   EXPECT_LT(awq, 3.0 * rtn + 1e-3) << "AWQ 8-bit " << awq << ", RTN 8-bit " << rtn;
+}
+
+TEST(QuantizeCalibrated, SmoothQuantFoldsEquationFourScales) {
+  // SmoothQuant at 8 bits per channel: the norms become norm / s with s_c = max|X_c|^alpha /
+  // max|W_c|^(1 - alpha) (Xiao et al. 2023, eq. 4), and the function barely changes.
+  const TinySetup t = tiny_setup("lio_quant_smooth");
+  if (!std::filesystem::exists(t.text)) GTEST_SKIP() << t.text << " missing";
+  lio::QuantizeOptions o;
+  o.bits = 8;
+  o.group_size = lio::kPerChannel;
+  lio::quantize_gguf(t.model, t.dir + "/rtn8.gguf", o);
+  o.method = "smoothquant";
+  o.smooth_alpha = 0.7;
+  o.calib_path = t.text;
+  o.calib_ctx = 64;
+  o.calib_chunks = 2;
+  const lio::QuantizeReport r = lio::quantize_gguf(t.model, t.dir + "/sq8.gguf", o);
+  EXPECT_EQ(r.calib_tokens, 128);
+
+  // The statistics quantize_gguf saw: the same text, tokens and chunks.
+  const lio::LoadedModel m = lio::load_model(t.model, lio::WeightMode::AsStored);
+  std::ifstream f(t.text, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const bool bos = m.tokenizer->add_bos_default();
+  const lio::CalibrationStats st =
+      lio::collect_calibration(m, m.tokenizer->encode(text, false, bos), bos ? m.tokenizer->bos_id() : -1, 64, 2);
+  const lio::InputStats& ffn = st.at(1, lio::LinearInput::Ffn);
+  const lio::GgufFile in = lio::GgufFile::open(t.model), out = lio::GgufFile::open(t.dir + "/sq8.gguf");
+  const int64_t d = t.spec.d_model, d_ff = t.spec.d_ff;
+  const auto* gate = reinterpret_cast<const float*>(in.find_tensor("blk.1.ffn_gate.weight")->data);
+  const auto* up = reinterpret_cast<const float*>(in.find_tensor("blk.1.ffn_up.weight")->data);
+  const auto* n0 = reinterpret_cast<const float*>(in.find_tensor("blk.1.ffn_norm.weight")->data);
+  const auto* n1 = reinterpret_cast<const float*>(out.find_tensor("blk.1.ffn_norm.weight")->data);
+  for (int64_t c = 0; c < d; ++c) {
+    float wmax = 0.0f;
+    for (int64_t r = 0; r < d_ff; ++r) wmax = std::max({wmax, std::fabs(gate[r * d + c]), std::fabs(up[r * d + c])});
+    const double s = std::pow(ffn.abs_max[static_cast<size_t>(c)], 0.7) / std::pow(wmax, 0.3);
+    EXPECT_NEAR(n1[c], n0[c] / s, 1e-5 * std::fabs(n0[c] / s)) << "channel " << c;
+  }
+  const double rtn = max_logit_diff(t.model, t.dir + "/rtn8.gguf");
+  const double sq = max_logit_diff(t.model, t.dir + "/sq8.gguf");
+  EXPECT_LT(sq, 3.0 * rtn + 1e-3) << "SmoothQuant 8-bit " << sq << ", RTN 8-bit " << rtn;
 }
 
 TEST(QuantizeCalibrated, MissingOrShortCalibrationTextIsAClearError) {

@@ -117,6 +117,57 @@ TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
   }
 }
 
+// matmul_int8 (W8A8 / W4A8 with one scale per token): the rows arrive already rounded, so the
+// result is exactly (dequantized W) . (sx * qx) up to f32 accumulation, alone or in a batch.
+TEST(Matmul, Int8PerTokenIsTheDequantizedProduct) {
+  for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1}) {
+    std::mt19937 rng(31);
+    const int64_t rows = 70, cols = 128, n = 11;
+    Quantized q = make_weight(dtype, rows, cols, rng);
+    std::uniform_int_distribution<int> code(-127, 127);
+    std::vector<int8_t> qx(static_cast<size_t>(n * cols));
+    for (int8_t& v : qx) v = static_cast<int8_t>(code(rng));
+    std::vector<float> sx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) sx[i] = 0.01f * static_cast<float>(i + 1);
+    std::vector<float> y(static_cast<size_t>(n * rows)), single(static_cast<size_t>(rows));
+    lio::cpu::matmul_int8(q.w, qx.data(), sx.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      lio::cpu::matmul_int8(q.w, qx.data() + i * cols, sx.data() + i, single.data(), 1);
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double p = double(q.dequantized[r * cols + c]) * sx[i] * qx[i * cols + c];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(y[i * rows + r], ref, 1e-5 * mag + 1e-6) << lio::dtype_info(dtype).name << " token " << i;
+        ASSERT_EQ(single[r], y[i * rows + r]) << "batch invariance, " << lio::dtype_info(dtype).name;
+      }
+    }
+    // accumulate adds onto y
+    std::vector<float> acc(y.size(), 1.0f);
+    lio::cpu::matmul_int8(q.w, qx.data(), sx.data(), acc.data(), n, /*accumulate=*/true);
+    for (size_t k = 0; k < y.size(); ++k) ASSERT_NEAR(acc[k], y[k] + 1.0f, 1e-4f * (1.0f + std::fabs(y[k])));
+  }
+}
+
+TEST(Matmul, Int8PerTokenRejectsWhatItCannotRun) {
+  std::mt19937 rng(5);
+  Quantized f = make_weight(lio::DType::F32, 4, 64, rng);
+  std::vector<int8_t> qx(64, 1);
+  float sx = 1.0f;
+  std::vector<float> y(4), x(64, 1.0f);
+  EXPECT_THROW(lio::cpu::matmul_int8(f.w, qx.data(), &sx, y.data(), 1), lio::InvalidArgument);
+  Quantized q = make_weight(lio::DType::Q8_0, 4, 64, rng);
+  EXPECT_THROW(lio::cpu::matmul_int8(q.w, nullptr, &sx, y.data(), 1), lio::InvalidArgument);
+  EXPECT_THROW(lio::cpu::matmul_int8(q.w, qx.data(), &sx, y.data(), 0), lio::InvalidArgument);
+  // cpu::matmul does not round per token itself: the caller does (CpuBackend, Task 6).
+  EXPECT_THROW(lio::cpu::matmul(q.w, x.data(), y.data(), 1, false, lio::cpu::MatmulActivations::Int8PerToken),
+               lio::InvalidArgument);
+  EXPECT_TRUE(lio::cpu::has_int8_kernel(q.w));
+  EXPECT_FALSE(lio::cpu::has_int8_kernel(f.w));
+}
+
 TEST(Matmul, RejectsNullAndEmpty) {
   lio::WeightMatrix w{"w", lio::DType::F32, 2, 2, 8, nullptr};
   float x[2] = {1, 2}, y[2];

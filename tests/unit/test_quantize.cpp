@@ -53,6 +53,15 @@ TEST(Quantize, TargetAndOptions) {
   EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);
   o.method = "hqq";
   EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);
+  o = {};
+  o.method = "smoothquant";
+  o.bits = 8;
+  o.group_size = lio::kPerChannel;
+  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);  // no --calib
+  o.calib_path = "/some/text";
+  EXPECT_EQ(lio::quantize_target(o), DType::Q8_0);
+  o.smooth_alpha = 1.2;
+  EXPECT_THROW(lio::quantize_target(o), lio::InvalidArgument);
 }
 
 TEST(Quantize, ParseKeep) {

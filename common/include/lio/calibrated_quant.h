@@ -34,6 +34,7 @@ struct InputStats {
   int64_t n_tokens = 0;          ///< rows seen
   std::vector<double> xtx;       ///< (dim, dim) sum over rows of x x^T; H = 2 xtx / n_tokens
   std::vector<double> abs_sum;   ///< (dim) sum over rows of |x_c|
+  std::vector<float> abs_max;    ///< (dim) max over rows of |x_c| (SmoothQuant's activation range)
   /// (dim) mean |x_c| (AWQ's activation magnitude).
   std::vector<float> mean_abs() const;
 };

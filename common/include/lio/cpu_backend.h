@@ -23,7 +23,10 @@ namespace lio {
 /// and `weights`, which must outlive it.
 class CpuBackend final : public Backend {
  public:
-  /// `activations`: precision of x inside the matmuls (cpu::matmul); F32 by default.
+  /// `activations`: precision of x inside the matmuls; F32 by default. Int8 is cpu::matmul's
+  /// per-32-block rounding; Int8PerToken rounds each token's row with chapter 03's
+  /// quantize_row_int8 (Task 6) and runs cpu::matmul_int8 (W8A8 on Q8_0 weights, W4A8 on
+  /// Q4_0 / Q4_1; f32 / f16 weights keep f32 activations).
   CpuBackend(const ModelConfig& config, const Weights& weights,
              cpu::MatmulActivations activations = cpu::MatmulActivations::F32);
 
@@ -58,6 +61,8 @@ class CpuBackend final : public Backend {
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
   std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_decode_attention
   std::vector<int32_t> row_seq_;     ///< (n_tokens) the sequence of each row
+  std::vector<int8_t> token_codes_;  ///< Int8PerToken: (n_rows, cols) a matmul input's codes
+  std::vector<float> token_scales_;  ///< Int8PerToken: (n_rows) their per-token scales
   std::vector<int64_t> kv_head_;     ///< (n_heads) the KV head each query head reads (ch02 Task 1)
   std::vector<float> mla_latents_;   ///< MLA: each sequence's cached latent rows, gathered
   std::vector<float> mla_c_;         ///< MLA naive path: the latents' c_kv parts, contiguous

@@ -125,11 +125,13 @@ struct KvPoolOptions {
 /// on a GPU 80% of the memory free after the weights. At least one block's worth.
 int64_t default_kv_cache_mib(const Backend& backend);
 
-/// Precision of the activations in the CPU backend's matmuls (--activations): F32, or Int8
+/// Precision of the activations in the CPU backend's matmuls (--activations): F32; Int8
 /// (each 32-element block of x rounded to int8, integer dot products; faster on batches, with
-/// the KL cost measured in docs/engine.md). The CUDA backend ignores it.
-enum class CpuActivations { F32, Int8 };
-/// Parses "f32" or "int8" (the --activations flag). Throws InvalidArgument otherwise.
+/// the KL cost measured in docs/engine.md); or Int8PerToken (W8A8: one scale per token,
+/// rounded by chapter 03's Task 6; docs/03_quantization.md). The CUDA backend ignores it.
+enum class CpuActivations { F32, Int8, Int8PerToken };
+/// Parses "f32", "int8" or "int8-token" (the --activations flag). Throws InvalidArgument
+/// otherwise.
 CpuActivations parse_cpu_activations(const std::string& text);
 
 /// The backend for `device` over `model` (which must outlive it). Device::Cuda uploads the

@@ -2,12 +2,13 @@
 // rounded onto one is stored in llama.cpp's block types.
 //
 // A grid is a bit width (8, 4 or 3), a group size (32, 64 or 128 consecutive weights of a row
-// sharing one scale) and a symmetry: symmetric codes q in [qmin, qmax] stand for scale * q;
+// sharing one scale, or the whole row: per-output-channel, LLM.int8()'s and SmoothQuant's
+// weight granularity) and a symmetry: symmetric codes q in [qmin, qmax] stand for scale * q;
 // asymmetric codes q in [0, 2^bits - 1] for scale * q + min. Scale and min are kept as f16
 // values, as llama.cpp stores them, so the value a code stands for here is the value llama.cpp
 // dequantizes. Storage: every grid fits a llama.cpp 32-wide block type — 8 bits in Q8_0, 4 and
 // 3 bits in Q4_0 (symmetric) or Q4_1 (asymmetric); a group of 64 or 128 repeats its scale in
-// each of its 32-wide blocks, and 3-bit codes use 8 of Q4's 16 levels. So every file llama.cpp
+// each of its 32-wide blocks (a per-channel grid repeats the row's), and 3-bit codes use 8 of Q4's 16 levels. So every file llama.cpp
 // can run, at the memory of the container (3 bits cost what 4 do; a packed 3-bit format such
 // as llama.cpp's Q3_K is not written).
 #pragma once
@@ -22,22 +23,27 @@
 
 namespace lio {
 
+/// group_size of a per-output-channel grid: one scale (and min) per row of W.
+inline constexpr int64_t kPerChannel = 0;
+
 /// A quantization grid (see the file comment).
 struct QuantGrid {
   int bits = 4;             ///< 8, 4 or 3
-  int64_t group_size = 32;  ///< weights per scale along a row: 32, 64 or 128
+  int64_t group_size = 32;  ///< weights per scale along a row: 32, 64, 128 or kPerChannel
   bool asymmetric = false;  ///< codes 0 .. 2^bits - 1 with a per-group minimum (4 and 3 bits)
 
   /// Smallest code: -127 (8 bits, as Q8_0), -2^(bits-1) symmetric, 0 asymmetric.
   int qmin() const;
   /// Largest code: 127 (8 bits), 2^(bits-1) - 1 symmetric, 2^bits - 1 asymmetric.
   int qmax() const;
-  /// "int4 g128 sym"-style name.
+  /// "int4 g128 sym"-style name ("int8 per-channel sym" for kPerChannel).
   std::string name() const;
+  /// Columns one group spans in a row of `cols`: group_size, or cols for kPerChannel.
+  int64_t group_cols(int64_t cols) const { return group_size == kPerChannel ? cols : group_size; }
 };
 
-/// Throws UnsupportedError for bits other than 8, 4, 3, a group size other than 32, 64, 128,
-/// or an asymmetric 8-bit grid (Q8_0 is symmetric).
+/// Throws UnsupportedError for bits other than 8, 4, 3, a group size other than 32, 64, 128 or
+/// kPerChannel, or an asymmetric 8-bit grid (Q8_0 is symmetric).
 void check_grid(const QuantGrid& g);
 
 /// The llama.cpp block type a grid is stored in: Q8_0, Q4_0 or Q4_1. Throws as check_grid.
@@ -70,19 +76,21 @@ struct QuantizedMatrix {
   QuantGrid grid;                    ///< the grid
   int64_t rows = 0;                  ///< rows of W (output channels)
   int64_t cols = 0;                  ///< columns of W (input channels)
-  std::vector<GroupParams> params;   ///< (rows, cols / group_size)
+  std::vector<GroupParams> params;   ///< (rows, groups())
   std::vector<int8_t> codes;         ///< (rows, cols), each in [qmin, qmax]
 
   /// Allocates params and codes for (rows, cols) on `grid`. Throws InvalidArgument when cols is
   /// not a positive multiple of 32, and as check_grid.
   QuantizedMatrix(const QuantGrid& grid, int64_t rows, int64_t cols);
   /// Groups per row.
-  int64_t groups() const { return (cols + grid.group_size - 1) / grid.group_size; }
+  int64_t groups() const { return (cols + grid.group_cols(cols) - 1) / grid.group_cols(cols); }
   /// The parameters of the group holding (r, c).
-  GroupParams& group(int64_t r, int64_t c) { return params[static_cast<size_t>(r * groups() + c / grid.group_size)]; }
+  GroupParams& group(int64_t r, int64_t c) {
+    return params[static_cast<size_t>(r * groups() + c / grid.group_cols(cols))];
+  }
   /// As group(), read only.
   const GroupParams& group(int64_t r, int64_t c) const {
-    return params[static_cast<size_t>(r * groups() + c / grid.group_size)];
+    return params[static_cast<size_t>(r * groups() + c / grid.group_cols(cols))];
   }
   /// The value element (r, c) stands for.
   float value(int64_t r, int64_t c) const { return grid_value(group(r, c), codes[static_cast<size_t>(r * cols + c)]); }

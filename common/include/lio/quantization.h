@@ -1,9 +1,10 @@
 // quantization.h — chapter 03's exercise points: the memory a model needs at a bit width,
 // round-to-nearest quantization of one 32-weight block into llama.cpp's Q8_0, Q4_0 and Q4_1
-// (ggml's quantize_row_*_ref rules, ggml/src/ggml-quants.c), GPTQ's column loop and AWQ's
-// scale search. Declared here, defined twice:
+// (ggml's quantize_row_*_ref rules, ggml/src/ggml-quants.c), GPTQ's column loop, AWQ's
+// scale search, and W8A8's per-token INT8 activations with their integer dot product. Declared here, defined twice:
 // solutions/03_quantization (reference) and exercises/03_quantization (your code); the engine
-// links one of them (LIO_EXERCISES). `lio quantize` quantizes every block through these.
+// links one of them (LIO_EXERCISES). `lio quantize` quantizes every block through these, and
+// the CPU backend rounds every matmul input through Task 6 under --activations int8-token.
 #pragma once
 
 #include <cstdint>
@@ -92,5 +93,28 @@ struct AwqSearch {
 /// InvalidArgument for n_grid < 1 or an empty mean_abs_x.
 AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
                             const std::function<double(std::span<const float> scales)>& loss);
+
+// ---- Task 6 (exercises/03_quantization/int8.cpp): W8A8 --------------------------------
+
+/// Largest length int8_dot accepts: 128 * 128 * n fits an int32 (2^31 - 1) for any int8 codes.
+inline constexpr int64_t kInt8DotMaxLen = 131071;
+
+/// Per-token symmetric INT8 of one activation row (dynamic: the scale is found at run time,
+/// one per token; LLM.int8()'s "vector-wise" quantization of X, Dettmers et al. 2022 sec. 3.1;
+/// SmoothQuant's per-token activations, Xiao et al. 2023 sec. 3):
+///   s = max_i |x[i]| / 127;  q[i] = round(x[i] / s)  (half away from zero, std::round),
+/// so the largest |x[i]| becomes +-127 and x[i] ≈ s * q[i]. A row of zeros gives s = 0 and
+/// q = 0. Writes q (x.size() codes), returns s. Throws InvalidArgument when q.size() !=
+/// x.size() or an x[i] is not finite.
+float quantize_row_int8(std::span<const float> x, std::span<int8_t> q);
+
+/// The dot product of two INT8 vectors with their scales: a ≈ scale_a * qa, b ≈ scale_b * qb,
+///   a . b ≈ scale_a * scale_b * sum_i qa[i] * qb[i],
+/// with the sum accumulated exactly in int32 (what _mm256_maddubs_epi16 / _mm256_madd_epi16 on
+/// a CPU, dp4a or an INT8 tensor-core MMA on a GPU compute) and converted to float once:
+/// returns float(sum) * scale_a * scale_b. W8A8's y[t][j] is this with a = the token's row
+/// (quantize_row_int8) and b = the weight row j (per output channel). Throws InvalidArgument
+/// when qa.size() != qb.size() or the length exceeds kInt8DotMaxLen.
+float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t> qb, float scale_b);
 
 }  // namespace lio

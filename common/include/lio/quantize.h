@@ -19,10 +19,10 @@ namespace lio {
 
 /// What `lio quantize` writes.
 struct QuantizeOptions {
-  std::string method = "rtn";  ///< rtn, gptq (Frantar et al. 2023) or awq (Lin et al. 2024)
+  std::string method = "rtn";  ///< rtn, gptq (Frantar et al. 2023), awq (Lin et al. 2024) or smoothquant (Xiao et al. 2023)
   int bits = 4;                ///< 8, 4 or 3 (3-bit codes are stored in Q4 blocks)
   bool asymmetric = false;     ///< 4 / 3 bits: a minimum per group (Q4_1) instead of scale only (Q4_0)
-  int64_t group_size = 32;     ///< weights per scale: 32 (llama.cpp's block), 64 or 128 (the scale repeated)
+  int64_t group_size = 32;     ///< weights per scale: 32 (llama.cpp's block), 64, 128 or kPerChannel (0; the scale repeated)
   /// Tensors kept at a higher precision: each entry is {dtype, name prefix}; a tensor whose
   /// name starts with the prefix (e.g. "token_embd", "output.") is written in that dtype
   /// (F32, F16, BF16 or Q8_0) instead (mixed precision; llama.cpp keeps a tied embedding at
@@ -34,6 +34,7 @@ struct QuantizeOptions {
   double damp = 0.01;          ///< gptq: H += damp * mean(diag H) * I
   bool act_order = true;       ///< gptq: columns by decreasing H_cc (measured better here, section 4)
   int awq_grid = 20;           ///< awq: exponents tried (AutoAWQ's n_grid)
+  double smooth_alpha = 0.85;  ///< smoothquant: migration strength alpha (the SmoothQuant repo runs Llama-2 and -3 at 0.85)
 };
 
 /// Parses --keep "f32:token_embd,output" (a dtype, a colon, comma-separated name prefixes;
@@ -45,9 +46,9 @@ std::vector<std::pair<DType, std::string>> parse_keep(const std::string& text);
 QuantGrid quantize_grid(const QuantizeOptions& o);
 
 /// The block type `o` writes its matrices in: grid_container(quantize_grid(o)). Throws
-/// InvalidArgument for a method other than rtn, gptq, awq, for gptq / awq without a
-/// calibration text, a calib_ctx < 2, calib_chunks == 0, a damp outside [0, 1) or an
-/// awq_grid < 1, and as check_grid (UnsupportedError).
+/// InvalidArgument for a method other than rtn, gptq, awq, smoothquant, for a calibrated method
+/// without a calibration text, a calib_ctx < 2, calib_chunks == 0, a damp outside [0, 1), an
+/// awq_grid < 1 or a smooth_alpha outside [0, 1], and as check_grid (UnsupportedError).
 DType quantize_target(const QuantizeOptions& o);
 
 /// What quantize_gguf did.
@@ -57,7 +58,7 @@ struct QuantizeReport {
   int64_t bytes_in = 0;          ///< tensor bytes read
   int64_t bytes_out = 0;         ///< tensor bytes written
   int64_t params_quantized = 0;  ///< weights in the rewritten matrices
-  int64_t calib_tokens = 0;      ///< gptq / awq: calibration tokens run
+  int64_t calib_tokens = 0;      ///< gptq / awq / smoothquant: calibration tokens run
   double output_error_rtn = 0;   ///< gptq / awq: sum over the calibrated matrices of RTN's output error
   double output_error = 0;       ///< gptq / awq: the same for what was written (lower is better)
 };
@@ -75,6 +76,10 @@ struct QuantizeReport {
 ///   are folded into attn_norm, ffn_norm and W_up's rows (written as f32), the scaled matrices
 ///   then RTN-rounded. W_o is left to RTN under AWQ: it cannot be folded into W_v when K/V heads
 ///   are shared (GQA), as AutoAWQ also skips it. The LM head / embedding gets RTN.
+/// - smoothquant: the same folding with SmoothQuant's scales (Xiao et al. 2023, eq. 4):
+///   s_c = max|X_c|^alpha / max|W_c|^(1 - alpha), max|W_c| over the matrices sharing the input,
+///   which moves the activations' outlier channels into the weights so that per-token INT8
+///   activations (--activations int8-token, W8A8) lose less; then RTN. Meant for 8 bits.
 /// `on_layer(done, total)` reports progress by decoder block (blk.N), `on_calib(done, total)`
 /// by calibration chunk. Throws as GgufFile::open and load_model for a bad input,
 /// InvalidArgument when out_path equals in_path or cannot be written, a weight is not finite

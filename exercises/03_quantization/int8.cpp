@@ -1,0 +1,35 @@
+// Chapter 03, Task 6 — YOUR implementation: W8A8's per-token INT8 activations and the
+// integer dot product with its scales. Under `--activations int8-token` the CPU backend rounds
+// the input of every matmul through quantize_row_int8. Declarations and contracts:
+// common/include/lio/quantization.h.
+// Grade: ctest -R ch03_task_6
+#include <cmath>
+#include <cstdint>
+
+#include "lio/error.h"
+#include "lio/quantization.h"
+
+namespace lio {
+
+float quantize_row_int8(std::span<const float> x, std::span<int8_t> q) {
+  // TODO(Task 6): s = max|x[i]| / 127; q[i] = std::round(x[i] / s) (all 0 when s = 0);
+  //   return s. Throw InvalidArgument when the sizes differ or an x[i] is not finite.
+  (void)x;
+  (void)q;
+  throw NotImplemented("Task 6 (exercises/03_quantization/int8.cpp): quantize_row_int8 — "
+                       "round one token's activations to int8 with one scale");
+}
+
+float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t> qb, float scale_b) {
+  // TODO(Task 6): sum qa[i] * qb[i] in an int32 (exact: no float accumulator), then
+  //   return float(sum) * scale_a * scale_b. Throw InvalidArgument when the lengths differ or
+  //   exceed kInt8DotMaxLen.
+  (void)qa;
+  (void)scale_a;
+  (void)qb;
+  (void)scale_b;
+  throw NotImplemented("Task 6 (exercises/03_quantization/int8.cpp): int8_dot — "
+                       "the integer dot product and its two scales");
+}
+
+}  // namespace lio
