@@ -21,14 +21,14 @@ constexpr int64_t kBlock = 16;
 
 // All-position logits of `tokens` through a SoloSequence.
 std::vector<float> all_logits(const LoadedModel& model, const std::vector<int32_t>& tokens,
-                              CpuActivations activations = CpuActivations::F32) {
+                              const RunSettings& run = {}) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1 || n > model.config.context_length) {
     throw InvalidArgument("ch02: the evaluation text has " + std::to_string(n) + " tokens, need 1 .. " +
                           std::to_string(model.config.context_length));
   }
   const int64_t mib = (kv_block_bytes(model.config, kBlock) * ((n + kBlock - 1) / kBlock) >> 20) + 1;
-  auto runner = make_runner(model, Device::Cpu, KvPoolOptions{kBlock, mib}, activations);
+  auto runner = make_runner(model, Device::Cpu, KvPoolOptions{kBlock, mib, run.kv}, run.activations);
   SoloSequence seq(*runner, n);
   const std::span<const float> out = seq.forward(tokens, /*all_logits=*/true);
   return {out.begin(), out.end()};
@@ -53,12 +53,12 @@ ReferenceLogprobs reference_logprobs(const LoadedModel& model, const std::vector
   return r;
 }
 
-Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref, CpuActivations activations) {
+Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref, const RunSettings& run) {
   if (model.config.vocab_size != ref.vocab) {
     throw InvalidArgument("ch02: the variant's vocabulary (" + std::to_string(model.config.vocab_size) +
                           ") is not the reference's (" + std::to_string(ref.vocab) + ")");
   }
-  std::vector<float> lp = all_logits(model, ref.tokens, activations);
+  std::vector<float> lp = all_logits(model, ref.tokens, run);
   log_softmax_rows(lp, ref.vocab);
   const auto n = static_cast<int64_t>(ref.tokens.size());
   Quality q;
@@ -81,7 +81,7 @@ Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref,
 }
 
 double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t batch, int steps, Device device,
-                           CpuActivations activations) {
+                           const RunSettings& run) {
   if (context < 1 || batch < 1 || steps < 1 || context + steps > model.config.context_length) {
     throw InvalidArgument("ch02: decode at context " + std::to_string(context) + " + " + std::to_string(steps) +
                           " steps, batch " + std::to_string(batch) + " does not fit (context length " +
@@ -89,7 +89,7 @@ double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t ba
   }
   const int64_t per_seq = (context + steps + kBlock - 1) / kBlock;
   const int64_t mib = ((kv_block_bytes(model.config, kBlock) * per_seq * batch) >> 20) + 1;
-  auto runner = make_runner(model, device, KvPoolOptions{kBlock, mib}, activations);
+  auto runner = make_runner(model, device, KvPoolOptions{kBlock, mib, run.kv}, run.activations);
   std::vector<double> times;
   for (int t = -1; t < steps; ++t) {  // step -1 warms up (scratch, caches)
     const int64_t pos = context + std::max(t, 0);

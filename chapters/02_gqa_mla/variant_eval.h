@@ -31,11 +31,16 @@ struct Quality {
 /// log-softmax. Throws InvalidArgument if tokens is empty or longer than the context.
 ReferenceLogprobs reference_logprobs(const LoadedModel& model, const std::vector<int32_t>& tokens);
 
+/// How a variant runs (chapter 03's variants): the CPU matmuls' activations (W8A8) and the KV
+/// cache's element type.
+struct RunSettings {
+  CpuActivations activations = CpuActivations::F32;  ///< --activations (CPU only)
+  KvCacheDType kv = KvCacheDType::F32;               ///< --kv-cache-dtype
+};
+
 /// Runs `model` (a variant of the reference's model: same vocabulary) over ref.tokens on the
-/// CPU with `activations` (chapter 03's W8A8 variants) and compares. Throws InvalidArgument if
-/// the vocabularies differ.
-Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref,
-                         CpuActivations activations = CpuActivations::F32);
+/// CPU under `run` and compares. Throws InvalidArgument if the vocabularies differ.
+Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref, const RunSettings& run = {});
 
 /// Decode speed of `model` on `device` at a context of `context` tokens for `batch`
 /// sequences: each sequence's first `context` positions are in the KV pool (synthetic
@@ -44,10 +49,10 @@ Quality evaluate_quality(const LoadedModel& model, const ReferenceLogprobs& ref,
 /// Returns batch / (median step seconds), tokens per second. Allocates a pool of
 /// batch * ceil((context + steps) / 16) blocks. Throws InvalidArgument on a context past the
 /// model's or counts < 1, std::bad_alloc (CPU) or CudaError (GPU) when the pool does not fit
-/// in memory, UnsupportedError when `device` cannot run the model. `activations`: the CPU
-/// backend's (ignored on a GPU).
+/// in memory, UnsupportedError when `device` cannot run the model (or `run`'s KV type).
+/// `run.activations`: the CPU backend's (ignored on a GPU).
 double decode_tokens_per_s(const LoadedModel& model, int64_t context, int64_t batch, int steps,
-                           Device device = Device::Cpu, CpuActivations activations = CpuActivations::F32);
+                           Device device = Device::Cpu, const RunSettings& run = {});
 
 /// What the decode-speed numbers ran on, for output headers: "cpu, <n> threads", or the GPU's
 /// description (Backend::device_description, e.g. "cuda:0 (NVIDIA H100 ...)"). Throws

@@ -5,9 +5,9 @@
 // block through the chapter's Tasks 2-3) or METHOD:BITS[a]gGROUP (rtn, gptq through Task 4,
 // awq through Task 5, calibrated on --calib; GROUP "ch" is one scale per output channel) — or
 // is the reference itself (f32), or any GGUF file given with --files (e.g. the Q4_1 file as
-// shipped). A name ending in "+a8" runs its file with W8A8's per-token int8 activations
-// (Task 6), "+a8b" with per-32-block ones (llama.cpp's CPU rule); w8a16 and w8a8 name
-// rtn:8gch and rtn:8gch+a8. For each it prints: bytes of
+// shipped). Suffixes change how a file runs: "+a8" W8A8's per-token int8 activations (Task 6),
+// "+a8b" per-32-block ones (llama.cpp's CPU rule), "+kv8" / "+kv16" the KV cache in int8 / f16;
+// w8a16 and w8a8 name rtn:8gch and rtn:8gch+a8. For each it prints: bytes of
 // weights, bits per weight, the layer output error against RTN's (gptq / awq), decode
 // tokens/s at batch 1 and 32, prefill tokens/s, perplexity over a real English text (as
 // llama-perplexity computes it), and mean KL / top-1 agreement against the reference.
@@ -39,7 +39,8 @@ using json = nlohmann::ordered_json;
 struct Settings {
   std::string reference = "models/SmolLM2-135M-Instruct.F32.gguf";
   std::string variants =
-      "f32,q8_0,w8a16,w8a8,q4_1,q4_0,gptq:4g32,awq:4g32,rtn:4g128,gptq:4g128,awq:4g128,rtn:3g128,gptq:3g128,awq:3g128";
+      "f32,f32+kv16,f32+kv8,q8_0,q8_0+a8b,w8a16,w8a8,smoothquant:8gch+a8,q4_1,q4_0,gptq:4g32,awq:4g32,rtn:4g128,"
+      "gptq:4g128,awq:4g128,rtn:3g128,gptq:3g128,awq:3g128";
   std::string files;
   std::string text = "/usr/share/common-licenses/GPL-3";
   int64_t ppl_ctx = 512, ppl_chunks = 4, eval_tokens = 256, context = 256, prefill_tokens = 256;
@@ -61,10 +62,10 @@ struct Variant {
 
 /// Median seconds of `reps` prefills of `tokens` from an empty cache, as tokens/s.
 double prefill_tokens_per_s(const lio::LoadedModel& m, const std::vector<int32_t>& tokens, lio::Device device,
-                            int reps, lio::CpuActivations activations) {
+                            int reps, const lio::ch02::RunSettings& run) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t mib = (lio::kv_block_bytes(m.config, 16) * ((n + 15) / 16) >> 20) + 1;
-  auto runner = lio::make_runner(m, device, lio::KvPoolOptions{16, mib}, activations);
+  auto runner = lio::make_runner(m, device, lio::KvPoolOptions{16, mib, run.kv}, run.activations);
   std::vector<double> times;
   for (int r = -1; r < reps; ++r) {  // r = -1 warms up
     lio::SoloSequence seq(*runner, n);
@@ -76,19 +77,31 @@ double prefill_tokens_per_s(const lio::LoadedModel& m, const std::vector<int32_t
   return static_cast<double>(n) / times[times.size() / 2];
 }
 
-/// A variant's name split into its file's name and the activations it runs with: "+a8"
-/// (per-token int8, W8A8), "+a8b" (per-32-block int8) or nothing (f32); w8a16 and w8a8 are
-/// rtn:8gch and rtn:8gch+a8.
-std::pair<std::string, lio::CpuActivations> split_activations(const std::string& name) {
-  if (name == "w8a16") return {"rtn:8gch", lio::CpuActivations::F32};
-  if (name == "w8a8") return {"rtn:8gch", lio::CpuActivations::Int8PerToken};
-  const size_t plus = name.rfind('+');
-  if (plus == std::string::npos) return {name, lio::CpuActivations::F32};
-  const std::string act = name.substr(plus + 1), base = name.substr(0, plus);
-  if (base == "f32") throw lio::InvalidArgument("--variants: " + name + ": f32 weights have no int8 kernel");
-  if (act == "a8") return {base, lio::CpuActivations::Int8PerToken};
-  if (act == "a8b") return {base, lio::CpuActivations::Int8};
-  throw lio::InvalidArgument("--variants: " + name + ": want +a8 (per-token int8 activations) or +a8b (per block)");
+/// A variant's name split into its file's name and how it runs: "+a8" (per-token int8
+/// activations, W8A8), "+a8b" (per-32-block int8), "+kv8" / "+kv16" (the KV cache in int8 /
+/// f16), in any combination; w8a16 and w8a8 are rtn:8gch and rtn:8gch+a8.
+std::pair<std::string, lio::ch02::RunSettings> split_run(const std::string& name) {
+  std::string base = name.substr(0, name.find('+'));
+  lio::ch02::RunSettings run;
+  if (base == "w8a16" || base == "w8a8") {
+    if (base == "w8a8") run.activations = lio::CpuActivations::Int8PerToken;
+    base = "rtn:8gch";
+  }
+  for (size_t at = name.find('+'); at != std::string::npos;) {
+    const size_t next = name.find('+', at + 1);
+    const std::string suffix = name.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    if (suffix == "a8" || suffix == "a8b") {
+      if (base == "f32") throw lio::InvalidArgument("--variants: " + name + ": f32 weights have no int8 kernel");
+      run.activations = suffix == "a8" ? lio::CpuActivations::Int8PerToken : lio::CpuActivations::Int8;
+    } else if (suffix == "kv8" || suffix == "kv16") {
+      run.kv = suffix == "kv8" ? lio::KvCacheDType::Int8 : lio::KvCacheDType::F16;
+    } else {
+      throw lio::InvalidArgument("--variants: " + name + ": unknown suffix '+" + suffix +
+                                 "' (want +a8 per-token int8 activations, +a8b per block, +kv8 / +kv16 the KV cache)");
+    }
+    at = next;
+  }
+  return {base, run};
 }
 
 /// --activations' spelling of `a`.
@@ -144,7 +157,7 @@ lio::QuantizeOptions variant_options(const std::string& name) {
 /// The lio quantize options of the file of variant `name` under `s`; throws as
 /// quantize_target for bad ones.
 lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s) {
-  lio::QuantizeOptions q = variant_options(split_activations(name).first);
+  lio::QuantizeOptions q = variant_options(split_run(name).first);
   q.keep = lio::parse_keep(s.keep);
   q.calib_path = s.calib;
   q.calib_ctx = s.calib_ctx;
@@ -159,7 +172,7 @@ lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s
 /// second reuses the first's (`made`: file name -> Variant).
 Variant make_variant(const std::string& name, const Settings& s, const std::string& dir,
                      std::map<std::string, Variant>& made) {
-  const std::string base = split_activations(name).first;
+  const std::string base = split_run(name).first;
   if (base == "f32") return {s.reference};
   if (const auto it = made.find(base); it != made.end()) return it->second;
   const lio::QuantizeOptions q = quantize_options(name, s);
@@ -184,8 +197,9 @@ int main(int argc, char** argv) {
   app.add_option("--variants", s.variants,
                  "Comma-separated: f32 (the reference); q8_0, q4_1, q4_0 (RTN at llama.cpp's grids); "
                  "METHOD:BITS[a]gGROUP with METHOD rtn|gptq|awq, BITS 8|4|3, 'a' asymmetric, GROUP "
-                 "32|64|128|ch (per channel); any of them +a8 (W8A8: per-token int8 activations) or "
-                 "+a8b (per-block); w8a16 = rtn:8gch, w8a8 = rtn:8gch+a8")
+                 "32|64|128|ch (per channel); any of them (f32 too for +kv) with +a8 (W8A8: per-token "
+                 "int8 activations), +a8b (per block), +kv8 / +kv16 (KV cache in int8 / f16); "
+                 "w8a16 = rtn:8gch, w8a8 = rtn:8gch+a8")
       ->capture_default_str();
   app.add_option("--keep", s.keep, "lio quantize --keep for the variants made here (\"\": quantize everything)")
       ->capture_default_str();
@@ -236,7 +250,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir);
     std::vector<std::pair<std::string, std::string>> runs;  // (name, path)
     for (const std::string& v : lio::ch02::split_commas(s.variants)) {
-      if (split_activations(v).first != "f32") quantize_options(v, s);  // a bad name fails before any work
+      if (split_run(v).first != "f32") quantize_options(v, s);  // a bad name fails before any work
       runs.emplace_back(v, "");
     }
     for (const std::string& f : lio::ch02::split_commas(s.files)) runs.emplace_back(std::filesystem::path(f).filename().string(), f);
@@ -247,18 +261,21 @@ int main(int argc, char** argv) {
                   "tokens | decode at context %lld | prefill of %lld tokens | %s\n\n",
                   s.reference.c_str(), s.text.c_str(), text.size(), (long long)s.ppl_ctx, (long long)s.ppl_chunks,
                   (long long)s.eval_tokens, (long long)s.context, (long long)s.prefill_tokens, device_name.c_str());
-      std::printf("%-24s %-29s %10s %6s %9s %10s %10s %11s %10s %10s %7s\n", "variant", "grid", "weight MiB", "bits/w",
-                  "err/RTN", "decode b1", "decode b32", "prefill t/s", "perplexity", "mean KL", "top-1");
+      std::printf("%-24s %-36s %10s %6s %9s %9s %10s %10s %11s %10s %10s %7s\n", "variant", "grid", "weight MiB",
+                  "bits/w", "KV B/tok", "err/RTN", "decode b1", "decode b32", "prefill t/s", "perplexity", "mean KL",
+                  "top-1");
     }
     json rows = json::array();
     std::map<std::string, Variant> made;
     try {
       for (auto& [name, path] : runs) {
         Variant v{path};
-        const lio::CpuActivations act = path.empty() ? split_activations(name).second : lio::CpuActivations::F32;
+        const lio::ch02::RunSettings run = path.empty() ? split_run(name).second : lio::ch02::RunSettings{};
+        const lio::CpuActivations act = run.activations;
         if (path.empty()) v = make_variant(name, s, dir, made);
         if (act == lio::CpuActivations::Int8PerToken) v.grid += " a8/token";
         if (act == lio::CpuActivations::Int8) v.grid += " a8/32";
+        if (run.kv != lio::KvCacheDType::F32) v.grid += std::string(" kv ") + lio::kv_cache_dtype_name(run.kv);
         path = v.path;
         const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
         if (m.config.vocab_size != ref.config.vocab_size) {
@@ -270,18 +287,19 @@ int main(int argc, char** argv) {
             n_params += w->rows * w->cols;
         }
         n_params += m.weights.token_embd.rows * m.weights.token_embd.cols;
-        auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64}, act);
+        auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64, run.kv}, act);
         const int64_t bytes = runner->backend().weight_bytes();
         const lio::PerplexityResult ppl =
             lio::perplexity(*runner, text, add_bos ? ref.tokenizer->bos_id() : -1, s.ppl_ctx, s.ppl_chunks);
         runner.reset();
-        const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref_lp, act);
+        const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref_lp, run);
         double b1 = 0, b32 = 0, pf = 0;
         if (!s.skip_speed) {
-          b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device, act);
-          b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device, act);
-          pf = prefill_tokens_per_s(m, prompt, device, s.steps, act);
+          b1 = lio::ch02::decode_tokens_per_s(m, s.context, 1, s.steps, device, run);
+          b32 = lio::ch02::decode_tokens_per_s(m, s.context, 32, s.steps, device, run);
+          pf = prefill_tokens_per_s(m, prompt, device, s.steps, run);
         }
+        const int64_t kv_bytes_per_token = 2 * m.config.n_layers * lio::kv_slot_bytes(m.config, run.kv);
         const double bpw = 8.0 * static_cast<double>(bytes) / static_cast<double>(n_params);
         if (!json_out) {
           const auto cell = [](double v, const char* fmt) {
@@ -289,8 +307,9 @@ int main(int argc, char** argv) {
             std::snprintf(buf, sizeof buf, fmt, v);
             return v > 0 ? std::string(buf) : std::string("-");
           };
-          std::printf("%-24s %-29s %10.1f %6.2f %9s %10s %10s %11s %10.4f %10.5f %6.1f%%\n", name.c_str(),
-                      v.grid.c_str(), static_cast<double>(bytes) / (1 << 20), bpw, cell(v.error_ratio, "%.3f").c_str(),
+          std::printf("%-24s %-36s %10.1f %6.2f %9lld %9s %10s %10s %11s %10.4f %10.5f %6.1f%%\n", name.c_str(),
+                      v.grid.c_str(), static_cast<double>(bytes) / (1 << 20), bpw, (long long)kv_bytes_per_token,
+                      cell(v.error_ratio, "%.3f").c_str(),
                       cell(b1, "%.1f").c_str(), cell(b32, "%.1f").c_str(), cell(pf, "%.1f").c_str(), ppl.ppl,
                       q.mean_kl, 100.0 * q.top1_agreement);
           std::fflush(stdout);
@@ -298,6 +317,8 @@ int main(int argc, char** argv) {
         rows.push_back(json{{"variant", name},
                             {"grid", v.grid},
                             {"activations", activations_name(act)},
+                            {"kv_cache_dtype", lio::kv_cache_dtype_name(run.kv)},
+                            {"kv_bytes_per_token", kv_bytes_per_token},
                             {"output_error_vs_rtn", v.error_ratio > 0 ? json(v.error_ratio) : json(nullptr)},
                             {"file", path},
                             {"weight_bytes", bytes},
@@ -326,7 +347,8 @@ int main(int argc, char** argv) {
                 << "\n";
     } else {
       std::printf("\nbits/w counts every matrix weight and the embedding (norms excluded) as stored (3-bit codes "
-                  "sit in 4-bit blocks); err/RTN: the summed layer output error tr((W-Q) X^T X (W-Q)^T) over the "
+                  "sit in 4-bit blocks); KV B/tok: bytes of K and V per token over all layers; err/RTN: the "
+                  "summed layer output error tr((W-Q) X^T X (W-Q)^T) over the "
                   "calibration text, GPTQ's or AWQ's over RTN's on the same grid; perplexity as llama-perplexity "
                   "computes it; KL(P_reference || P_variant) in nats. Variants made here keep %s.\n",
                   s.keep.empty() ? "nothing" : s.keep.c_str());

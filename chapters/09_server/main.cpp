@@ -111,10 +111,11 @@ int main(int argc, char** argv) {
                  sc.served_model_name.c_str(), (long long)m.config.context_length);
     std::fprintf(stderr, "device  %s\n", runner->device_description().c_str());
     std::fprintf(stderr,
-                 "KV pool %.1f MiB: %lld blocks x %lld tokens; max_num_seqs %lld, "
+                 "KV pool %.1f MiB: %lld blocks x %lld tokens, %s; max_num_seqs %lld, "
                  "max_num_batched_tokens %lld, prefix cache %s\n",
                  pool.size_bytes() / 1048576.0, (long long)pool.n_blocks(),
-                 (long long)pool.block_size(), (long long)ec.scheduler.max_num_seqs,
+                 (long long)pool.block_size(), lio::kv_cache_dtype_name(pool.dtype()),
+                 (long long)ec.scheduler.max_num_seqs,
                  (long long)ec.scheduler.max_num_batched_tokens, prefix_cache.c_str());
     std::fprintf(stderr, "lio-server: listening on http://%s:%d%s\n", sc.host.c_str(),
                  server.port(), sc.api_key.empty() ? "" : " (API key required)");

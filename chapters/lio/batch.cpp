@@ -262,8 +262,9 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
                o.dtype.c_str());
   std::fprintf(stderr, "device  %s\n", runner->device_description().c_str());
   std::fprintf(
-      stderr, "KV pool %.1f MiB%s: %lld blocks x %lld tokens = %lld tokens (context %lld)\n",
-      pool_mib, o.kv_pool.kv_cache_mib ? "" : " (default budget)", (long long)pool.n_blocks(),
+      stderr, "KV pool %.1f MiB%s, %s: %lld blocks x %lld tokens = %lld tokens (context %lld)\n",
+      pool_mib, o.kv_pool.kv_cache_mib ? "" : " (default budget)", lio::kv_cache_dtype_name(pool.dtype()),
+      (long long)pool.n_blocks(),
       (long long)pool.block_size(), (long long)pool.n_slots(), (long long)m.config.context_length);
   std::fprintf(
       stderr,

@@ -153,11 +153,11 @@ int cmd_generate(const lio::CommonOptions& o) {
     const lio::KvPool& pool = runner->kv_pool();
     std::fprintf(stderr,
                  "[%lld prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms, %.1f tok/s; %s, KV pool "
-                 "%.0f MiB = %lld blocks x %lld tokens]\n",
+                 "%.0f MiB = %lld blocks x %lld tokens, %s]\n",
                  (long long)r.n_prompt_tokens, r.token_ids.size(), lio::finish_reason_name(r.finish_reason),
                  r.ttft_ms, r.tpot_ms, r.tokens_per_s, runner->device_description().c_str(),
                  static_cast<double>(pool.size_bytes()) / (1 << 20), (long long)pool.n_blocks(),
-                 (long long)pool.block_size());
+                 (long long)pool.block_size(), lio::kv_cache_dtype_name(pool.dtype()));
   }
   return 0;
 }

@@ -45,6 +45,10 @@ void add_kv_pool_flags(CLI::App& app, CommonOptions& o) {
                  "KV-cache pool size in MiB (0 = default: a quarter of RAM up to 1024 MiB on the CPU, "
                  "80% of free GPU memory on CUDA)")
       ->capture_default_str();
+  app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                 "KV-cache elements: f32, f16, or int8 (one scale per token and KV head; chapter 03). "
+                 "CPU only for now")
+      ->capture_default_str();
 }
 
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature) {
@@ -77,7 +81,9 @@ LoadedModel load_from_options(const CommonOptions& o) {
 }
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
-  return make_runner(m, parse_device(o.device), o.kv_pool, parse_cpu_activations(o.activations));
+  KvPoolOptions pool = o.kv_pool;
+  pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  return make_runner(m, parse_device(o.device), pool, parse_cpu_activations(o.activations));
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {

@@ -26,6 +26,10 @@ std::string CpuBackend::device_description() const {
 }
 
 std::unique_ptr<KvPool> CpuBackend::make_kv_pool(const KvPoolConfig& config) {
+  if (config.dtype != KvCacheDType::F32 && config_.is_mla()) {
+    throw UnsupportedError(std::string("--kv-cache-dtype ") + kv_cache_dtype_name(config.dtype) +
+                           ": an MLA model's latent cache is f32 only");
+  }
   return std::make_unique<HostKvPool>(config_, config);
 }
 
@@ -98,8 +102,41 @@ void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int6
 void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const float* v, const BatchView& batch) {
   auto* host = dynamic_cast<HostKvPool*>(&pool);
   LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
+  const int64_t kvd = config_.kv_dim(), hd = config_.head_dim;
+  if (pool.dtype() == KvCacheDType::F16) {
+    auto* kp = static_cast<uint16_t*>(pool.key_data(layer));
+    auto* vp = static_cast<uint16_t*>(pool.value_data(layer));
+    for (int64_t i = 0; i < batch.host->n_tokens(); ++i) {
+      const int64_t slot = batch.slot_mapping[i];
+      if (slot == kPadSlotId) continue;
+      for (int64_t e = 0; e < kvd; ++e) {
+        kp[slot * kvd + e] = f32_to_f16(k[i * kvd + e]);
+        vp[slot * kvd + e] = f32_to_f16(v[i * kvd + e]);
+      }
+    }
+    return;
+  }
+  if (pool.dtype() == KvCacheDType::Int8) {
+    // Each (token, KV head) vector rounded with one scale: chapter 03's quantize_row_int8 (Task 6).
+    auto* kp = static_cast<int8_t*>(pool.key_data(layer));
+    auto* vp = static_cast<int8_t*>(pool.value_data(layer));
+    float* ks = pool.key_scales(layer);
+    float* vs = pool.value_scales(layer);
+    const int64_t nh = config_.n_kv_heads;
+    for (int64_t i = 0; i < batch.host->n_tokens(); ++i) {
+      const int64_t slot = batch.slot_mapping[i];
+      if (slot == kPadSlotId) continue;
+      for (int64_t g = 0; g < nh; ++g) {
+        const auto at = static_cast<size_t>(slot * kvd + g * hd);
+        ks[slot * nh + g] = quantize_row_int8(std::span<const float>(k + i * kvd + g * hd, static_cast<size_t>(hd)),
+                                              std::span<int8_t>(kp + at, static_cast<size_t>(hd)));
+        vs[slot * nh + g] = quantize_row_int8(std::span<const float>(v + i * kvd + g * hd, static_cast<size_t>(hd)),
+                                              std::span<int8_t>(vp + at, static_cast<size_t>(hd)));
+      }
+    }
+    return;
+  }
   KvCache& slots = host->slots();
-  const int64_t kvd = config_.kv_dim();
   // Chapter 01, Task 3: the slot mapping turns "append at position p" into "write slot s".
   for (int64_t i = 0; i < batch.host->n_tokens(); ++i)
     if (batch.slot_mapping[i] != kPadSlotId) slots.write(layer, batch.slot_mapping[i], k + i * kvd, v + i * kvd);
@@ -112,6 +149,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   const int64_t kvd = c.kv_dim(), qd = c.q_dim(), bs = b.block_size;
   auto* host = dynamic_cast<HostKvPool*>(&pool);
   LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
+  if (pool.dtype() != KvCacheDType::F32) return attention_quantized_kv(pool, layer, q, out, batch);
   const KvCache& slots = host->slots();
   paged_rows_.assign(static_cast<size_t>(b.n_tokens()), 1);
   row_seq_.resize(static_cast<size_t>(b.n_tokens()));
@@ -158,6 +196,51 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
                                 n_ctx, bs, c.n_kv_heads, kv_head_[static_cast<size_t>(h)], c.head_dim,
                                 scale);
   }
+}
+
+void CpuBackend::attention_quantized_kv(KvPool& pool, int64_t layer, const float* q, float* out,
+                                        const BatchView& batch) {
+  // Every row through the block table, with the keys and values dequantized as they are read.
+  const ForwardBatch& b = *batch.host;
+  const ModelConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t qd = c.q_dim(), bs = b.block_size;
+  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
+  for (int64_t s = 0; s < b.n_seqs(); ++s)
+    std::fill_n(row_seq_.begin() + b.query_start_loc[static_cast<size_t>(s)], b.query_len(s), static_cast<int32_t>(s));
+  kv_head_.resize(static_cast<size_t>(c.n_heads));
+  for (int64_t h = 0; h < c.n_heads; ++h) kv_head_[static_cast<size_t>(h)] = kv_head_for_query_head(h, c.n_heads, c.n_kv_heads);
+  const bool int8 = pool.dtype() == KvCacheDType::Int8;
+  const void* kd = pool.key_data(layer);
+  const void* vd = pool.value_data(layer);
+  const float* ks = pool.key_scales(layer);
+  const float* vs = pool.value_scales(layer);
+  const int64_t n_pairs = b.n_tokens() * c.n_heads;
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t pair = 0; pair < n_pairs; ++pair) {
+    const int64_t i = pair / c.n_heads, h = pair % c.n_heads;
+    const int64_t s = row_seq_[static_cast<size_t>(i)];
+    const int64_t n_ctx = b.seq_lens[static_cast<size_t>(s)] - (b.query_start_loc[static_cast<size_t>(s) + 1] - i) + 1;
+    const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
+                                         static_cast<size_t>(b.max_blocks_per_seq));
+    const float* qh = q + i * qd + h * c.head_dim;
+    float* oh = out + i * qd + h * c.head_dim;
+    const int64_t g = kv_head_[static_cast<size_t>(h)];
+    try {
+      if (int8) {
+        cpu::paged_decode_attention_int8(qh, static_cast<const int8_t*>(kd), ks, static_cast<const int8_t*>(vd), vs, oh,
+                                         table, n_ctx, bs, c.n_kv_heads, g, c.head_dim, scale);
+      } else {
+        cpu::paged_decode_attention_f16(qh, static_cast<const uint16_t*>(kd), static_cast<const uint16_t*>(vd), oh,
+                                        table, n_ctx, bs, c.n_kv_heads, g, c.head_dim, scale);
+      }
+    } catch (...) {
+#pragma omp critical
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {

@@ -333,6 +333,10 @@ int64_t CudaBackend::free_memory_bytes() const {
 }
 
 std::unique_ptr<KvPool> CudaBackend::make_kv_pool(const KvPoolConfig& config) {
+  if (config.dtype != KvCacheDType::F32) {
+    throw UnsupportedError(std::string("--kv-cache-dtype ") + kv_cache_dtype_name(config.dtype) +
+                           ": the CUDA backend's KV pool is f32 only for now (the CPU backend runs f16 and int8)");
+  }
   return impl_->guarded([&]() -> std::unique_ptr<KvPool> {
     return std::make_unique<DeviceKvPool>(impl_->config, config);
   });

@@ -50,8 +50,10 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
     const ModelConfig& c = runner.config();
     const int64_t bs = runner.kv_pool().block_size();
     result.kv_tokens = last.kv_tokens;
-    result.kv_bytes = c.kv_bytes_per_token(sizeof(float)) * last.kv_tokens;
-    result.kv_bytes_allocated = (last.kv_tokens + bs - 1) / bs * kv_block_bytes(c, bs);
+    const KvPool& pool = runner.kv_pool();
+    result.kv_bytes = pool.dtype() == KvCacheDType::F32 ? c.kv_bytes_per_token(sizeof(float)) * last.kv_tokens
+                                                        : 2 * c.n_layers * pool.slot_bytes() * last.kv_tokens;
+    result.kv_bytes_allocated = (last.kv_tokens + bs - 1) / bs * pool.block_bytes();
   }
   return result;
 }

@@ -1,24 +1,54 @@
 #include "lio/kv_pool.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "lio/error.h"
 
 namespace lio {
 
-int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size) {
-  return 2 * config.n_layers * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+KvCacheDType parse_kv_cache_dtype(const std::string& text) {
+  if (text == "f32") return KvCacheDType::F32;
+  if (text == "f16") return KvCacheDType::F16;
+  if (text == "int8") return KvCacheDType::Int8;
+  throw InvalidArgument("--kv-cache-dtype must be 'f32', 'f16' or 'int8', got '" + text + "'");
 }
 
-int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes) {
+const char* kv_cache_dtype_name(KvCacheDType dtype) {
+  switch (dtype) {
+    case KvCacheDType::F16: return "f16";
+    case KvCacheDType::Int8: return "int8";
+    case KvCacheDType::F32: break;
+  }
+  return "f32";
+}
+
+int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype) {
+  switch (dtype) {
+    case KvCacheDType::F16: return config.kv_dim() * 2;
+    case KvCacheDType::Int8: return config.kv_dim() + config.n_kv_heads * static_cast<int64_t>(sizeof(float));
+    case KvCacheDType::F32: break;
+  }
+  return config.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype) {
+  return 2 * config.n_layers * block_size * kv_slot_bytes(config, dtype);
+}
+
+int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes, KvCacheDType dtype) {
   if (block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(block_size));
   if (budget_bytes < 0) throw InvalidArgument("KV budget must be >= 0 bytes, got " + std::to_string(budget_bytes));
-  return budget_bytes / kv_block_bytes(config, block_size);
+  return budget_bytes / kv_block_bytes(config, block_size, dtype);
 }
 
 KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
-    : config_(config), n_layers_(model.n_layers), kv_dim_(model.kv_dim()) {
+    : config_(config),
+      n_layers_(model.n_layers),
+      kv_dim_(model.kv_dim()),
+      n_kv_heads_(model.n_kv_heads),
+      slot_bytes_(kv_slot_bytes(model, config.dtype)) {
   if (config.block_size < 1 || config.n_blocks < 1) {
     throw InvalidArgument("KV pool: block_size and n_blocks must be >= 1, got " +
                           std::to_string(config.block_size) + " and " + std::to_string(config.n_blocks));
@@ -29,8 +59,22 @@ KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
   }
 }
 
+namespace {
+int64_t elem_bytes(KvCacheDType d) { return d == KvCacheDType::F32 ? 4 : d == KvCacheDType::F16 ? 2 : 1; }
+}  // namespace
+
 HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
-    : KvPool(model, config), slots_(model.n_layers, model.kv_dim(), config.n_blocks * config.block_size) {}
+    : KvPool(model, config),
+      slots_(model.n_layers, model.kv_dim(), config.dtype == KvCacheDType::F32 ? config.n_blocks * config.block_size : 1) {
+  if (config.dtype == KvCacheDType::F32) return;
+  const auto elems = static_cast<size_t>(n_layers() * n_slots() * kv_dim() * elem_bytes(config.dtype));
+  k_.assign(elems, std::byte{0});
+  v_.assign(elems, std::byte{0});
+  if (config.dtype == KvCacheDType::Int8) {
+    k_scale_.assign(static_cast<size_t>(n_layers() * n_slots() * n_kv_heads()), 0.0f);
+    v_scale_.assign(k_scale_.size(), 0.0f);
+  }
+}
 
 void KvPool::check_copy(int32_t src, int32_t dst) const {
   if (src < 0 || src >= n_blocks() || dst < 0 || dst >= n_blocks()) {
@@ -39,31 +83,73 @@ void KvPool::check_copy(int32_t src, int32_t dst) const {
   }
 }
 
+KvCache& HostKvPool::slots() {
+  LIO_CHECK(dtype() == KvCacheDType::F32, "an f16 / int8 KV pool has no f32 KvCache view");
+  return slots_;
+}
+
+float* HostKvPool::keys(int64_t layer) { return slots().keys(layer); }
+float* HostKvPool::values(int64_t layer) { return slots().values(layer); }
+
+void* HostKvPool::key_data(int64_t layer) {
+  if (dtype() == KvCacheDType::F32) return keys(layer);
+  return k_.data() + layer * n_slots() * kv_dim() * elem_bytes(dtype());
+}
+
+void* HostKvPool::value_data(int64_t layer) {
+  if (dtype() == KvCacheDType::F32) return values(layer);
+  return v_.data() + layer * n_slots() * kv_dim() * elem_bytes(dtype());
+}
+
+float* HostKvPool::key_scales(int64_t layer) {
+  return dtype() == KvCacheDType::Int8 ? k_scale_.data() + layer * n_slots() * n_kv_heads() : nullptr;
+}
+
+float* HostKvPool::value_scales(int64_t layer) {
+  return dtype() == KvCacheDType::Int8 ? v_scale_.data() + layer * n_slots() * n_kv_heads() : nullptr;
+}
+
+std::vector<std::pair<std::byte*, int64_t>> HostKvPool::block_ranges(int64_t layer, int32_t block) {
+  const int64_t elems = block_size() * kv_dim() * elem_bytes(dtype());  // bytes per block and layer
+  std::vector<std::pair<std::byte*, int64_t>> r = {
+      {static_cast<std::byte*>(key_data(layer)) + block * elems, elems},
+      {static_cast<std::byte*>(value_data(layer)) + block * elems, elems}};
+  if (dtype() == KvCacheDType::Int8) {
+    const int64_t sc = block_size() * n_kv_heads();
+    r.emplace_back(reinterpret_cast<std::byte*>(key_scales(layer) + block * sc), sc * 4);
+    r.emplace_back(reinterpret_cast<std::byte*>(value_scales(layer) + block * sc), sc * 4);
+  }
+  return r;
+}
+
 void HostKvPool::copy_block(int32_t src, int32_t dst) {
   check_copy(src, dst);
-  const int64_t n = block_size() * kv_dim();  // floats per block and layer
   for (int64_t l = 0; l < n_layers(); ++l) {
-    std::copy_n(keys(l) + src * n, n, keys(l) + dst * n);
-    std::copy_n(values(l) + src * n, n, values(l) + dst * n);
+    const auto from = block_ranges(l, src), to = block_ranges(l, dst);
+    for (size_t i = 0; i < from.size(); ++i) std::memmove(to[i].first, from[i].first, static_cast<size_t>(from[i].second));
   }
 }
 
+// Host layout of one block: per layer its K elements, V elements, then (int8) K and V scales;
+// for f32 that is block_floats()' "per layer, its K then its V".
 void HostKvPool::copy_block_to_host(int32_t block, float* host) {
   check_copy(block, block);
-  const int64_t n = block_size() * kv_dim();
-  for (int64_t l = 0; l < n_layers(); ++l) {
-    std::copy_n(keys(l) + block * n, n, host + 2 * l * n);
-    std::copy_n(values(l) + block * n, n, host + (2 * l + 1) * n);
-  }
+  auto* out = reinterpret_cast<std::byte*>(host);
+  for (int64_t l = 0; l < n_layers(); ++l)
+    for (const auto& [p, n] : block_ranges(l, block)) {
+      std::memcpy(out, p, static_cast<size_t>(n));
+      out += n;
+    }
 }
 
 void HostKvPool::copy_block_from_host(const float* host, int32_t block) {
   check_copy(block, block);
-  const int64_t n = block_size() * kv_dim();
-  for (int64_t l = 0; l < n_layers(); ++l) {
-    std::copy_n(host + 2 * l * n, n, keys(l) + block * n);
-    std::copy_n(host + (2 * l + 1) * n, n, values(l) + block * n);
-  }
+  const auto* in = reinterpret_cast<const std::byte*>(host);
+  for (int64_t l = 0; l < n_layers(); ++l)
+    for (const auto& [p, n] : block_ranges(l, block)) {
+      std::memcpy(p, in, static_cast<size_t>(n));
+      in += n;
+    }
 }
 
 }  // namespace lio

@@ -40,13 +40,13 @@ std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device
   if (pool.kv_cache_mib < 0) throw InvalidArgument("--kv-cache-mib must be >= 0, got " + std::to_string(pool.kv_cache_mib));
   std::unique_ptr<Backend> backend = make_backend(model, device, activations);
   const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
-  const int64_t n_blocks = kv_blocks_for_budget(model.config, pool.block_size, mib << 20);
+  const int64_t n_blocks = kv_blocks_for_budget(model.config, pool.block_size, mib << 20, pool.dtype);
   if (n_blocks < 1) {
     throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
                           std::to_string(pool.block_size) + " tokens (" +
-                          std::to_string(kv_block_bytes(model.config, pool.block_size)) + " bytes)");
+                          std::to_string(kv_block_bytes(model.config, pool.block_size, pool.dtype)) + " bytes)");
   }
-  return std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks});
+  return std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
 }
 
 }  // namespace lio

@@ -111,6 +111,23 @@ void paged_decode_attention(const float* q, const float* k_pool, const float* v_
                             std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
                             int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale);
 
+/// paged_decode_attention (the contract of Task 5) over a pool stored in f16
+/// (--kv-cache-dtype f16): k_pool, v_pool hold IEEE half bits, (n_slots, n_kv_heads, head_dim),
+/// each converted to f32 as it is read. Throws InvalidArgument as paged_decode_attention.
+void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, float* out,
+                                std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
+                                int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale);
+
+/// paged_decode_attention over a pool stored in int8 (--kv-cache-dtype int8): k_pool, v_pool
+/// (n_slots, n_kv_heads, head_dim) codes, k_scales, v_scales (n_slots, n_kv_heads), key =
+/// k_scale * code. Dequantized inside the loops: q . k[j] = k_scale[j] * (q . codes[j]), and
+/// p_j v[j] = (p_j v_scale[j]) codes[j], so no f32 copy of the cache is made. Throws
+/// InvalidArgument as paged_decode_attention.
+void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales, const int8_t* v_pool,
+                                 const float* v_scales, float* out, std::span<const int32_t> block_table,
+                                 int64_t n_ctx, int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                                 int64_t head_dim, float scale);
+
 /// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
 /// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:
 /// the decode step. q: (n_heads, head_dim); k_cache, v_cache: (n_ctx, n_kv_heads, head_dim)

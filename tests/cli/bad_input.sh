@@ -128,12 +128,22 @@ else
   echo "FAIL int8_token_activations_generate"; cat "$work/err"; ((fail++))
 fi
 expect_error bad_activations "--activations must be" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --activations int4
+# The KV cache in int8 (one scale per token and KV head) and f16.
+for kv in int8 f16; do
+  if "$bin/lio" generate --model "$m/tiny.gguf" --prompt "hello there" --max-tokens 6 --kv-cache-dtype $kv --json >"$work/out" 2>"$work/err" &&
+     grep -q '"kv_bytes"' "$work/out"; then
+    echo "ok   kv_cache_dtype_generates ($kv)"; ((pass++))
+  else
+    echo "FAIL kv_cache_dtype_generates ($kv)"; cat "$work/err" "$work/out"; ((fail++))
+  fi
+done
+expect_error bad_kv_cache_dtype "--kv-cache-dtype" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --kv-cache-dtype int4
 # ch03_quantization's table on the tiny model: every variant measured, none failing.
 printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60) >"$work/text.txt"
 ch03=("$bin/ch03_quantization" --reference "$m/tiny.gguf" --ppl-ctx 64 --ppl-chunks 2
       --eval-tokens 64 --context 32 --prefill-tokens 32 --steps 1 --calib "$calib" --calib-ctx 64 --calib-chunks 2)
-if "${ch03[@]}" --text "$work/text.txt" --variants f32,q8_0,w8a16,w8a8,q4_0+a8b,q4_1,q4_0,rtn:3g64,gptq:3g64,awq:4ag32 --json >"$work/out" 2>"$work/err" &&
-   [[ $(grep -c '"perplexity":' "$work/out") -eq 10 ]]; then
+if "${ch03[@]}" --text "$work/text.txt" --variants f32,f32+kv8,q8_0,w8a16,w8a8+kv16,q4_0+a8b,smoothquant:8gch+a8,q4_1,q4_0,rtn:3g64,gptq:3g64,awq:4ag32 --json >"$work/out" 2>"$work/err" &&
+   [[ $(grep -c '"perplexity":' "$work/out") -eq 12 ]]; then
   echo "ok   ch03_table_on_tiny_model"; ((pass++))
 else
   echo "FAIL ch03_table_on_tiny_model"; cat "$work/err" "$work/out"; ((fail++))
@@ -141,7 +151,7 @@ fi
 expect_error ch03_unknown_variant "unknown variant 'q3_k'" "${ch03[@]}" --text "$work/text.txt" --variants f32,q3_k
 expect_error ch03_bad_bits        "--bits 5"               "${ch03[@]}" --text "$work/text.txt" --variants f32,gptq:5g32
 expect_error ch03_f32_int8_acts   "no int8 kernel"         "${ch03[@]}" --text "$work/text.txt" --variants f32+a8
-expect_error ch03_bad_acts        "want +a8"               "${ch03[@]}" --text "$work/text.txt" --variants q8_0+a4
+expect_error ch03_bad_suffix      "unknown suffix '+a4'"   "${ch03[@]}" --text "$work/text.txt" --variants q8_0+a4
 expect_error ch03_missing_text    "--text: cannot read"    "${ch03[@]}" --text "$work/nope.txt"
 echo "$pass passed, $fail failed"
 ((fail == 0))

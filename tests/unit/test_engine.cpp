@@ -34,9 +34,10 @@ class EngineTest : public ::testing::Test {
     lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
     model_ = std::make_unique<lio::LoadedModel>(lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored));
   }
-  std::unique_ptr<lio::ModelRunner> runner(int64_t block_size, int64_t n_blocks) const {
+  std::unique_ptr<lio::ModelRunner> runner(int64_t block_size, int64_t n_blocks,
+                                           lio::KvCacheDType kv = lio::KvCacheDType::F32) const {
     return std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(model_->config, model_->weights),
-                                              lio::KvPoolConfig{block_size, n_blocks});
+                                              lio::KvPoolConfig{block_size, n_blocks, kv});
   }
   /// Prompt `i`: distinct, of length 3 + 9 * i (3 .. 66 tokens for i < 8).
   static std::vector<int32_t> prompt(int i) {
@@ -498,6 +499,68 @@ TEST_F(EngineTest, AbortingAParallelRequestEndsEverySample) {
   EXPECT_EQ(finished, 3);
   EXPECT_FALSE(e.has_unfinished());
   EXPECT_EQ(e.n_free_blocks(), 64);
+}
+
+// ---- chapter 03: the KV cache in f16 and int8 ---------------------------------------------
+
+class KvCacheDTypeTest : public EngineTest {
+ protected:
+  /// Greedy tokens (16 each) of prompts 0 .. n-1 (of 3 + 9 i tokens) served together, by prompt.
+  std::vector<std::vector<int32_t>> serve(int n, lio::KvCacheDType kv, int64_t n_blocks, lio::PreemptionMode mode,
+                                          lio::EngineStats* stats = nullptr) const {
+    auto r = runner(8, n_blocks, kv);
+    lio::EngineConfig cfg;
+    cfg.scheduler.preemption = mode;
+    cfg.swap_space_mib = 4;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    std::map<int64_t, size_t> index;  // request id -> prompt
+    for (int i = 0; i < n; ++i) index[e.add_request(prompt(i), greedy(16))] = static_cast<size_t>(i);
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
+    for (const auto& [id, tokens] : run_all(e)) out[index.at(id)] = tokens;
+    EXPECT_EQ(e.n_free_blocks(), n_blocks);
+    if (stats != nullptr) *stats = e.stats();
+    return out;
+  }
+  /// All-position logits of `tokens` with a `kv` cache.
+  std::vector<float> logits(const std::vector<int32_t>& tokens, lio::KvCacheDType kv) const {
+    auto r = runner(8, 16, kv);
+    lio::SoloSequence seq(*r, 128);
+    const std::span<const float> l = seq.forward(tokens, /*all_logits=*/true);
+    return {l.begin(), l.end()};
+  }
+};
+
+TEST_F(KvCacheDTypeTest, LogitsStayNearTheF32Cache) {
+  const std::vector<int32_t> tokens = prompt(6);  // 57 tokens: several blocks of 8
+  const std::vector<float> f32 = logits(tokens, lio::KvCacheDType::F32);
+  const std::vector<float> l16 = logits(tokens, lio::KvCacheDType::F16), l8 = logits(tokens, lio::KvCacheDType::Int8);
+  double d16 = 0, d8 = 0, mag = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    d16 = std::max(d16, static_cast<double>(std::fabs(l16[i] - f32[i])));
+    d8 = std::max(d8, static_cast<double>(std::fabs(l8[i] - f32[i])));
+    mag = std::max(mag, static_cast<double>(std::fabs(f32[i])));
+  }
+  EXPECT_GT(d8, 0.0) << "the int8 cache changed nothing";
+  EXPECT_LT(d16, 1e-2 * mag) << d16;
+  EXPECT_LT(d8, 0.05 * mag) << d8;
+  EXPECT_GT(d8, d16) << "int8 " << d8 << ", f16 " << d16 << ", max |logit| " << mag;
+}
+
+TEST_F(KvCacheDTypeTest, BatchedGivesTheTokensOfAloneAndSwapResumes) {
+  for (lio::KvCacheDType kv : {lio::KvCacheDType::F16, lio::KvCacheDType::Int8}) {
+    const auto together = serve(5, kv, 128, lio::PreemptionMode::Recompute);
+    for (int i = 0; i < 5; ++i) {
+      auto r = runner(8, 32, kv);
+      lio::Engine e(*r, *model_->tokenizer);
+      const int64_t id = e.add_request(prompt(i), greedy(16));
+      const std::vector<int32_t> alone = run_all(e)[id];
+      ASSERT_EQ(alone.size(), 16u);
+      EXPECT_EQ(alone, together[static_cast<size_t>(i)]) << kv_cache_dtype_name(kv) << " prompt " << i;
+    }
+    lio::EngineStats swapped;
+    EXPECT_EQ(serve(5, kv, 20, lio::PreemptionMode::Swap, &swapped), together) << kv_cache_dtype_name(kv);
+    EXPECT_GT(swapped.n_blocks_swapped_out, 0) << kv_cache_dtype_name(kv);
+  }
 }
 
 // ---- chapter 05: swap preemption, static batching, per-request timings -------------------

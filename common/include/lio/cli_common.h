@@ -29,7 +29,8 @@ struct CommonOptions {
   std::string activations = "f32";  ///< --activations f32|int8 (CPU matmuls)
   std::string attention = "gqa";  ///< --attention mha|gqa|mqa|gqa:N (KV heads, chapter 02)
   int threads = 0;              ///< --threads (0 = all cores)
-  KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib
+  KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib (its dtype: from kv_cache_dtype)
+  std::string kv_cache_dtype = "f32";  ///< --kv-cache-dtype f32|f16|int8, parsed by runner_from_options
   bool json = false;            ///< --json: one machine-readable summary on stdout
 };
 
@@ -37,7 +38,7 @@ struct CommonOptions {
 void add_model_flags(CLI::App& app, CommonOptions& o);
 /// --device cpu|cuda, --activations and --attention (programs that run the forward pass).
 void add_device_flag(CLI::App& app, CommonOptions& o);
-/// --block-size and --kv-cache-mib (the paged KV pool).
+/// --block-size, --kv-cache-mib and --kv-cache-dtype (the paged KV pool).
 void add_kv_pool_flags(CLI::App& app, CommonOptions& o);
 /// --prompt, --chat, --system, --max-tokens, --stop and the sampler flags.
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature);
@@ -51,8 +52,9 @@ void apply_threads(int threads);
 LoadedModel load_from_options(const CommonOptions& o);
 
 /// The runner --device names, over `m` (which must outlive it), with the KV pool o.kv_pool
-/// describes. Throws InvalidArgument for an unknown device or a bad pool size,
-/// UnsupportedError when CUDA is asked for and unavailable (see make_runner).
+/// describes in o.kv_cache_dtype's elements. Throws InvalidArgument for an unknown device, KV
+/// dtype or a bad pool size, UnsupportedError when CUDA is asked for and unavailable, or for an
+/// f16 / int8 KV cache on CUDA or with an MLA model (see make_runner).
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o);
 
 /// The JSON summary of one generate() call, as the programs print it with --json: text,

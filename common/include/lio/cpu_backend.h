@@ -6,6 +6,10 @@
 // (Task 5), one (row, head) pair per call. K/V are appended with chapter 01's KvCache::write
 // (Task 3) on the pool's slots. So the learner's chapter 01 and 04 code is on the engine's path. Both attention paths depend only on the row's own position and block size,
 // never on what else is in the batch, so batch invariance holds.
+//
+// An f16 or int8 pool (--kv-cache-dtype, chapter 03) is written element by element (int8:
+// each (token, KV head) vector through chapter 03's quantize_row_int8, Task 6) and read by
+// cpu::paged_decode_attention_f16 / _int8 for every row, dequantizing as they read.
 #pragma once
 
 #include <array>
@@ -54,6 +58,9 @@ class CpuBackend final : public Backend {
 
  private:
   const WeightMatrix& matrix(WeightRef w) const;
+  /// attention() over an f16 or int8 pool: every row through its block table with
+  /// cpu::paged_decode_attention_f16 / _int8 (dequantized as read; chapter 03).
+  void attention_quantized_kv(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch);
   const std::vector<float>& norm(WeightRef w) const;
   const ModelConfig& config_;
   const Weights& weights_;

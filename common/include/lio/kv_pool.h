@@ -9,28 +9,54 @@
 // The pool is sized once from a memory budget and never grows; who owns which block is the
 // BlockManager's business (it holds no tensor memory), where the bytes live is the pool's.
 // Chapter 01's contiguous cache is the special case "one block of max length per sequence".
+//
+// The elements are f32 by default. --kv-cache-dtype f16 stores IEEE halves; int8 stores each
+// (token, KV head) vector of head_dim values as int8 codes with one f32 scale, s = max|x| /
+// 127 (chapter 03's quantize_row_int8, applied per head: the granularity of KIVI's and
+// vLLM's per-token KV quantization), and the attention kernels dequantize as they read.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "lio/kv_cache.h"
 #include "lio/model_config.h"
 
 namespace lio {
 
-/// Shape of a KV pool.
-struct KvPoolConfig {
-  int64_t block_size = 16;  ///< tokens per block (vLLM's default on GPUs is 16)
-  int64_t n_blocks = 0;     ///< blocks in the pool
+/// Element type of the KV pool (--kv-cache-dtype).
+enum class KvCacheDType {
+  F32,   ///< 4 bytes per element
+  F16,   ///< IEEE half, 2 bytes per element
+  Int8,  ///< int8 codes plus one f32 scale per (token, KV head)
 };
 
-/// Bytes of one block, K and V of every layer, f32: 2 * n_layers * block_size * kv_dim * 4.
-int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size);
+/// Parses "f32", "f16" or "int8". Throws InvalidArgument otherwise.
+KvCacheDType parse_kv_cache_dtype(const std::string& text);
+/// "f32", "f16" or "int8".
+const char* kv_cache_dtype_name(KvCacheDType dtype);
+
+/// Bytes one token's K (or V) takes in one layer: kv_dim * 4 (f32), kv_dim * 2 (f16),
+/// kv_dim + 4 * n_kv_heads (int8: the codes and one f32 scale per KV head).
+int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype);
+
+/// Shape of a KV pool.
+struct KvPoolConfig {
+  int64_t block_size = 16;                  ///< tokens per block (vLLM's default on GPUs is 16)
+  int64_t n_blocks = 0;                     ///< blocks in the pool
+  KvCacheDType dtype = KvCacheDType::F32;   ///< element type
+};
+
+/// Bytes of one block, K and V of every layer: 2 * n_layers * block_size *
+/// kv_slot_bytes(dtype) (f32: 2 * n_layers * block_size * kv_dim * 4).
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype = KvCacheDType::F32);
 
 /// How many blocks of `block_size` fit in `budget_bytes` (rounded down). Throws
 /// InvalidArgument if block_size < 1 or budget_bytes < 0.
-int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes);
+int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes,
+                             KvCacheDType dtype = KvCacheDType::F32);
 
 /// K/V storage of all layers as blocks, on one device. Backends create it
 /// (Backend::make_kv_pool) and their attention / append ops read its device pointers.
@@ -46,24 +72,48 @@ class KvPool {
   int64_t n_slots() const { return config_.n_blocks * config_.block_size; }
   /// Decoder layers.
   int64_t n_layers() const { return n_layers_; }
-  /// Floats per slot and layer, K or V: n_kv_heads * head_dim.
+  /// Elements per slot and layer, K or V: n_kv_heads * head_dim.
   int64_t kv_dim() const { return kv_dim_; }
-  /// Bytes the pool holds: 2 * n_layers * n_slots * kv_dim * 4.
-  int64_t size_bytes() const { return 2 * n_layers_ * n_slots() * kv_dim_ * 4; }
-  /// Bytes one block holds over all layers, K and V: 2 * n_layers * block_size * kv_dim * 4.
-  int64_t block_bytes() const { return 2 * n_layers_ * config_.block_size * kv_dim_ * 4; }
+  /// KV heads per slot.
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  /// Element type.
+  KvCacheDType dtype() const { return config_.dtype; }
+  /// Bytes of one slot's K (or V) in one layer: kv_slot_bytes(model, dtype()).
+  int64_t slot_bytes() const { return slot_bytes_; }
+  /// Bytes the pool holds: 2 * n_layers * n_slots * slot_bytes.
+  int64_t size_bytes() const { return 2 * n_layers_ * n_slots() * slot_bytes_; }
+  /// Bytes one block holds over all layers, K and V: 2 * n_layers * block_size * slot_bytes.
+  int64_t block_bytes() const { return 2 * n_layers_ * config_.block_size * slot_bytes_; }
 
-  /// Keys of `layer`, device memory: (n_blocks, block_size, n_kv_heads, head_dim) f32.
+  /// Keys of `layer`, device memory: (n_blocks, block_size, n_kv_heads, head_dim) f32. An f16
+  /// or int8 pool has none: it throws InternalError (read key_data()).
   virtual float* keys(int64_t layer) = 0;
   /// Values of `layer`, laid out as keys().
   virtual float* values(int64_t layer) = 0;
+  /// Keys of `layer` as stored: (n_slots, n_kv_heads, head_dim) elements of dtype() (float,
+  /// uint16_t f16 bits, or int8_t codes). The default is keys().
+  virtual void* key_data(int64_t layer) { return keys(layer); }
+  /// Values of `layer` as stored, laid out as key_data().
+  virtual void* value_data(int64_t layer) { return values(layer); }
+  /// int8 pools: the keys' scales of `layer`, (n_slots, n_kv_heads) f32, key = scale * code;
+  /// nullptr for f32 and f16.
+  virtual float* key_scales(int64_t layer) {
+    (void)layer;
+    return nullptr;
+  }
+  /// int8 pools: the values' scales, laid out as key_scales().
+  virtual float* value_scales(int64_t layer) {
+    (void)layer;
+    return nullptr;
+  }
   /// Copies block `src`'s K and V into block `dst`, every layer (copy-on-write; done before
   /// the forward pass that writes `dst`, with no kernel of this pool's backend running).
   /// Throws InvalidArgument if an id is outside [0, n_blocks).
   virtual void copy_block(int32_t src, int32_t dst) = 0;
-  /// Floats one block holds in host swap space: 2 * n_layers * block_size * kv_dim (per layer,
-  /// its K then its V).
-  int64_t block_floats() const { return 2 * n_layers_ * config_.block_size * kv_dim_; }
+  /// Floats one block holds in host swap space: block_bytes() / 4 rounded up (f32: 2 * n_layers
+  /// * block_size * kv_dim, per layer its K then its V; f16 and int8 blocks are copied as their
+  /// bytes into that float-typed space).
+  int64_t block_floats() const { return (block_bytes() + 3) / 4; }
   /// Copies block `block`'s K/V, every layer, to `host` (block_floats() floats, laid out as
   /// block_floats() says): a swap-out. Throws InvalidArgument if the id is out of range.
   virtual void copy_block_to_host(int32_t block, float* host) = 0;
@@ -80,26 +130,40 @@ class KvPool {
   KvPoolConfig config_;
   int64_t n_layers_;
   int64_t kv_dim_;
+  int64_t n_kv_heads_;
+  int64_t slot_bytes_;
 };
 
-/// A pool in host memory (the CPU backend). Its slots are chapter 01's KvCache with one
-/// "position" per slot, so appending K/V through the slot mapping is KvCache::write (Task 3):
-/// the contiguous cache of chapter 01 is this pool seen as one block per sequence.
+/// A pool in host memory (the CPU backend). An f32 pool's slots are chapter 01's KvCache with
+/// one "position" per slot, so appending K/V through the slot mapping is KvCache::write (Task
+/// 3): the contiguous cache of chapter 01 is this pool seen as one block per sequence. An f16
+/// or int8 pool keeps its elements (and int8 scales) in its own arrays, layer by layer.
 class HostKvPool final : public KvPool {
  public:
   /// Allocates n_blocks * block_size slots, zeroed. Throws InvalidArgument on a bad shape,
   /// std::bad_alloc if memory runs out.
   HostKvPool(const ModelConfig& model, const KvPoolConfig& config);
-  float* keys(int64_t layer) override { return slots_.keys(layer); }
-  float* values(int64_t layer) override { return slots_.values(layer); }
+  float* keys(int64_t layer) override;
+  float* values(int64_t layer) override;
+  void* key_data(int64_t layer) override;
+  void* value_data(int64_t layer) override;
+  float* key_scales(int64_t layer) override;
+  float* value_scales(int64_t layer) override;
   void copy_block(int32_t src, int32_t dst) override;
   void copy_block_to_host(int32_t block, float* host) override;
   void copy_block_from_host(const float* host, int32_t block) override;
-  /// The slots as a KvCache (capacity = n_slots); its write(layer, slot, k, v) appends.
-  KvCache& slots() { return slots_; }
+  /// The slots as a KvCache (capacity = n_slots); its write(layer, slot, k, v) appends. f32
+  /// pools only (InternalError otherwise).
+  KvCache& slots();
 
  private:
-  KvCache slots_;
+  /// The byte ranges block `block` of layer `layer` occupies: K elements, V elements, K
+  /// scales, V scales (the last two empty unless int8).
+  std::vector<std::pair<std::byte*, int64_t>> block_ranges(int64_t layer, int32_t block);
+
+  KvCache slots_;                      ///< f32: the elements; otherwise one unused slot
+  std::vector<std::byte> k_, v_;       ///< f16 / int8: (n_layers, n_slots, kv_dim) elements
+  std::vector<float> k_scale_, v_scale_;  ///< int8: (n_layers, n_slots, n_kv_heads)
 };
 
 }  // namespace lio

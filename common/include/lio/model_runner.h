@@ -119,6 +119,7 @@ class SoloSequence {
 struct KvPoolOptions {
   int64_t block_size = 16;    ///< tokens per block (--block-size)
   int64_t kv_cache_mib = 0;   ///< pool budget in MiB (--kv-cache-mib); 0 = default_kv_cache_mib
+  KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype; the CPU backend only)
 };
 
 /// The default KV budget in MiB: on the CPU a quarter of physical memory, at most 1024 MiB;

@@ -1,0 +1,97 @@
+// kv_quant_attention.cpp — paged decode attention over a KV pool stored in f16 or int8
+// (--kv-cache-dtype): each key and value is dequantized as it is read, inside the dot product
+// and the weighted sum, never expanded into an f32 copy of the cache (see cpu_ops.h).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "lio/dtype.h"
+#include "lio/error.h"
+
+namespace lio::cpu {
+namespace {
+
+/// f16 elements: value = f16_to_f32(bits); no scale.
+struct F16Elems {
+  const uint16_t* k;
+  const uint16_t* v;
+  float key_dot(const float* q, int64_t at, int64_t, int64_t head_dim) const {
+    float s = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * f16_to_f32(k[at + d]);
+    return s;
+  }
+  void add_value(float p, float* acc, int64_t at, int64_t, int64_t head_dim) const {
+    for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * f16_to_f32(v[at + d]);
+  }
+};
+
+/// int8 elements with one f32 scale per (slot, KV head): value = scale * code, so
+/// q . k = scale_k * (q . codes) and p v = (p scale_v) codes.
+struct Int8Elems {
+  const int8_t* k;
+  const float* k_scales;
+  const int8_t* v;
+  const float* v_scales;
+  float key_dot(const float* q, int64_t at, int64_t scale_at, int64_t head_dim) const {
+    float s = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * static_cast<float>(k[at + d]);
+    return k_scales[scale_at] * s;
+  }
+  void add_value(float p, float* acc, int64_t at, int64_t scale_at, int64_t head_dim) const {
+    const float ps = p * v_scales[scale_at];
+    for (int64_t d = 0; d < head_dim; ++d) acc[d] += ps * static_cast<float>(v[at + d]);
+  }
+};
+
+template <class Elems>
+void paged_attention_quantized(const float* q, const Elems& e, float* out, std::span<const int32_t> block_table,
+                               int64_t n_ctx, int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                               int64_t head_dim, float scale) {
+  if (n_ctx < 1 || block_size < 1 || static_cast<int64_t>(block_table.size()) * block_size < n_ctx) {
+    throw InvalidArgument("paged attention (quantized KV): n_ctx " + std::to_string(n_ctx) + ", block size " +
+                          std::to_string(block_size) + ", table of " + std::to_string(block_table.size()) + " blocks");
+  }
+  thread_local std::vector<float> scores;
+  scores.resize(static_cast<size_t>(n_ctx));
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const int64_t slot = static_cast<int64_t>(block_table[static_cast<size_t>(j / block_size)]) * block_size + j % block_size;
+    const int64_t head = slot * n_kv_heads + kv_head;
+    scores[static_cast<size_t>(j)] = scale * e.key_dot(q, head * head_dim, head, head_dim);
+    mx = std::max(mx, scores[static_cast<size_t>(j)]);
+  }
+  float sum = 0.0f;
+  for (float& s : scores) {
+    s = std::exp(s - mx);
+    sum += s;
+  }
+  std::fill_n(out, head_dim, 0.0f);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const int64_t slot = static_cast<int64_t>(block_table[static_cast<size_t>(j / block_size)]) * block_size + j % block_size;
+    const int64_t head = slot * n_kv_heads + kv_head;
+    e.add_value(scores[static_cast<size_t>(j)], out, head * head_dim, head, head_dim);
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] *= inv;
+}
+
+}  // namespace
+
+void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, float* out,
+                                std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
+                                int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale) {
+  paged_attention_quantized(q, F16Elems{k_pool, v_pool}, out, block_table, n_ctx, block_size, n_kv_heads, kv_head,
+                            head_dim, scale);
+}
+
+void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales, const int8_t* v_pool,
+                                 const float* v_scales, float* out, std::span<const int32_t> block_table,
+                                 int64_t n_ctx, int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                                 int64_t head_dim, float scale) {
+  paged_attention_quantized(q, Int8Elems{k_pool, k_scales, v_pool, v_scales}, out, block_table, n_ctx, block_size,
+                            n_kv_heads, kv_head, head_dim, scale);
+}
+
+}  // namespace lio::cpu
