@@ -3,6 +3,8 @@
 - perplexity per variant, bars grouped by grid (RTN / GPTQ / AWQ side by side), the reference
   as a line
 - weight MiB against decode tok/s at batch 1 (where measured)
+A run with W8A8 or KV-cache variants (activations / kv_cache_dtype other than f32) instead
+gets one bar per variant: perplexity, and decode tok/s at batch 1 and 32 with prefill tok/s.
 Usage: plot.py RESULT.json [RESULT.json ...]   (default: bench/results/03_quantization*.json)"""
 import json
 import os
@@ -25,9 +27,37 @@ def method_of(name):
     return "rtn" if name in ("q8_0", "q4_0", "q4_1") else "other"
 
 
+def plot_runs(d, path):
+    """One bar per variant: perplexity (left), decode b1 / b32 and prefill tok/s (right)."""
+    vs = d["variants"]
+    names = [v["variant"] for v in vs]
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(15, 5))
+    bars = ax0.bar(range(len(vs)), [v["perplexity"] for v in vs], color="tab:blue")
+    for rect, v in zip(bars, vs):
+        ax0.annotate(f'{v["perplexity"]:.2f}\nKL {v["mean_kl"]:.3f}', (rect.get_x() + rect.get_width() / 2,
+                     rect.get_height()), ha="center", va="bottom", fontsize=6)
+    ax0.set_ylim(min(v["perplexity"] for v in vs) * 0.95, max(v["perplexity"] for v in vs) * 1.04)
+    ax0.set_ylabel("perplexity (lower is better)")
+    ax0.set_title(f'quality ({os.path.basename(d["text"])}, {d["ppl_chunks"]} x {d["ppl_ctx"]} tokens)')
+    width = 0.27
+    for i, (key, label) in enumerate([("decode_tokens_per_s_b1", "decode b1"), ("decode_tokens_per_s_b32", "decode b32"),
+                                      ("prefill_tokens_per_s", "prefill")]):
+        ax1.bar([x + (i - 1) * width for x in range(len(vs))], [v.get(key) or 0 for v in vs], width, label=label)
+    ax1.set_ylabel("tokens/s")
+    ax1.set_title(f'speed ({d["device"]})')
+    ax1.legend(fontsize=8)
+    for ax in (ax0, ax1):
+        ax.set_xticks(range(len(vs)))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
+    fig.tight_layout()
+    save_beside(fig, path)
+
+
 def plot(path):
     d = json.load(open(path))
     vs = d["variants"]
+    if any(v.get("activations", "f32") != "f32" or v.get("kv_cache_dtype", "f32") != "f32" for v in vs):
+        return plot_runs(d, path)
     ref = next((v for v in vs if v["variant"] == "f32"), None)
     grids = []
     for v in vs:

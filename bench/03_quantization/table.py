@@ -18,12 +18,12 @@ def main(path):
     print(f'- Variants made by `lio quantize` from the reference, keeping `{d["keep"] or "nothing"}`; GPTQ / AWQ '
           f'calibrated on `{d["calib"]}`, {d["calib_chunks"]} chunks of {d["calib_ctx"]} tokens')
     print()
-    print("| variant | grid | weight MiB | bits/w stored | err / RTN | decode b1 tok/s | decode b32 | prefill tok/s "
-          "| perplexity | mean KL | top-1 |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| variant | grid | weight MiB | bits/w stored | KV B/token | err / RTN | decode b1 tok/s | decode b32 "
+          "| prefill tok/s | perplexity | mean KL | top-1 |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for v in d["variants"]:
         print(f'| {v["variant"]} | {v["grid"]} | {v["weight_bytes"] / 2**20:.1f} | {v["bits_per_weight"]:.2f} | '
-              f'{cell(v["output_error_vs_rtn"], "{:.3f}")} | {cell(v["decode_tokens_per_s_b1"], "{:.1f}")} | '
+              f'{cell(v.get("kv_bytes_per_token"), "{:,}")} | {cell(v["output_error_vs_rtn"], "{:.3f}")} | {cell(v["decode_tokens_per_s_b1"], "{:.1f}")} | '
               f'{cell(v["decode_tokens_per_s_b32"], "{:.1f}")} | {cell(v["prefill_tokens_per_s"], "{:.1f}")} | '
               f'{v["perplexity"]:.3f} ± {v["perplexity_uncertainty"]:.2f} | {v["mean_kl"]:.4f} | '
               f'{100 * v["top1_agreement"]:.1f}% |')

@@ -83,7 +83,9 @@ void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows
 void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
   const WeightMatrix& m = matrix(w);
   if (activations_ != cpu::MatmulActivations::Int8PerToken) return cpu::matmul(m, x, y, n_rows, accumulate, activations_);
-  if (!cpu::has_int8_kernel(m)) return cpu::matmul(m, x, y, n_rows, accumulate);  // f32 weights stay W32A32
+  // f32 weights stay W32A32; the LM head keeps f32 activations, as W8A8 recipes leave lm_head
+  // out (llm-compressor's W8A8 example: ignore=["lm_head"]).
+  if (!cpu::has_int8_kernel(m) || w.kind == WeightKind::Output) return cpu::matmul(m, x, y, n_rows, accumulate);
   // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6), then integer dots.
   token_codes_.resize(static_cast<size_t>(n_rows * m.cols));
   token_scales_.resize(static_cast<size_t>(n_rows));

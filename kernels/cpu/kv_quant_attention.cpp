@@ -6,6 +6,11 @@
 #include <string>
 #include <vector>
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define LIO_KV_AVX2 1
+#endif
+
 #include "cpu_ops.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
@@ -13,17 +18,54 @@
 namespace lio::cpu {
 namespace {
 
+#ifdef LIO_KV_AVX2
+/// 8 elements as f32: f16 bits through F16C, int8 codes widened.
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+inline float to_f32(uint16_t bits) { return f16_to_f32(bits); }
+inline float to_f32(int8_t code) { return static_cast<float>(code); }
+
+/// q . e[0 .. n) with e f16 bits or int8 codes, 8 lanes at a time where AVX2 is built in.
+template <class E>
+float dot_elems(const float* q, const E* e, int64_t n) {
+  int64_t d = 0;
+  float s = 0.0f;
+#ifdef LIO_KV_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(e + d), acc);
+  s = hsum8(acc);
+#endif
+  for (; d < n; ++d) s += q[d] * to_f32(e[d]);
+  return s;
+}
+
+/// acc[0 .. n) += p * e[0 .. n).
+template <class E>
+void add_scaled(float p, const E* e, float* acc, int64_t n) {
+  int64_t d = 0;
+#ifdef LIO_KV_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, load8(e + d), _mm256_loadu_ps(acc + d)));
+#endif
+  for (; d < n; ++d) acc[d] += p * to_f32(e[d]);
+}
+
 /// f16 elements: value = f16_to_f32(bits); no scale.
 struct F16Elems {
   const uint16_t* k;
   const uint16_t* v;
-  float key_dot(const float* q, int64_t at, int64_t, int64_t head_dim) const {
-    float s = 0.0f;
-    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * f16_to_f32(k[at + d]);
-    return s;
-  }
+  float key_dot(const float* q, int64_t at, int64_t, int64_t head_dim) const { return dot_elems(q, k + at, head_dim); }
   void add_value(float p, float* acc, int64_t at, int64_t, int64_t head_dim) const {
-    for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * f16_to_f32(v[at + d]);
+    add_scaled(p, v + at, acc, head_dim);
   }
 };
 
@@ -35,13 +77,10 @@ struct Int8Elems {
   const int8_t* v;
   const float* v_scales;
   float key_dot(const float* q, int64_t at, int64_t scale_at, int64_t head_dim) const {
-    float s = 0.0f;
-    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * static_cast<float>(k[at + d]);
-    return k_scales[scale_at] * s;
+    return k_scales[scale_at] * dot_elems(q, k + at, head_dim);
   }
   void add_value(float p, float* acc, int64_t at, int64_t scale_at, int64_t head_dim) const {
-    const float ps = p * v_scales[scale_at];
-    for (int64_t d = 0; d < head_dim; ++d) acc[d] += ps * static_cast<float>(v[at + d]);
+    add_scaled(p * v_scales[scale_at], v + at, acc, head_dim);
   }
 };
 

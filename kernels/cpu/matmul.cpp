@@ -183,6 +183,13 @@ struct QuantizedRows {
   std::vector<float> qsum;
 };
 
+/// Int8 rows as the kernel reads them (qx may point into the caller's memory).
+struct Int8RowsView {
+  const int8_t* qx;    ///< (n, cols)
+  const float* dx;     ///< (n, cols / 32) each block's scale
+  const float* qsum;   ///< (n, cols / 32) each block's sum of codes
+};
+
 QuantizedRows quantize_rows(const float* x, int64_t n, int64_t cols) {
   const int64_t nb = cols / kB;
   QuantizedRows q{std::vector<int8_t>(static_cast<size_t>(n * cols)), std::vector<float>(static_cast<size_t>(n * nb)),
@@ -258,16 +265,16 @@ void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, cons
 }
 
 template <DType D>
-void matmul_i8_dtype(const WeightMatrix& w, const QuantizedRows& q, float* y, int64_t n, bool accumulate) {
+void matmul_i8_dtype(const WeightMatrix& w, const Int8RowsView& q, float* y, int64_t n, bool accumulate) {
   const int64_t n_tiles = (w.rows + kTileRows - 1) / kTileRows;
   const int64_t nb = w.cols / kB;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_tiles; ++t) {
     const int64_t j0 = t * kTileRows, j1 = std::min(w.rows, j0 + kTileRows);
     for (int64_t r0 = 0; r0 < n; r0 += kGroupRows) {
-      const int8_t* qg = q.qx.data() + r0 * w.cols;
-      const float* dg = q.dx.data() + r0 * nb;
-      const float* sg = q.qsum.data() + r0 * nb;
+      const int8_t* qg = q.qx + r0 * w.cols;
+      const float* dg = q.dx + r0 * nb;
+      const float* sg = q.qsum + r0 * nb;
       float* yg = y + r0 * w.rows;
       for (int64_t j = j0; j < j1; ++j) {
         const std::byte* wr = w.row(j);
@@ -333,15 +340,15 @@ void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float
   const int64_t nb = w.cols / kB;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   // The per-block kernel with every block of row r at the token's one scale.
-  QuantizedRows q{std::vector<int8_t>(qx, qx + n * w.cols), std::vector<float>(static_cast<size_t>(n * nb)),
-                  std::vector<float>(static_cast<size_t>(n * nb))};
+  std::vector<float> dx(static_cast<size_t>(n * nb)), qsum(static_cast<size_t>(n * nb));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < nb; ++b) {
       int sum = 0;
       for (int64_t i = 0; i < kB; ++i) sum += qx[r * w.cols + b * kB + i];
-      q.dx[static_cast<size_t>(r * nb + b)] = sx[r];
-      q.qsum[static_cast<size_t>(r * nb + b)] = static_cast<float>(sum);
+      dx[static_cast<size_t>(r * nb + b)] = sx[r];
+      qsum[static_cast<size_t>(r * nb + b)] = static_cast<float>(sum);
     }
+  const Int8RowsView q{qx, dx.data(), qsum.data()};
   if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
   if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
   return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
@@ -375,7 +382,8 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool acc
   }
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   if (activations == MatmulActivations::Int8 && has_int8_kernel(w)) {
-    const QuantizedRows q = quantize_rows(x, n, w.cols);
+    const QuantizedRows rows = quantize_rows(x, n, w.cols);
+    const Int8RowsView q{rows.qx.data(), rows.dx.data(), rows.qsum.data()};
     if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
     if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
     return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);

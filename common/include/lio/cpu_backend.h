@@ -30,7 +30,7 @@ class CpuBackend final : public Backend {
   /// `activations`: precision of x inside the matmuls; F32 by default. Int8 is cpu::matmul's
   /// per-32-block rounding; Int8PerToken rounds each token's row with chapter 03's
   /// quantize_row_int8 (Task 6) and runs cpu::matmul_int8 (W8A8 on Q8_0 weights, W4A8 on
-  /// Q4_0 / Q4_1; f32 / f16 weights keep f32 activations).
+  /// Q4_0 / Q4_1; f32 / f16 weights and the LM head keep f32 activations).
   CpuBackend(const ModelConfig& config, const Weights& weights,
              cpu::MatmulActivations activations = cpu::MatmulActivations::F32);
 

@@ -129,7 +129,8 @@ int64_t default_kv_cache_mib(const Backend& backend);
 /// Precision of the activations in the CPU backend's matmuls (--activations): F32; Int8
 /// (each 32-element block of x rounded to int8, integer dot products; faster on batches, with
 /// the KL cost measured in docs/engine.md); or Int8PerToken (W8A8: one scale per token,
-/// rounded by chapter 03's Task 6; docs/03_quantization.md). The CUDA backend ignores it.
+/// rounded by chapter 03's Task 6, the LM head left in f32 activations;
+/// docs/03_quantization.md). The CUDA backend ignores it.
 enum class CpuActivations { F32, Int8, Int8PerToken };
 /// Parses "f32", "int8" or "int8-token" (the --activations flag). Throws InvalidArgument
 /// otherwise.

@@ -34,7 +34,7 @@ struct QuantizeOptions {
   double damp = 0.01;          ///< gptq: H += damp * mean(diag H) * I
   bool act_order = true;       ///< gptq: columns by decreasing H_cc (measured better here, section 4)
   int awq_grid = 20;           ///< awq: exponents tried (AutoAWQ's n_grid)
-  double smooth_alpha = 0.85;  ///< smoothquant: migration strength alpha (the SmoothQuant repo runs Llama-2 and -3 at 0.85)
+  double smooth_alpha = 0.8;   ///< smoothquant: migration strength alpha (llm-compressor's W8A8 example's smoothing_strength)
 };
 
 /// Parses --keep "f32:token_embd,output" (a dtype, a colon, comma-separated name prefixes;
