@@ -89,11 +89,19 @@ void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, b
   // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6), then integer dots.
   token_codes_.resize(static_cast<size_t>(n_rows * m.cols));
   token_scales_.resize(static_cast<size_t>(n_rows));
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) if (n_rows > 1)
   for (int64_t r = 0; r < n_rows; ++r) {
-    token_scales_[static_cast<size_t>(r)] =
-        quantize_row_int8(std::span<const float>(x + r * m.cols, static_cast<size_t>(m.cols)),
-                          std::span<int8_t>(token_codes_.data() + r * m.cols, static_cast<size_t>(m.cols)));
+    try {
+      token_scales_[static_cast<size_t>(r)] =
+          quantize_row_int8(std::span<const float>(x + r * m.cols, static_cast<size_t>(m.cols)),
+                            std::span<int8_t>(token_codes_.data() + r * m.cols, static_cast<size_t>(m.cols)));
+    } catch (...) {
+#pragma omp critical
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
   cpu::matmul_int8(m, token_codes_.data(), token_scales_.data(), y, n_rows, accumulate);
 }
 

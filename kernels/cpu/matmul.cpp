@@ -341,6 +341,7 @@ void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   // The per-block kernel with every block of row r at the token's one scale.
   std::vector<float> dx(static_cast<size_t>(n * nb)), qsum(static_cast<size_t>(n * nb));
+#pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < nb; ++b) {
       int sum = 0;
