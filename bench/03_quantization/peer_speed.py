@@ -90,7 +90,8 @@ def main():
         "",
         f'Machine: {m["cpu"]}, {m["cpus"]} CPUs; {a.threads} threads for both engines. Model: SmolLM2-135M-Instruct, '
         "variants made by `lio quantize` from the F32 reference (embedding kept at Q8_0).",
-        f"Command: `.venv/bin/python bench/03_quantization/peer_speed.py --steps {a.steps} --repeats {a.repeats}`.",
+        f"Command: `.venv/bin/python bench/03_quantization/peer_speed.py --steps {a.steps} --repeats {a.repeats} "
+        f"--ch03 {os.path.relpath(a.ch03, ROOT)}`.",
         f"LIO: ch03_quantization, median of {a.steps} steps (decode at context 256; prefill of 256 tokens). "
         f"llama.cpp: `{llama_cmd}`, median of {a.repeats} runs (S_TG at 1 and 32 sequences, S_PP at 1).",
         "",
