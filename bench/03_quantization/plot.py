@@ -36,8 +36,13 @@ def plot_runs(d, path):
     for rect, v in zip(bars, vs):
         ax0.annotate(f'{v["perplexity"]:.2f}\nKL {v["mean_kl"]:.3f}', (rect.get_x() + rect.get_width() / 2,
                      rect.get_height()), ha="center", va="bottom", fontsize=6)
-    ax0.set_ylim(min(v["perplexity"] for v in vs) * 0.95, max(v["perplexity"] for v in vs) * 1.04)
-    ax0.set_ylabel("perplexity (lower is better)")
+    lo, hi = min(v["perplexity"] for v in vs), max(v["perplexity"] for v in vs)
+    if hi > 3 * lo:  # 3-bit rows next to INT8 ones: a log scale keeps both readable
+        ax0.set_yscale("log")
+        ax0.set_ylabel("perplexity (log scale; lower is better)")
+    else:
+        ax0.set_ylim(lo * 0.95, hi * 1.04)
+        ax0.set_ylabel("perplexity (lower is better)")
     ax0.set_title(f'quality ({os.path.basename(d["text"])}, {d["ppl_chunks"]} x {d["ppl_ctx"]} tokens)')
     width = 0.27
     for i, (key, label) in enumerate([("decode_tokens_per_s_b1", "decode b1"), ("decode_tokens_per_s_b32", "decode b32"),
