@@ -1,6 +1,5 @@
 #include "lio/kv_pool.h"
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -24,13 +23,14 @@ const char* kv_cache_dtype_name(KvCacheDType dtype) {
   return "f32";
 }
 
+namespace {
+/// Bytes of one stored element (the int8 scales come on top).
+int64_t elem_bytes(KvCacheDType d) { return d == KvCacheDType::F32 ? 4 : d == KvCacheDType::F16 ? 2 : 1; }
+}  // namespace
+
 int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype) {
-  switch (dtype) {
-    case KvCacheDType::F16: return config.kv_dim() * 2;
-    case KvCacheDType::Int8: return config.kv_dim() + config.n_kv_heads * static_cast<int64_t>(sizeof(float));
-    case KvCacheDType::F32: break;
-  }
-  return config.kv_dim() * static_cast<int64_t>(sizeof(float));
+  const int64_t scales = dtype == KvCacheDType::Int8 ? config.n_kv_heads * static_cast<int64_t>(sizeof(float)) : 0;
+  return config.kv_dim() * elem_bytes(dtype) + scales;
 }
 
 int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype) {
@@ -58,10 +58,6 @@ KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
                           " slots exceed the int32 slot ids of the slot mapping");
   }
 }
-
-namespace {
-int64_t elem_bytes(KvCacheDType d) { return d == KvCacheDType::F32 ? 4 : d == KvCacheDType::F16 ? 2 : 1; }
-}  // namespace
 
 HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
     : KvPool(model, config),
