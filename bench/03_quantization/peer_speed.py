@@ -13,7 +13,8 @@ block for Q8_0 / Q4_0 / Q4_1 weights (ggml's vec_dot_type q8_0 / q8_1): LIO's "+
 the like-for-like ones.
 
 Writes bench/results/03_quantization_peer_cpu.{json,md}.
-Usage: .venv/bin/python bench/03_quantization/peer_speed.py [--variants ...] [--steps 15] [--repeats 3]
+Usage: .venv/bin/python bench/03_quantization/peer_speed.py [--variants ...] [--files A.gguf,...]
+       [--steps 15] [--repeats 3] [--out PREFIX]
 Needs build/bin/ch03_quantization (Release) and build-llama/bin/llama-batched-bench.
 """
 import argparse
@@ -39,6 +40,8 @@ def ratio(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default=DEFAULT_VARIANTS)
+    ap.add_argument("--files", default="", help="comma-separated GGUF files to run as they are too "
+                    "(e.g. llama.cpp's Q4_K_M from bench/03_quantization/make_kquant.sh)")
     ap.add_argument("--steps", type=int, default=15, help="LIO: timed decode steps / prefills (median)")
     ap.add_argument("--repeats", type=int, default=3, help="llama.cpp: runs per file (median)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -53,6 +56,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="lio_ch03_peer_") as tmp:
         cmd = [a.ch03, "--variants", a.variants, "--out-dir", tmp, "--steps", str(a.steps), "--threads",
                str(a.threads), "--ppl-chunks", "1", "--eval-tokens", "64", "--json"]
+        if a.files:
+            cmd += ["--files", a.files]
         print("LIO:", " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd), flush=True)
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:

@@ -3,11 +3,12 @@
 # the llama.cpp source vendored in the pinned llama-cpp-python sdist (COURSE.md, "Performance
 # method"). Idempotent: does nothing when the binaries already exist.
 #
-# Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity]
+# Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity] [--quantize]
 #   --server      also build llama-server (slower; not needed by bench/batched/run.py)
 #   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
+#   --quantize    also build llama-quantize (chapter 03's K-quant files: Q4_K_M made by llama.cpp)
 # Env: LLAMA_BUILD_DIR (default build-llama/, gitignored by /build*/), JOBS (default nproc).
-# Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [, llama-server, llama-perplexity].
+# Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [, llama-server, llama-perplexity, llama-quantize].
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -20,7 +21,8 @@ for arg in "$@"; do
   case "$arg" in
     --server) targets+=(llama-server) ;;
     --perplexity) targets+=(llama-perplexity) ;;
-    *) echo "build_llama_tools: unknown option '$arg' (want --server, --perplexity)" >&2; exit 2 ;;
+    --quantize) targets+=(llama-quantize) ;;
+    *) echo "build_llama_tools: unknown option '$arg' (want --server, --perplexity, --quantize)" >&2; exit 2 ;;
   esac
 done
 

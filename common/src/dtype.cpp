@@ -64,6 +64,8 @@ std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
     case 1: return DType::F16;
     case 2: return DType::Q4_0;
     case 3: return DType::Q4_1;
+    case 6: return DType::Q5_0;
+    case 7: return DType::Q5_1;
     case 8: return DType::Q8_0;
     case 12: return DType::Q4_K;
     case 14: return DType::Q6_K;
@@ -89,6 +91,8 @@ DTypeInfo dtype_info(DType dtype) {
     case DType::BF16: return {"BF16", 1, 2};
     case DType::Q4_0: return {"Q4_0", kQuantBlockElems, sizeof(BlockQ4_0)};
     case DType::Q4_1: return {"Q4_1", kQuantBlockElems, sizeof(BlockQ4_1)};
+    case DType::Q5_0: return {"Q5_0", kQuantBlockElems, sizeof(BlockQ5_0)};
+    case DType::Q5_1: return {"Q5_1", kQuantBlockElems, sizeof(BlockQ5_1)};
     case DType::Q8_0: return {"Q8_0", kQuantBlockElems, sizeof(BlockQ8_0)};
     case DType::Q4_K: return {"Q4_K", kKQuantBlockElems, sizeof(BlockQ4_K)};
     case DType::Q6_K: return {"Q6_K", kKQuantBlockElems, sizeof(BlockQ6_K)};
@@ -275,6 +279,38 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems) {
         }
       }
       return;
+    case DType::Q5_0:
+    case DType::Q5_1:
+      // Element j < 16: low nibble of qs[j]; element j + 16: its high nibble; the fifth bit of
+      // element i is bit i of qh (little-endian). Q5_0: d * (q - 16); Q5_1: d * q + m.
+      for (int64_t b = 0; b < n_elems / qk; ++b) {
+        const bool has_min = dtype == DType::Q5_1;
+        uint16_t d_bits, m_bits = 0;
+        uint8_t qh_bytes[4], qs[16];
+        if (has_min) {
+          const auto block = load_block<BlockQ5_1>(bytes, b);
+          d_bits = block.d;
+          m_bits = block.m;
+          std::memcpy(qh_bytes, block.qh, 4);
+          std::memcpy(qs, block.qs, 16);
+        } else {
+          const auto block = load_block<BlockQ5_0>(bytes, b);
+          d_bits = block.d;
+          std::memcpy(qh_bytes, block.qh, 4);
+          std::memcpy(qs, block.qs, 16);
+        }
+        const uint32_t qh = uint32_t{qh_bytes[0]} | uint32_t{qh_bytes[1]} << 8 | uint32_t{qh_bytes[2]} << 16 |
+                            uint32_t{qh_bytes[3]} << 24;
+        const float d = f16_to_f32(d_bits);
+        const float m = f16_to_f32(m_bits);
+        for (int64_t j = 0; j < qk / 2; ++j) {
+          const int q0 = (qs[j] & 0x0f) | static_cast<int>((qh >> j) & 1) << 4;
+          const int q1 = (qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4;
+          dst[b * qk + j] = has_min ? static_cast<float>(q0) * d + m : static_cast<float>(q0 - 16) * d;
+          dst[b * qk + j + qk / 2] = has_min ? static_cast<float>(q1) * d + m : static_cast<float>(q1 - 16) * d;
+        }
+      }
+      return;
     case DType::Q4_K:
       // Sub-block j of a super-block: scale d * sc_j, minimum dmin * m_j; 6-bit sc/m packed
       // into 12 bytes: j < 4 in the low 6 bits of bytes j (sc) and j + 4 (m); j >= 4 in the
@@ -287,11 +323,9 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems) {
         const float dmin = f16_to_f32(block.dmin);
         float* y = dst + b * kKQuantBlockElems;
         for (int j = 0; j < 8; ++j) {
-          const uint8_t* q = block.scales;
-          const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-          const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-          const float scale = d * static_cast<float>(sc);
-          const float min = dmin * static_cast<float>(m);
+          const KQuantScaleMin sm = q4_k_scale_min(block.scales, j);
+          const float scale = d * static_cast<float>(sm.scale);
+          const float min = dmin * static_cast<float>(sm.min);
           const uint8_t* qs = block.qs + (j / 2) * 32;
           for (int l = 0; l < 32; ++l) {
             const int v = j % 2 == 0 ? qs[l] & 0x0f : qs[l] >> 4;
@@ -417,6 +451,8 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
         store_block(bytes, b, block);
       }
       return;
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q6_K:
       throw UnsupportedError("quantize_row: LIO reads " + std::string(dtype_info(dtype).name) +

@@ -83,10 +83,10 @@ class TensorBinder {
   }
 
   /// The dtype a matrix stored as `stored` is kept in under this binder's mode (AsStored keeps
-  /// the file's type, except read-only K-quants, which become f32).
+  /// the file's type, K-quants included).
   DType target_dtype(DType stored) const {
     switch (mode_) {
-      case WeightMode::AsStored: return is_read_only(stored) ? DType::F32 : stored;  // no K-quant kernels yet
+      case WeightMode::AsStored: return stored;
       case WeightMode::F32: return DType::F32;
       case WeightMode::F16: return DType::F16;
       case WeightMode::BF16: return DType::BF16;

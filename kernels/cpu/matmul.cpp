@@ -1,4 +1,6 @@
 // matmul.cpp — y = x W^T for every weight dtype LIO reads, on the CPU, batch-invariant.
+// (Q5_0/Q5_1 blocks are 32 wide too; K-quants: a 32-element block is one Q4_K sub-block, or
+// two 16-element Q6_K runs.)
 //
 // One kernel serves every row count, from a single decode row to a 512-row prefill chunk:
 //   for each tile of kTileRows weight rows (split across OpenMP threads):
@@ -23,7 +25,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_ops.h"
@@ -82,6 +86,69 @@ inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
     for (int k = 0; k < 4; ++k)
       blk.w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.qs + 8 * k)))));
+  } else if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {  // 4 low bits as Q4_*, bit 5 in qh
+    using Block = std::conditional_t<D == DType::Q5_0, BlockQ5_0, BlockQ5_1>;
+    const Block& q = reinterpret_cast<const Block*>(row)[b];
+    uint32_t qh;
+    std::memcpy(&qh, q.qh, 4);  // little-endian, like the file
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i nib[2] = {_mm_and_si128(bytes, mask), _mm_and_si128(_mm_srli_epi16(bytes, 4), mask)};
+    const __m256i qh_v = _mm256_set1_epi32(static_cast<int>(qh));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d));
+    for (int k = 0; k < 4; ++k) {  // elements 8k .. 8k+7: nibbles of nib[k / 2], bits 8k.. of qh
+      const __m128i n8 = k % 2 == 0 ? nib[k / 2] : _mm_srli_si128(nib[k / 2], 8);
+      const __m256i bit = _mm256_and_si256(
+          _mm256_srlv_epi32(qh_v, _mm256_setr_epi32(8 * k, 8 * k + 1, 8 * k + 2, 8 * k + 3, 8 * k + 4, 8 * k + 5,
+                                                    8 * k + 6, 8 * k + 7)),
+          _mm256_set1_epi32(1));
+      __m256i v = _mm256_or_si256(_mm256_cvtepu8_epi32(n8), _mm256_slli_epi32(bit, 4));  // q in [0, 31]
+      if constexpr (D == DType::Q5_0) {
+        v = _mm256_sub_epi32(v, _mm256_set1_epi32(16));
+        blk.w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(v), d);  // (q - 16) * d
+      } else {
+        blk.w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), d, _mm256_set1_ps(_cvtsh_ss(q.m)));  // q * d + m
+      }
+    }
+  } else if constexpr (D == DType::Q4_K) {  // sub-block j = b % 8 of super-block b / 8
+    const BlockQ4_K& s = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const KQuantScaleMin sm = q4_k_scale_min(s.scales, j);
+    // w = (d * sc_j) * q - dmin * m_j: the product is exact in f32, so the FMA rounds as
+    // dequantize_row's multiply-then-subtract does.
+    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(s.d) * static_cast<float>(sm.scale));
+    const __m256 neg_min = _mm256_set1_ps(-(_cvtsh_ss(s.dmin) * static_cast<float>(sm.min)));
+    // 32 bytes hold sub-blocks 2g (low nibbles) and 2g + 1 (high nibbles), element l in byte l.
+    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qs + 32 * (j / 2)));
+    if (j % 2 == 1) q = _mm256_srli_epi16(q, 4);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    blk.w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+    blk.w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+    blk.w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+    blk.w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+    for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_fmadd_ps(scale, blk.w[k], neg_min);
+  } else if constexpr (D == DType::Q6_K) {  // 32-element run k of half h of super-block b / 8
+    const BlockQ6_K& s = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+    const int h = static_cast<int>(b % 8) / 4, k = static_cast<int>(b % 4);
+    // Element l: low 4 bits from ql[64h + 32(k % 2) + l] (low nibble for k < 2, high for
+    // k >= 2), high 2 bits from bits 2k..2k+1 of qh[32h + l]; q - 32 in [-32, 31].
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.ql + 64 * h + 32 * (k % 2)));
+    if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
+    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+    __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qh + 32 * h));
+    hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
+    // hb <= 3 per byte, so shifting the 16-bit lanes by 4 never carries into the next byte.
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+    const __m128i q_lo = _mm256_castsi256_si128(q), q_hi = _mm256_extracti128_si256(q, 1);
+    // Elements 0..15 use scales[8h + 2k], 16..31 scales[8h + 2k + 1]; value (d * sc) * q.
+    const float d = _cvtsh_ss(s.d);
+    const __m256 s0 = _mm256_set1_ps(d * static_cast<float>(s.scales[8 * h + 2 * k]));
+    const __m256 s1 = _mm256_set1_ps(d * static_cast<float>(s.scales[8 * h + 2 * k + 1]));
+    blk.w[0] = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_lo)));
+    blk.w[1] = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_lo, 8))));
+    blk.w[2] = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_hi)));
+    blk.w[3] = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_hi, 8))));
   } else if constexpr (D == DType::F16) {
     const auto* h = reinterpret_cast<const uint16_t*>(row) + b * kB;
     for (int k = 0; k < 4; ++k)
@@ -105,7 +172,7 @@ inline float element(const std::byte* row, int64_t c) {
   if constexpr (D == DType::F32) return reinterpret_cast<const float*>(row)[c];
   if constexpr (D == DType::F16) return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
   if constexpr (D == DType::BF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
-  return 0.0f;  // quantized dtypes have no tail (cols % 32 == 0 is checked)
+  return 0.0f;  // quantized dtypes have no tail (whole blocks are checked)
 }
 
 /// y[r * y_stride + j] (+)= W[j] . x_r for the R rows x_r = x + r * cols of one group.
@@ -301,8 +368,10 @@ void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, boo
     case DType::Q8_0: return matmul_dtype<DType::Q8_0>(w, x, y, n, accumulate);
     case DType::Q4_0: return matmul_dtype<DType::Q4_0>(w, x, y, n, accumulate);
     case DType::Q4_1: return matmul_dtype<DType::Q4_1>(w, x, y, n, accumulate);
-    case DType::Q4_K:
-    case DType::Q6_K: break;  // read only: the loader keeps them as f32
+    case DType::Q5_0: return matmul_dtype<DType::Q5_0>(w, x, y, n, accumulate);
+    case DType::Q5_1: return matmul_dtype<DType::Q5_1>(w, x, y, n, accumulate);
+    case DType::Q4_K: return matmul_dtype<DType::Q4_K>(w, x, y, n, accumulate);
+    case DType::Q6_K: return matmul_dtype<DType::Q6_K>(w, x, y, n, accumulate);
   }
   throw UnsupportedError("cpu matmul: no kernel for " + std::string(dtype_info(w.dtype).name) + " weights");
 }
@@ -377,9 +446,11 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool acc
   if (w.data == nullptr || x == nullptr || y == nullptr || n <= 0) {
     throw InvalidArgument("matmul: null pointer or n <= 0 for weight '" + w.name + "'");
   }
-  if (dtype_info(w.dtype).block_elems > 1 && w.cols % kB != 0) {
-    throw InvalidArgument("matmul: weight '" + w.name + "' has " + std::to_string(w.cols) +
-                          " columns, not a multiple of the 32-element block");
+  const int64_t block_elems = dtype_info(w.dtype).block_elems;
+  if (block_elems > 1 && w.cols % block_elems != 0) {
+    throw InvalidArgument("matmul: weight '" + w.name + "' (" + std::string(dtype_info(w.dtype).name) + ") has " +
+                          std::to_string(w.cols) + " columns, not a multiple of its " +
+                          std::to_string(block_elems) + "-element block");
   }
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   if (activations == MatmulActivations::Int8 && has_int8_kernel(w)) {

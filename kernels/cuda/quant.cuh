@@ -1,12 +1,17 @@
-// quant.cuh — reading F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights inside CUDA kernels, and the host
-// check every launcher taking a DeviceMatrix runs.
+// quant.cuh — reading F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q6_K weights inside CUDA
+// kernels, and the host check every launcher taking a DeviceMatrix runs.
 //
 // Block layouts (ggml-common.h; lio/dtype.h mirrors them): a quantized row is a run of
 // 32-element blocks. Q8_0 = {f16 d; int8 qs[32]} (34 bytes), x = d*q. Q4_0 = {f16 d;
 // uint8 qs[16]} (18 bytes), x = d*(q - 8). Q4_1 = {f16 d, m; uint8 qs[16]} (20 bytes),
 // x = d*q + m. In both 4-bit formats qs[j]'s low nibble is element j and its high nibble
-// element j + 16. Block sizes are even, so the f16 fields are 2-byte aligned in cudaMalloc'd
-// rows (256-byte aligned bases, even row_bytes); quants are read byte by byte.
+// element j + 16. Q5_0 = {f16 d; uint8 qh[4]; uint8 qs[16]} (22 bytes), x = d*(q - 16), and
+// Q5_1 = {f16 d, m; qh[4]; qs[16]} (24 bytes), x = d*q + m: qs as in Q4_*, bit 5 of element
+// j in bit j of qh. Block sizes are even, so the f16 fields are 2-byte aligned in cudaMalloc'd
+// rows (256-byte aligned bases, even row_bytes); quants are read byte by byte. The K-quants
+// (lio/dtype.h: BlockQ4_K, 144 bytes, and BlockQ6_K, 210 bytes, per 256 elements) are read
+// per 32-element sub-block: Q4_K as a Q4_1 block with scale d * sc_j and minimum -dmin * m_j,
+// Q6_K as a Q8_0-like block of codes q - 32 with scale d * scales[16-element run].
 #pragma once
 
 #include <cuda_fp16.h>
@@ -42,6 +47,21 @@ __host__ __device__ __forceinline__ float load_bf16(const std::byte* p) {
 #endif
 }
 
+/// Q5_0 / Q5_1 block bytes (22 / 24) and where qh starts (after d / after d and m).
+template <DType kType>
+inline constexpr int kQ5BlockBytes = kType == DType::Q5_0 ? 22 : 24;
+template <DType kType>
+inline constexpr int kQ5QhOffset = kType == DType::Q5_0 ? 2 : 4;
+
+/// The 5-bit code of element j (0..31) of a Q5_0 / Q5_1 block whose 4 qh bytes start at qh
+/// (the 16 qs bytes follow them): low 4 bits from qs[j % 16] (low nibble for j < 16), bit 5
+/// from bit j of qh read little-endian.
+__host__ __device__ __forceinline__ int q5_code(const std::byte* qh, int j) {
+  const auto* b = reinterpret_cast<const uint8_t*>(qh);
+  const int nibble = j < 16 ? (b[4 + j] & 0x0F) : (b[4 + j - 16] >> 4);
+  return nibble | (((b[j / 8] >> (j % 8)) & 1) << 4);
+}
+
 /// Element `col` of a row of kType, dequantized with lio::dequantize_row's formula in f32.
 /// Exact: d*q is exact in f32 (11 + 8 significant bits), so Q4_1's + m rounds once, FMA or not.
 template <DType kType>
@@ -55,6 +75,31 @@ __host__ __device__ __forceinline__ float load_element(const std::byte* row, int
   } else if constexpr (kType == DType::Q8_0) {
     const std::byte* block = row + static_cast<int64_t>(col / 32) * 34;
     return load_f16(block) * static_cast<float>(reinterpret_cast<const int8_t*>(block + 2)[col % 32]);
+  } else if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
+    const std::byte* block = row + static_cast<int64_t>(col / 32) * kQ5BlockBytes<kType>;
+    const int j = col % 32;
+    const int q = q5_code(block + kQ5QhOffset<kType>, j);
+    if constexpr (kType == DType::Q5_0) {
+      return static_cast<float>(q - 16) * load_f16(block);
+    } else {
+      return static_cast<float>(q) * load_f16(block) + load_f16(block + 2);
+    }
+  } else if constexpr (kType == DType::Q4_K) {
+    const std::byte* sb = row + static_cast<int64_t>(col / 256) * 144;
+    const int i = col % 256, j = i / 32;
+    const KQuantScaleMin sm = q4_k_scale_min(reinterpret_cast<const uint8_t*>(sb + 4), j);
+    const uint8_t byte = reinterpret_cast<const uint8_t*>(sb + 16)[32 * (j / 2) + i % 32];
+    const int q = j % 2 == 0 ? (byte & 0x0F) : (byte >> 4);
+    return (load_f16(sb) * static_cast<float>(sm.scale)) * static_cast<float>(q) -
+           load_f16(sb + 2) * static_cast<float>(sm.min);
+  } else if constexpr (kType == DType::Q6_K) {
+    const std::byte* sb = row + static_cast<int64_t>(col / 256) * 210;
+    const int i = col % 256, h = i / 128, k = (i % 128) / 32, l = i % 32;
+    const uint8_t lo_byte = reinterpret_cast<const uint8_t*>(sb)[64 * h + 32 * (k % 2) + l];
+    const int lo = k < 2 ? (lo_byte & 0x0F) : (lo_byte >> 4);
+    const int hi = (reinterpret_cast<const uint8_t*>(sb + 128)[32 * h + l] >> (2 * k)) & 3;
+    const int8_t sc = reinterpret_cast<const int8_t*>(sb + 192)[8 * h + 2 * k + l / 16];
+    return (load_f16(sb + 208) * static_cast<float>(sc)) * static_cast<float>((lo | (hi << 4)) - 32);
   } else {
     static_assert(kType == DType::Q4_0 || kType == DType::Q4_1, "unsupported dtype");
     constexpr int kBlockBytes = kType == DType::Q4_0 ? 18 : 20;
@@ -81,25 +126,28 @@ static_assert(32 % kDot8Elems == 0, "a dot8 group never straddles a 32-element b
 /// dot() applies the scale once per 8 products; float dtypes keep the values (d unused).
 template <DType kType>
 struct Weights8 {
-  float q[kDot8Elems];  ///< codes as floats (Q8_0: -128..127; Q4_*: 0..15) or the values
-  float d = 1.0f;       ///< block scale (quantized dtypes)
-  float m = 0.0f;       ///< block minimum (Q4_1)
+  float q[kDot8Elems];  ///< codes as floats (Q8_0: -128..127; Q4_*: 0..15; Q5_0: -16..15;
+                        ///< Q5_1: 0..31; Q6_K: -32..31) or the values
+  float d = 1.0f;       ///< block scale (quantized dtypes; K-quants: the sub-block's d * sc)
+  float m = 0.0f;       ///< block minimum (Q4_1, Q5_1; Q4_K: -dmin * m_j)
 
   /// Dot product with the 8 matching activations x: sum_j w_j x_j, w_j as
-  /// lio::dequantize_row defines it (Q4_0: d*(q-8); Q4_1: d*q + m; Q8_0: d*q).
+  /// lio::dequantize_row defines it (Q4_0: d*(q-8); Q4_1, Q5_1, Q4_K: d*q + m; Q8_0, Q5_0
+  /// (codes q - 16), Q6_K (codes q - 32): d*q).
   __host__ __device__ __forceinline__ float dot(const float (&x)[kDot8Elems]) const {
-    if constexpr (kType == DType::Q8_0) {
+    if constexpr (kType == DType::Q8_0 || kType == DType::Q5_0 || kType == DType::Q6_K) {
       float sum = 0.0f;
       for (int j = 0; j < kDot8Elems; ++j) sum += q[j] * x[j];
       return d * sum;
-    } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1) {
+    } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1 || kType == DType::Q5_1 ||
+                         kType == DType::Q4_K) {
       float sum_qx = 0.0f;
       float sum_x = 0.0f;
       for (int j = 0; j < kDot8Elems; ++j) {
         sum_qx += q[j] * x[j];
         sum_x += x[j];
       }
-      if constexpr (kType == DType::Q4_0) {
+        if constexpr (kType == DType::Q4_0) {
         return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
       } else {
         return d * sum_qx + m * sum_x;  // sum (d*q + m)*x
@@ -132,6 +180,36 @@ __host__ __device__ __forceinline__ Weights8<kType> load_weights8(const std::byt
     for (int j = 0; j < kDot8Elems; ++j) w.q[j] = static_cast<float>((qs[j] >> shift) & 0x0F);
     w.d = load_f16(block);
     if constexpr (kType == DType::Q4_1) w.m = load_f16(block + 2);
+  } else if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
+    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * kQ5BlockBytes<kType>;
+    for (int j = 0; j < kDot8Elems; ++j) {
+      const int q = q5_code(block + kQ5QhOffset<kType>, e0 % 32 + j);
+      w.q[j] = static_cast<float>(kType == DType::Q5_0 ? q - 16 : q);
+    }
+    w.d = load_f16(block);
+    if constexpr (kType == DType::Q5_1) w.m = load_f16(block + 2);
+  } else if constexpr (kType == DType::Q4_K) {
+    // 8 columns of one 32-element sub-block j: its codes, scale d * sc_j and minimum.
+    const std::byte* sb = row + static_cast<int64_t>(e0 / 256) * 144;
+    const int i = e0 % 256, j = i / 32;
+    const KQuantScaleMin sm = q4_k_scale_min(reinterpret_cast<const uint8_t*>(sb + 4), j);
+    const uint8_t* qs = reinterpret_cast<const uint8_t*>(sb + 16) + 32 * (j / 2) + i % 32;
+    const int shift = j % 2 == 0 ? 0 : 4;
+    for (int t = 0; t < kDot8Elems; ++t) w.q[t] = static_cast<float>((qs[t] >> shift) & 0x0F);
+    w.d = load_f16(sb) * static_cast<float>(sm.scale);
+    w.m = -(load_f16(sb + 2) * static_cast<float>(sm.min));
+  } else if constexpr (kType == DType::Q6_K) {
+    // 8 columns of one 16-element sub-block (16 % 8 == 0): one int8 scale for all of them.
+    const std::byte* sb = row + static_cast<int64_t>(e0 / 256) * 210;
+    const int i = e0 % 256, h = i / 128, k = (i % 128) / 32, l0 = i % 32;
+    const uint8_t* ql = reinterpret_cast<const uint8_t*>(sb) + 64 * h + 32 * (k % 2) + l0;
+    const uint8_t* qh = reinterpret_cast<const uint8_t*>(sb + 128) + 32 * h + l0;
+    const int lo_shift = k < 2 ? 0 : 4;
+    for (int t = 0; t < kDot8Elems; ++t) {
+      const int q = ((ql[t] >> lo_shift) & 0x0F) | (((qh[t] >> (2 * k)) & 3) << 4);
+      w.q[t] = static_cast<float>(q - 32);
+    }
+    w.d = load_f16(sb + 208) * static_cast<float>(reinterpret_cast<const int8_t*>(sb + 192)[8 * h + 2 * k + l0 / 16]);
   } else {
     for (int j = 0; j < kDot8Elems; ++j) w.q[j] = load_element<kType>(row, e0 + j);
   }
@@ -159,8 +237,10 @@ void dispatch_dtype(DType dtype, F&& f) {
     case DType::Q8_0: f.template operator()<DType::Q8_0>(); return;
     case DType::Q4_0: f.template operator()<DType::Q4_0>(); return;
     case DType::Q4_1: f.template operator()<DType::Q4_1>(); return;
-    case DType::Q4_K:
-    case DType::Q6_K: break;  // read only: the loader keeps them as f32
+    case DType::Q5_0: f.template operator()<DType::Q5_0>(); return;
+    case DType::Q5_1: f.template operator()<DType::Q5_1>(); return;
+    case DType::Q4_K: f.template operator()<DType::Q4_K>(); return;
+    case DType::Q6_K: f.template operator()<DType::Q6_K>(); return;
   }
   throw InvalidArgument("cuda: unsupported weight dtype id " +
                         std::to_string(static_cast<uint32_t>(dtype)));

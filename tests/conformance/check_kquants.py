@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""K-quant reading against gguf-py (llama.cpp's own Python package, gguf.quants): random
-Q4_K and Q6_K super-blocks (every scale and quant pattern, sane f16 super-scales) are written
+"""Reading the types LIO cannot write against gguf-py (llama.cpp's own Python package,
+gguf.quants): random Q4_K and Q6_K super-blocks and Q5_0 / Q5_1 blocks (every scale and quant
+pattern, sane f16 scales; the mix of llama.cpp's Q4_K_M files) are written
 to a GGUF with gguf-py, converted to f32 by `lio quantize --keep f32:blk` (which reads each
 row with lio::dequantize_row), read back with gguf-py, and compared with gguf-py's own
 dequantization. Exit 0 when every value matches."""
@@ -14,10 +15,12 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 from gguf.quants import dequantize
 
-# Bytes per 256-element super-block and where its f16 super-scales sit (ggml-common.h).
+# Elements and bytes per block and where its f16 scales sit (ggml-common.h).
 KQUANTS = {
-    "q4_k": (GGMLQuantizationType.Q4_K, 144, [0, 2]),  # d, dmin first
-    "q6_k": (GGMLQuantizationType.Q6_K, 210, [208]),   # d last
+    "q4_k": (GGMLQuantizationType.Q4_K, 256, 144, [0, 2]),  # d, dmin first
+    "q6_k": (GGMLQuantizationType.Q6_K, 256, 210, [208]),   # d last
+    "q5_0": (GGMLQuantizationType.Q5_0, 32, 22, [0]),       # d, qh[4], qs[16]
+    "q5_1": (GGMLQuantizationType.Q5_1, 32, 24, [0, 2]),    # d, m, qh[4], qs[16]
 }
 
 
@@ -39,8 +42,8 @@ def main():
         src, out = os.path.join(d, "k.gguf"), os.path.join(d, "f.gguf")
         w = GGUFWriter(src, "llama")
         raws = {}
-        for name, (qtype, block_bytes, offsets) in KQUANTS.items():
-            raw = random_blocks(rng, rows, cols // 256, block_bytes, offsets)
+        for name, (qtype, block_elems, block_bytes, offsets) in KQUANTS.items():
+            raw = random_blocks(rng, rows, cols // block_elems, block_bytes, offsets)
             raws[name] = (qtype, raw)
             w.add_tensor(f"blk.0.{name}.weight", raw, raw_dtype=qtype)  # shape from the bytes
         w.write_header_to_file()

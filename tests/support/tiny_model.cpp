@@ -23,6 +23,7 @@
 #include "lio/error.h"
 #include "lio/gguf.h"
 #include "lio/safetensors.h"
+#include "random_inputs.h"
 
 namespace lio::testing {
 
@@ -209,6 +210,8 @@ uint32_t gguf_file_type(DType dtype) {
     case DType::Q4_0: return 2;
     case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;  // LLAMA_FTYPE_MOSTLY_Q5_0
+    case DType::Q5_1: return 9;  // LLAMA_FTYPE_MOSTLY_Q5_1
     case DType::BF16: return 32;
     case DType::Q4_K: return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
     case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
@@ -439,6 +442,41 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
     ordered_json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     write_json((fs::path(dir) / "model.safetensors.index.json").string(), index);
   }
+}
+
+int write_read_only_mix(const std::string& src, const std::string& mix_path, const std::string& f32_path,
+                        uint32_t seed) {
+  const GgufFile in = GgufFile::open(src);
+  GgufWriter mix, f32;
+  for (const auto& [key, value] : in.metadata()) {
+    mix.set(key, value);
+    f32.set(key, value);
+  }
+  int replaced = 0;
+  for (const GgufTensorInfo& t : in.tensors()) {
+    const std::span<const std::byte> bytes(t.data, static_cast<size_t>(t.size_bytes));
+    DType type = DType::F32;
+    if (t.name.ends_with("ffn_up.weight") || t.name.ends_with("attn_q.weight")) type = DType::Q4_K;
+    if (t.name.ends_with("ffn_down.weight") || t.name.ends_with("attn_output.weight")) type = DType::Q6_K;
+    if (t.name.ends_with("attn_k.weight")) type = DType::Q5_0;
+    if (t.name.ends_with("attn_v.weight")) type = DType::Q5_1;
+    if (type == DType::F32) {
+      mix.add_tensor(t.name, t.dtype, t.shape, bytes);
+      f32.add_tensor(t.name, t.dtype, t.shape, bytes);
+      continue;
+    }
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    const std::vector<std::byte> raw = random_read_only_blocks(type, rows, cols, seed++);
+    mix.add_tensor(t.name, type, t.shape, raw);
+    std::vector<float> dense(static_cast<size_t>(rows * cols));
+    const int64_t row_bytes = dtype_row_bytes(type, cols);
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(type, raw.data() + r * row_bytes, dense.data() + r * cols, cols);
+    f32.add_tensor(t.name, DType::F32, t.shape, std::as_bytes(std::span<const float>(dense)));
+    ++replaced;
+  }
+  mix.write(mix_path);
+  f32.write(f32_path);
+  return replaced;
 }
 
 std::string make_temp_dir(const std::string& prefix) {

@@ -64,6 +64,15 @@ struct TinyModelTensors {
 };
 TinyModelTensors make_tiny_tensors(const TinyModelSpec& spec);
 
+/// Copies the GGUF at `src` twice: to `mix_path` with a llama.cpp Q4_K_M-like mix of the types
+/// LIO reads but cannot write (attn_q, ffn_up: Q4_K; attn_output, ffn_down: Q6_K; attn_k: Q5_0;
+/// attn_v: Q5_1; random blocks from random_read_only_blocks), and to `f32_path` with those
+/// same matrices dequantized to f32 (lio::dequantize_row). Other tensors are copied as they
+/// are. Returns how many matrices were replaced (6 per layer). The model's d_model and d_ff
+/// must be multiples of 256 (whole K-quant super-blocks). Throws what GgufFile / GgufWriter do.
+int write_read_only_mix(const std::string& src, const std::string& mix_path, const std::string& f32_path,
+                        uint32_t seed = 1);
+
 /// A fresh empty directory under the system temp dir, unique per call.
 std::string make_temp_dir(const std::string& prefix);
 

@@ -19,27 +19,33 @@ namespace {
 using lio::DType;
 using lio::testing::random_floats;
 
-constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16,
-                                DType::Q8_0, DType::Q4_0, DType::Q4_1};
+constexpr DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                                DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q6_K};
 
 struct Row {
   std::vector<std::byte> bytes;  // one row in `dtype`
   std::vector<float> dequant;    // lio::dequantize_row of those bytes
 };
 
+// One row of random values in `dtype` (Q5_*, K-quants: random block bytes, as LIO has no
+// encoder for them).
 Row make_row(DType dtype, int64_t cols, uint32_t seed) {
   const auto values = random_floats(size_t(cols), -2.0f, 2.0f, seed);
   Row r;
   r.bytes.resize(size_t(lio::dtype_row_bytes(dtype, cols)));
   r.dequant.resize(size_t(cols));
-  lio::quantize_row(dtype, values.data(), r.bytes.data(), cols);
+  if (dtype == DType::Q5_0 || dtype == DType::Q5_1 || dtype == DType::Q4_K || dtype == DType::Q6_K) {
+    r.bytes = lio::testing::random_read_only_blocks(dtype, 1, cols, seed);
+  } else {
+    lio::quantize_row(dtype, values.data(), r.bytes.data(), cols);
+  }
   lio::dequantize_row(dtype, r.bytes.data(), r.dequant.data(), cols);
   return r;
 }
 
 // Every element, exactly (the readers evaluate dequantize_row's formula; it is exact in f32).
 TEST(CudaQuantHost, LoadElementEqualsDequantizeRowEveryDtype) {
-  const int64_t cols = 256;
+  const int64_t cols = 512;
   for (DType t : kAllDtypes) {
     const Row r = make_row(t, cols, 11 + static_cast<uint32_t>(t));
     lio::cuda::detail::dispatch_dtype(t, [&]<DType kType>() {
@@ -54,7 +60,7 @@ TEST(CudaQuantHost, LoadElementEqualsDequantizeRowEveryDtype) {
 // Every 8-column group of a row: dot8 against a double-precision sum over the dequantized row,
 // within 1e-6 of sum |w x| (8 products, a handful of f32 roundings).
 TEST(CudaQuantHost, Dot8EqualsDequantizedDotEveryDtype) {
-  const int64_t cols = 320;
+  const int64_t cols = 512;  // whole K-quant super-blocks
   for (DType t : kAllDtypes) {
     const Row r = make_row(t, cols, 41 + static_cast<uint32_t>(t));
     const auto x = random_floats(size_t(cols), -3.0f, 3.0f, 97);

@@ -160,6 +160,30 @@ TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
   }
 }
 
+// A llama.cpp Q4_K_M-like mix (Q4_K, Q6_K, Q5_0, Q5_1 matrices) runs as stored on the GPU and
+// matches the CPU, which computes it bit for bit as its f32 copy (test_kquant_loading).
+TEST_F(CudaRunnerTest, ReadOnlyTypesMixMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;  // widths that are whole 256-element super-blocks
+  spec.d_model = 256;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 2;
+  spec.head_dim = 64;
+  spec.d_ff = 512;
+  lio::testing::write_tiny_gguf(dir_ + "/mix_src.gguf", spec);
+  lio::testing::write_read_only_mix(dir_ + "/mix_src.gguf", dir_ + "/mix.gguf", dir_ + "/mix_f32.gguf");
+  lio::LoadedModel m = lio::load_model(dir_ + "/mix.gguf", lio::WeightMode::AsStored);
+  ASSERT_EQ(m.weights.layers[0].wk.dtype, DType::Q5_0);
+  auto cpu = runner(m, lio::Device::Cpu);
+  auto gpu = runner(m, lio::Device::Cuda);
+  lio::SoloSequence cpu_seq(*cpu, 64), gpu_seq(*gpu, 64);
+  EXPECT_LT(max_rel_error(run(gpu_seq, kPrompt, true), run(cpu_seq, kPrompt, true)), 1e-4) << "prefill";
+  for (int32_t token : {11, 250, 0}) {
+    EXPECT_LT(max_rel_error(run(gpu_seq, {token}, false), run(cpu_seq, {token}, false)), 1e-4) << token;
+  }
+  EXPECT_LT(max_rel_error(run(gpu_seq, kLongPrompt, true), run(cpu_seq, kLongPrompt, true)), 1e-4) << "chunk";
+}
+
 // A prompt fed in chunks through blocks of 4 tokens: rows cross block boundaries, and each
 // chunk attends to the K/V earlier chunks left in scattered slots of the pool.
 TEST_F(CudaRunnerTest, ChunkedPrefillMatchesCpu) {

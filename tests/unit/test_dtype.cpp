@@ -38,6 +38,8 @@ TEST(Dtype, GgmlIdsAndNames) {
   EXPECT_EQ(lio::dtype_from_ggml(1), DType::F16);
   EXPECT_EQ(lio::dtype_from_ggml(2), DType::Q4_0);
   EXPECT_EQ(lio::dtype_from_ggml(3), DType::Q4_1);
+  EXPECT_EQ(lio::dtype_from_ggml(6), DType::Q5_0);  // read only
+  EXPECT_EQ(lio::dtype_from_ggml(7), DType::Q5_1);
   EXPECT_EQ(lio::dtype_from_ggml(8), DType::Q8_0);
   EXPECT_EQ(lio::dtype_from_ggml(30), DType::BF16);
   EXPECT_EQ(lio::dtype_from_ggml(12), DType::Q4_K);  // read only
@@ -464,6 +466,37 @@ TEST(Dtype, DequantizeQ4_KHandWorkedBlock) {
   EXPECT_EQ(lio::dtype_row_bytes(DType::Q4_K, 512), 288);
   EXPECT_THROW(lio::dequantize_row(DType::Q4_K, &b, y.data(), 128), lio::InvalidArgument);
   EXPECT_THROW(lio::quantize_row(DType::Q4_K, y.data(), &b, 256), lio::UnsupportedError);
+}
+
+TEST(Dtype, DequantizeQ5_0AndQ5_1HandWorkedBlocks) {
+  // Element 3: low nibble of qs[3] = 5, bit 3 of qh (byte 0) set: q = 21.
+  // Element 16 + 9 = 25: high nibble of qs[9] = 2, bit 25 of qh (byte 3, bit 1) set: q = 18.
+  // Element 30: high nibble of qs[14] = 15, bit 30 clear: q = 15.
+  lio::BlockQ5_0 b0{};
+  b0.d = lio::f32_to_f16(0.5f);
+  b0.qs[3] = 5;
+  b0.qs[9] = 2 << 4;
+  b0.qs[14] = 15 << 4;
+  b0.qh[0] = 1 << 3;
+  b0.qh[3] = 1 << 1;
+  std::vector<float> y(32);
+  lio::dequantize_row(DType::Q5_0, &b0, y.data(), 32);
+  EXPECT_EQ(y[3], 0.5f * (21 - 16));   // 2.5
+  EXPECT_EQ(y[25], 0.5f * (18 - 16));  // 1
+  EXPECT_EQ(y[30], 0.5f * (15 - 16));  // -0.5
+  EXPECT_EQ(y[0], 0.5f * -16);         // q = 0
+  lio::BlockQ5_1 b1{};
+  b1.d = b0.d;
+  b1.m = lio::f32_to_f16(-3.0f);
+  std::memcpy(b1.qh, b0.qh, 4);
+  std::memcpy(b1.qs, b0.qs, 16);
+  lio::dequantize_row(DType::Q5_1, &b1, y.data(), 32);
+  EXPECT_EQ(y[3], 0.5f * 21 - 3.0f);
+  EXPECT_EQ(y[25], 0.5f * 18 - 3.0f);
+  EXPECT_EQ(y[0], -3.0f);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q5_0, 64), 44);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q5_1, 64), 48);
+  EXPECT_THROW(lio::quantize_row(DType::Q5_0, y.data(), &b0, 32), lio::UnsupportedError);
 }
 
 TEST(Dtype, DequantizeQ6_KHandWorkedBlock) {

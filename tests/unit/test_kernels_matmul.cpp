@@ -168,6 +168,46 @@ TEST(Matmul, Int8PerTokenRejectsWhatItCannotRun) {
   EXPECT_FALSE(lio::cpu::has_int8_kernel(f.w));
 }
 
+// The types LIO reads but cannot write (Q5_0, Q5_1, Q4_K, Q6_K) run as stored: each 32-element
+// block (K-quants: sub-block) is decoded to exactly dequantize_row's values and multiplied as
+// the f32 path multiplies, so the output is the same bits as the dequantized f32 matrix's,
+// alone and at every batch size, with and without accumulate. Int8 activations have no kernel
+// for them and fall back to f32 activations.
+TEST(Matmul, ReadOnlyTypesAreBitwiseTheirDequantizedF32Matrix) {
+  for (lio::DType dtype : {lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K}) {
+    const int64_t rows = 37, cols = 768;  // 3 super-blocks; rows not a multiple of the tile
+    const std::vector<std::byte> raw = lio::testing::random_read_only_blocks(dtype, rows, cols, 5);
+    const int64_t row_bytes = lio::dtype_row_bytes(dtype, cols);
+    const lio::WeightMatrix wk{"wk", dtype, rows, cols, row_bytes, raw.data()};
+    std::vector<float> dense(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) lio::dequantize_row(dtype, raw.data() + r * row_bytes, dense.data() + r * cols, cols);
+    const lio::WeightMatrix wf{"wf", lio::DType::F32, rows, cols, cols * 4, reinterpret_cast<const std::byte*>(dense.data())};
+    EXPECT_FALSE(lio::cpu::has_int8_kernel(wk));
+    for (int64_t n : {1, 5, 13}) {
+      const std::vector<float> x = lio::testing::random_floats(static_cast<size_t>(n * cols), -2.0f, 2.0f, 9);
+      for (auto act : {lio::cpu::MatmulActivations::F32, lio::cpu::MatmulActivations::Int8}) {
+        std::vector<float> yk(static_cast<size_t>(n * rows), 0.5f), yf = yk;
+        lio::cpu::matmul(wk, x.data(), yk.data(), n, /*accumulate=*/true, act);
+        lio::cpu::matmul(wf, x.data(), yf.data(), n, /*accumulate=*/true);
+        double mag = 0;
+        for (size_t i = 0; i < yk.size(); ++i) {
+          ASSERT_EQ(yk[i], yf[i]) << lio::dtype_info(dtype).name << " n " << n << " out " << i;
+          mag += std::fabs(yk[i] - 0.5f);
+        }
+        EXPECT_GT(mag, 1e-3 * yk.size()) << "outputs too small to tell the layouts apart";
+      }
+    }
+  }
+}
+
+// A K-quant matrix needs whole 256-element super-blocks per row.
+TEST(Matmul, KQuantsRejectAPartialSuperBlock) {
+  std::vector<std::byte> raw(4096);
+  const lio::WeightMatrix w{"w", lio::DType::Q4_K, 2, 288, 162, raw.data()};
+  std::vector<float> x(288), y(2);
+  EXPECT_THROW(lio::cpu::matmul(w, x.data(), y.data(), 1), lio::InvalidArgument);
+}
+
 TEST(Matmul, RejectsNullAndEmpty) {
   lio::WeightMatrix w{"w", lio::DType::F32, 2, 2, 8, nullptr};
   float x[2] = {1, 2}, y[2];

@@ -2,11 +2,12 @@
 // and exact (de)quantization of one row.
 //
 // Source for every layout: ggml's `ggml-common.h` (block_q4_0, block_q4_1, block_q8_0,
-// block_q4_K, block_q6_K) and the GGUF spec (docs/gguf.md in the ggml repository). A
+// block_q5_0, block_q5_1, block_q4_K, block_q6_K) and the GGUF spec (docs/gguf.md in the ggml repository). A
 // quantized row is a run of blocks of 32 elements, each storing its scale (and for Q4_1 its
 // minimum) as f16; the K-quants (Q4_K, Q6_K) use super-blocks of 256 with quantized
-// sub-block scales. LIO reads K-quants (dequantize_row) but does not write them, and the
-// loader keeps their matrices as f32 (no K-quant kernels yet).
+// sub-block scales. LIO reads and runs Q5_0, Q5_1 and the K-quants (dequantize_row; the CPU
+// and CUDA matmul kernels decode them in place) but does not write them: llama.cpp's Q4_K_M
+// files mix Q4_K and Q6_K with Q5_0 and Q8_0 for rows that are not whole super-blocks.
 #pragma once
 
 #include <cstddef>
@@ -22,13 +23,15 @@ enum class DType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,   ///< read only (no encoder): llama.cpp's fallback for Q4_K rows not a multiple of 256
+  Q5_1 = 7,   ///< read only (no encoder)
   Q8_0 = 8,
-  Q4_K = 12,  ///< read only: dequantized to f32 at load
-  Q6_K = 14,  ///< read only: dequantized to f32 at load
+  Q4_K = 12,  ///< read only (no encoder); run by the CPU and CUDA kernels as stored
+  Q6_K = 14,  ///< read only (no encoder); run by the CPU and CUDA kernels as stored
   BF16 = 30,
 };
 
-/// Elements per quantization block (32 for Q4_0/Q4_1/Q8_0, source: ggml-common.h QK4_0/QK4_1/QK8_0).
+/// Elements per quantization block (32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, source: ggml-common.h QK4_0 ... QK8_0).
 inline constexpr int64_t kQuantBlockElems = 32;
 
 /// Q4_0 block: x[i] = d * (q[i] - 8), q in [0, 15]. 18 bytes per 32 elements.
@@ -43,12 +46,28 @@ struct BlockQ4_1 {
   uint16_t m;       ///< minimum, f16 bits
   uint8_t qs[16];   ///< 32 x 4-bit quants
 };
+/// Q5_0 block: x[i] = d * (q[i] - 16), q in [0, 31]: the low 4 bits in qs with Q4_0's nibble
+/// layout, the fifth bit of element i in bit i of qh (read as a little-endian uint32).
+/// 22 bytes per 32 elements (5.5 bits per weight).
+struct BlockQ5_0 {
+  uint16_t d;       ///< scale, f16 bits
+  uint8_t qh[4];    ///< 32 fifth bits
+  uint8_t qs[16];   ///< 32 x low 4 bits
+};
+/// Q5_1 block: x[i] = d * q[i] + m, q in [0, 31]; bits laid out as Q5_0's. 24 bytes per 32.
+struct BlockQ5_1 {
+  uint16_t d;       ///< scale, f16 bits
+  uint16_t m;       ///< minimum, f16 bits
+  uint8_t qh[4];    ///< 32 fifth bits
+  uint8_t qs[16];   ///< 32 x low 4 bits
+};
 /// Q8_0 block: x[i] = d * q[i], q in [-128, 127]. 34 bytes per 32 elements.
 struct BlockQ8_0 {
   uint16_t d;       ///< scale, f16 bits
   int8_t qs[32];    ///< 32 x int8 quants
 };
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34,
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34 &&
+                  sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24,
               "block layouts must match ggml-common.h byte for byte");
 
 /// Elements per K-quant super-block (ggml-common.h QK_K).
@@ -64,6 +83,27 @@ struct BlockQ4_K {
   uint8_t scales[12];   ///< 8 scales and 8 minimums, 6 bits each
   uint8_t qs[128];      ///< 256 x 4-bit quants
 };
+#if defined(__CUDACC__)
+#define LIO_HOST_DEVICE __host__ __device__
+#else
+#define LIO_HOST_DEVICE
+#endif
+
+/// A Q4_K sub-block's 6-bit scale and minimum, as integers in [0, 63].
+struct KQuantScaleMin {
+  int scale;  ///< sc_j: the sub-block's scale is d * sc_j
+  int min;    ///< m_j: the sub-block's minimum is dmin * m_j
+};
+
+/// Unpacks sub-block j (0..7) of a Q4_K super-block's 12 `scales` bytes (ggml-quants.c
+/// get_scale_min_k4): j < 4 takes the low 6 bits of bytes j (scale) and j + 4 (minimum); j >= 4
+/// takes the nibbles of byte j + 4 (low: scale, high: minimum) with their top 2 bits from the
+/// top 2 bits of bytes j - 4 (scale) and j (minimum). Host and device code share it.
+LIO_HOST_DEVICE constexpr KQuantScaleMin q4_k_scale_min(const uint8_t* scales, int j) {
+  if (j < 4) return {scales[j] & 63, scales[j + 4] & 63};
+  return {(scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4)};
+}
+
 /// Q6_K super-block: 16 sub-blocks of 16 with int8 scales; x = d * scale_j * (q - 32), q in
 /// [0, 63] from 4 low bits (ql) and 2 high bits (qh). 210 bytes per 256 elements (6.5625 bits
 /// per weight).
@@ -82,10 +122,6 @@ struct DTypeInfo {
   int64_t block_elems;    ///< elements per block (1 for F32/F16/BF16)
   int64_t block_bytes;    ///< bytes per block
 };
-
-/// True for the types LIO reads but has no kernels for (Q4_K, Q6_K): the loader keeps their
-/// matrices as f32.
-constexpr bool is_read_only(DType d) { return d == DType::Q4_K || d == DType::Q6_K; }
 
 /// Returns the dtype for a ggml type id, or nullopt when LIO does not support it.
 std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
@@ -123,7 +159,7 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems);
 /// numpy port). F32/F16/BF16 are plain conversions. Used by the test-model writers.
 /// Throws InvalidArgument on a partial block, or on a NaN/Inf input for a quantized
 /// dtype (ggml's cast of such a value to int8 is undefined behaviour); UnsupportedError for
-/// Q4_K and Q6_K (read only).
+/// Q5_0, Q5_1, Q4_K and Q6_K (read only).
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems);
 
 }  // namespace lio
