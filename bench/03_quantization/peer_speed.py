@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "bench", "batched"))
 from run import machine_info, run_llama  # noqa: E402
 
+DEFAULT_OUT = os.path.join(ROOT, "bench/results/03_quantization_peer_cpu")
 DEFAULT_VARIANTS = "f32,q8_0,q8_0+a8b,w8a16,w8a8,q8_0+kv8,q4_1,q4_1+a8b,q4_0,q4_0+a8b"
 
 
@@ -47,7 +48,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--ch03", default=os.path.join(ROOT, "build/bin/ch03_quantization"))
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-batched-bench"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/03_quantization_peer_cpu"))
+    ap.add_argument("--out", default=DEFAULT_OUT, help="output prefix: writes PREFIX.json and PREFIX.md")
     a = ap.parse_args()
     for tool in (a.ch03, a.llama_bench):
         if not os.access(tool, os.X_OK):
@@ -94,9 +95,13 @@ def main():
         "# Chapter 03: LIO and llama.cpp on the same files (CPU)",
         "",
         f'Machine: {m["cpu"]}, {m["cpus"]} CPUs; {a.threads} threads for both engines. Model: SmolLM2-135M-Instruct, '
-        "variants made by `lio quantize` from the F32 reference (embedding kept at Q8_0).",
-        f"Command: `.venv/bin/python bench/03_quantization/peer_speed.py --steps {a.steps} --repeats {a.repeats} "
-        f"--ch03 {os.path.relpath(a.ch03, ROOT)}`.",
+        "variants made by `lio quantize` from the F32 reference (embedding kept at Q8_0)"
+        + (", and the --files as they are." if a.files else "."),
+        "Command: `.venv/bin/python bench/03_quantization/peer_speed.py "
+        + (f"--variants {a.variants} " if a.variants != DEFAULT_VARIANTS else "")
+        + (f"--files {','.join(os.path.relpath(f, ROOT) for f in a.files.split(','))} " if a.files else "")
+        + f"--steps {a.steps} --repeats {a.repeats} --ch03 {os.path.relpath(a.ch03, ROOT)}"
+        + (f" --out {os.path.relpath(a.out, ROOT)}" if a.out != DEFAULT_OUT else "") + "`.",
         f"LIO: ch03_quantization, median of {a.steps} steps (decode at context 256; prefill of 256 tokens). "
         f"llama.cpp: `{llama_cmd}`, median of {a.repeats} runs (S_TG at 1 and 32 sequences, S_PP at 1).",
         "",

@@ -3,8 +3,9 @@
 - perplexity per variant, bars grouped by grid (RTN / GPTQ / AWQ side by side), the reference
   as a line
 - weight MiB against decode tok/s at batch 1 (where measured)
-A run with W8A8 or KV-cache variants (activations / kv_cache_dtype other than f32) instead
-gets one bar per variant: perplexity, and decode tok/s at batch 1 and 32 with prefill tok/s.
+A run with W8A8 or KV-cache variants (activations / kv_cache_dtype other than f32), or with
+fewer than three grids (e.g. mostly --files such as llama.cpp's K-quant files), instead gets one
+bar per variant: perplexity, and decode tok/s at batch 1 and 32 with prefill tok/s.
 Usage: plot.py RESULT.json [RESULT.json ...]   (default: bench/results/03_quantization*.json)"""
 import json
 import os
@@ -61,7 +62,9 @@ def plot_runs(d, path):
 def plot(path):
     d = json.load(open(path))
     vs = d["variants"]
-    if any(v.get("activations", "f32") != "f32" or v.get("kv_cache_dtype", "f32") != "f32" for v in vs):
+    with_grid = [v for v in vs if method_of(v["variant"]) in METHODS]
+    if (any(v.get("activations", "f32") != "f32" or v.get("kv_cache_dtype", "f32") != "f32" for v in vs)
+            or len({v["grid"] for v in with_grid}) < 3):
         return plot_runs(d, path)
     ref = next((v for v in vs if v["variant"] == "f32"), None)
     grids = []

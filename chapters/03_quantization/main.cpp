@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
   app.add_option("--out-dir", s.out_dir, "Write the variants made here to this directory and keep them "
                  "(e.g. for bench/03_quantization/check_perplexity.sh)");
   app.add_flag("--skip-speed", s.skip_speed, "Measure quality only (speed depends on the container, not the method)");
-  app.add_option("--files", s.files, "Comma-separated GGUF files to compare as they are (e.g. the shipped Q4_1)");
+  app.add_option("--files", s.files, "Comma-separated GGUF files to compare as they are (e.g. the shipped Q4_1, or "
+                 "llama.cpp's Q4_K_M); the run suffixes of --variants apply (FILE.gguf+a8b)");
   app.add_option("--text", s.text, "Real English text for perplexity and KL")->capture_default_str();
   app.add_option("--ppl-ctx", s.ppl_ctx, "Perplexity chunk size (llama-perplexity's -c)")->capture_default_str();
   app.add_option("--ppl-chunks", s.ppl_chunks, "Perplexity chunks (-1: all)")->capture_default_str();
@@ -253,7 +254,10 @@ int main(int argc, char** argv) {
       if (split_run(v).first != "f32") quantize_options(v, s);  // a bad name fails before any work
       runs.emplace_back(v, "");
     }
-    for (const std::string& f : lio::ch02::split_commas(s.files)) runs.emplace_back(std::filesystem::path(f).filename().string(), f);
+    for (const std::string& f : lio::ch02::split_commas(s.files)) {  // a file may carry run suffixes too
+      const std::string file = split_run(f).first;
+      runs.emplace_back(std::filesystem::path(file).filename().string() + f.substr(file.size()), file);
+    }
 
     const std::string device_name = lio::ch02::describe_device(ref, device);
     if (!json_out) {
@@ -270,7 +274,7 @@ int main(int argc, char** argv) {
     try {
       for (auto& [name, path] : runs) {
         Variant v{path};
-        const lio::ch02::RunSettings run = path.empty() ? split_run(name).second : lio::ch02::RunSettings{};
+        const lio::ch02::RunSettings run = split_run(name).second;
         const lio::CpuActivations act = run.activations;
         if (path.empty()) v = make_variant(name, s, dir, made);
         if (act == lio::CpuActivations::Int8PerToken) v.grid += " a8/token";

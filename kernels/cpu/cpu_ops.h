@@ -35,28 +35,32 @@ enum class MatmulActivations { F32, Int8, Int8PerToken };
 /// Batch-invariant: every output element is computed by the same sequence of operations
 /// whatever n is (see matmul.cpp), so a row's result is bitwise identical alone or in a batch.
 /// Threads: OpenMP over tiles of weight rows. Throws InvalidArgument on a null pointer, n <= 0,
-/// or a quantized weight whose cols is not a multiple of 32.
+/// or a quantized weight whose cols is not a whole number of its blocks (32 elements; 256 for
+/// the K-quants Q4_K and Q6_K, decoded one 32-element sub-block at a time). Q5_0, Q5_1, Q4_K
+/// and Q6_K give bit for bit the output of their dequantized f32 matrix.
 /// `activations`: F32 multiplies f32 x by the decoded weights; Int8 first rounds each
 /// 32-element block of x to int8 with its own scale (ggml's Q8 activations) and runs the block
-/// dot products in integers (AVX2 maddubs), for Q4_1 / Q4_0 / Q8_0 weights only (others use
-/// F32). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
+/// dot products in integers (AVX2 maddubs), for Q4_1 / Q4_0 / Q5_0 / Q5_1 / Q4_K / Q6_K / Q8_0
+/// weights (F32 / F16 / BF16 use f32 activations). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
 /// activation rounding error; see docs/engine.md for the measured trade. Int8PerToken throws
 /// InvalidArgument (use matmul_int8).
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false,
             MatmulActivations activations = MatmulActivations::F32);
 
-/// Whether matmul_int8 (and matmul's Int8) has an integer kernel for w: Q8_0, Q4_0, Q4_1.
+/// Whether matmul_int8 (and matmul's Int8) has an integer kernel for w: Q8_0, Q4_0, Q4_1, Q5_0,
+/// Q5_1, Q4_K, Q6_K (every quantized dtype LIO reads).
 bool has_int8_kernel(const WeightMatrix& w);
 
 /// W8A8 (and W4A8): y = x W^T, or y += x W^T when `accumulate`, with x given already rounded
 /// to int8 one row (token) at a time — x[r][c] ≈ sx[r] * qx[r][c] (SmoothQuant's per-token
 /// activations; LLM.int8()'s vector-wise X) — and integer block dot products against w's
 /// codes: y[r][j] = sum over 32-wide blocks b of sx[r] * d_w[j][b] * int32(sum_i qx * qw)
-/// (+ Q4_1's min / Q4_0's -8 offset times sx[r] * sum qx). With a per-channel grid (every block
+/// (+ the minimum of Q4_1 / Q5_1 / Q4_K or the -8 / -16 offset of Q4_0 / Q5_0 times
+/// sx[r] * sum qx; Q6_K scales each 16-element half). With a per-channel grid (every block
 /// of a row holding the same d_w) this is sx[r] * d_w[j] * (int dot of the whole rows),
 /// chapter 03's int8_dot. qx: (n, w.cols) int8; sx: (n) scales; y: (n, w.rows).
 /// Batch-invariant like matmul. Throws InvalidArgument on a null pointer, n <= 0, cols not a
-/// multiple of 32, or weights without an integer kernel (has_int8_kernel).
+/// whole number of w's blocks, or weights without an integer kernel (has_int8_kernel).
 void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n,
                  bool accumulate = false);
 

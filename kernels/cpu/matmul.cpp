@@ -231,12 +231,15 @@ void matmul_dtype(const WeightMatrix& w, const float* x, float* y, int64_t n, bo
   }
 }
 
-// ---- int8 activations (W4A8 / W8A8), Q4_1 / Q4_0 / Q8_0 weights --------------------------
+// ---- int8 activations (W4A8 / W8A8): Q4_1 / Q4_0 / Q5_0 / Q5_1 / Q4_K / Q6_K / Q8_0 -------
 // Each 32-element block of an x row is rounded to int8 with its own scale dx = max|x| / 127
 // (ggml's block_q8_0/q8_1 for activations), and the block dot product runs in integers:
 // _mm256_maddubs_epi16 multiplies 32 unsigned weight bytes by 32 signed x bytes into 16 int16
-// pair sums (|15 * 127 * 2| and |128 * 127 * 2| fit int16), _mm256_madd_epi16 widens them to 8
+// pair sums (|31 * 127 * 2| and |128 * 127 * 2| fit int16), _mm256_madd_epi16 widens them to 8
 // int32, which are converted once and scaled: acc = fma(d_w * dx, float(int dot), acc).
+// Signed codes (Q8_0; Q6_K's q - 32) move their sign onto x first (maddubs wants one operand
+// unsigned). K-quants: a 32-element block is one Q4_K sub-block (scale d * sc, minimum
+// -dmin * m) or two Q6_K runs of 16 with their own scales, applied to int32 lanes 0..3 and 4..7.
 // The offsets (Q4_1's m, Q4_0's -8) multiply the sum of the ROUNDED x (dx * sum(qx), ggml's
 // block_q8_1.s), so the result is exactly W . x' and the error is w . (x' - x): weighting
 // the rounding by the centred weights w rather than by d * q (in 0 .. 15d) cut the measured
@@ -280,10 +283,30 @@ QuantizedRows quantize_rows(const float* x, int64_t n, int64_t cols) {
   return q;
 }
 
+/// The 32 fifth bits of a Q5_0 / Q5_1 block as bytes: byte l is 0x10 when bit l of qh is set.
+inline __m256i q5_high_bits(const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  // Byte l takes qh's byte l / 8 (the broadcast holds all 4 bytes in each 128-bit lane), then
+  // tests bit l % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/// Weights codes with signed values (Q8_0, Q6_K's q - 32) take x's sign trick; the others are
+/// unsigned codes with an offset (Q4_0, Q5_0) or a minimum (Q4_1, Q5_1, Q4_K).
+template <DType D>
+inline constexpr bool kSignedCodes = D == DType::Q8_0 || D == DType::Q6_K;
+
 template <DType D, int R>
 void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, const float* qsum, int64_t cols, float* y, int64_t y_stride, bool accumulate) {
   const int64_t nb = cols / kB;
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m128i mask4 = _mm_set1_epi8(0x0F);
   __m256 acc[R];
   float off[R];
   for (int r = 0; r < R; ++r) {
@@ -291,37 +314,84 @@ void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, cons
     off[r] = 0.0f;
   }
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i w8;
-    float dw, mw = 0.0f;
+    __m256i w8;                 // the block's 32 codes, byte l = element l
+    float dw, mw = 0.0f;        // scale; minimum (Q4_1, Q5_1, Q4_K)
+    float dw_hi = 0.0f;         // Q6_K: the scale of elements 16..31 (dw: 0..15)
     if constexpr (D == DType::Q8_0) {
       const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(wrow)[b];
       w8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs));
       dw = _cvtsh_ss(q.d);
-    } else {
+    } else if constexpr (D == DType::Q4_0 || D == DType::Q4_1 || D == DType::Q5_0 || D == DType::Q5_1) {
       const uint8_t* qs;
+      const uint8_t* qh = nullptr;  // Q5_*: the fifth bits
       if constexpr (D == DType::Q4_1) {
         const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(wrow)[b];
         qs = q.qs;
         dw = _cvtsh_ss(q.d);
         mw = _cvtsh_ss(q.m);
-      } else {
+      } else if constexpr (D == DType::Q4_0) {
         const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(wrow)[b];
         qs = q.qs;
         dw = _cvtsh_ss(q.d);
+      } else if constexpr (D == DType::Q5_1) {
+        const BlockQ5_1& q = reinterpret_cast<const BlockQ5_1*>(wrow)[b];
+        qs = q.qs;
+        qh = q.qh;
+        dw = _cvtsh_ss(q.d);
+        mw = _cvtsh_ss(q.m);
+      } else {
+        const BlockQ5_0& q = reinterpret_cast<const BlockQ5_0*>(wrow)[b];
+        qs = q.qs;
+        qh = q.qh;
+        dw = _cvtsh_ss(q.d);
       }
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-      const __m128i mask = _mm_set1_epi8(0x0F);
-      w8 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), _mm_and_si128(bytes, mask));
+      w8 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask4), _mm_and_si128(bytes, mask4));
+      if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {  // codes 0..31: 31 * 127 * 2 fits int16
+        w8 = _mm256_or_si256(w8, q5_high_bits(qh));
+      } else {
+        (void)qh;
+      }
+    } else if constexpr (D == DType::Q4_K) {  // sub-block b % 8: scale d * sc, minimum -dmin * m
+      const BlockQ4_K& s = reinterpret_cast<const BlockQ4_K*>(wrow)[b / 8];
+      const int j = static_cast<int>(b % 8);
+      const KQuantScaleMin sm = q4_k_scale_min(s.scales, j);
+      dw = _cvtsh_ss(s.d) * static_cast<float>(sm.scale);
+      mw = -(_cvtsh_ss(s.dmin) * static_cast<float>(sm.min));
+      w8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qs + 32 * (j / 2)));
+      if (j % 2 == 1) w8 = _mm256_srli_epi16(w8, 4);
+      w8 = _mm256_and_si256(w8, _mm256_set1_epi8(0x0F));
+    } else {  // Q6_K: run k of half h; codes q - 32, two 16-element scales
+      static_assert(D == DType::Q6_K, "no int8 kernel for this dtype");
+      const BlockQ6_K& s = reinterpret_cast<const BlockQ6_K*>(wrow)[b / 8];
+      const int h = static_cast<int>(b % 8) / 4, k = static_cast<int>(b % 4);
+      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.ql + 64 * h + 32 * (k % 2)));
+      if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
+      lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+      __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qh + 32 * h));
+      hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
+      w8 = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+      const float d = _cvtsh_ss(s.d);
+      dw = d * static_cast<float>(s.scales[8 * h + 2 * k]);
+      dw_hi = d * static_cast<float>(s.scales[8 * h + 2 * k + 1]);
     }
-    const __m256i w_abs = D == DType::Q8_0 ? _mm256_sign_epi8(w8, w8) : w8;
+    const __m256i w_abs = kSignedCodes<D> ? _mm256_sign_epi8(w8, w8) : w8;
     for (int r = 0; r < R; ++r) {
       __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + r * cols + b * kB));
-      if constexpr (D == DType::Q8_0) xv = _mm256_sign_epi8(xv, w8);  // move w's sign onto x
+      if constexpr (kSignedCodes<D>) xv = _mm256_sign_epi8(xv, w8);  // move w's sign onto x
+      // int32 lanes 0..3 hold elements 0..15, lanes 4..7 elements 16..31.
       const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xv), ones);
       const float scale = dw * dx[r * nb + b];
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p32), acc[r]);
-      if constexpr (D == DType::Q4_1) off[r] += mw * (dx[r * nb + b] * qsum[r * nb + b]);
+      if constexpr (D == DType::Q6_K) {
+        const __m256 sv = _mm256_setr_m128(_mm_set1_ps(scale), _mm_set1_ps(dw_hi * dx[r * nb + b]));
+        acc[r] = _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(p32), acc[r]);
+      } else {
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p32), acc[r]);
+      }
+      if constexpr (D == DType::Q4_1 || D == DType::Q5_1 || D == DType::Q4_K)
+        off[r] += mw * (dx[r * nb + b] * qsum[r * nb + b]);
       if constexpr (D == DType::Q4_0) off[r] += -8.0f * scale * qsum[r * nb + b];
+      if constexpr (D == DType::Q5_0) off[r] += -16.0f * scale * qsum[r * nb + b];
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -360,6 +430,21 @@ void matmul_i8_dtype(const WeightMatrix& w, const Int8RowsView& q, float* y, int
   }
 }
 
+/// The integer kernel for w's dtype (has_int8_kernel(w) is checked by the callers).
+void matmul_i8(const WeightMatrix& w, const Int8RowsView& q, float* y, int64_t n, bool accumulate) {
+  switch (w.dtype) {
+    case DType::Q4_1: return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
+    case DType::Q4_0: return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
+    case DType::Q5_0: return matmul_i8_dtype<DType::Q5_0>(w, q, y, n, accumulate);
+    case DType::Q5_1: return matmul_i8_dtype<DType::Q5_1>(w, q, y, n, accumulate);
+    case DType::Q4_K: return matmul_i8_dtype<DType::Q4_K>(w, q, y, n, accumulate);
+    case DType::Q6_K: return matmul_i8_dtype<DType::Q6_K>(w, q, y, n, accumulate);
+    case DType::Q8_0: return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
+    default: break;
+  }
+  throw InvalidArgument("matmul: no integer kernel for " + std::string(dtype_info(w.dtype).name) + " weights");
+}
+
 void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate) {
   switch (w.dtype) {
     case DType::F32: return matmul_dtype<DType::F32>(w, x, y, n, accumulate);
@@ -394,17 +479,26 @@ void matmul_scalar(const WeightMatrix& w, const float* x, float* y, int64_t n, b
 }
 
 bool has_int8_kernel(const WeightMatrix& w) {
-  return w.dtype == DType::Q4_1 || w.dtype == DType::Q4_0 || w.dtype == DType::Q8_0;
+  switch (w.dtype) {
+    case DType::Q4_1:
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q6_K:
+    case DType::Q8_0: return true;
+    default: return false;
+  }
 }
 
 void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n, bool accumulate) {
   if (w.data == nullptr || qx == nullptr || sx == nullptr || y == nullptr || n <= 0) {
     throw InvalidArgument("matmul_int8: null pointer or n <= 0 for weight '" + w.name + "'");
   }
-  if (!has_int8_kernel(w) || w.cols % kB != 0) {
+  if (!has_int8_kernel(w) || w.cols % dtype_info(w.dtype).block_elems != 0) {
     throw InvalidArgument("matmul_int8: weight '" + w.name + "' (" + std::string(dtype_info(w.dtype).name) + ", " +
-                          std::to_string(w.cols) + " columns) has no integer kernel: want Q8_0, Q4_0 or Q4_1 "
-                          "with a multiple of 32 columns");
+                          std::to_string(w.cols) + " columns) has no integer kernel: want Q8_0, Q4_0, Q4_1, Q5_0, "
+                          "Q5_1, Q4_K or Q6_K with whole blocks");
   }
   const int64_t nb = w.cols / kB;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -419,9 +513,7 @@ void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float
       qsum[static_cast<size_t>(r * nb + b)] = static_cast<float>(sum);
     }
   const Int8RowsView q{qx, dx.data(), qsum.data()};
-  if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
-  if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
-  return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
+  return matmul_i8(w, q, y, n, accumulate);
 #else
   // Portable fallback: the decoded weights times the decoded x, one row at a time.
   (void)nb;
@@ -456,9 +548,7 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool acc
   if (activations == MatmulActivations::Int8 && has_int8_kernel(w)) {
     const QuantizedRows rows = quantize_rows(x, n, w.cols);
     const Int8RowsView q{rows.qx.data(), rows.dx.data(), rows.qsum.data()};
-    if (w.dtype == DType::Q4_1) return matmul_i8_dtype<DType::Q4_1>(w, q, y, n, accumulate);
-    if (w.dtype == DType::Q4_0) return matmul_i8_dtype<DType::Q4_0>(w, q, y, n, accumulate);
-    return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
+    return matmul_i8(w, q, y, n, accumulate);
   }
   matmul_simd(w, x, y, n, accumulate);
 #else

@@ -107,12 +107,14 @@ struct DeviceMatrix {
 inline constexpr int64_t kGemvMaxSharedCols = 48 * 1024 / 4;
 
 /// Gathers rows of an embedding table, dequantized to f32: out[t] = table[tokens[t]].
-/// table: (vocab, dim) DeviceMatrix of any supported dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1);
+/// table: (vocab, dim) DeviceMatrix of any supported dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+/// Q5_0, Q5_1, Q4_K, Q6_K);
 /// tokens: (n_tokens) int32 device pointer; out: (n_tokens, table.cols) device pointer.
 /// Token ids are NOT range-checked on the device (the caller checks them on the host, as
 /// Model::forward does); an id outside [0, table.rows) reads out of bounds.
 /// Dequantization evaluates lio::dequantize_row's formula in f32 and is exact: d (f16, 11
-/// significant bits) times q (<= 8 bits) fits f32's 24, so Q4_1's d*q + m rounds once whether or
+/// significant bits) times q (<= 8 bits) fits f32's 24 (Q6_K's d * scale * (q - 32): 11 + 7 + 5
+/// bits), so Q4_1's d*q + m rounds once whether or
 /// not nvcc fuses it into an FMA. Results equal cpu::embedding_row bit for bit. Preconditions (throw InvalidArgument): non-null pointers,
 /// a valid matrix (see gemv()), 0 <= n_tokens <= INT32_MAX. Throws CudaError if the launch fails.
 void embedding(const DeviceMatrix& table, const int32_t* tokens, float* out, int64_t n_tokens,

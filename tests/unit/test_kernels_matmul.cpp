@@ -20,6 +20,12 @@ struct Quantized {
   std::vector<float> dequantized;  // what the kernel must effectively multiply by
 };
 
+bool read_only(lio::DType t) {
+  return t == lio::DType::Q5_0 || t == lio::DType::Q5_1 || t == lio::DType::Q4_K || t == lio::DType::Q6_K;
+}
+
+/// A (rows, cols) weight in `dtype`: normal values through quantize_row, or random blocks for
+/// the dtypes LIO cannot encode (Q5_*, K-quants), with their dequantized values.
 Quantized make_weight(lio::DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> values(static_cast<size_t>(rows * cols));
@@ -28,8 +34,9 @@ Quantized make_weight(lio::DType dtype, int64_t rows, int64_t cols, std::mt19937
   const int64_t row_bytes = lio::dtype_row_bytes(dtype, cols);
   q.bytes.resize(static_cast<size_t>(rows * row_bytes));
   q.dequantized.resize(values.size());
+  if (read_only(dtype)) q.bytes = lio::testing::random_read_only_blocks(dtype, rows, cols, static_cast<uint32_t>(rng()));
   for (int64_t r = 0; r < rows; ++r) {
-    lio::quantize_row(dtype, values.data() + r * cols, q.bytes.data() + r * row_bytes, cols);
+    if (!read_only(dtype)) lio::quantize_row(dtype, values.data() + r * cols, q.bytes.data() + r * row_bytes, cols);
     lio::dequantize_row(dtype, q.bytes.data() + r * row_bytes, q.dequantized.data() + r * cols, cols);
   }
   q.w = lio::WeightMatrix{"w", dtype, rows, cols, row_bytes, q.bytes.data()};
@@ -72,11 +79,11 @@ INSTANTIATE_TEST_SUITE_P(
 // of 21 rows (groups of 8 and a remainder), with or without accumulate, for every dtype and
 // both activation precisions.
 TEST(Matmul, RowsAreBitwiseIdenticalAloneAndInAnyBatch) {
-  for (lio::DType dtype : {lio::DType::F32, lio::DType::F16, lio::DType::BF16, lio::DType::Q8_0,
-                           lio::DType::Q4_0, lio::DType::Q4_1}) {
+  for (lio::DType dtype : {lio::DType::F32, lio::DType::F16, lio::DType::BF16, lio::DType::Q8_0, lio::DType::Q4_0,
+                           lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K}) {
     for (auto act : {lio::cpu::MatmulActivations::F32, lio::cpu::MatmulActivations::Int8}) {
       std::mt19937 rng(7);
-      const int64_t rows = 70, cols = 96, n = 21;
+      const int64_t rows = 70, cols = lio::dtype_info(dtype).block_elems == 256 ? 512 : 96, n = 21;
       Quantized q = make_weight(dtype, rows, cols, rng);
       const std::vector<float> x = lio::testing::random_floats(static_cast<size_t>(n * cols), -2.0f, 2.0f, 8);
       std::vector<float> batched(static_cast<size_t>(n * rows)), single(static_cast<size_t>(rows));
@@ -93,9 +100,10 @@ TEST(Matmul, RowsAreBitwiseIdenticalAloneAndInAnyBatch) {
 // Int8 activations: the block dot products in integers, within the rounding of x to 8 bits
 // (each block's x carries up to 0.5 / 127 of its max-abs as error).
 TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
-  for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1}) {
+  for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1,
+                           lio::DType::Q4_K, lio::DType::Q6_K}) {
     std::mt19937 rng(21);
-    const int64_t rows = 50, cols = 128, n = 5;
+    const int64_t rows = 50, cols = 512, n = 5;
     Quantized q = make_weight(dtype, rows, cols, rng);
     const std::vector<float> x = lio::testing::random_floats(static_cast<size_t>(n * cols), -2.0f, 2.0f, 22);
     std::vector<float> y(static_cast<size_t>(n * rows));
@@ -120,9 +128,10 @@ TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
 // matmul_int8 (W8A8 / W4A8 with one scale per token): the rows arrive already rounded, so the
 // result is exactly (dequantized W) . (sx * qx) up to f32 accumulation, alone or in a batch.
 TEST(Matmul, Int8PerTokenIsTheDequantizedProduct) {
-  for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1}) {
+  for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1,
+                           lio::DType::Q4_K, lio::DType::Q6_K}) {
     std::mt19937 rng(31);
-    const int64_t rows = 70, cols = 128, n = 11;
+    const int64_t rows = 70, cols = 256, n = 11;
     Quantized q = make_weight(dtype, rows, cols, rng);
     std::uniform_int_distribution<int> code(-127, 127);
     std::vector<int8_t> qx(static_cast<size_t>(n * cols));
@@ -171,8 +180,8 @@ TEST(Matmul, Int8PerTokenRejectsWhatItCannotRun) {
 // The types LIO reads but cannot write (Q5_0, Q5_1, Q4_K, Q6_K) run as stored: each 32-element
 // block (K-quants: sub-block) is decoded to exactly dequantize_row's values and multiplied as
 // the f32 path multiplies, so the output is the same bits as the dequantized f32 matrix's,
-// alone and at every batch size, with and without accumulate. Int8 activations have no kernel
-// for them and fall back to f32 activations.
+// alone and at every batch size, with and without accumulate. (Their int8-activation kernels
+// are checked with the others above.)
 TEST(Matmul, ReadOnlyTypesAreBitwiseTheirDequantizedF32Matrix) {
   for (lio::DType dtype : {lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K}) {
     const int64_t rows = 37, cols = 768;  // 3 super-blocks; rows not a multiple of the tile
@@ -182,12 +191,12 @@ TEST(Matmul, ReadOnlyTypesAreBitwiseTheirDequantizedF32Matrix) {
     std::vector<float> dense(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r) lio::dequantize_row(dtype, raw.data() + r * row_bytes, dense.data() + r * cols, cols);
     const lio::WeightMatrix wf{"wf", lio::DType::F32, rows, cols, cols * 4, reinterpret_cast<const std::byte*>(dense.data())};
-    EXPECT_FALSE(lio::cpu::has_int8_kernel(wk));
+    EXPECT_TRUE(lio::cpu::has_int8_kernel(wk));
     for (int64_t n : {1, 5, 13}) {
       const std::vector<float> x = lio::testing::random_floats(static_cast<size_t>(n * cols), -2.0f, 2.0f, 9);
-      for (auto act : {lio::cpu::MatmulActivations::F32, lio::cpu::MatmulActivations::Int8}) {
+      {
         std::vector<float> yk(static_cast<size_t>(n * rows), 0.5f), yf = yk;
-        lio::cpu::matmul(wk, x.data(), yk.data(), n, /*accumulate=*/true, act);
+        lio::cpu::matmul(wk, x.data(), yk.data(), n, /*accumulate=*/true);
         lio::cpu::matmul(wf, x.data(), yf.data(), n, /*accumulate=*/true);
         double mag = 0;
         for (size_t i = 0; i < yk.size(); ++i) {
