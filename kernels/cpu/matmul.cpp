@@ -479,16 +479,7 @@ void matmul_scalar(const WeightMatrix& w, const float* x, float* y, int64_t n, b
 }
 
 bool has_int8_kernel(const WeightMatrix& w) {
-  switch (w.dtype) {
-    case DType::Q4_1:
-    case DType::Q4_0:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q6_K:
-    case DType::Q8_0: return true;
-    default: return false;
-  }
+  return dtype_info(w.dtype).block_elems > 1;  // every quantized dtype; F32 / F16 / BF16 have none
 }
 
 void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n, bool accumulate) {
