@@ -25,6 +25,13 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, C
                                                                                     : cpu::MatmulActivations::F32;
     return std::make_unique<CpuBackend>(model.config, model.weights, a);
   }
+  if (activations != CpuActivations::F32) {
+    // Said, not ignored: a run asked for int8 activations must not quietly measure f32 ones.
+    throw UnsupportedError(std::string("--activations ") +
+                           (activations == CpuActivations::Int8 ? "int8" : "int8-token") +
+                           ": the CUDA backend has no int8-activation kernels yet; use --device cpu or "
+                           "--activations f32");
+  }
 #ifdef LIO_HAVE_CUDA
   return std::make_unique<cuda::CudaBackend>(model.config, model.weights);
 #else

@@ -130,15 +130,16 @@ int64_t default_kv_cache_mib(const Backend& backend);
 /// (each 32-element block of x rounded to int8, integer dot products; faster on batches, with
 /// the KL cost measured in docs/engine.md); or Int8PerToken (W8A8: one scale per token,
 /// rounded by chapter 03's Task 6, the LM head left in f32 activations;
-/// docs/03_quantization.md). The CUDA backend ignores it.
+/// docs/03_quantization.md). The CUDA backend has F32 only: make_backend refuses the others.
 enum class CpuActivations { F32, Int8, Int8PerToken };
 /// Parses "f32", "int8" or "int8-token" (the --activations flag). Throws InvalidArgument
 /// otherwise.
 CpuActivations parse_cpu_activations(const std::string& text);
 
 /// The backend for `device` over `model` (which must outlive it). Device::Cuda uploads the
-/// weights to GPU 0. Throws UnsupportedError when CUDA is asked for and this build has no CUDA
-/// support or no usable GPU is present (the message says which), CudaError on a device failure.
+/// weights to GPU 0. Throws UnsupportedError when CUDA is asked for with int8 activations, or
+/// when this build has no CUDA support or no usable GPU is present (the message says which),
+/// CudaError on a device failure.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device,
                                       CpuActivations activations = CpuActivations::F32);
 
