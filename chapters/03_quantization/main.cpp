@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "lio/cli_common.h"
+#include "lio/dtype.h"
 #include "lio/error.h"
 #include "lio/model_loader.h"
 #include "lio/perplexity.h"
@@ -286,9 +287,16 @@ int main(int argc, char** argv) {
           throw lio::InvalidArgument(path + ": vocabulary differs from the reference's");
         }
         int64_t n_params = 0;
+        bool any_quantized = false;  // int8 activations need quantized matrices to act on
         for (const lio::LayerWeights& L : m.weights.layers) {
-          for (const lio::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+          for (const lio::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
             n_params += w->rows * w->cols;
+            any_quantized = any_quantized || lio::dtype_info(w->dtype).block_elems > 1;
+          }
+        }
+        if (act != lio::CpuActivations::F32 && !any_quantized) {
+          throw lio::InvalidArgument(name + ": int8 activations (+a8 / +a8b) need quantized weights, and " + path +
+                                     " holds none (f32 / f16 / bf16 matrices keep f32 activations)");
         }
         n_params += m.weights.token_embd.rows * m.weights.token_embd.cols;
         auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64, run.kv}, act);

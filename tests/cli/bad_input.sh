@@ -144,6 +144,7 @@ expect_error cuda_int8_activations "--activations int8-token" "$bin/lio" generat
 printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60) >"$work/text.txt"
 ch03=("$bin/ch03_quantization" --reference "$m/tiny.gguf" --ppl-ctx 64 --ppl-chunks 2
       --eval-tokens 64 --context 32 --prefill-tokens 32 --steps 1 --calib "$calib" --calib-ctx 64 --calib-chunks 2)
+expect_error ch03_a8_on_f32_file "need quantized weights" "${ch03[@]}" --text "$work/text.txt" --variants f32 --files "$m/tiny.gguf+a8b"
 if "${ch03[@]}" --text "$work/text.txt" --variants f32,f32+kv8,q8_0,w8a16,w8a8+kv16,q4_0+a8b,smoothquant:8gch+a8,q4_1,q4_0,rtn:3g64,gptq:3g64,awq:4ag32 --json >"$work/out" 2>"$work/err" &&
    [[ $(grep -c '"perplexity":' "$work/out") -eq 12 ]]; then
   echo "ok   ch03_table_on_tiny_model"; ((pass++))
