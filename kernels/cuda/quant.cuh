@@ -147,7 +147,7 @@ struct Weights8 {
         sum_qx += q[j] * x[j];
         sum_x += x[j];
       }
-        if constexpr (kType == DType::Q4_0) {
+      if constexpr (kType == DType::Q4_0) {
         return d * (sum_qx - 8.0f * sum_x);  // sum d*(q-8)*x
       } else {
         return d * sum_qx + m * sum_x;  // sum (d*q + m)*x
