@@ -55,15 +55,62 @@ struct DecodedBlock {
   __m256 w[4];
 };
 
-inline void unpack_nibbles(const uint8_t* qs, __m256* w) {
+/// A 32-element block's 4-bit codes as 32 bytes, byte l = element l: qs[l] low nibbles are
+/// elements 0..15, high nibbles 16..31 (Q4_0, Q4_1, and the low bits of Q5_0 / Q5_1).
+inline __m256i nibble_codes(const uint8_t* qs) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(bytes, mask);                     // elements 0..15
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);  // elements 16..31
-  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), _mm_and_si128(bytes, mask));
+}
+
+/// The 32 fifth bits of a Q5_0 / Q5_1 block as bytes: byte l is 0x10 when bit l of qh is set.
+inline __m256i q5_high_bits(const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  // Byte l takes qh's byte l / 8 (the broadcast holds all 4 bytes in each 128-bit lane), then
+  // tests bit l % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/// A Q5_0 / Q5_1 block's codes in [0, 31] as 32 bytes, byte l = element l.
+inline __m256i q5_codes(const uint8_t* qs, const uint8_t* qh) {
+  return _mm256_or_si256(nibble_codes(qs), q5_high_bits(qh));
+}
+
+/// Sub-block j (0..7) of a Q4_K super-block: its codes in [0, 15] as 32 bytes, byte l =
+/// element l. Each 32-byte group of qs holds sub-blocks 2g (low nibbles) and 2g + 1 (high).
+inline __m256i q4_k_codes(const BlockQ4_K& s, int j) {
+  __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qs + 32 * (j / 2)));
+  if (j % 2 == 1) q = _mm256_srli_epi16(q, 4);
+  return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+}
+
+/// Run k (0..3) of half h (0..1) of a Q6_K super-block: its codes q - 32 in [-32, 31] as 32
+/// signed bytes. Element l takes its low 4 bits from ql[64h + 32(k % 2) + l] (low nibble for
+/// k < 2, high for k >= 2) and its high 2 bits from bits 2k..2k+1 of qh[32h + l].
+inline __m256i q6_k_codes(const BlockQ6_K& s, int h, int k) {
+  __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.ql + 64 * h + 32 * (k % 2)));
+  if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
+  lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+  __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qh + 32 * h));
+  hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
+  // hb <= 3 per byte, so shifting the 16-bit lanes by 4 never carries into the next byte.
+  return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+}
+
+/// 32 code bytes widened to f32, w[k] = elements 8k .. 8k+7 (kSigned: int8, else uint8).
+template <bool kSigned>
+inline void widen_codes(__m256i q, __m256* w) {
+  const __m128i half[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+  for (int k = 0; k < 4; ++k) {
+    const __m128i b8 = k % 2 == 0 ? half[k / 2] : _mm_srli_si128(half[k / 2], 8);
+    w[k] = _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(b8) : _mm256_cvtepu8_epi32(b8));
+  }
 }
 
 /// Decodes block b of a row of dtype D into the f32 values dequantize_row gives for them.
@@ -72,12 +119,12 @@ inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
   DecodedBlock blk;
   if constexpr (D == DType::Q4_1) {  // w = d * q + m
     const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
-    unpack_nibbles(q.qs, blk.w);
+    widen_codes<false>(nibble_codes(q.qs), blk.w);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d)), m = _mm256_set1_ps(_cvtsh_ss(q.m));
     for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_fmadd_ps(d, blk.w[k], m);
   } else if constexpr (D == DType::Q4_0) {  // w = d * (q - 8)
     const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
-    unpack_nibbles(q.qs, blk.w);
+    widen_codes<false>(nibble_codes(q.qs), blk.w);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d)), eight = _mm256_set1_ps(8.0f);
     for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_mul_ps(d, _mm256_sub_ps(blk.w[k], eight));
   } else if constexpr (D == DType::Q8_0) {  // w = d * q
@@ -89,25 +136,13 @@ inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
   } else if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {  // 4 low bits as Q4_*, bit 5 in qh
     using Block = std::conditional_t<D == DType::Q5_0, BlockQ5_0, BlockQ5_1>;
     const Block& q = reinterpret_cast<const Block*>(row)[b];
-    uint32_t qh;
-    std::memcpy(&qh, q.qh, 4);  // little-endian, like the file
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i nib[2] = {_mm_and_si128(bytes, mask), _mm_and_si128(_mm_srli_epi16(bytes, 4), mask)};
-    const __m256i qh_v = _mm256_set1_epi32(static_cast<int>(qh));
+    widen_codes<false>(q5_codes(q.qs, q.qh), blk.w);  // q in [0, 31]
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d));
-    for (int k = 0; k < 4; ++k) {  // elements 8k .. 8k+7: nibbles of nib[k / 2], bits 8k.. of qh
-      const __m128i n8 = k % 2 == 0 ? nib[k / 2] : _mm_srli_si128(nib[k / 2], 8);
-      const __m256i bit = _mm256_and_si256(
-          _mm256_srlv_epi32(qh_v, _mm256_setr_epi32(8 * k, 8 * k + 1, 8 * k + 2, 8 * k + 3, 8 * k + 4, 8 * k + 5,
-                                                    8 * k + 6, 8 * k + 7)),
-          _mm256_set1_epi32(1));
-      __m256i v = _mm256_or_si256(_mm256_cvtepu8_epi32(n8), _mm256_slli_epi32(bit, 4));  // q in [0, 31]
+    for (int k = 0; k < 4; ++k) {
       if constexpr (D == DType::Q5_0) {
-        v = _mm256_sub_epi32(v, _mm256_set1_epi32(16));
-        blk.w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(v), d);  // (q - 16) * d
+        blk.w[k] = _mm256_mul_ps(_mm256_sub_ps(blk.w[k], _mm256_set1_ps(16.0f)), d);  // (q - 16) * d
       } else {
-        blk.w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), d, _mm256_set1_ps(_cvtsh_ss(q.m)));  // q * d + m
+        blk.w[k] = _mm256_fmadd_ps(blk.w[k], d, _mm256_set1_ps(_cvtsh_ss(q.m)));  // q * d + m
       }
     }
   } else if constexpr (D == DType::Q4_K) {  // sub-block j = b % 8 of super-block b / 8
@@ -118,37 +153,17 @@ inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
     // dequantize_row's multiply-then-subtract does.
     const __m256 scale = _mm256_set1_ps(_cvtsh_ss(s.d) * static_cast<float>(sm.scale));
     const __m256 neg_min = _mm256_set1_ps(-(_cvtsh_ss(s.dmin) * static_cast<float>(sm.min)));
-    // 32 bytes hold sub-blocks 2g (low nibbles) and 2g + 1 (high nibbles), element l in byte l.
-    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qs + 32 * (j / 2)));
-    if (j % 2 == 1) q = _mm256_srli_epi16(q, 4);
-    q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
-    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    blk.w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-    blk.w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-    blk.w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-    blk.w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+    widen_codes<false>(q4_k_codes(s, j), blk.w);
     for (int k = 0; k < 4; ++k) blk.w[k] = _mm256_fmadd_ps(scale, blk.w[k], neg_min);
   } else if constexpr (D == DType::Q6_K) {  // 32-element run k of half h of super-block b / 8
     const BlockQ6_K& s = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
     const int h = static_cast<int>(b % 8) / 4, k = static_cast<int>(b % 4);
-    // Element l: low 4 bits from ql[64h + 32(k % 2) + l] (low nibble for k < 2, high for
-    // k >= 2), high 2 bits from bits 2k..2k+1 of qh[32h + l]; q - 32 in [-32, 31].
-    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.ql + 64 * h + 32 * (k % 2)));
-    if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
-    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
-    __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qh + 32 * h));
-    hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
-    // hb <= 3 per byte, so shifting the 16-bit lanes by 4 never carries into the next byte.
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
-    const __m128i q_lo = _mm256_castsi256_si128(q), q_hi = _mm256_extracti128_si256(q, 1);
+    widen_codes<true>(q6_k_codes(s, h, k), blk.w);
     // Elements 0..15 use scales[8h + 2k], 16..31 scales[8h + 2k + 1]; value (d * sc) * q.
     const float d = _cvtsh_ss(s.d);
     const __m256 s0 = _mm256_set1_ps(d * static_cast<float>(s.scales[8 * h + 2 * k]));
     const __m256 s1 = _mm256_set1_ps(d * static_cast<float>(s.scales[8 * h + 2 * k + 1]));
-    blk.w[0] = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_lo)));
-    blk.w[1] = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_lo, 8))));
-    blk.w[2] = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_hi)));
-    blk.w[3] = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_hi, 8))));
+    for (int i = 0; i < 4; ++i) blk.w[i] = _mm256_mul_ps(i < 2 ? s0 : s1, blk.w[i]);
   } else if constexpr (D == DType::F16) {
     const auto* h = reinterpret_cast<const uint16_t*>(row) + b * kB;
     for (int k = 0; k < 4; ++k)
@@ -283,20 +298,6 @@ QuantizedRows quantize_rows(const float* x, int64_t n, int64_t cols) {
   return q;
 }
 
-/// The 32 fifth bits of a Q5_0 / Q5_1 block as bytes: byte l is 0x10 when bit l of qh is set.
-inline __m256i q5_high_bits(const uint8_t* qh_bytes) {
-  uint32_t qh;
-  std::memcpy(&qh, qh_bytes, 4);
-  // Byte l takes qh's byte l / 8 (the broadcast holds all 4 bytes in each 128-bit lane), then
-  // tests bit l % 8 of it.
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(qh)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-}
-
 /// Weights codes with signed values (Q8_0, Q6_K's q - 32) take x's sign trick; the others are
 /// unsigned codes with an offset (Q4_0, Q5_0) or a minimum (Q4_1, Q5_1, Q4_K).
 template <DType D>
@@ -306,7 +307,6 @@ template <DType D, int R>
 void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, const float* qsum, int64_t cols, float* y, int64_t y_stride, bool accumulate) {
   const int64_t nb = cols / kB;
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m128i mask4 = _mm_set1_epi8(0x0F);
   __m256 acc[R];
   float off[R];
   for (int r = 0; r < R; ++r) {
@@ -321,56 +321,36 @@ void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, cons
       const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(wrow)[b];
       w8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs));
       dw = _cvtsh_ss(q.d);
-    } else if constexpr (D == DType::Q4_0 || D == DType::Q4_1 || D == DType::Q5_0 || D == DType::Q5_1) {
-      const uint8_t* qs;
-      const uint8_t* qh = nullptr;  // Q5_*: the fifth bits
-      if constexpr (D == DType::Q4_1) {
-        const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(wrow)[b];
-        qs = q.qs;
-        dw = _cvtsh_ss(q.d);
-        mw = _cvtsh_ss(q.m);
-      } else if constexpr (D == DType::Q4_0) {
-        const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(wrow)[b];
-        qs = q.qs;
-        dw = _cvtsh_ss(q.d);
-      } else if constexpr (D == DType::Q5_1) {
-        const BlockQ5_1& q = reinterpret_cast<const BlockQ5_1*>(wrow)[b];
-        qs = q.qs;
-        qh = q.qh;
-        dw = _cvtsh_ss(q.d);
-        mw = _cvtsh_ss(q.m);
-      } else {
-        const BlockQ5_0& q = reinterpret_cast<const BlockQ5_0*>(wrow)[b];
-        qs = q.qs;
-        qh = q.qh;
-        dw = _cvtsh_ss(q.d);
-      }
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-      w8 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask4), _mm_and_si128(bytes, mask4));
-      if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {  // codes 0..31: 31 * 127 * 2 fits int16
-        w8 = _mm256_or_si256(w8, q5_high_bits(qh));
-      } else {
-        (void)qh;
-      }
+    } else if constexpr (D == DType::Q4_1) {
+      const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(wrow)[b];
+      w8 = nibble_codes(q.qs);
+      dw = _cvtsh_ss(q.d);
+      mw = _cvtsh_ss(q.m);
+    } else if constexpr (D == DType::Q4_0) {
+      const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(wrow)[b];
+      w8 = nibble_codes(q.qs);
+      dw = _cvtsh_ss(q.d);
+    } else if constexpr (D == DType::Q5_1) {  // codes 0..31: 31 * 127 * 2 fits int16
+      const BlockQ5_1& q = reinterpret_cast<const BlockQ5_1*>(wrow)[b];
+      w8 = q5_codes(q.qs, q.qh);
+      dw = _cvtsh_ss(q.d);
+      mw = _cvtsh_ss(q.m);
+    } else if constexpr (D == DType::Q5_0) {
+      const BlockQ5_0& q = reinterpret_cast<const BlockQ5_0*>(wrow)[b];
+      w8 = q5_codes(q.qs, q.qh);
+      dw = _cvtsh_ss(q.d);
     } else if constexpr (D == DType::Q4_K) {  // sub-block b % 8: scale d * sc, minimum -dmin * m
       const BlockQ4_K& s = reinterpret_cast<const BlockQ4_K*>(wrow)[b / 8];
       const int j = static_cast<int>(b % 8);
       const KQuantScaleMin sm = q4_k_scale_min(s.scales, j);
       dw = _cvtsh_ss(s.d) * static_cast<float>(sm.scale);
       mw = -(_cvtsh_ss(s.dmin) * static_cast<float>(sm.min));
-      w8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qs + 32 * (j / 2)));
-      if (j % 2 == 1) w8 = _mm256_srli_epi16(w8, 4);
-      w8 = _mm256_and_si256(w8, _mm256_set1_epi8(0x0F));
+      w8 = q4_k_codes(s, j);
     } else {  // Q6_K: run k of half h; codes q - 32, two 16-element scales
       static_assert(D == DType::Q6_K, "no int8 kernel for this dtype");
       const BlockQ6_K& s = reinterpret_cast<const BlockQ6_K*>(wrow)[b / 8];
       const int h = static_cast<int>(b % 8) / 4, k = static_cast<int>(b % 4);
-      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.ql + 64 * h + 32 * (k % 2)));
-      if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
-      lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
-      __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.qh + 32 * h));
-      hb = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
-      w8 = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+      w8 = q6_k_codes(s, h, k);
       const float d = _cvtsh_ss(s.d);
       dw = d * static_cast<float>(s.scales[8 * h + 2 * k]);
       dw_hi = d * static_cast<float>(s.scales[8 * h + 2 * k + 1]);
