@@ -85,7 +85,7 @@ std::pair<std::string, lio::ch02::RunSettings> split_run(const std::string& name
   std::string base = name.substr(0, name.find('+'));
   lio::ch02::RunSettings run;
   if (base == "w8a16" || base == "w8a8") {
-    if (base == "w8a8") run.activations = lio::CpuActivations::Int8PerToken;
+    if (base == "w8a8") run.activations = lio::ActivationPrecision::Int8PerToken;
     base = "rtn:8gch";
   }
   for (size_t at = name.find('+'); at != std::string::npos;) {
@@ -93,7 +93,7 @@ std::pair<std::string, lio::ch02::RunSettings> split_run(const std::string& name
     const std::string suffix = name.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
     if (suffix == "a8" || suffix == "a8b") {
       if (base == "f32") throw lio::InvalidArgument("--variants: " + name + ": f32 weights have no int8 kernel");
-      run.activations = suffix == "a8" ? lio::CpuActivations::Int8PerToken : lio::CpuActivations::Int8;
+      run.activations = suffix == "a8" ? lio::ActivationPrecision::Int8PerToken : lio::ActivationPrecision::Int8;
     } else if (suffix == "kv8" || suffix == "kv16") {
       run.kv = suffix == "kv8" ? lio::KvCacheDType::Int8 : lio::KvCacheDType::F16;
     } else {
@@ -106,8 +106,8 @@ std::pair<std::string, lio::ch02::RunSettings> split_run(const std::string& name
 }
 
 /// --activations' spelling of `a`.
-const char* activations_name(lio::CpuActivations a) {
-  return a == lio::CpuActivations::Int8PerToken ? "int8-token" : a == lio::CpuActivations::Int8 ? "int8" : "f32";
+const char* activations_name(lio::ActivationPrecision a) {
+  return a == lio::ActivationPrecision::Int8PerToken ? "int8-token" : a == lio::ActivationPrecision::Int8 ? "int8" : "f32";
 }
 
 /// Parses a variant's file name: q8_0 / q4_0 / q4_1 (RTN at llama.cpp's own grids), or
@@ -276,10 +276,10 @@ int main(int argc, char** argv) {
       for (auto& [name, path] : runs) {
         Variant v{path};
         const lio::ch02::RunSettings run = split_run(name).second;
-        const lio::CpuActivations act = run.activations;
+        const lio::ActivationPrecision act = run.activations;
         if (path.empty()) v = make_variant(name, s, dir, made);
-        if (act == lio::CpuActivations::Int8PerToken) v.grid += " a8/token";
-        if (act == lio::CpuActivations::Int8) v.grid += " a8/32";
+        if (act == lio::ActivationPrecision::Int8PerToken) v.grid += " a8/token";
+        if (act == lio::ActivationPrecision::Int8) v.grid += " a8/32";
         if (run.kv != lio::KvCacheDType::F32) v.grid += std::string(" kv ") + lio::kv_cache_dtype_name(run.kv);
         path = v.path;
         const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
@@ -294,7 +294,7 @@ int main(int argc, char** argv) {
             any_quantized = any_quantized || lio::dtype_info(w->dtype).block_elems > 1;
           }
         }
-        if (act != lio::CpuActivations::F32 && !any_quantized) {
+        if (act != lio::ActivationPrecision::F32 && !any_quantized) {
           throw lio::InvalidArgument(name + ": int8 activations (+a8 / +a8b) need quantized weights, and " + path +
                                      " holds none (f32 / f16 / bf16 matrices keep f32 activations)");
         }

@@ -46,8 +46,8 @@ void add_kv_pool_flags(CLI::App& app, CommonOptions& o) {
                  "80% of free GPU memory on CUDA)")
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                 "KV-cache elements: f32, f16, or int8 (one scale per token and KV head; chapter 03). "
-                 "CPU only for now")
+                 "KV-cache elements: f32, f16, or int8 (one scale per token and KV head; chapter 03); "
+                 "MLA models: f32 only")
       ->capture_default_str();
 }
 
@@ -83,7 +83,7 @@ LoadedModel load_from_options(const CommonOptions& o) {
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
   KvPoolOptions pool = o.kv_pool;
   pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
-  return make_runner(m, parse_device(o.device), pool, parse_cpu_activations(o.activations));
+  return make_runner(m, parse_device(o.device), pool, parse_activation_precision(o.activations));
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {

@@ -76,6 +76,10 @@ struct CudaBackend::Impl {
   DeviceBuffer<float> mla_c, mla_k_pe, mla_k, mla_v;
   std::array<DeviceBuffer<float>, static_cast<size_t>(Scratch::kCount)> scratch;
   DeviceBuffer<float> dequant_scratch;  // f32 copy of a quantized W for cuBLAS
+  // ---- int8 activations (chapter 03): x's codes (n, cols) and scales (n, cols / 32)
+  ActivationPrecision activations = ActivationPrecision::F32;
+  DeviceBuffer<int8_t> act_codes;
+  DeviceBuffer<float> act_scales;
   PinnedBuffer<float> to_host_h;
   // ---- greedy sampling on the device
   DeviceBuffer<int32_t> penalty_tokens_d;  // every row's distinct ids, concatenated
@@ -244,8 +248,9 @@ struct CudaBackend::Impl {
 
 // ---- construction ---------------------------------------------------------------------------
 
-CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights)
+CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, ActivationPrecision activations)
     : impl_(std::make_unique<Impl>(config)) {
+  impl_->activations = activations;
   if (config.is_mla()) {
     const bool fits = config.kv_lora_rank <= kMlaMaxLatentDim && config.qk_nope_head_dim <= kMlaMaxLatentDim &&
                       config.v_head_dim <= kMlaMaxLatentDim && config.qk_rope_head_dim <= kMlaMaxRopeDim;
@@ -279,8 +284,11 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights)
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   char mem[32];
   std::snprintf(mem, sizeof mem, "%.1f GiB", static_cast<double>(prop.totalGlobalMem) / (1u << 30));
+  const char* act = activations == ActivationPrecision::Int8           ? ", int8 activations per 32 block"
+                    : activations == ActivationPrecision::Int8PerToken ? ", int8 activations per token"
+                                                                       : "";
   m.description = std::string("cuda:0 (") + prop.name + ", sm_" + std::to_string(prop.major) +
-                  std::to_string(prop.minor) + ", " + mem + ")";
+                  std::to_string(prop.minor) + ", " + mem + act + ")";
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&m.batch_copied, cudaEventDisableTiming));
   m.cublas = std::make_unique<CublasHandle>();
@@ -333,9 +341,9 @@ int64_t CudaBackend::free_memory_bytes() const {
 }
 
 std::unique_ptr<KvPool> CudaBackend::make_kv_pool(const KvPoolConfig& config) {
-  if (config.dtype != KvCacheDType::F32) {
+  if (config.dtype != KvCacheDType::F32 && impl_->config.is_mla()) {
     throw UnsupportedError(std::string("--kv-cache-dtype ") + kv_cache_dtype_name(config.dtype) +
-                           ": the CUDA backend's KV pool is f32 only for now (the CPU backend runs f16 and int8)");
+                           ": an MLA model's latent cache is f32 only");
   }
   return impl_->guarded([&]() -> std::unique_ptr<KvPool> {
     return std::make_unique<DeviceKvPool>(impl_->config, config);
@@ -436,6 +444,24 @@ void CudaBackend::rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_
 void CudaBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
   Impl& m = *impl_;
   const DeviceMatrix& matrix = m.matrix(w);
+  // Chapter 03's int8 activations: block-quantized weights only, and (W8A8 per token) not the
+  // LM head — the CPU backend's rules (CpuBackend::matmul).
+  const bool int8 = m.activations != ActivationPrecision::F32 && has_int8_kernel(matrix.dtype) &&
+                    !(m.activations == ActivationPrecision::Int8PerToken && w.kind == WeightKind::Output);
+  if (int8 && n_rows > 0) {
+    m.guarded([&] {
+      ensure(m.act_codes, n_rows * matrix.cols, m.stream);
+      ensure(m.act_scales, n_rows * (matrix.cols / 32), m.stream);
+      m.op("gemv_int8 (int8 activations)", [&] {
+        quantize_activations_int8(x, n_rows, matrix.cols,
+                                  m.activations == ActivationPrecision::Int8 ? ActivationGroup::Block32
+                                                                             : ActivationGroup::Token,
+                                  m.act_codes.data(), m.act_scales.data(), m.stream);
+        gemv_int8(matrix, m.act_codes.data(), m.act_scales.data(), y, n_rows, accumulate, m.stream);
+      });
+    });
+    return;
+  }
   m.guarded([&] {
     if (n_rows > kGemvBatchedMaxRows && matrix.dtype != DType::F32) {
       ensure(m.dequant_scratch, std::max(m.max_dequant_floats, matrix.rows * matrix.cols),
@@ -464,8 +490,14 @@ void CudaBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const f
   m.check_pool("kv_append", pool, layer, batch);
   m.guarded([&] {
     m.op("kv_append", [&] {
-      cuda::kv_append(k, v, batch.slot_mapping, batch.host->n_tokens(), pool.kv_dim(),
-                      pool.keys(layer), pool.values(layer), m.stream);
+      if (pool.dtype() == KvCacheDType::F32) {
+        cuda::kv_append(k, v, batch.slot_mapping, batch.host->n_tokens(), pool.kv_dim(), pool.keys(layer),
+                        pool.values(layer), m.stream);
+      } else {  // chapter 03: rounded to f16 or int8 as it is written
+        cuda::kv_append_quantized(k, v, batch.slot_mapping, batch.host->n_tokens(), m.config.n_kv_heads,
+                                  m.config.head_dim, static_cast<DeviceKvPool&>(pool).quantized_layer(layer),
+                                  m.stream);
+      }
     });
   });
 }
@@ -484,10 +516,17 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   m.guarded([&] {
     m.op("attention (paged)", [&] {
-      paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc,
-                      batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
-                      b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads, c.head_dim,
-                      scale, m.stream);
+      if (pool.dtype() == KvCacheDType::F32) {
+        paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc,
+                        batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
+                        b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads, c.head_dim,
+                        scale, m.stream);
+      } else {  // chapter 03: K and V dequantized as they are read
+        paged_attention_quantized(q, static_cast<DeviceKvPool&>(pool).quantized_layer(layer), out,
+                                  batch.query_start_loc, batch.seq_lens, batch.block_tables, b.n_tokens(),
+                                  b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads,
+                                  c.head_dim, scale, m.stream);
+      }
     });
   });
 }

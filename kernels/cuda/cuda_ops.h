@@ -304,6 +304,97 @@ void paged_attention_naive(const float* q, const float* k_pool, const float* v_p
                            int64_t n_kv_heads, int64_t head_dim, float scale,
                            cudaStream_t stream);
 
+// ---- int8 activations (chapter 03: W8A8 / W4A8) -----------------------------------------------
+
+/// Whether gemv_int8() takes `dtype`: every block-quantized dtype (not F32, F16, BF16).
+constexpr bool has_int8_kernel(DType dtype) {
+  return dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16;
+}
+
+/// How quantize_activations_int8() groups x for its scales.
+enum class ActivationGroup {
+  Block32,  ///< one scale per 32-element block (ggml's Q8 activations; --activations int8)
+  Token,    ///< one scale per row (SmoothQuant's per-token W8A8; --activations int8-token)
+};
+
+/// Rounds x (n_rows, cols) to int8 codes qx (n_rows, cols) with scales dx (n_rows, cols / 32),
+/// x ~ dx[r][c / 32] * qx[r][c]:
+///   Block32: d = max|x_block| / 127, qx = rint(x * (1 / d)) (half to even; 0 when d == 0) —
+///            cpu::matmul's Int8 rounding (kernels/cpu/matmul.cpp, quantize_rows);
+///   Token:   s = max|x_row| / 127, qx = round(x / s) (half away from zero; 0 when s == 0) —
+///            chapter 03's quantize_row_int8, the CPU's Int8PerToken; dx repeats s per block.
+/// So the CPU and CUDA backends round the same x to the same codes. One warp per 32-element
+/// block (Block32) or one block of 256 threads per row (Token). Device pointers; cols a
+/// positive multiple of 32 (every quantized dtype's rows are). Non-finite x is not checked.
+/// Preconditions (throw InvalidArgument): non-null pointers, 0 <= n_rows <= INT32_MAX, 0 < cols
+/// <= INT32_MAX, cols % 32 == 0. Throws CudaError if the launch fails.
+void quantize_activations_int8(const float* x, int64_t n_rows, int64_t cols, ActivationGroup group, int8_t* qx,
+                               float* dx, cudaStream_t stream);
+
+/// y = x W^T, or y += x W^T when `accumulate`, with x already rounded to int8
+/// (quantize_activations_int8): integer dot products of w's codes and x's codes, four at a
+/// time (__dp4a, sm_61+), each 8-element group scaled once:
+///   y[r][j] = sum over groups g of dx[r][g / 4] * (d_w * sum_i c_w qx + m_w * sum_i qx)
+/// (detail::Codes8; Dettmers et al. 2022 / Xiao et al. 2023 for W8A8, ggml's vec_dot_q4_1_q8_1
+/// for the minimum term). w: (rows, cols) Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K or Q6_K; qx:
+/// (n_rows, cols) int8; dx: (n_rows, cols / 32); y: (n_rows, rows) f32; device pointers.
+/// Work layout: gemv_batched()'s — one warp per weight row, lanes over 8-column groups, each
+/// group's weights decoded once per pass of up to kGemvBatchedRowsPerPass x rows; larger
+/// n_rows run more passes in the same launch (no cuBLAS: prefill stays integer, so the
+/// rounding a run measures is the same at every batch size).
+/// Preconditions (throw InvalidArgument): a usable matrix of one of those dtypes, non-null
+/// pointers, 0 <= n_rows <= INT32_MAX (0 launches nothing). Throws CudaError if the launch fails.
+void gemv_int8(const DeviceMatrix& w, const int8_t* qx, const float* dx, float* y, int64_t n_rows, bool accumulate,
+               cudaStream_t stream);
+
+// ---- quantized KV cache (chapter 03) ----------------------------------------------------------
+
+/// Element type of a quantized KV pool layer (--kv-cache-dtype f16 | int8; f32 pools take
+/// kv_append() and paged_attention()).
+enum class KvQuant {
+  F16,   ///< IEEE halves (uint16_t bits), round to nearest even
+  Int8,  ///< int8 codes, one f32 scale per (slot, KV head): element = scale * code
+};
+
+/// One layer of an f16 or int8 paged KV pool as stored; device pointers.
+///   k, v: (n_slots, n_kv_heads, head_dim) uint16_t f16 bits (F16) or int8_t codes (Int8);
+///   k_scales, v_scales: (n_slots, n_kv_heads) f32 for Int8, nullptr for F16.
+/// The layout of HostKvPool's key_data() / key_scales(), so the CPU and CUDA pools agree.
+struct QuantizedKvLayer {
+  KvQuant type = KvQuant::F16;  ///< element type
+  void* k = nullptr;            ///< keys, (n_slots, n_kv_heads, head_dim) elements
+  void* v = nullptr;            ///< values, laid out as k
+  float* k_scales = nullptr;    ///< Int8: (n_slots, n_kv_heads) key scales; F16: nullptr
+  float* v_scales = nullptr;    ///< Int8: the values' scales, laid out as k_scales
+};
+
+/// kv_append() into an f16 or int8 pool: each token's K and V rows, (n_tokens, n_kv_heads *
+/// head_dim) f32, rounded into `pool` at slot_mapping[t] (slot < 0: skipped).
+///   F16:  bits = __float2half_rn(x) (IEEE round to nearest even, as lio::f32_to_f16);
+///   Int8: per (token, KV head) vector x of head_dim values, s = max|x| / 127 and
+///         code_d = round(x_d / s) (half away from zero), 0 when s == 0 — chapter 03's
+///         quantize_row_int8 applied per head (kv_pool.h), so CPU and CUDA pools hold the
+///         same codes (every step is exact IEEE arithmetic: no fast-math).
+/// One block per token, one warp per KV head (its max|x| a warp reduction). Non-finite inputs
+/// are not checked (the CPU path throws on them): they give garbage codes for that head.
+/// Preconditions (throw InvalidArgument): non-null k, v, slot_mapping, pool.k, pool.v (and the
+/// scales for Int8), 0 <= n_tokens <= INT32_MAX, 0 < n_kv_heads, 0 < head_dim, n_kv_heads *
+/// head_dim <= INT32_MAX. Throws CudaError if the launch fails.
+void kv_append_quantized(const float* k, const float* v, const int32_t* slot_mapping, int64_t n_tokens,
+                         int64_t n_kv_heads, int64_t head_dim, const QuantizedKvLayer& pool, cudaStream_t stream);
+
+/// paged_attention() over an f16 or int8 pool: the same rows, heads, index arrays and work
+/// layout, with K and V dequantized as they are read (vLLM's fp8 KV cache and its
+/// kv_cache_dtype do the same in their paged attention kernels). For Int8 the key scale
+/// multiplies the q . codes dot product once per key and the value scale p_j once per key.
+/// Same preconditions as paged_attention() plus a non-null pool (pool.k, pool.v, and the
+/// scales for Int8); throws InvalidArgument otherwise, CudaError if the launch fails.
+void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, float* out,
+                               const int32_t* query_start_loc, const int32_t* seq_lens,
+                               const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                               int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                               int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream);
+
 // ---- multi-head latent attention (chapter 02) --------------------------------------------------
 
 /// Largest kv_lora_rank (d_c), qk_nope_head_dim and v_head_dim the MLA kernels accept: a lane

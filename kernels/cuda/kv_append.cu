@@ -6,6 +6,9 @@
 //
 // Optimized kernel: one block per token, threads over the row, float4 when aligned (a row of
 // SmolLM2's kv_dim = 192 floats is 48 float4 lanes). Naive kernel: one thread per element.
+// Quantized pools (chapter 03, --kv-cache-dtype f16 | int8): one block per token, one warp per
+// KV head; int8 takes the head's max|x| by a warp reduction, then every lane rounds its values.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -15,6 +18,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "lio/error.h"
+#include "reduce.cuh"
 
 namespace lio::cuda {
 
@@ -72,6 +76,54 @@ __global__ void kv_append_naive_kernel(const float* k, const float* v,
   v_pool[static_cast<int64_t>(slot) * kv_dim + i] = v[idx];
 }
 
+/// Grid: (n_tokens). Block: (kAppendThreads): warp w rounds KV heads w, w + 4, ... of the
+/// token's K and V rows into the f16 or int8 pool (QuantizedKvLayer's layout).
+template <KvQuant kType>
+__global__ void __launch_bounds__(kAppendThreads)
+kv_append_quantized_kernel(const float* k,               // (n_tokens, n_kv_heads * head_dim)
+                           const float* v,               // (n_tokens, n_kv_heads * head_dim)
+                           const int32_t* slot_mapping,  // (n_tokens), < 0 = skip
+                           int n_kv_heads, int head_dim, QuantizedKvLayer pool) {
+  constexpr int kWarps = kAppendThreads / detail::kWarpSize;
+  const int64_t t = blockIdx.x;
+  const int32_t slot = slot_mapping[t];
+  if (slot < 0) return;  // padding row
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int kv_dim = n_kv_heads * head_dim;
+  for (int g = threadIdx.x / detail::kWarpSize; g < n_kv_heads; g += kWarps) {
+    const int64_t src = t * kv_dim + static_cast<int64_t>(g) * head_dim;
+    const int64_t dst = static_cast<int64_t>(slot) * kv_dim + static_cast<int64_t>(g) * head_dim;
+    if constexpr (kType == KvQuant::F16) {
+      auto* kp = static_cast<__half*>(pool.k);
+      auto* vp = static_cast<__half*>(pool.v);
+      for (int d = lane; d < head_dim; d += detail::kWarpSize) {
+        kp[dst + d] = __float2half_rn(k[src + d]);
+        vp[dst + d] = __float2half_rn(v[src + d]);
+      }
+    } else {
+      // quantize_row_int8 per head: s = max|x| / 127, code = round(x / s).
+      float k_max = 0.0f, v_max = 0.0f;
+      for (int d = lane; d < head_dim; d += detail::kWarpSize) {
+        k_max = fmaxf(k_max, fabsf(k[src + d]));
+        v_max = fmaxf(v_max, fabsf(v[src + d]));
+      }
+      const float k_scale = detail::warp_max(k_max) / 127.0f;
+      const float v_scale = detail::warp_max(v_max) / 127.0f;
+      auto* kp = static_cast<int8_t*>(pool.k);
+      auto* vp = static_cast<int8_t*>(pool.v);
+      for (int d = lane; d < head_dim; d += detail::kWarpSize) {
+        kp[dst + d] = k_scale > 0.0f ? static_cast<int8_t>(roundf(k[src + d] / k_scale)) : int8_t{0};
+        vp[dst + d] = v_scale > 0.0f ? static_cast<int8_t>(roundf(v[src + d] / v_scale)) : int8_t{0};
+      }
+      if (lane == 0) {
+        const int64_t at = static_cast<int64_t>(slot) * n_kv_heads + g;
+        pool.k_scales[at] = k_scale;
+        pool.v_scales[at] = v_scale;
+      }
+    }
+  }
+}
+
 // ---- host launchers -----------------------------------------------------------------------------
 
 void check_kv_append_args(const char* op, const float* k, const float* v,
@@ -123,6 +175,31 @@ void kv_append_naive(const float* k, const float* v, const int32_t* slot_mapping
   }
   kv_append_naive_kernel<<<static_cast<unsigned>(n_blocks), kNaiveBlockThreads, 0, stream>>>(
       k, v, slot_mapping, n_tokens, static_cast<int>(kv_dim), k_pool, v_pool);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void kv_append_quantized(const float* k, const float* v, const int32_t* slot_mapping, int64_t n_tokens,
+                         int64_t n_kv_heads, int64_t head_dim, const QuantizedKvLayer& pool, cudaStream_t stream) {
+  const std::string where = "cuda::kv_append_quantized: ";
+  const bool int8 = pool.type == KvQuant::Int8;
+  if (k == nullptr || v == nullptr || slot_mapping == nullptr || pool.k == nullptr || pool.v == nullptr ||
+      (int8 && (pool.k_scales == nullptr || pool.v_scales == nullptr))) {
+    throw InvalidArgument(where + "null device pointer (k, v, slot_mapping, the pool's K / V, or an int8 "
+                          "pool's scales)");
+  }
+  if (n_tokens < 0 || n_tokens > INT_MAX || n_kv_heads <= 0 || head_dim <= 0 || n_kv_heads > INT_MAX / head_dim) {
+    throw InvalidArgument(where + "need 0 <= n_tokens <= INT32_MAX, n_kv_heads > 0, head_dim > 0 and "
+                          "n_kv_heads * head_dim <= INT32_MAX, got n_tokens=" + std::to_string(n_tokens) +
+                          " n_kv_heads=" + std::to_string(n_kv_heads) + " head_dim=" + std::to_string(head_dim));
+  }
+  if (n_tokens == 0) return;
+  const auto grid = static_cast<unsigned>(n_tokens);
+  const int nh = static_cast<int>(n_kv_heads), hd = static_cast<int>(head_dim);
+  if (int8) {
+    kv_append_quantized_kernel<KvQuant::Int8><<<grid, kAppendThreads, 0, stream>>>(k, v, slot_mapping, nh, hd, pool);
+  } else {
+    kv_append_quantized_kernel<KvQuant::F16><<<grid, kAppendThreads, 0, stream>>>(k, v, slot_mapping, nh, hd, pool);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -26,12 +26,16 @@
 // steps (chapter 07).
 // Naive kernel: one thread per (row, head), binary search, then the running-max loop of
 // cpu::attention over positions 0 .. p — the reference.
+// Quantized pools (chapter 03): the same kernel with another reader (F16Kv, Int8Kv) that widens
+// halves or multiplies int8 codes by their per-(token, head) scale as K and V are read.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
@@ -81,17 +85,105 @@ __device__ __forceinline__ float dot_q_k(const float* q_shared, const float* k, 
   return dot;
 }
 
+/// How the kernel reads one layer of the pool. An f32 pool: K rows through dot_q_k, V
+/// elements as they are. v_scale() is 1, so p_j * v_scale * v is p_j * v bit for bit.
+template <bool kVec4>
+struct F32Kv {
+  const float* k;  // (n_slots, n_kv_heads, head_dim)
+  const float* v;
+  __device__ __forceinline__ float score(const float* q_shared, int64_t slot, int g, int n_kv_heads,
+                                         int head_dim) const {
+    return dot_q_k<kVec4>(q_shared, k + (slot * n_kv_heads + g) * head_dim, head_dim);
+  }
+  __device__ __forceinline__ float v_scale(int64_t, int, int) const { return 1.0f; }
+  __device__ __forceinline__ float v_elem(int64_t slot, int g, int n_kv_heads, int head_dim, int d) const {
+    return v[(slot * n_kv_heads + g) * head_dim + d];
+  }
+};
+
+/// An f16 pool (chapter 03): halves widened to f32 as they are read; kVec4 reads four halves
+/// (8 bytes) at a time.
+template <bool kVec4>
+struct F16Kv {
+  const __half* k;  // (n_slots, n_kv_heads, head_dim)
+  const __half* v;
+  __device__ __forceinline__ float score(const float* q_shared, int64_t slot, int g, int n_kv_heads,
+                                         int head_dim) const {
+    const __half* row = k + (slot * n_kv_heads + g) * head_dim;
+    float dot = 0.0f;
+    if constexpr (kVec4) {
+      const float4* q4 = reinterpret_cast<const float4*>(q_shared);
+      const uint2* k4 = reinterpret_cast<const uint2*>(row);
+#pragma unroll 4
+      for (int d4 = 0; d4 < head_dim / 4; ++d4) {
+        const float4 a = q4[d4];
+        const uint2 bits = k4[d4];
+        const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&bits.x));
+        const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&bits.y));
+        dot += a.x * lo.x;
+        dot += a.y * lo.y;
+        dot += a.z * hi.x;
+        dot += a.w * hi.y;
+      }
+    } else {
+      for (int d = 0; d < head_dim; ++d) dot += q_shared[d] * __half2float(row[d]);
+    }
+    return dot;
+  }
+  __device__ __forceinline__ float v_scale(int64_t, int, int) const { return 1.0f; }
+  __device__ __forceinline__ float v_elem(int64_t slot, int g, int n_kv_heads, int head_dim, int d) const {
+    return __half2float(v[(slot * n_kv_heads + g) * head_dim + d]);
+  }
+};
+
+/// An int8 pool (chapter 03): q . k = k_scale * (q . codes), one multiply per key; the value
+/// scale is folded into p_j once per key. kVec4 reads four codes (4 bytes) at a time.
+template <bool kVec4>
+struct Int8Kv {
+  const int8_t* k;  // (n_slots, n_kv_heads, head_dim)
+  const int8_t* v;
+  const float* k_scales;  // (n_slots, n_kv_heads)
+  const float* v_scales;
+  __device__ __forceinline__ float score(const float* q_shared, int64_t slot, int g, int n_kv_heads,
+                                         int head_dim) const {
+    const int8_t* row = k + (slot * n_kv_heads + g) * head_dim;
+    float dot = 0.0f;
+    if constexpr (kVec4) {
+      const float4* q4 = reinterpret_cast<const float4*>(q_shared);
+      const char4* k4 = reinterpret_cast<const char4*>(row);
+#pragma unroll 4
+      for (int d4 = 0; d4 < head_dim / 4; ++d4) {
+        const float4 a = q4[d4];
+        const char4 c = k4[d4];
+        dot += a.x * static_cast<float>(c.x);
+        dot += a.y * static_cast<float>(c.y);
+        dot += a.z * static_cast<float>(c.z);
+        dot += a.w * static_cast<float>(c.w);
+      }
+    } else {
+      for (int d = 0; d < head_dim; ++d) dot += q_shared[d] * static_cast<float>(row[d]);
+    }
+    return dot * k_scales[slot * n_kv_heads + g];
+  }
+  __device__ __forceinline__ float v_scale(int64_t slot, int g, int n_kv_heads) const {
+    return v_scales[slot * n_kv_heads + g];
+  }
+  __device__ __forceinline__ float v_elem(int64_t slot, int g, int n_kv_heads, int head_dim, int d) const {
+    return static_cast<float>(v[(slot * n_kv_heads + g) * head_dim + d]);
+  }
+};
+
 // ---- kernels ------------------------------------------------------------------------------------
 
 /// Grid: (n_tokens, n_heads). Block: (kPagedThreads). Static shared memory: q (head_dim floats,
 /// 1 KiB at most) and the warps' partial results (kPagedWarps x (head_dim + 2) floats).
 /// kDimsPerLane = ceil(head_dim / 32) rounded up to a power of two (1, 2, 4, 8): output elements
 /// lane, lane + 32, ... of a warp's accumulator live in registers.
-template <int kDimsPerLane, bool kVec4>
+/// Kv: F32Kv, F16Kv or Int8Kv — how K scores and V elements are read from the pool.
+template <int kDimsPerLane, class Kv>
 __global__ void __launch_bounds__(kPagedThreads)
 paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, head_dim)
-                       const float* k_pool,             // (n_slots, n_kv_heads, head_dim)
-                       const float* v_pool,             // (n_slots, n_kv_heads, head_dim)
+                       Kv kv,                           // the pool's layer
                        float* out,                      // (n_tokens, n_heads, head_dim)
                        const int32_t* query_start_loc,  // (n_seqs + 1)
                        const int32_t* seq_lens,         // (n_seqs)
@@ -120,9 +212,6 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
   const int query_len = query_start_loc[s + 1] - q_start;
   const int n_keys = seq_lens[s] - query_len + (row - q_start) + 1;  // positions 0 .. p
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
-  const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;  // floats per slot
-  const float* k_g = k_pool + static_cast<int64_t>(g) * head_dim;
-  const float* v_g = v_pool + static_cast<int64_t>(g) * head_dim;
 
   const float* q_row = q + (static_cast<int64_t>(row) * n_heads + h) * head_dim;
   for (int d = threadIdx.x; d < head_dim; d += kPagedThreads) q_shared[d] = q_row[d];
@@ -142,7 +231,7 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
     float score = -INFINITY;
     if (j < n_keys) {
       slot = slot_of(table, block_size, j);
-      score = dot_q_k<kVec4>(q_shared, k_g + slot * kv_stride, head_dim) * scale;
+      score = kv.score(q_shared, slot, g, n_kv_heads, head_dim) * scale;
     }
     const float new_max = fmaxf(running_max, detail::warp_max(score));
     const float correction = expf(running_max - new_max);
@@ -152,13 +241,12 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
     for (int c = 0; c < kDimsPerLane; ++c) acc[c] *= correction;
     const int n_valid = min(kKeysPerTile, n_keys - tile);
     for (int jj = 0; jj < n_valid; ++jj) {
-      const float p_j = __shfl_sync(0xffffffffu, p, jj);
       const int64_t slot_j = __shfl_sync(0xffffffffu, slot, jj);
-      const float* v_j = v_g + slot_j * kv_stride;
+      const float p_j = __shfl_sync(0xffffffffu, p, jj) * kv.v_scale(slot_j, g, n_kv_heads);
 #pragma unroll
       for (int c = 0; c < kDimsPerLane; ++c) {
         const int d = lane + c * detail::kWarpSize;
-        if (d < head_dim) acc[c] += p_j * v_j[d];
+        if (d < head_dim) acc[c] += p_j * kv.v_elem(slot_j, g, n_kv_heads, head_dim, d);
       }
     }
     running_max = new_max;
@@ -266,6 +354,39 @@ void check_paged_attention_args(const char* op, const float* q, const float* k_p
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+/// Launches paged_attention_kernel for one layer of the pool: kv(std::true_type{}) and
+/// kv(std::false_type{}) make the reader with and without 4-wide loads; kDimsPerLane from
+/// head_dim. The arguments were checked by check_paged_attention_args.
+template <class MakeKv>
+void launch_paged(MakeKv kv, bool vec4, const float* q, float* out, const int32_t* query_start_loc,
+                  const int32_t* seq_lens, const int32_t* block_tables, const PagedShape& p, float scale,
+                  cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(p.n_heads));
+  const auto launch = [&]<int kDimsPerLane>() {
+    const auto args = [&](auto reader) {
+      paged_attention_kernel<kDimsPerLane, decltype(reader)><<<grid, kPagedThreads, 0, stream>>>(
+          q, reader, out, query_start_loc, seq_lens, block_tables, static_cast<int>(p.n_seqs),
+          static_cast<int>(p.max_blocks_per_seq), static_cast<int>(p.block_size), static_cast<int>(p.n_heads),
+          static_cast<int>(p.n_kv_heads), static_cast<int>(p.head_dim), scale);
+    };
+    if (vec4) {
+      args(kv(std::true_type{}));
+    } else {
+      args(kv(std::false_type{}));
+    }
+  };
+  if (p.head_dim <= 32) {
+    launch.template operator()<1>();
+  } else if (p.head_dim <= 64) {
+    launch.template operator()<2>();
+  } else if (p.head_dim <= 128) {
+    launch.template operator()<4>();
+  } else {
+    launch.template operator()<8>();
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
@@ -281,31 +402,40 @@ void paged_attention(const float* q, const float* k_pool, const float* v_pool, f
   // Every K row starts at (slot * n_kv_heads + g) * head_dim floats: 16-byte aligned when the
   // pool is and head_dim % 4 == 0.
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_pool);
-  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
-  const auto launch = [&]<int kDimsPerLane>() {
-    const auto args = [&](auto kernel) {
-      kernel<<<grid, kPagedThreads, 0, stream>>>(
-          q, k_pool, v_pool, out, query_start_loc, seq_lens, block_tables,
-          static_cast<int>(n_seqs), static_cast<int>(max_blocks_per_seq),
-          static_cast<int>(block_size), static_cast<int>(n_heads), static_cast<int>(n_kv_heads),
-          static_cast<int>(head_dim), scale);
-    };
-    if (vec4) {
-      args(paged_attention_kernel<kDimsPerLane, true>);
-    } else {
-      args(paged_attention_kernel<kDimsPerLane, false>);
-    }
-  };
-  if (head_dim <= 32) {
-    launch.template operator()<1>();
-  } else if (head_dim <= 64) {
-    launch.template operator()<2>();
-  } else if (head_dim <= 128) {
-    launch.template operator()<4>();
-  } else {
-    launch.template operator()<8>();
+  const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) { return F32Kv<kVec4>{k_pool, v_pool}; };
+  launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, stream);
+}
+
+void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, float* out,
+                               const int32_t* query_start_loc, const int32_t* seq_lens,
+                               const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                               int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                               int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream) {
+  const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
+  const bool int8 = pool.type == KvQuant::Int8;
+  if (int8 && (pool.k_scales == nullptr || pool.v_scales == nullptr)) {
+    throw InvalidArgument("cuda::paged_attention_quantized: an int8 pool needs its K and V scales (null device pointer)");
   }
-  CUDA_CHECK(cudaGetLastError());
+  // The f32 checks read the K / V pointers only for null-ness.
+  check_paged_attention_args("paged_attention_quantized", q, static_cast<const float*>(pool.k),
+                             static_cast<const float*>(pool.v), out, query_start_loc, seq_lens, block_tables, shape,
+                             kPagedAttentionMaxHeadDim, scale);
+  if (n_tokens == 0) return;
+  // A K row starts at (slot * n_kv_heads + g) * head_dim elements: aligned for 4-code (4-byte) or
+  // 4-half (8-byte) loads when head_dim % 4 == 0 and the pool is 8-byte aligned.
+  const bool vec4 = head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(pool.k) % 8 == 0;
+  if (int8) {
+    const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) {
+      return Int8Kv<kVec4>{static_cast<const int8_t*>(pool.k), static_cast<const int8_t*>(pool.v), pool.k_scales,
+                           pool.v_scales};
+    };
+    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, stream);
+  } else {
+    const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) {
+      return F16Kv<kVec4>{static_cast<const __half*>(pool.k), static_cast<const __half*>(pool.v)};
+    };
+    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, stream);
+  }
 }
 
 void paged_attention_naive(const float* q, const float* k_pool, const float* v_pool, float* out,

@@ -226,6 +226,63 @@ __host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0,
   return load_weights8<kType>(row, e0).dot(x);
 }
 
+/// The 8 weights of a Weights8 as signed int8 codes c_j, four to an int32 (byte j % 4 of
+/// word j / 4, little-endian: __dp4a's operand layout), with w_j = d * c_j + m. Q4_0's and Q5_0's
+/// offsets (-8, -16) and Q6_K's (-32) are in the codes; Q4_1's, Q5_1's and Q4_K's minimum is m.
+/// Every code fits int8 (Q8_0: -128..127; Q4_0: -8..7; Q4_1 / Q4_K: 0..15; Q5_0: -16..15;
+/// Q5_1: 0..31; Q6_K: -32..31), so the integer dot product of chapter 03's W8A8 / W4A8 runs
+/// on them and int8 activations with dp4a (four int8 products summed into an int32).
+struct Codes8 {
+  int32_t lo = 0;   ///< codes 0..3
+  int32_t hi = 0;   ///< codes 4..7
+  float d = 1.0f;   ///< scale
+  float m = 0.0f;   ///< minimum (0 for the symmetric types)
+
+  /// sum_j w_j * (dx * qx_j) for 8 int8 activation codes packed as Codes8 packs its own (x_lo:
+  /// codes 0..3, x_hi: 4..7) with their block's scale dx: dx * (d * sum c_j qx_j + m * sum
+  /// qx_j), the two sums exact in int32 (ggml's vec_dot_q4_1_q8_1 formula, Q8_1's s = dx *
+  /// sum qx).
+  __host__ __device__ __forceinline__ float dot_int8(int32_t x_lo, int32_t x_hi, float dx) const {
+#ifdef __CUDA_ARCH__
+    const int isum = __dp4a(hi, x_hi, __dp4a(lo, x_lo, 0));
+    const int xsum = __dp4a(0x01010101, x_hi, __dp4a(0x01010101, x_lo, 0));
+#else
+    int isum = 0, xsum = 0;
+    for (int j = 0; j < 4; ++j) {
+      const int a_lo = static_cast<int8_t>(static_cast<uint32_t>(lo) >> (8 * j));
+      const int a_hi = static_cast<int8_t>(static_cast<uint32_t>(hi) >> (8 * j));
+      const int b_lo = static_cast<int8_t>(static_cast<uint32_t>(x_lo) >> (8 * j));
+      const int b_hi = static_cast<int8_t>(static_cast<uint32_t>(x_hi) >> (8 * j));
+      isum += a_lo * b_lo + a_hi * b_hi;
+      xsum += b_lo + b_hi;
+    }
+#endif
+    return dx * (d * static_cast<float>(isum) + m * static_cast<float>(xsum));
+  }
+};
+
+/// Packs 4 int8 values into an int32 (value j in byte j), dp4a's layout.
+__host__ __device__ __forceinline__ int32_t pack_int8x4(int a, int b, int c, int e) {
+  return static_cast<int32_t>((static_cast<uint32_t>(a) & 0xFFu) | ((static_cast<uint32_t>(b) & 0xFFu) << 8) |
+                              ((static_cast<uint32_t>(c) & 0xFFu) << 16) | ((static_cast<uint32_t>(e) & 0xFFu) << 24));
+}
+
+/// The Codes8 of a quantized dtype's Weights8 (codes as floats, exact integers): Q4_0's -8 moves
+/// into the codes; every other type's codes are already what w = d * c + m needs.
+template <DType kType>
+__host__ __device__ __forceinline__ Codes8 codes8(const Weights8<kType>& w) {
+  static_assert(kType != DType::F32 && kType != DType::F16 && kType != DType::BF16, "quantized dtypes only");
+  constexpr int kOffset = kType == DType::Q4_0 ? -8 : 0;
+  int c[kDot8Elems];
+  for (int j = 0; j < kDot8Elems; ++j) c[j] = static_cast<int>(w.q[j]) + kOffset;
+  Codes8 out;
+  out.lo = pack_int8x4(c[0], c[1], c[2], c[3]);
+  out.hi = pack_int8x4(c[4], c[5], c[6], c[7]);
+  out.d = w.d;
+  out.m = w.m;
+  return out;
+}
+
 /// Calls f.template operator()<kType>() for the runtime dtype: the one switch from a
 /// DeviceMatrix's dtype to a kernel instantiation.
 template <typename F>

@@ -138,8 +138,6 @@ for kv in int8 f16; do
   fi
 done
 expect_error bad_kv_cache_dtype "--kv-cache-dtype" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --kv-cache-dtype int4
-# int8 activations on CUDA are refused, not silently run in f32 (GPU or not, CUDA build or not).
-expect_error cuda_int8_activations "--activations int8-token" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --device cuda --activations int8-token
 # ch03_quantization's table on the tiny model: every variant measured, none failing.
 printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60) >"$work/text.txt"
 ch03=("$bin/ch03_quantization" --reference "$m/tiny.gguf" --ppl-ctx 64 --ppl-chunks 2

@@ -10,6 +10,10 @@
 // Tolerances: outputs are convex combinations of V rows (|v| < 1), so errors are absolute:
 // 2e-5 against the double reference (f32 dot products of <= 256 terms, expf within 2 ulp), and
 // against the naive twin (also f32, another summation order).
+// Quantized pools (chapter 03, f16 / int8): the pool after kv_append_quantized must equal the
+// host rounding bit for bit (f32_to_f16; quantize_row_int8's formula per (token, KV head)), and
+// attention must match the double reference over the dequantized pool within 5e-5 (the int8
+// kernel multiplies the scale after the dot product: another rounding order).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -23,6 +27,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "lio/dtype.h"
 #include "lio/error.h"
 #include "random_inputs.h"
 
@@ -154,6 +159,20 @@ std::vector<float> host_attention(const PagedCase& c, const PagedBatch& b,
   return out;
 }
 
+/// A batch's host arrays (PagedBatch) copied to the device.
+struct DeviceBatch {
+  DeviceBuffer<float> q, k, v;
+  DeviceBuffer<int32_t> slots, qsl, lens, tables;
+  explicit DeviceBatch(const PagedBatch& b)
+      : q(DeviceBuffer<float>::from_host(b.q)),
+        k(DeviceBuffer<float>::from_host(b.k_new)),
+        v(DeviceBuffer<float>::from_host(b.v_new)),
+        slots(DeviceBuffer<int32_t>::from_host(b.slot_mapping)),
+        qsl(DeviceBuffer<int32_t>::from_host(b.query_start_loc)),
+        lens(DeviceBuffer<int32_t>::from_host(b.seq_lens)),
+        tables(DeviceBuffer<int32_t>::from_host(b.block_tables)) {}
+};
+
 /// A NaN-filled device array of n floats (all bits set is a quiet NaN).
 DeviceBuffer<float> poisoned(int64_t n) {
   DeviceBuffer<float> buf(n);
@@ -187,22 +206,16 @@ std::vector<float> run_case(const PagedCase& c, uint32_t seed, bool naive_append
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(v_pool.data() + off, b.v_pool.data(), b.v_pool.size() * sizeof(float),
                         cudaMemcpyHostToDevice));
-  const auto d_q = DeviceBuffer<float>::from_host(b.q);
-  const auto d_k = DeviceBuffer<float>::from_host(b.k_new);
-  const auto d_v = DeviceBuffer<float>::from_host(b.v_new);
-  const auto d_slots = DeviceBuffer<int32_t>::from_host(b.slot_mapping);
-  const auto d_qsl = DeviceBuffer<int32_t>::from_host(b.query_start_loc);
-  const auto d_lens = DeviceBuffer<int32_t>::from_host(b.seq_lens);
-  const auto d_tables = DeviceBuffer<int32_t>::from_host(b.block_tables);
+  const DeviceBatch d(b);
   DeviceBuffer<float> d_out = poisoned(static_cast<int64_t>(b.q.size()));
 
   const auto append = naive_append ? lio::cuda::kv_append_naive : lio::cuda::kv_append;
-  append(d_k.data(), d_v.data(), d_slots.data(), b.n_tokens, b.kv_dim, k_pool.data() + off,
+  append(d.k.data(), d.v.data(), d.slots.data(), b.n_tokens, b.kv_dim, k_pool.data() + off,
          v_pool.data() + off, nullptr);
   const auto attend =
       naive_attention ? lio::cuda::paged_attention_naive : lio::cuda::paged_attention;
-  attend(d_q.data(), k_pool.data() + off, v_pool.data() + off, d_out.data(), d_qsl.data(),
-         d_lens.data(), d_tables.data(), b.n_tokens, b.n_seqs, b.max_blocks_per_seq, c.block_size,
+  attend(d.q.data(), k_pool.data() + off, v_pool.data() + off, d_out.data(), d.qsl.data(),
+         d.lens.data(), d.tables.data(), b.n_tokens, b.n_seqs, b.max_blocks_per_seq, c.block_size,
          c.n_heads, c.n_kv_heads, c.head_dim, scale, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -340,6 +353,162 @@ TEST(CudaPagedArguments, LaunchersRejectBadShapesBeforeLaunching) {
       lio::cuda::paged_attention(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 2, 1,
                                  lio::cuda::kPagedAttentionMaxHeadDim + 1, 0.125f, nullptr),
       InvalidArgument);
+}
+
+// ---- quantized pools (chapter 03) -------------------------------------------------------------
+
+using lio::cuda::KvQuant;
+
+/// A pool (n_slots, n_kv_heads, head_dim) rounded on the host as kv_append_quantized rounds it:
+/// f16 bits, or int8 codes with one scale per (slot, head) (quantize_row_int8's formula).
+struct HostQuantPool {
+  std::vector<uint16_t> half;  // F16
+  std::vector<int8_t> codes;   // Int8
+  std::vector<float> scales;   // Int8: (n_slots, n_kv_heads)
+};
+
+HostQuantPool host_quantize(const std::vector<float>& pool, int64_t head_dim, KvQuant type) {
+  HostQuantPool q;
+  if (type == KvQuant::F16) {
+    for (float x : pool) q.half.push_back(lio::f32_to_f16(x));
+    return q;
+  }
+  q.codes.resize(pool.size());
+  for (size_t at = 0; at < pool.size(); at += static_cast<size_t>(head_dim)) {
+    float amax = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(pool[at + static_cast<size_t>(d)]));
+    const float s = amax / 127.0f;
+    q.scales.push_back(s);
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const size_t i = at + static_cast<size_t>(d);
+      q.codes[i] = s > 0.0f ? static_cast<int8_t>(std::round(pool[i] / s)) : int8_t{0};
+    }
+  }
+  return q;
+}
+
+/// The f32 values a host-rounded pool stands for.
+std::vector<float> host_dequantize(const HostQuantPool& q, int64_t head_dim, KvQuant type) {
+  std::vector<float> out;
+  if (type == KvQuant::F16) {
+    for (uint16_t h : q.half) out.push_back(lio::f16_to_f32(h));
+    return out;
+  }
+  for (size_t i = 0; i < q.codes.size(); ++i) {
+    out.push_back(q.scales[i / static_cast<size_t>(head_dim)] * static_cast<float>(q.codes[i]));
+  }
+  return out;
+}
+
+/// One pool array on the device, filled from `q`.
+struct DeviceQuantPool {
+  DeviceBuffer<uint16_t> half;
+  DeviceBuffer<int8_t> codes;
+  DeviceBuffer<float> scales;
+  explicit DeviceQuantPool(const HostQuantPool& q) {
+    if (!q.half.empty()) half = DeviceBuffer<uint16_t>::from_host(q.half);
+    if (!q.codes.empty()) codes = DeviceBuffer<int8_t>::from_host(q.codes);
+    if (!q.scales.empty()) scales = DeviceBuffer<float>::from_host(q.scales);
+  }
+  void* data() { return half.n_elems() > 0 ? static_cast<void*>(half.data()) : static_cast<void*>(codes.data()); }
+};
+
+/// kv_append_quantized then paged_attention_quantized for `c`: the pool bit for bit against the
+/// host rounding, the output against the double reference over the dequantized pool.
+void run_quantized_case(const PagedCase& c, uint32_t seed, KvQuant type) {
+  const PagedBatch b = make_batch(c, seed);
+  const std::string what = c.name + (type == KvQuant::Int8 ? " int8" : " f16");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> k_after = b.k_pool, v_after = b.v_pool;
+  host_append(b, k_after, v_after);
+  // Rounding is per (slot, head), so rounding the appended pool = appending rounded rows.
+  const HostQuantPool k_want = host_quantize(k_after, c.head_dim, type);
+  const HostQuantPool v_want = host_quantize(v_after, c.head_dim, type);
+  const std::vector<float> out_want = host_attention(c, b, host_dequantize(k_want, c.head_dim, type),
+                                                     host_dequantize(v_want, c.head_dim, type), scale);
+
+  DeviceQuantPool k_pool(host_quantize(b.k_pool, c.head_dim, type));
+  DeviceQuantPool v_pool(host_quantize(b.v_pool, c.head_dim, type));
+  const lio::cuda::QuantizedKvLayer layer{type, k_pool.data(), v_pool.data(), k_pool.scales.data(),
+                                          v_pool.scales.data()};
+  const DeviceBatch d(b);
+  DeviceBuffer<float> d_out = poisoned(static_cast<int64_t>(b.q.size()));
+
+  lio::cuda::kv_append_quantized(d.k.data(), d.v.data(), d.slots.data(), b.n_tokens, c.n_kv_heads, c.head_dim,
+                                 layer, nullptr);
+  lio::cuda::paged_attention_quantized(d.q.data(), layer, d_out.data(), d.qsl.data(), d.lens.data(),
+                                       d.tables.data(), b.n_tokens, b.n_seqs, b.max_blocks_per_seq, c.block_size,
+                                       c.n_heads, c.n_kv_heads, c.head_dim, scale, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  if (type == KvQuant::F16) {
+    EXPECT_EQ(k_pool.half.to_host(), k_want.half) << what << ": K pool after append";
+    EXPECT_EQ(v_pool.half.to_host(), v_want.half) << what << ": V pool after append";
+  } else {
+    EXPECT_EQ(k_pool.codes.to_host(), k_want.codes) << what << ": K codes after append";
+    EXPECT_EQ(v_pool.codes.to_host(), v_want.codes) << what << ": V codes after append";
+    EXPECT_EQ(k_pool.scales.to_host(), k_want.scales) << what << ": K scales after append";
+    EXPECT_EQ(v_pool.scales.to_host(), v_want.scales) << what << ": V scales after append";
+  }
+  expect_near_all(d_out.to_host(), out_want, 5e-5, what + ": attention vs double reference");
+}
+
+// Every case of the f32 kernel (misaligned pools excepted: a quantized pool has no offset), for
+// both element types: the 4-wide loads (head_dim % 4 == 0) and the scalar ones (hd6).
+TEST(CudaPagedAttentionQuantized, MatchesHostRoundingAndReference) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 6001;
+  for (const KvQuant type : {KvQuant::F16, KvQuant::Int8}) {
+    for (const PagedCase& c : kCases) {
+      if (c.pool_offset_floats == 0) run_quantized_case(c, seed += 10, type);
+    }
+  }
+}
+
+// A head whose K and V rows are all zero gets scale 0 and codes 0 (no division by zero), and
+// attention over it is still finite.
+TEST(CudaPagedAttentionQuantized, ZeroRowsGetScaleZero) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n_kv_heads = 2, head_dim = 64, kv_dim = n_kv_heads * head_dim;
+  std::vector<float> k = random_floats(static_cast<size_t>(kv_dim), -1.0f, 1.0f, 7001);
+  std::fill_n(k.begin() + head_dim, head_dim, 0.0f);  // head 1 all zero
+  const auto d_k = DeviceBuffer<float>::from_host(k);
+  const auto d_v = DeviceBuffer<float>::from_host(k);
+  const auto d_slot = DeviceBuffer<int32_t>::from_host(std::vector<int32_t>{3});
+  DeviceBuffer<int8_t> kc(8 * kv_dim), vc(8 * kv_dim);
+  DeviceBuffer<float> ks = DeviceBuffer<float>::from_host(std::vector<float>(8 * n_kv_heads, -1.0f));
+  DeviceBuffer<float> vs = DeviceBuffer<float>::from_host(std::vector<float>(8 * n_kv_heads, -1.0f));
+  lio::cuda::kv_append_quantized(d_k.data(), d_v.data(), d_slot.data(), 1, n_kv_heads, head_dim,
+                                 {KvQuant::Int8, kc.data(), vc.data(), ks.data(), vs.data()}, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> scales = ks.to_host();
+  EXPECT_GT(scales[3 * n_kv_heads], 0.0f);
+  EXPECT_EQ(scales[3 * n_kv_heads + 1], 0.0f);
+  EXPECT_EQ(scales[0], -1.0f);  // other slots untouched
+  const std::vector<int8_t> codes = kc.to_host();
+  for (int64_t d = 0; d < head_dim; ++d) EXPECT_EQ(codes[static_cast<size_t>(3 * kv_dim + head_dim + d)], 0);
+}
+
+TEST(CudaPagedArguments, QuantizedLaunchersRejectBadInputBeforeLaunching) {
+  auto* f = reinterpret_cast<float*>(uintptr_t{256});
+  auto* p = reinterpret_cast<void*>(uintptr_t{256});
+  const auto* ids = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  using lio::InvalidArgument;
+  const lio::cuda::QuantizedKvLayer good{KvQuant::Int8, p, p, f, f};
+  const lio::cuda::QuantizedKvLayer no_scales{KvQuant::Int8, p, p, nullptr, f};
+  const lio::cuda::QuantizedKvLayer no_keys{KvQuant::F16, nullptr, p, nullptr, nullptr};
+  EXPECT_THROW(lio::cuda::kv_append_quantized(f, f, ids, 3, 3, 64, no_scales, nullptr), InvalidArgument);
+  EXPECT_THROW(lio::cuda::kv_append_quantized(f, f, ids, 3, 3, 64, no_keys, nullptr), InvalidArgument);
+  EXPECT_THROW(lio::cuda::kv_append_quantized(f, f, ids, -1, 3, 64, good, nullptr), InvalidArgument);
+  EXPECT_THROW(lio::cuda::kv_append_quantized(f, f, ids, 3, 0, 64, good, nullptr), InvalidArgument);
+  EXPECT_THROW(lio::cuda::kv_append_quantized(f, f, nullptr, 3, 3, 64, good, nullptr), InvalidArgument);
+  const auto attend = [&](const lio::cuda::QuantizedKvLayer& pool, int64_t n_kv_heads, int64_t head_dim) {
+    lio::cuda::paged_attention_quantized(f, pool, f, ids, ids, ids, 4, 2, 3, 16, 9, n_kv_heads, head_dim, 0.125f,
+                                         nullptr);
+  };
+  EXPECT_THROW(attend(no_scales, 3, 64), InvalidArgument);
+  EXPECT_THROW(attend(no_keys, 3, 64), InvalidArgument);
+  EXPECT_THROW(attend(good, 2, 64), InvalidArgument);  // 9 heads over 2 KV heads
+  EXPECT_THROW(attend(good, 3, lio::cuda::kPagedAttentionMaxHeadDim + 1), InvalidArgument);
 }
 
 }  // namespace

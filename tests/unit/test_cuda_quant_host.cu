@@ -1,12 +1,15 @@
 // test_cuda_quant_host.cu — the CUDA kernels' weight readers (kernels/cuda/quant.cuh:
 // load_element, dot8) run on the HOST against lio::dequantize_row, for every dtype. They are
 // __host__ __device__, so this test checks the block layouts, nibble order and index math of
-// the GEMV / embedding / dequantize kernels on every machine, GPU or not.
+// the GEMV / embedding / dequantize kernels on every machine, GPU or not. Chapter 03's integer
+// path (Codes8::dot_int8, gemv_int8's inner step) is checked the same way: its int32 sums run
+// here as a plain loop instead of __dp4a.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,45 @@ TEST(CudaQuantHost, Dot8EqualsDequantizedDotEveryDtype) {
       }
     });
   }
+}
+
+// Every 8-column group of every block-quantized dtype: Codes8 (the codes gemv_int8 packs for
+// __dp4a) dotted with 8 int8 activation codes equals sum_j w_j * (dx * qx_j) over the
+// dequantized weights, within 1e-6 of the sum of |terms|. The codes must fit int8 and the
+// minimum / offset must land where dequantize_row puts it, or this fails.
+TEST(CudaQuantHost, Codes8Int8DotEqualsDequantizedDot) {
+  const int64_t cols = 512;
+  std::mt19937 rng(123);
+  std::uniform_int_distribution<int> code(-127, 127);
+  for (DType t : kAllDtypes) {
+    if (!lio::cuda::has_int8_kernel(t)) continue;
+    const Row r = make_row(t, cols, 71 + static_cast<uint32_t>(t));
+    lio::cuda::detail::dispatch_dtype(t, [&]<DType kType>() {
+      if constexpr (lio::cuda::has_int8_kernel(kType)) {
+        for (int e0 = 0; e0 < cols; e0 += lio::cuda::detail::kDot8Elems) {
+          int qx[8];
+          for (int& q : qx) q = code(rng);
+          const float dx = 0.013f;
+          double want = 0, scale = 0;
+          for (int j = 0; j < 8; ++j) {
+            const double term = double(r.dequant[size_t(e0 + j)]) * (double(dx) * qx[j]);
+            want += term;
+            scale += std::fabs(term);
+          }
+          const lio::cuda::detail::Codes8 c =
+              lio::cuda::detail::codes8<kType>(lio::cuda::detail::load_weights8<kType>(r.bytes.data(), e0));
+          const float got = c.dot_int8(lio::cuda::detail::pack_int8x4(qx[0], qx[1], qx[2], qx[3]),
+                                       lio::cuda::detail::pack_int8x4(qx[4], qx[5], qx[6], qx[7]), dx);
+          ASSERT_NEAR(got, want, 1e-6 * scale + 1e-7) << lio::dtype_info(t).name << " e0 " << e0;
+        }
+      }
+    });
+  }
+}
+
+// pack_int8x4 puts value j in byte j (little-endian), as __dp4a reads its operands.
+TEST(CudaQuantHost, PackInt8x4ByteOrder) {
+  EXPECT_EQ(static_cast<uint32_t>(lio::cuda::detail::pack_int8x4(1, -1, 127, -128)), 0x807FFF01u);
 }
 
 }  // namespace

@@ -80,8 +80,9 @@ lio::cuda::CudaBackend& cuda_backend(lio::ModelRunner& r) {
 /// Two batched steps through blocks of 4 tokens with block tables scattered over a pool of
 /// >= 12 blocks — step 1: the prefixes of A (6 tokens) and B (9 tokens); step 2: A's next 5
 /// tokens (all logits), B's next token, C's 3-token prompt — on both runners: every logit of
-/// the GPU's against the CPU's.
-void expect_mixed_batch_matches(lio::ModelRunner& cpu, lio::ModelRunner& gpu, const std::string& what) {
+/// the GPU's against the CPU's, within `tol` (max_rel_error).
+void expect_mixed_batch_matches(lio::ModelRunner& cpu, lio::ModelRunner& gpu, const std::string& what,
+                                double tol = 1e-4) {
   const std::vector<int32_t> table_a = {0, 9, 3}, table_b = {7, 5, 6}, table_c = {4, 11};
   lio::ForwardBatch prefixes(4);
   prefixes.add_sequence(std::vector<int32_t>{5, 17, 200, 3, 99, 140}, 0, table_a, 1);
@@ -94,11 +95,38 @@ void expect_mixed_batch_matches(lio::ModelRunner& cpu, lio::ModelRunner& gpu, co
     std::span<const float> out = r.forward(b);
     return std::vector<float>(out.begin(), out.end());
   };
-  EXPECT_LT(max_rel_error(step(gpu, prefixes), step(cpu, prefixes)), 1e-4) << what << " prefixes";
+  EXPECT_LT(max_rel_error(step(gpu, prefixes), step(cpu, prefixes)), tol) << what << " prefixes";
   const auto want = step(cpu, mixed);
   const auto got = step(gpu, mixed);
   ASSERT_EQ(got.size(), size_t(7 * cpu.config().vocab_size)) << what;
-  EXPECT_LT(max_rel_error(got, want), 1e-4) << what << " mixed step";
+  EXPECT_LT(max_rel_error(got, want), tol) << what << " mixed step";
+}
+
+/// Six distinct 10-token prompts, 24 greedy tokens each, through an Engine with swap
+/// preemption over a pool of n_blocks blocks of 8 tokens in `dtype` on `device`: the tokens per
+/// request, and the engine's stats in *stats.
+std::map<int64_t, std::vector<int32_t>> serve_with_swap(const lio::LoadedModel& m, lio::Device device,
+                                                       int64_t n_blocks, lio::KvCacheDType dtype,
+                                                       lio::EngineStats* stats) {
+  lio::ModelRunner r(lio::make_backend(m, device), lio::KvPoolConfig{8, n_blocks, dtype});
+  lio::EngineConfig cfg;
+  cfg.scheduler.preemption = lio::PreemptionMode::Swap;
+  cfg.swap_space_mib = 4;
+  lio::Engine e(r, *m.tokenizer, cfg);
+  lio::SamplingParams p;
+  p.max_tokens = 24;
+  p.ignore_eos = true;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = kPrompt;
+    prompt.push_back(10 + i);  // distinct prompts
+    e.add_request(prompt, p);
+  }
+  std::map<int64_t, std::vector<int32_t>> out;
+  while (e.has_unfinished())
+    for (const lio::RequestOutput& o : e.step())
+      out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  *stats = e.stats();
+  return out;
 }
 
 class CudaRunnerTest : public ::testing::Test {
@@ -431,33 +459,74 @@ TEST_F(CudaRunnerTest, EngineSwapPreemptionMatchesCpu) {
   TinyModelSpec spec;
   spec.weight_dtype = DType::Q4_1;
   lio::LoadedModel m = load_tiny(spec);
-  auto serve = [&](lio::Device device, int64_t n_blocks, lio::EngineStats* stats) {
-    auto r = runner(m, device, 8, n_blocks);
-    lio::EngineConfig cfg;
-    cfg.scheduler.preemption = lio::PreemptionMode::Swap;
-    cfg.swap_space_mib = 4;
-    lio::Engine e(*r, *m.tokenizer, cfg);
-    lio::SamplingParams p;
-    p.max_tokens = 24;
-    p.ignore_eos = true;
-    for (int i = 0; i < 6; ++i) {
-      std::vector<int32_t> prompt = kPrompt;
-      prompt.push_back(10 + i);  // distinct prompts
-      e.add_request(prompt, p);
-    }
-    std::map<int64_t, std::vector<int32_t>> out;
-    while (e.has_unfinished())
-      for (const lio::RequestOutput& o : e.step())
-        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
-    *stats = e.stats();
-    return out;
-  };
   lio::EngineStats cpu_stats, gpu_stats;
-  const auto want = serve(lio::Device::Cpu, 64, &cpu_stats);
-  const auto got = serve(lio::Device::Cuda, 14, &gpu_stats);
+  const auto want = serve_with_swap(m, lio::Device::Cpu, 64, lio::KvCacheDType::F32, &cpu_stats);
+  const auto got = serve_with_swap(m, lio::Device::Cuda, 14, lio::KvCacheDType::F32, &gpu_stats);
   ASSERT_EQ(cpu_stats.n_preemptions, 0);
   EXPECT_GT(gpu_stats.n_blocks_swapped_out, 0) << "no swap happened: the test lost its point";
   EXPECT_EQ(gpu_stats.n_blocks_swapped_in, gpu_stats.n_blocks_swapped_out);
+  EXPECT_EQ(got, want);
+}
+
+// Chapter 03's KV cache on the GPU (--kv-cache-dtype f16 | int8): kv_append_quantized rounds
+// as the CPU backend does and paged_attention_quantized reads it back, through a mixed batch
+// of scattered blocks. The K/V rows themselves differ from the CPU's by f32 summation order,
+// so a value sitting on a rounding boundary may round the other way: one f16 ulp (2^-11
+// relative) or one int8 step (1/127 of its head's max|x|) in a single element, hence the
+// looser bounds than the f32 pool's 1e-4.
+TEST_F(CudaRunnerTest, QuantizedKvCacheMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q8_0;
+  lio::LoadedModel m = load_tiny(spec);
+  for (const auto& [dtype, tol] : {std::pair{lio::KvCacheDType::F16, 2e-3}, std::pair{lio::KvCacheDType::Int8, 1e-2}}) {
+    lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu), lio::KvPoolConfig{4, 16, dtype});
+    lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{4, 16, dtype});
+    EXPECT_EQ(gpu.kv_pool().dtype(), dtype);
+    EXPECT_EQ(gpu.kv_pool().size_bytes(), cpu.kv_pool().size_bytes());
+    expect_mixed_batch_matches(cpu, gpu, lio::kv_cache_dtype_name(dtype), tol);
+  }
+}
+
+// Chapter 03's int8 activations on the GPU (--activations int8 | int8-token): the same rounding
+// as the CPU backend (cuda::quantize_activations_int8) and integer dot products (gemv_int8) at
+// every batch size, through a mixed batch and a 24-token prefill. As with the int8 KV cache, an
+// activation on a rounding boundary may round the other way on one backend (its f32 input
+// differs in the last bits): one int8 step of one element, hence 1e-2.
+TEST_F(CudaRunnerTest, Int8ActivationsMatchCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const DType dtype : {DType::Q8_0, DType::Q4_1}) {
+    TinyModelSpec spec;
+    spec.weight_dtype = dtype;
+    lio::LoadedModel m = load_tiny(spec);
+    for (const auto act : {lio::ActivationPrecision::Int8, lio::ActivationPrecision::Int8PerToken}) {
+      const std::string what = std::string(lio::dtype_info(dtype).name) +
+                               (act == lio::ActivationPrecision::Int8 ? " int8/32" : " int8/token");
+      lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu, act), lio::KvPoolConfig{4, 16});
+      lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, act), lio::KvPoolConfig{4, 16});
+      EXPECT_NE(gpu.backend().device_description().find("int8 activations"), std::string::npos) << what;
+      expect_mixed_batch_matches(cpu, gpu, what, 1e-2);
+      lio::ModelRunner cpu2(lio::make_backend(m, lio::Device::Cpu, act), lio::KvPoolConfig{16, 8});
+      lio::ModelRunner gpu2(lio::make_backend(m, lio::Device::Cuda, act), lio::KvPoolConfig{16, 8});
+      lio::SoloSequence cpu_seq(cpu2, 64), gpu_seq(gpu2, 64);
+      EXPECT_LT(max_rel_error(run(gpu_seq, kLongPrompt, true), run(cpu_seq, kLongPrompt, true)), 1e-2)
+          << what << " prefill";
+    }
+  }
+}
+
+// Swapping an int8 pool's blocks out and back (codes and scales, DeviceKvPool's host layout)
+// changes nothing: the same tokens as the same GPU pool large enough for no preemption.
+TEST_F(CudaRunnerTest, EngineSwapPreemptionInt8KvIsLossless) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  lio::EngineStats roomy, tight;
+  const auto want = serve_with_swap(m, lio::Device::Cuda, 64, lio::KvCacheDType::Int8, &roomy);
+  const auto got = serve_with_swap(m, lio::Device::Cuda, 14, lio::KvCacheDType::Int8, &tight);
+  ASSERT_EQ(roomy.n_preemptions, 0);
+  EXPECT_GT(tight.n_blocks_swapped_out, 0) << "no swap happened: the test lost its point";
   EXPECT_EQ(got, want);
 }
 

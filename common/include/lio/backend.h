@@ -45,6 +45,14 @@ struct WeightRef {
   int64_t layer = -1;   ///< decoder layer, or -1 for the model-level tensors
 };
 
+/// Precision of the activations in the matmuls of quantized weights (--activations): F32;
+/// Int8 (each 32-element block of x rounded to int8 with its own scale, integer dot products;
+/// faster on CPU batches, with the KL cost measured in docs/engine.md); or Int8PerToken (W8A8:
+/// one scale per token — on the CPU rounded by chapter 03's Task 6 — with the LM head left in
+/// f32 activations; docs/03_quantization.md). Both backends run all three; f32 / f16 / bf16
+/// weights always multiply f32 activations.
+enum class ActivationPrecision { F32, Int8, Int8PerToken };
+
 /// Activation buffers the forward pass asks its backend for (see Backend::scratch).
 enum class Scratch { X, Xn, Q, K, V, Attn, Gate, Up, Rows, Logits, kCount };
 

@@ -48,7 +48,12 @@ class CudaBackend final : public Backend {
   /// shape is past the MLA kernels' limits (cuda::kMlaMaxLatentDim, kMlaMaxRopeDim) or whose
   /// up-projections are not f32; CudaError on an
   /// allocation or copy failure (e.g. "out of memory").
-  CudaBackend(const ModelConfig& config, const Weights& weights);
+  /// `activations` (chapter 03): Int8 / Int8PerToken round x to int8 before every matmul of a
+  /// block-quantized matrix (cuda::quantize_activations_int8, per 32-element block or per
+  /// token) and multiply with cuda::gemv_int8 at every batch size; Int8PerToken leaves the LM
+  /// head in f32 activations, as the CPU backend does.
+  CudaBackend(const ModelConfig& config, const Weights& weights,
+              ActivationPrecision activations = ActivationPrecision::F32);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -62,9 +67,11 @@ class CudaBackend final : public Backend {
   /// are excluded; the first forward pass still allocates its scratch).
   int64_t free_memory_bytes() const override;
 
-  /// A pool in device memory: two buffers (K, V) of n_layers * n_slots * kv_dim floats,
-  /// zeroed; keys(l) / values(l) return device pointers into them. Throws InvalidArgument on a
-  /// bad shape, CudaError ("out of memory") when it does not fit.
+  /// A pool in device memory: two buffers (K, V) of n_layers * n_slots * kv_dim elements of
+  /// config.dtype (f32, f16, or int8 plus one f32 scale per slot and KV head), zeroed, laid out
+  /// as HostKvPool's; keys(l) / values(l) (f32) or key_data(l) / key_scales(l) return device
+  /// pointers into them. Throws InvalidArgument on a bad shape, UnsupportedError for an f16 /
+  /// int8 pool of an MLA model, CudaError ("out of memory") when it does not fit.
   std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) override;
 
   /// Copies the batch's index arrays to device memory in one transfer through pinned memory.
@@ -77,14 +84,16 @@ class CudaBackend final : public Backend {
   void embedding(const int32_t* token_ids, int64_t n, float* out) override;
   void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
   /// cuda::matmul: gemv (1 row), gemv_batched (2 .. kGemvBatchedMaxRows), dequantize +
-  /// cuBLAS SGEMM (more; the f32 scratch is held by the backend).
+  /// cuBLAS SGEMM (more; the f32 scratch is held by the backend). With int8 activations and a
+  /// block-quantized matrix: cuda::quantize_activations_int8 then cuda::gemv_int8, any n_rows.
   void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
   void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
   /// cuda::kv_append into `pool` (which must come from a CudaBackend's make_kv_pool; else
-  /// InvalidArgument).
+  /// InvalidArgument); an f16 / int8 pool: cuda::kv_append_quantized.
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
                  const BatchView& batch) override;
-  /// cuda::paged_attention with scale 1/sqrt(head_dim). Throws InvalidArgument if the pool is
+  /// cuda::paged_attention (f16 / int8 pool: paged_attention_quantized) with scale
+  /// 1/sqrt(head_dim). Throws InvalidArgument if the pool is
   /// not a device pool or the batch's block_size differs from the pool's.
   void attention(KvPool& pool, int64_t layer, const float* q, float* out,
                  const BatchView& batch) override;

@@ -119,35 +119,28 @@ class SoloSequence {
 struct KvPoolOptions {
   int64_t block_size = 16;    ///< tokens per block (--block-size)
   int64_t kv_cache_mib = 0;   ///< pool budget in MiB (--kv-cache-mib); 0 = default_kv_cache_mib
-  KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype; the CPU backend only)
+  KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype)
 };
 
 /// The default KV budget in MiB: on the CPU a quarter of physical memory, at most 1024 MiB;
 /// on a GPU 80% of the memory free after the weights. At least one block's worth.
 int64_t default_kv_cache_mib(const Backend& backend);
 
-/// Precision of the activations in the CPU backend's matmuls (--activations): F32; Int8
-/// (each 32-element block of x rounded to int8, integer dot products; faster on batches, with
-/// the KL cost measured in docs/engine.md); or Int8PerToken (W8A8: one scale per token,
-/// rounded by chapter 03's Task 6, the LM head left in f32 activations;
-/// docs/03_quantization.md). The CUDA backend has F32 only: make_backend refuses the others.
-enum class CpuActivations { F32, Int8, Int8PerToken };
 /// Parses "f32", "int8" or "int8-token" (the --activations flag). Throws InvalidArgument
 /// otherwise.
-CpuActivations parse_cpu_activations(const std::string& text);
+ActivationPrecision parse_activation_precision(const std::string& text);
 
 /// The backend for `device` over `model` (which must outlive it). Device::Cuda uploads the
-/// weights to GPU 0. Throws UnsupportedError when CUDA is asked for with int8 activations, or
-/// when this build has no CUDA support or no usable GPU is present (the message says which),
-/// CudaError on a device failure.
+/// weights to GPU 0. Throws UnsupportedError when this build has no CUDA support or no usable
+/// GPU is present (the message says which), CudaError on a device failure.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device,
-                                      CpuActivations activations = CpuActivations::F32);
+                                      ActivationPrecision activations = ActivationPrecision::F32);
 
 /// make_backend() plus a KV pool sized by `pool` (budget / block bytes, rounded down). Throws
 /// InvalidArgument if block_size < 1, kv_cache_mib < 0 or the budget holds no block, and as
 /// make_backend().
 std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device,
                                          const KvPoolOptions& pool = {},
-                                         CpuActivations activations = CpuActivations::F32);
+                                         ActivationPrecision activations = ActivationPrecision::F32);
 
 }  // namespace lio
