@@ -34,7 +34,7 @@ ReferenceLogprobs reference_logprobs(const LoadedModel& model, const std::vector
 /// How a variant runs (chapter 03's variants): the CPU matmuls' activations (W8A8) and the KV
 /// cache's element type.
 struct RunSettings {
-  ActivationPrecision activations = ActivationPrecision::F32;  ///< --activations (CPU only)
+  ActivationPrecision activations = ActivationPrecision::F32;  ///< --activations
   KvCacheDType kv = KvCacheDType::F32;               ///< --kv-cache-dtype
 };
 

@@ -32,7 +32,7 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
                  "repeated: same outputs), mqa (one, mean-pooled), or gqa:N")
       ->capture_default_str();
   app.add_option("--activations", o.activations,
-                 "CPU matmul activations: f32; int8 (rounded per 32-element block, integer dot "
+                 "Matmul activations (quantized weights): f32; int8 (rounded per 32-element block, integer dot "
                  "products: faster on batches, slightly less exact); int8-token (W8A8: one scale "
                  "per token, chapter 03)")
       ->capture_default_str();
