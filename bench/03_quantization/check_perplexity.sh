@@ -7,6 +7,8 @@
 #
 # Usage: bench/03_quantization/check_perplexity.sh [--quick]
 #   --quick   4 chunks instead of all (a minute instead of a few)
+#   3-bit files: make them with --llama-blocks (lio quantize, ch03_quantization); LIO's packed
+#   Q3_0 / Q3_1 blocks are not a ggml type, and llama-perplexity refuses them.
 # Env: BUILD_DIR (build), LLAMA_BUILD_DIR (build-llama), TEXT (default
 #   /usr/share/common-licenses/GPL-3: real English from Debian's base-files), CTX (512),
 #   MODELS (space-separated GGUF paths; default the Q4_1 file as shipped and the F32 copy),

@@ -51,6 +51,7 @@ struct Settings {
   std::string calib = "/usr/share/common-licenses/GFDL-1.3";
   int64_t calib_ctx = 512, calib_chunks = 8;
   bool skip_speed = false;
+  bool llama_blocks = false;  // 3-bit variants in Q4_0 / Q4_1 (llama.cpp reads them) instead of Q3_0 / Q3_1
   std::string out_dir;  // keep the variants made here in this directory (else a temporary one)
 };
 
@@ -163,6 +164,7 @@ lio::QuantizeOptions quantize_options(const std::string& name, const Settings& s
   q.calib_path = s.calib;
   q.calib_ctx = s.calib_ctx;
   q.calib_chunks = s.calib_chunks;
+  q.llama_blocks = s.llama_blocks;
   lio::quantize_target(q);
   return q;
 }
@@ -209,6 +211,9 @@ int main(int argc, char** argv) {
   app.add_option("--calib-chunks", s.calib_chunks, "Calibration chunks (-1: the whole text)")->capture_default_str();
   app.add_option("--out-dir", s.out_dir, "Write the variants made here to this directory and keep them "
                  "(e.g. for bench/03_quantization/check_perplexity.sh)");
+  app.add_flag("--llama-blocks", s.llama_blocks,
+               "Store 3-bit variants in llama.cpp's Q4_0 / Q4_1 blocks (4-bit memory; llama.cpp runs the files) "
+               "instead of LIO's packed Q3_0 / Q3_1");
   app.add_flag("--skip-speed", s.skip_speed, "Measure quality only (speed depends on the container, not the method)");
   app.add_option("--files", s.files, "Comma-separated GGUF files to compare as they are (e.g. the shipped Q4_1, or "
                  "llama.cpp's Q4_K_M); the run suffixes of --variants apply (FILE.gguf+a8b)");

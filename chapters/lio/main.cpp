@@ -354,13 +354,17 @@ int main(int argc, char** argv) {
                     "rtn, gptq (Frantar et al. 2023), awq (Lin et al. 2024) or smoothquant (Xiao et al. 2023; "
                     "for W8A8 with --activations int8-token)")
       ->capture_default_str();
-  quant->add_option("--bits", q_opts.bits, "8 (Q8_0), 4 or 3 (Q4_0, or Q4_1 with --asymmetric; 3-bit codes in Q4 blocks)")
+  quant->add_option("--bits", q_opts.bits,
+                    "8 (Q8_0), 4 (Q4_0, or Q4_1 with --asymmetric) or 3 (LIO's packed Q3_0 / Q3_1, which llama.cpp "
+                    "cannot read; see --llama-blocks)")
       ->capture_default_str();
+  quant->add_flag("--llama-blocks", q_opts.llama_blocks,
+                  "3 bits: store the codes in llama.cpp's Q4_0 / Q4_1 blocks (llama.cpp runs the file; 4-bit memory)");
   quant->add_option("--group-size", q_opts.group_size,
                     "Weights per scale: 32 (llama.cpp's block), 64, 128, or channel (one scale per output row)")
       ->transform(CLI::Transformer(std::map<std::string, std::string>{{"channel", "0"}}))
       ->capture_default_str();
-  quant->add_flag("--asymmetric", q_opts.asymmetric, "4 / 3 bits with a minimum per group (Q4_1)");
+  quant->add_flag("--asymmetric", q_opts.asymmetric, "4 / 3 bits with a minimum per group (Q4_1 / Q3_1)");
   quant->add_option("--calib", q_opts.calib_path, "gptq / awq: a text file to calibrate on (real text, not the evaluation text)");
   quant->add_option("--calib-ctx", q_opts.calib_ctx, "Calibration tokens per chunk")->capture_default_str();
   quant->add_option("--calib-chunks", q_opts.calib_chunks, "Calibration chunks (-1: the whole text)")->capture_default_str();

@@ -1,4 +1,4 @@
-// dtype.cpp — dtype facts, f16/bf16 conversion and exact (de)quantization of Q8_0/Q4_0/Q4_1.
+// dtype.cpp — dtype facts, f16/bf16 conversion and exact (de)quantization of Q8_0/Q4_0/Q4_1 (and LIO's Q3_0/Q3_1).
 //
 // Sources: ggml-common.h (block layouts), ggml-quants.c (quantize_row_*_ref and
 // dequantize_row_*), IEEE 754-2008 binary16, and the bfloat16 definition (the upper
@@ -70,6 +70,8 @@ std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
     case 12: return DType::Q4_K;
     case 14: return DType::Q6_K;
     case 30: return DType::BF16;
+    case 1000: return DType::Q3_0;  // LIO's own
+    case 1001: return DType::Q3_1;
     default: return std::nullopt;
   }
 }
@@ -81,6 +83,8 @@ std::string_view ggml_type_name(uint32_t ggml_type) {
   if (ggml_type < static_cast<uint32_t>(kNumberedNames)) {
     return std::string_view(kNumberedTypeNames[ggml_type].data());
   }
+  if (ggml_type == 1000) return "Q3_0";
+  if (ggml_type == 1001) return "Q3_1";
   return "type>=1000";
 }
 
@@ -96,6 +100,8 @@ DTypeInfo dtype_info(DType dtype) {
     case DType::Q8_0: return {"Q8_0", kQuantBlockElems, sizeof(BlockQ8_0)};
     case DType::Q4_K: return {"Q4_K", kKQuantBlockElems, sizeof(BlockQ4_K)};
     case DType::Q6_K: return {"Q6_K", kKQuantBlockElems, sizeof(BlockQ6_K)};
+    case DType::Q3_0: return {"Q3_0", kQuantBlockElems, sizeof(BlockQ3_0)};
+    case DType::Q3_1: return {"Q3_1", kQuantBlockElems, sizeof(BlockQ3_1)};
   }
   throw InvalidArgument("dtype_info: invalid DType value " +
                         std::to_string(static_cast<uint32_t>(dtype)));
@@ -279,6 +285,22 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems) {
         }
       }
       return;
+    case DType::Q3_0:
+    case DType::Q3_1:
+      // q3_code: low 2 bits from qs[j % 8] at bit 2 * (j / 8), third bit = bit j of qh.
+      // Q3_0: d * (q - 4); Q3_1: d * q + m.
+      for (int64_t b = 0; b < n_elems / qk; ++b) {
+        if (dtype == DType::Q3_1) {
+          const auto block = load_block<BlockQ3_1>(bytes, b);
+          const float d = f16_to_f32(block.d), m = f16_to_f32(block.m);
+          for (int j = 0; j < qk; ++j) dst[b * qk + j] = static_cast<float>(q3_code(block.qh, block.qs, j)) * d + m;
+        } else {
+          const auto block = load_block<BlockQ3_0>(bytes, b);
+          const float d = f16_to_f32(block.d);
+          for (int j = 0; j < qk; ++j) dst[b * qk + j] = static_cast<float>(q3_code(block.qh, block.qs, j) - 4) * d;
+        }
+      }
+      return;
     case DType::Q5_0:
     case DType::Q5_1:
       // Element j < 16: low nibble of qs[j]; element j + 16: its high nibble; the fifth bit of
@@ -366,6 +388,19 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems) {
 // Quantization (ggml-quants.c quantize_row_q8_0_ref / q4_0_ref / q4_1_ref, same rounding)
 // =========================================================================================
 
+void pack_q3_codes(const int* codes, uint8_t* qh, uint8_t* qs) {
+  std::memset(qh, 0, 4);
+  std::memset(qs, 0, 8);
+  for (int i = 0; i < static_cast<int>(kQuantBlockElems); ++i) {
+    if (codes[i] < 0 || codes[i] > 7) {
+      throw InvalidArgument("pack_q3_codes: code " + std::to_string(codes[i]) + " at " + std::to_string(i) +
+                            " is outside [0, 7]");
+    }
+    qs[i % 8] = static_cast<uint8_t>(qs[i % 8] | ((codes[i] & 3) << (2 * (i / 8))));
+    qh[i / 8] = static_cast<uint8_t>(qh[i / 8] | ((codes[i] >> 2) << (i % 8)));
+  }
+}
+
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
   check_row(dtype, src, dst, n_elems, "quantize_row");
   auto* bytes = static_cast<std::byte*>(dst);
@@ -451,12 +486,57 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
         store_block(bytes, b, block);
       }
       return;
+    case DType::Q3_0:
+    case DType::Q3_1:
+      // Round to nearest like Q4_0 / Q4_1 on 8 levels: Q3_0 maps the element of largest
+      // magnitude to q = 0 (d = max / -4), Q3_1 spans [min, max] (d = (max - min) / 7).
+      for (int64_t b = 0; b < n_elems / qk; ++b) {
+        const float* x = src + b * qk;
+        check_finite_block(x, b, dtype);
+        int codes[qk];
+        float d = 0.0f, min = 0.0f;
+        if (dtype == DType::Q3_0) {
+          float amax = 0.0f, max = 0.0f;
+          for (int64_t j = 0; j < qk; ++j) {
+            if (amax < std::fabs(x[j])) {
+              amax = std::fabs(x[j]);
+              max = x[j];
+            }
+          }
+          d = max / -4.0f;
+          const float id = d != 0.0f ? 1.0f / d : 0.0f;
+          for (int64_t j = 0; j < qk; ++j) codes[j] = std::clamp(static_cast<int>(std::nearbyint(x[j] * id)) + 4, 0, 7);
+        } else {
+          min = *std::min_element(x, x + qk);
+          const float max = *std::max_element(x, x + qk);
+          d = (max - min) / 7.0f;
+          const float id = d != 0.0f ? 1.0f / d : 0.0f;
+          for (int64_t j = 0; j < qk; ++j) codes[j] = std::clamp(static_cast<int>(std::nearbyint((x[j] - min) * id)), 0, 7);
+        }
+        uint8_t qh[4], qs[8];
+        pack_q3_codes(codes, qh, qs);
+        if (dtype == DType::Q3_0) {
+          BlockQ3_0 block;
+          block.d = f32_to_f16(d);
+          std::memcpy(block.qh, qh, 4);
+          std::memcpy(block.qs, qs, 8);
+          store_block(bytes, b, block);
+        } else {
+          BlockQ3_1 block;
+          block.d = f32_to_f16(d);
+          block.m = f32_to_f16(min);
+          std::memcpy(block.qh, qh, 4);
+          std::memcpy(block.qs, qs, 8);
+          store_block(bytes, b, block);
+        }
+      }
+      return;
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q6_K:
       throw UnsupportedError("quantize_row: LIO reads " + std::string(dtype_info(dtype).name) +
-                             " but has no quantizer for it (lio quantize writes Q8_0, Q4_0, Q4_1)");
+                             " but has no quantizer for it (lio quantize writes Q8_0, Q4_0, Q4_1, Q3_0, Q3_1)");
   }
 }
 

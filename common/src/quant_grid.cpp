@@ -41,6 +41,7 @@ void check_grid(const QuantGrid& g) {
 DType grid_container(const QuantGrid& g) {
   check_grid(g);
   if (g.bits == 8) return DType::Q8_0;
+  if (g.bits == 3 && !g.llama_blocks) return g.asymmetric ? DType::Q3_1 : DType::Q3_0;
   return g.asymmetric ? DType::Q4_1 : DType::Q4_0;
 }
 
@@ -108,6 +109,25 @@ void QuantizedMatrix::encode_row(int64_t r, std::byte* out) const {
       blk.d = f32_to_f16(p.scale);
       for (int64_t i = 0; i < half; ++i) blk.qs[i] = static_cast<uint8_t>((qb[i] + 8) | ((qb[i + half] + 8) << 4));
       std::memcpy(out + b * static_cast<int64_t>(sizeof blk), &blk, sizeof blk);
+    } else if (t == DType::Q3_0 || t == DType::Q3_1) {  // Q3_0: stored code + 4; Q3_1: code
+      int stored[B];
+      for (int64_t i = 0; i < B; ++i) stored[i] = qb[i] + (t == DType::Q3_0 ? 4 : 0);
+      uint8_t qh[4], qs[8];
+      pack_q3_codes(stored, qh, qs);
+      if (t == DType::Q3_0) {
+        BlockQ3_0 blk{};
+        blk.d = f32_to_f16(p.scale);
+        std::memcpy(blk.qh, qh, 4);
+        std::memcpy(blk.qs, qs, 8);
+        std::memcpy(out + b * static_cast<int64_t>(sizeof blk), &blk, sizeof blk);
+      } else {
+        BlockQ3_1 blk{};
+        blk.d = f32_to_f16(p.scale);
+        blk.m = f32_to_f16(p.min);
+        std::memcpy(blk.qh, qh, 4);
+        std::memcpy(blk.qs, qs, 8);
+        std::memcpy(out + b * static_cast<int64_t>(sizeof blk), &blk, sizeof blk);
+      }
     } else {  // Q4_1: nibble = code, value = d * nibble + m
       BlockQ4_1 blk{};
       blk.d = f32_to_f16(p.scale);

@@ -31,6 +31,8 @@ uint32_t llama_ftype(DType t) {
     case DType::Q4_1: return 3;  // LLAMA_FTYPE_MOSTLY_Q4_1
     case DType::Q8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
     case DType::BF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
+    case DType::Q3_0:            // LIO's own blocks: llama.cpp has no ftype for them
+    case DType::Q3_1: return 1024;  // LLAMA_FTYPE_GUESSED ("not specified in the model file")
     default: break;
   }
   throw InvalidArgument("quantize: no llama ftype for " + std::string(dtype_info(t).name));
@@ -110,7 +112,7 @@ std::vector<std::pair<DType, std::string>> parse_keep(const std::string& text) {
 }
 
 QuantGrid quantize_grid(const QuantizeOptions& o) {
-  const QuantGrid g{o.bits, o.group_size, o.asymmetric};
+  const QuantGrid g{o.bits, o.group_size, o.asymmetric, o.llama_blocks};
   check_grid(g);
   return g;
 }

@@ -36,19 +36,19 @@ enum class MatmulActivations { F32, Int8, Int8PerToken };
 /// whatever n is (see matmul.cpp), so a row's result is bitwise identical alone or in a batch.
 /// Threads: OpenMP over tiles of weight rows. Throws InvalidArgument on a null pointer, n <= 0,
 /// or a quantized weight whose cols is not a whole number of its blocks (32 elements; 256 for
-/// the K-quants Q4_K and Q6_K, decoded one 32-element sub-block at a time). Q5_0, Q5_1, Q4_K
-/// and Q6_K give bit for bit the output of their dequantized f32 matrix.
+/// the K-quants Q4_K and Q6_K, decoded one 32-element sub-block at a time). Q5_0, Q5_1, Q4_K,
+/// Q6_K and LIO's packed Q3_0 / Q3_1 give bit for bit the output of their dequantized f32 matrix.
 /// `activations`: F32 multiplies f32 x by the decoded weights; Int8 first rounds each
 /// 32-element block of x to int8 with its own scale (ggml's Q8 activations) and runs the block
-/// dot products in integers (AVX2 maddubs), for Q4_1 / Q4_0 / Q5_0 / Q5_1 / Q4_K / Q6_K / Q8_0
-/// weights (F32 / F16 / BF16 use f32 activations). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
+/// dot products in integers (AVX2 maddubs), for every block-quantized dtype
+/// (F32 / F16 / BF16 use f32 activations). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
 /// activation rounding error; see docs/engine.md for the measured trade. Int8PerToken throws
 /// InvalidArgument (use matmul_int8).
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false,
             MatmulActivations activations = MatmulActivations::F32);
 
 /// Whether matmul_int8 (and matmul's Int8) has an integer kernel for w: Q8_0, Q4_0, Q4_1, Q5_0,
-/// Q5_1, Q4_K, Q6_K (every quantized dtype LIO reads).
+/// Q5_1, Q4_K, Q6_K, Q3_0, Q3_1 (every quantized dtype LIO reads).
 bool has_int8_kernel(const WeightMatrix& w);
 
 /// W8A8 (and W4A8): y = x W^T, or y += x W^T when `accumulate`, with x given already rounded

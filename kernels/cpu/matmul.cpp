@@ -1,6 +1,6 @@
 // matmul.cpp — y = x W^T for every weight dtype LIO reads, on the CPU, batch-invariant.
-// (Q5_0/Q5_1 blocks are 32 wide too; K-quants: a 32-element block is one Q4_K sub-block, or
-// two 16-element Q6_K runs.)
+// (Q5_0/Q5_1 and LIO's Q3_0/Q3_1 blocks are 32 wide too; K-quants: a 32-element block is one
+// Q4_K sub-block, or two 16-element Q6_K runs.)
 //
 // One kernel serves every row count, from a single decode row to a 512-row prefill chunk:
 //   for each tile of kTileRows weight rows (split across OpenMP threads):
@@ -82,6 +82,20 @@ inline __m256i q5_codes(const uint8_t* qs, const uint8_t* qh) {
   return _mm256_or_si256(nibble_codes(qs), q5_high_bits(qh));
 }
 
+/// A Q3_0 / Q3_1 block's codes in [0, 7] as 32 bytes, byte l = element l: qs read as one
+/// uint64 broadcast to the four 64-bit lanes, lane k shifted right by 2k, holds element 8k + i's
+/// low 2 bits in byte i; the third bit comes from qh as Q5's fifth does.
+inline __m256i q3_codes(const uint8_t* qs, const uint8_t* qh) {
+  uint64_t lo;
+  std::memcpy(&lo, qs, 8);
+  const __m256i low = _mm256_and_si256(
+      _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<long long>(lo)), _mm256_setr_epi64x(0, 2, 4, 6)),
+      _mm256_set1_epi8(3));
+  // q5_high_bits gives 0x10 per set bit: shift the 16-bit lanes right by 2 to make it 0x04
+  // (bytes hold 0 or 0x10, so nothing crosses a byte).
+  return _mm256_or_si256(low, _mm256_srli_epi16(q5_high_bits(qh), 2));
+}
+
 /// Sub-block j (0..7) of a Q4_K super-block: its codes in [0, 15] as 32 bytes, byte l =
 /// element l. Each 32-byte group of qs holds sub-blocks 2g (low nibbles) and 2g + 1 (high).
 inline __m256i q4_k_codes(const BlockQ4_K& s, int j) {
@@ -133,14 +147,23 @@ inline DecodedBlock decode_block(const std::byte* row, int64_t b) {
     for (int k = 0; k < 4; ++k)
       blk.w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q.qs + 8 * k)))));
-  } else if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {  // 4 low bits as Q4_*, bit 5 in qh
-    using Block = std::conditional_t<D == DType::Q5_0, BlockQ5_0, BlockQ5_1>;
+  } else if constexpr (D == DType::Q5_0 || D == DType::Q5_1 || D == DType::Q3_0 || D == DType::Q3_1) {
+    // Q5: 4 low bits as Q4_*, bit 5 in qh; LIO's packed Q3: 2 low bits, bit 3 in qh. The _0
+    // types centre their codes (q - 16, q - 4), the _1 types add a minimum.
+    constexpr bool kQ5 = D == DType::Q5_0 || D == DType::Q5_1, kCentred = D == DType::Q5_0 || D == DType::Q3_0;
+    using Block = std::conditional_t<
+        D == DType::Q5_0, BlockQ5_0,
+        std::conditional_t<D == DType::Q5_1, BlockQ5_1, std::conditional_t<D == DType::Q3_0, BlockQ3_0, BlockQ3_1>>>;
     const Block& q = reinterpret_cast<const Block*>(row)[b];
-    widen_codes<false>(q5_codes(q.qs, q.qh), blk.w);  // q in [0, 31]
+    if constexpr (kQ5) {
+      widen_codes<false>(q5_codes(q.qs, q.qh), blk.w);  // q in [0, 31]
+    } else {
+      widen_codes<false>(q3_codes(q.qs, q.qh), blk.w);  // q in [0, 7]
+    }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(q.d));
     for (int k = 0; k < 4; ++k) {
-      if constexpr (D == DType::Q5_0) {
-        blk.w[k] = _mm256_mul_ps(_mm256_sub_ps(blk.w[k], _mm256_set1_ps(16.0f)), d);  // (q - 16) * d
+      if constexpr (kCentred) {
+        blk.w[k] = _mm256_mul_ps(_mm256_sub_ps(blk.w[k], _mm256_set1_ps(kQ5 ? 16.0f : 4.0f)), d);  // (q - c) * d
       } else {
         blk.w[k] = _mm256_fmadd_ps(blk.w[k], d, _mm256_set1_ps(_cvtsh_ss(q.m)));  // q * d + m
       }
@@ -246,7 +269,7 @@ void matmul_dtype(const WeightMatrix& w, const float* x, float* y, int64_t n, bo
   }
 }
 
-// ---- int8 activations (W4A8 / W8A8): Q4_1 / Q4_0 / Q5_0 / Q5_1 / Q4_K / Q6_K / Q8_0 -------
+// ---- int8 activations (W4A8 / W8A8 / W3A8): Q4_1 / Q4_0 / Q5_0 / Q5_1 / Q4_K / Q6_K / Q8_0 / Q3_0 / Q3_1
 // Each 32-element block of an x row is rounded to int8 with its own scale dx = max|x| / 127
 // (ggml's block_q8_0/q8_1 for activations), and the block dot product runs in integers:
 // _mm256_maddubs_epi16 multiplies 32 unsigned weight bytes by 32 signed x bytes into 16 int16
@@ -299,7 +322,7 @@ QuantizedRows quantize_rows(const float* x, int64_t n, int64_t cols) {
 }
 
 /// Weights codes with signed values (Q8_0, Q6_K's q - 32) take x's sign trick; the others are
-/// unsigned codes with an offset (Q4_0, Q5_0) or a minimum (Q4_1, Q5_1, Q4_K).
+/// unsigned codes with an offset (Q4_0, Q5_0, Q3_0) or a minimum (Q4_1, Q5_1, Q4_K, Q3_1).
 template <DType D>
 inline constexpr bool kSignedCodes = D == DType::Q8_0 || D == DType::Q6_K;
 
@@ -339,6 +362,12 @@ void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, cons
       const BlockQ5_0& q = reinterpret_cast<const BlockQ5_0*>(wrow)[b];
       w8 = q5_codes(q.qs, q.qh);
       dw = _cvtsh_ss(q.d);
+    } else if constexpr (D == DType::Q3_0 || D == DType::Q3_1) {  // codes 0..7
+      using Block = std::conditional_t<D == DType::Q3_0, BlockQ3_0, BlockQ3_1>;
+      const Block& q = reinterpret_cast<const Block*>(wrow)[b];
+      w8 = q3_codes(q.qs, q.qh);
+      dw = _cvtsh_ss(q.d);
+      if constexpr (D == DType::Q3_1) mw = _cvtsh_ss(q.m);
     } else if constexpr (D == DType::Q4_K) {  // sub-block b % 8: scale d * sc, minimum -dmin * m
       const BlockQ4_K& s = reinterpret_cast<const BlockQ4_K*>(wrow)[b / 8];
       const int j = static_cast<int>(b % 8);
@@ -368,8 +397,9 @@ void dot_group_i8(const std::byte* wrow, const int8_t* qx, const float* dx, cons
       } else {
         acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p32), acc[r]);
       }
-      if constexpr (D == DType::Q4_1 || D == DType::Q5_1 || D == DType::Q4_K)
+      if constexpr (D == DType::Q4_1 || D == DType::Q5_1 || D == DType::Q4_K || D == DType::Q3_1)
         off[r] += mw * (dx[r * nb + b] * qsum[r * nb + b]);
+      if constexpr (D == DType::Q3_0) off[r] += -4.0f * scale * qsum[r * nb + b];
       if constexpr (D == DType::Q4_0) off[r] += -8.0f * scale * qsum[r * nb + b];
       if constexpr (D == DType::Q5_0) off[r] += -16.0f * scale * qsum[r * nb + b];
     }
@@ -420,6 +450,8 @@ void matmul_i8(const WeightMatrix& w, const Int8RowsView& q, float* y, int64_t n
     case DType::Q4_K: return matmul_i8_dtype<DType::Q4_K>(w, q, y, n, accumulate);
     case DType::Q6_K: return matmul_i8_dtype<DType::Q6_K>(w, q, y, n, accumulate);
     case DType::Q8_0: return matmul_i8_dtype<DType::Q8_0>(w, q, y, n, accumulate);
+    case DType::Q3_0: return matmul_i8_dtype<DType::Q3_0>(w, q, y, n, accumulate);
+    case DType::Q3_1: return matmul_i8_dtype<DType::Q3_1>(w, q, y, n, accumulate);
     default: break;
   }
   throw InvalidArgument("matmul: no integer kernel for " + std::string(dtype_info(w.dtype).name) + " weights");
@@ -437,6 +469,8 @@ void matmul_simd(const WeightMatrix& w, const float* x, float* y, int64_t n, boo
     case DType::Q5_1: return matmul_dtype<DType::Q5_1>(w, x, y, n, accumulate);
     case DType::Q4_K: return matmul_dtype<DType::Q4_K>(w, x, y, n, accumulate);
     case DType::Q6_K: return matmul_dtype<DType::Q6_K>(w, x, y, n, accumulate);
+    case DType::Q3_0: return matmul_dtype<DType::Q3_0>(w, x, y, n, accumulate);
+    case DType::Q3_1: return matmul_dtype<DType::Q3_1>(w, x, y, n, accumulate);
   }
   throw UnsupportedError("cpu matmul: no kernel for " + std::string(dtype_info(w.dtype).name) + " weights");
 }
@@ -469,7 +503,7 @@ void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float
   if (!has_int8_kernel(w) || w.cols % dtype_info(w.dtype).block_elems != 0) {
     throw InvalidArgument("matmul_int8: weight '" + w.name + "' (" + std::string(dtype_info(w.dtype).name) + ", " +
                           std::to_string(w.cols) + " columns) has no integer kernel: want Q8_0, Q4_0, Q4_1, Q5_0, "
-                          "Q5_1, Q4_K or Q6_K with whole blocks");
+                          "Q5_1, Q4_K, Q6_K, Q3_0 or Q3_1 with whole blocks");
   }
   const int64_t nb = w.cols / kB;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

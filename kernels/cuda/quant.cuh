@@ -1,4 +1,4 @@
-// quant.cuh — reading F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q6_K weights inside CUDA
+// quant.cuh — reading F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q6_K/Q3_0/Q3_1 weights inside CUDA
 // kernels, and the host check every launcher taking a DeviceMatrix runs.
 //
 // Block layouts (ggml-common.h; lio/dtype.h mirrors them): a quantized row is a run of
@@ -11,7 +11,9 @@
 // rows (256-byte aligned bases, even row_bytes); quants are read byte by byte. The K-quants
 // (lio/dtype.h: BlockQ4_K, 144 bytes, and BlockQ6_K, 210 bytes, per 256 elements) are read
 // per 32-element sub-block: Q4_K as a Q4_1 block with scale d * sc_j and minimum -dmin * m_j,
-// Q6_K as a Q8_0-like block of codes q - 32 with scale d * scales[16-element run].
+// Q6_K as a Q8_0-like block of codes q - 32 with scale d * scales[16-element run]. LIO's packed
+// Q3_0 = {f16 d; qh[4]; qs[8]} (14 bytes), x = d*(q - 4), and Q3_1 = {f16 d, m; qh[4]; qs[8]}
+// (16 bytes), x = d*q + m, are read through lio::q3_code.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -53,6 +55,13 @@ inline constexpr int kQ5BlockBytes = kType == DType::Q5_0 ? 22 : 24;
 template <DType kType>
 inline constexpr int kQ5QhOffset = kType == DType::Q5_0 ? 2 : 4;
 
+/// Q3_0 / Q3_1 block bytes (14 / 16) and where qh starts (qs follows it); LIO's packed 3-bit
+/// blocks, lio/dtype.h.
+template <DType kType>
+inline constexpr int kQ3BlockBytes = kType == DType::Q3_0 ? 14 : 16;
+template <DType kType>
+inline constexpr int kQ3QhOffset = kType == DType::Q3_0 ? 2 : 4;
+
 /// The 5-bit code of element j (0..31) of a Q5_0 / Q5_1 block whose 4 qh bytes start at qh
 /// (the 16 qs bytes follow them): low 4 bits from qs[j % 16] (low nibble for j < 16), bit 5
 /// from bit j of qh read little-endian.
@@ -81,6 +90,15 @@ __host__ __device__ __forceinline__ float load_element(const std::byte* row, int
     const int q = q5_code(block + kQ5QhOffset<kType>, j);
     if constexpr (kType == DType::Q5_0) {
       return static_cast<float>(q - 16) * load_f16(block);
+    } else {
+      return static_cast<float>(q) * load_f16(block) + load_f16(block + 2);
+    }
+  } else if constexpr (kType == DType::Q3_0 || kType == DType::Q3_1) {
+    const std::byte* block = row + static_cast<int64_t>(col / 32) * kQ3BlockBytes<kType>;
+    const auto* b = reinterpret_cast<const uint8_t*>(block + kQ3QhOffset<kType>);
+    const int q = q3_code(b, b + 4, col % 32);
+    if constexpr (kType == DType::Q3_0) {
+      return static_cast<float>(q - 4) * load_f16(block);
     } else {
       return static_cast<float>(q) * load_f16(block) + load_f16(block + 2);
     }
@@ -127,20 +145,20 @@ static_assert(32 % kDot8Elems == 0, "a dot8 group never straddles a 32-element b
 template <DType kType>
 struct Weights8 {
   float q[kDot8Elems];  ///< codes as floats (Q8_0: -128..127; Q4_*: 0..15; Q5_0: -16..15;
-                        ///< Q5_1: 0..31; Q6_K: -32..31) or the values
+                        ///< Q5_1: 0..31; Q6_K: -32..31; Q3_0: -4..3; Q3_1: 0..7) or the values
   float d = 1.0f;       ///< block scale (quantized dtypes; K-quants: the sub-block's d * sc)
-  float m = 0.0f;       ///< block minimum (Q4_1, Q5_1; Q4_K: -dmin * m_j)
+  float m = 0.0f;       ///< block minimum (Q4_1, Q5_1, Q3_1; Q4_K: -dmin * m_j)
 
   /// Dot product with the 8 matching activations x: sum_j w_j x_j, w_j as
-  /// lio::dequantize_row defines it (Q4_0: d*(q-8); Q4_1, Q5_1, Q4_K: d*q + m; Q8_0, Q5_0
-  /// (codes q - 16), Q6_K (codes q - 32): d*q).
+  /// lio::dequantize_row defines it (Q4_0: d*(q-8); Q4_1, Q5_1, Q4_K, Q3_1: d*q + m; Q8_0,
+  /// Q5_0 (codes q - 16), Q6_K (codes q - 32), Q3_0 (codes q - 4): d*q).
   __host__ __device__ __forceinline__ float dot(const float (&x)[kDot8Elems]) const {
-    if constexpr (kType == DType::Q8_0 || kType == DType::Q5_0 || kType == DType::Q6_K) {
+    if constexpr (kType == DType::Q8_0 || kType == DType::Q5_0 || kType == DType::Q6_K || kType == DType::Q3_0) {
       float sum = 0.0f;
       for (int j = 0; j < kDot8Elems; ++j) sum += q[j] * x[j];
       return d * sum;
     } else if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1 || kType == DType::Q5_1 ||
-                         kType == DType::Q4_K) {
+                         kType == DType::Q4_K || kType == DType::Q3_1) {
       float sum_qx = 0.0f;
       float sum_x = 0.0f;
       for (int j = 0; j < kDot8Elems; ++j) {
@@ -188,6 +206,15 @@ __host__ __device__ __forceinline__ Weights8<kType> load_weights8(const std::byt
     }
     w.d = load_f16(block);
     if constexpr (kType == DType::Q5_1) w.m = load_f16(block + 2);
+  } else if constexpr (kType == DType::Q3_0 || kType == DType::Q3_1) {
+    const std::byte* block = row + static_cast<int64_t>(e0 / 32) * kQ3BlockBytes<kType>;
+    const auto* b = reinterpret_cast<const uint8_t*>(block + kQ3QhOffset<kType>);
+    for (int j = 0; j < kDot8Elems; ++j) {
+      const int q = q3_code(b, b + 4, e0 % 32 + j);
+      w.q[j] = static_cast<float>(kType == DType::Q3_0 ? q - 4 : q);
+    }
+    w.d = load_f16(block);
+    if constexpr (kType == DType::Q3_1) w.m = load_f16(block + 2);
   } else if constexpr (kType == DType::Q4_K) {
     // 8 columns of one 32-element sub-block j: its codes, scale d * sc_j and minimum.
     const std::byte* sb = row + static_cast<int64_t>(e0 / 256) * 144;
@@ -230,7 +257,7 @@ __host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0,
 /// word j / 4, little-endian: __dp4a's operand layout), with w_j = d * c_j + m. Q4_0's and Q5_0's
 /// offsets (-8, -16) and Q6_K's (-32) are in the codes; Q4_1's, Q5_1's and Q4_K's minimum is m.
 /// Every code fits int8 (Q8_0: -128..127; Q4_0: -8..7; Q4_1 / Q4_K: 0..15; Q5_0: -16..15;
-/// Q5_1: 0..31; Q6_K: -32..31), so the integer dot product of chapter 03's W8A8 / W4A8 runs
+/// Q5_1: 0..31; Q6_K: -32..31; Q3_0: -4..3; Q3_1: 0..7), so the integer dot product of chapter 03's W8A8 / W4A8 runs
 /// on them and int8 activations with dp4a (four int8 products summed into an int32).
 struct Codes8 {
   int32_t lo = 0;   ///< codes 0..3
@@ -298,6 +325,8 @@ void dispatch_dtype(DType dtype, F&& f) {
     case DType::Q5_1: f.template operator()<DType::Q5_1>(); return;
     case DType::Q4_K: f.template operator()<DType::Q4_K>(); return;
     case DType::Q6_K: f.template operator()<DType::Q6_K>(); return;
+    case DType::Q3_0: f.template operator()<DType::Q3_0>(); return;
+    case DType::Q3_1: f.template operator()<DType::Q3_1>(); return;
   }
   throw InvalidArgument("cuda: unsupported weight dtype id " +
                         std::to_string(static_cast<uint32_t>(dtype)));

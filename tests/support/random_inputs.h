@@ -21,9 +21,10 @@ inline std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t s
 }
 
 /// A (rows, cols) matrix of random blocks of a dtype LIO reads but cannot encode (Q5_0, Q5_1,
-/// Q4_K, Q6_K; cols a multiple of the block): random code, scale and minimum bytes under small
-/// fixed f16 scales (Q5_*: d = 1e-2, m = -0.15; Q4_K: d = 2e-4, dmin = 1e-4; Q6_K: d = 2e-5),
-/// so values stay in about [-0.3, 0.3]. Tests read them back through lio::dequantize_row.
+/// Q4_K, Q6_K), or of LIO's packed Q3_0 / Q3_1 (every code pattern, not only those an encoder
+/// makes; cols a multiple of the block): random code, scale and minimum bytes under small fixed
+/// f16 scales (Q5_*: d = 1e-2, m = -0.15; Q4_K: d = 2e-4, dmin = 1e-4; Q6_K: d = 2e-5; Q3_*:
+/// d = 5e-2, m = -0.2), so values stay in about [-0.3, 0.3]. Tests read them back through lio::dequantize_row.
 inline std::vector<std::byte> random_read_only_blocks(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::byte> raw(static_cast<size_t>(rows * dtype_row_bytes(t, cols)));
@@ -47,6 +48,11 @@ inline std::vector<std::byte> random_read_only_blocks(DType t, int64_t rows, int
         set_f16(blk, offsetof(BlockQ4_K, dmin), 1e-4f);
         break;
       case DType::Q6_K: set_f16(blk, offsetof(BlockQ6_K, d), 2e-5f); break;
+      case DType::Q3_0: set_f16(blk, offsetof(BlockQ3_0, d), 5e-2f); break;
+      case DType::Q3_1:
+        set_f16(blk, offsetof(BlockQ3_1, d), 5e-2f);
+        set_f16(blk, offsetof(BlockQ3_1, m), -0.2f);
+        break;
       default: break;  // other dtypes have an encoder: use lio::quantize_row
     }
   }

@@ -215,6 +215,8 @@ uint32_t gguf_file_type(DType dtype) {
     case DType::BF16: return 32;
     case DType::Q4_K: return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
     case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
+    case DType::Q3_0:
+    case DType::Q3_1: return 1024;  // LIO's own blocks: LLAMA_FTYPE_GUESSED
   }
   return 0;
 }

@@ -45,6 +45,7 @@ TEST(QuantGrid, EveryGridRoundTripsThroughItsLlamaCppContainer) {
   w[200] = -1.1f;
   for (const QuantGrid g : {QuantGrid{8, 32, false}, QuantGrid{4, 32, false}, QuantGrid{4, 128, false},
                             QuantGrid{4, 64, true}, QuantGrid{3, 128, false}, QuantGrid{3, 32, true},
+                            QuantGrid{3, 128, false, true}, QuantGrid{3, 32, true, true},
                             QuantGrid{8, lio::kPerChannel, false}, QuantGrid{4, lio::kPerChannel, true}}) {
     const lio::QuantizedMatrix q = lio::rtn_quantize(g, w.data(), rows, cols);
     const DType t = lio::grid_container(g);
@@ -75,6 +76,19 @@ TEST(QuantGrid, EveryGridRoundTripsThroughItsLlamaCppContainer) {
       EXPECT_GT(static_cast<int>(levels.size()), 4) << g.name();
     }
   }
+}
+
+// 3 bits go to LIO's packed blocks (3.5 / 4 bits per weight) unless llama.cpp's Q4 blocks are
+// asked for; 8 and 4 bits always use llama.cpp's types.
+TEST(QuantGrid, ContainersByBitsSymmetryAndLlamaBlocks) {
+  EXPECT_EQ(lio::grid_container(QuantGrid{3, 128, false}), DType::Q3_0);
+  EXPECT_EQ(lio::grid_container(QuantGrid{3, 32, true}), DType::Q3_1);
+  EXPECT_EQ(lio::grid_container(QuantGrid{3, 128, false, true}), DType::Q4_0);
+  EXPECT_EQ(lio::grid_container(QuantGrid{3, 32, true, true}), DType::Q4_1);
+  EXPECT_EQ(lio::grid_container(QuantGrid{4, 64, true}), DType::Q4_1);
+  EXPECT_EQ(lio::grid_container(QuantGrid{8, 32, false, true}), DType::Q8_0);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q3_0, 576), 18 * 14);  // 3.5 bits per weight
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q3_1, 576), 18 * 16);  // 4 bits per weight
 }
 
 TEST(QuantGrid, PerChannelIsOneScalePerRowRepeatedInEveryBlock) {
@@ -247,11 +261,13 @@ double max_logit_diff(const std::string& ref, const std::string& path) {
 TEST(QuantizeCalibrated, GptqAndAwqOnTheTinyModelBeatRtnAndTheFilesRun) {
   const TinySetup t = tiny_setup("lio_quant_calibrated");
   if (!std::filesystem::exists(t.text)) GTEST_SKIP() << t.text << " missing";
+  // GPTQ into llama.cpp's Q4_0 blocks (--llama-blocks), AWQ into LIO's packed Q3_0.
   for (const std::string method : {"gptq", "awq"}) {
     lio::QuantizeOptions o;
     o.method = method;
     o.bits = 3;
     o.group_size = 64;
+    o.llama_blocks = method == "gptq";
     o.calib_path = t.text;
     o.calib_ctx = 64;
     o.calib_chunks = 4;
@@ -265,6 +281,11 @@ TEST(QuantizeCalibrated, GptqAndAwqOnTheTinyModelBeatRtnAndTheFilesRun) {
     const lio::GgufFile f = lio::GgufFile::open(out);
     for (const lio::GgufTensorInfo& ti : f.tensors()) {
       if (ti.shape.size() != 2) continue;
+      if (!o.llama_blocks) {
+        ASSERT_EQ(ti.dtype, DType::Q3_0) << method << " " << ti.name;
+        EXPECT_EQ(ti.size_bytes, ti.n_elems() / 32 * 14) << ti.name;  // 3.5 bits per weight
+        continue;
+      }
       ASSERT_EQ(ti.dtype, DType::Q4_0) << method << " " << ti.name;
       // 3-bit codes: nibbles 4 .. 11 only (code + 8 with codes in [-4, 3]).
       const auto* blocks = reinterpret_cast<const lio::BlockQ4_0*>(ti.data);

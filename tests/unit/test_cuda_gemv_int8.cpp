@@ -32,8 +32,8 @@ using lio::cuda::DeviceBuffer;
 using lio::cuda::DeviceMatrix;
 using lio::testing::random_floats;
 
-constexpr DType kInt8Dtypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                                 DType::Q5_1, DType::Q4_K, DType::Q6_K};
+constexpr DType kInt8Dtypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                 DType::Q4_K, DType::Q6_K, DType::Q3_0, DType::Q3_1};
 
 /// x rounded on the host as the CPU backend rounds it: codes (n, cols) and scales (n, cols/32).
 struct HostInt8 {

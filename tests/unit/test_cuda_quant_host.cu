@@ -22,8 +22,8 @@ namespace {
 using lio::DType;
 using lio::testing::random_floats;
 
-constexpr DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q6_K};
+constexpr DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q6_K, DType::Q3_0, DType::Q3_1};
 
 struct Row {
   std::vector<std::byte> bytes;  // one row in `dtype`

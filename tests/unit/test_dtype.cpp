@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "lio/dtype.h"
@@ -47,6 +48,9 @@ TEST(Dtype, GgmlIdsAndNames) {
   EXPECT_FALSE(lio::dtype_from_ggml(13).has_value());  // Q5_K
   EXPECT_FALSE(lio::dtype_from_ggml(11).has_value());  // Q3_K
   EXPECT_FALSE(lio::dtype_from_ggml(4000).has_value());
+  EXPECT_EQ(lio::dtype_from_ggml(1000), DType::Q3_0);  // LIO's own packed 3-bit blocks
+  EXPECT_EQ(lio::dtype_from_ggml(1001), DType::Q3_1);
+  EXPECT_EQ(lio::ggml_type_name(1000), "Q3_0");
 
   EXPECT_EQ(lio::ggml_type_name(0), "F32");
   EXPECT_EQ(lio::ggml_type_name(8), "Q8_0");
@@ -497,6 +501,79 @@ TEST(Dtype, DequantizeQ5_0AndQ5_1HandWorkedBlocks) {
   EXPECT_EQ(lio::dtype_row_bytes(DType::Q5_0, 64), 44);
   EXPECT_EQ(lio::dtype_row_bytes(DType::Q5_1, 64), 48);
   EXPECT_THROW(lio::quantize_row(DType::Q5_0, y.data(), &b0, 32), lio::UnsupportedError);
+}
+
+// LIO's packed 3-bit blocks: element i's low 2 bits at bit 2 * (i / 8) of qs[i % 8], its third
+// bit at bit i of qh.
+TEST(Dtype, DequantizeQ3_0AndQ3_1HandWorkedBlocks) {
+  // Element 5: bits 0..1 of qs[5] = 3, bit 5 of qh[0] set: q = 7.
+  // Element 21 (= 8 * 2 + 5): bits 4..5 of qs[5] = 1, bit 21 (qh[2] bit 5) clear: q = 1.
+  // Element 31 (= 8 * 3 + 7): bits 6..7 of qs[7] = 2, bit 31 (qh[3] bit 7) set: q = 6.
+  lio::BlockQ3_0 b0{};
+  b0.d = lio::f32_to_f16(0.5f);
+  b0.qs[5] = 3 | (1 << 4);
+  b0.qs[7] = 2 << 6;
+  b0.qh[0] = 1 << 5;
+  b0.qh[3] = 1 << 7;
+  std::vector<float> y(32);
+  lio::dequantize_row(DType::Q3_0, &b0, y.data(), 32);
+  EXPECT_EQ(y[5], 0.5f * (7 - 4));   // 1.5
+  EXPECT_EQ(y[21], 0.5f * (1 - 4));  // -1.5
+  EXPECT_EQ(y[31], 0.5f * (6 - 4));  // 1
+  EXPECT_EQ(y[0], 0.5f * -4);        // q = 0
+  lio::BlockQ3_1 b1{};
+  b1.d = b0.d;
+  b1.m = lio::f32_to_f16(-3.0f);
+  std::memcpy(b1.qh, b0.qh, 4);
+  std::memcpy(b1.qs, b0.qs, 8);
+  lio::dequantize_row(DType::Q3_1, &b1, y.data(), 32);
+  EXPECT_EQ(y[5], 0.5f * 7 - 3.0f);
+  EXPECT_EQ(y[21], 0.5f * 1 - 3.0f);
+  EXPECT_EQ(y[31], 0.5f * 6 - 3.0f);
+  EXPECT_EQ(y[0], -3.0f);
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q3_0, 64), 28);  // 3.5 bits per weight
+  EXPECT_EQ(lio::dtype_row_bytes(DType::Q3_1, 64), 32);  // 4 bits per weight
+  // pack_q3_codes is q3_code's inverse.
+  int codes[32];
+  for (int i = 0; i < 32; ++i) codes[i] = (i * 5 + 3) % 8;
+  uint8_t qh[4], qs[8];
+  lio::pack_q3_codes(codes, qh, qs);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(lio::q3_code(qh, qs, i), codes[i]) << i;
+  codes[9] = 8;
+  EXPECT_THROW(lio::pack_q3_codes(codes, qh, qs), lio::InvalidArgument);
+}
+
+// Q3_0 / Q3_1 quantize_row: round to nearest on 8 levels, every level used on Gaussian data,
+// within half a step (Q3_0: a step at the clipped end, as Q4_0).
+TEST(Dtype, QuantizeQ3RoundTripsWithinAStep) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t n = 32 * 64;
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  for (DType dtype : {DType::Q3_0, DType::Q3_1}) {
+    std::vector<std::byte> q(static_cast<size_t>(lio::dtype_row_bytes(dtype, n)));
+    std::vector<float> back(n);
+    lio::quantize_row(dtype, x.data(), q.data(), n);
+    lio::dequantize_row(dtype, q.data(), back.data(), n);
+    std::set<float> levels;
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float amax = 0, mn = x[b * 32], mx = x[b * 32];
+      for (int j = 0; j < 32; ++j) {
+        amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        mn = std::min(mn, x[b * 32 + j]);
+        mx = std::max(mx, x[b * 32 + j]);
+      }
+      const float step = dtype == DType::Q3_0 ? amax / 4 : (mx - mn) / 7;
+      for (int j = 0; j < 32; ++j) {
+        const int64_t i = b * 32 + j;
+        ASSERT_LE(std::fabs(x[i] - back[i]), step * (dtype == DType::Q3_0 ? 1.0f : 0.5f) * 1.01f + std::fabs(mn) * 1e-3f)
+            << lio::dtype_info(dtype).name << " element " << i;
+        if (b == 0) levels.insert(back[i]);
+      }
+    }
+    EXPECT_GE(levels.size(), 6u) << lio::dtype_info(dtype).name;
+  }
 }
 
 TEST(Dtype, DequantizeQ6_KHandWorkedBlock) {

@@ -72,7 +72,8 @@ TEST_P(MatmulTest, MatchesDequantizedReference) {
 INSTANTIATE_TEST_SUITE_P(
     AllDtypes, MatmulTest,
     ::testing::Combine(::testing::Values(lio::DType::F32, lio::DType::F16, lio::DType::BF16,
-                                         lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1),
+                                         lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1,
+                                         lio::DType::Q3_0, lio::DType::Q3_1),
                        ::testing::Values(int64_t{1}, int64_t{7})));
 
 // Batch invariance: a row's output is the same bits whether it is alone, first, or the 13th
@@ -80,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(
 // both activation precisions.
 TEST(Matmul, RowsAreBitwiseIdenticalAloneAndInAnyBatch) {
   for (lio::DType dtype : {lio::DType::F32, lio::DType::F16, lio::DType::BF16, lio::DType::Q8_0, lio::DType::Q4_0,
-                           lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K}) {
+                           lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K,
+                           lio::DType::Q3_0, lio::DType::Q3_1}) {
     for (auto act : {lio::cpu::MatmulActivations::F32, lio::cpu::MatmulActivations::Int8}) {
       std::mt19937 rng(7);
       const int64_t rows = 70, cols = lio::dtype_info(dtype).block_elems == 256 ? 512 : 96, n = 21;
@@ -101,7 +103,7 @@ TEST(Matmul, RowsAreBitwiseIdenticalAloneAndInAnyBatch) {
 // (each block's x carries up to 0.5 / 127 of its max-abs as error).
 TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
   for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1,
-                           lio::DType::Q4_K, lio::DType::Q6_K}) {
+                           lio::DType::Q4_K, lio::DType::Q6_K, lio::DType::Q3_0, lio::DType::Q3_1}) {
     std::mt19937 rng(21);
     const int64_t rows = 50, cols = 512, n = 5;
     Quantized q = make_weight(dtype, rows, cols, rng);
@@ -129,7 +131,7 @@ TEST(Matmul, Int8ActivationsStayWithinTheirRounding) {
 // result is exactly (dequantized W) . (sx * qx) up to f32 accumulation, alone or in a batch.
 TEST(Matmul, Int8PerTokenIsTheDequantizedProduct) {
   for (lio::DType dtype : {lio::DType::Q8_0, lio::DType::Q4_0, lio::DType::Q4_1, lio::DType::Q5_0, lio::DType::Q5_1,
-                           lio::DType::Q4_K, lio::DType::Q6_K}) {
+                           lio::DType::Q4_K, lio::DType::Q6_K, lio::DType::Q3_0, lio::DType::Q3_1}) {
     std::mt19937 rng(31);
     const int64_t rows = 70, cols = 256, n = 11;
     Quantized q = make_weight(dtype, rows, cols, rng);
@@ -177,13 +179,15 @@ TEST(Matmul, Int8PerTokenRejectsWhatItCannotRun) {
   EXPECT_FALSE(lio::cpu::has_int8_kernel(f.w));
 }
 
-// The types LIO reads but cannot write (Q5_0, Q5_1, Q4_K, Q6_K) run as stored: each 32-element
+// The types LIO reads but cannot write (Q5_0, Q5_1, Q4_K, Q6_K), and LIO's packed Q3_0 / Q3_1
+// (random blocks: every bit pattern), run as stored: each 32-element
 // block (K-quants: sub-block) is decoded to exactly dequantize_row's values and multiplied as
 // the f32 path multiplies, so the output is the same bits as the dequantized f32 matrix's,
 // alone and at every batch size, with and without accumulate. (Their int8-activation kernels
 // are checked with the others above.)
 TEST(Matmul, ReadOnlyTypesAreBitwiseTheirDequantizedF32Matrix) {
-  for (lio::DType dtype : {lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K}) {
+  for (lio::DType dtype : {lio::DType::Q5_0, lio::DType::Q5_1, lio::DType::Q4_K, lio::DType::Q6_K, lio::DType::Q3_0,
+                           lio::DType::Q3_1}) {
     const int64_t rows = 37, cols = 768;  // 3 super-blocks; rows not a multiple of the tile
     const std::vector<std::byte> raw = lio::testing::random_read_only_blocks(dtype, rows, cols, 5);
     const int64_t row_bytes = lio::dtype_row_bytes(dtype, cols);

@@ -28,8 +28,11 @@ TEST(Quantize, TargetAndOptions) {
   EXPECT_EQ(lio::quantize_target(o), DType::Q4_0);
   o.asymmetric = true;
   EXPECT_EQ(lio::quantize_target(o), DType::Q4_1);
-  o.bits = 3;  // 3-bit codes in Q4 blocks
+  o.bits = 3;  // LIO's packed 3-bit blocks, or llama.cpp's Q4 blocks on request
+  EXPECT_EQ(lio::quantize_target(o), DType::Q3_1);
+  o.llama_blocks = true;
   EXPECT_EQ(lio::quantize_target(o), DType::Q4_1);
+  o.llama_blocks = false;
   o.bits = 2;
   EXPECT_THROW(lio::quantize_target(o), lio::UnsupportedError);
   o.bits = 8;

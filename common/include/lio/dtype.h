@@ -8,12 +8,21 @@
 // sub-block scales. LIO reads and runs Q5_0, Q5_1 and the K-quants (dequantize_row; the CPU
 // and CUDA matmul kernels decode them in place) but does not write them: llama.cpp's Q4_K_M
 // files mix Q4_K and Q6_K with Q5_0 and Q8_0 for rows that are not whole super-blocks.
+// Q3_0 / Q3_1 are LIO's own packed 3-bit blocks (type ids 1000 / 1001, outside ggml's range):
+// `lio quantize --bits 3` writes them unless asked for llama.cpp's 4-bit blocks.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
+
+// Marks the block helpers CUDA kernels share with host code (empty outside nvcc).
+#if defined(__CUDACC__)
+#define LIO_HOST_DEVICE __host__ __device__
+#else
+#define LIO_HOST_DEVICE
+#endif
 
 namespace lio {
 
@@ -29,6 +38,8 @@ enum class DType : uint32_t {
   Q4_K = 12,  ///< read only (no encoder); run by the CPU and CUDA kernels as stored
   Q6_K = 14,  ///< read only (no encoder); run by the CPU and CUDA kernels as stored
   BF16 = 30,
+  Q3_0 = 1000,  ///< LIO's own packed 3-bit block (no ggml type; llama.cpp cannot read it)
+  Q3_1 = 1001,  ///< LIO's own packed 3-bit block with a minimum (no ggml type)
 };
 
 /// Elements per quantization block (32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, source: ggml-common.h QK4_0 ... QK8_0).
@@ -70,6 +81,32 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
                   sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24,
               "block layouts must match ggml-common.h byte for byte");
 
+/// Q3_0 block, LIO's own (ggml has no 32-wide 3-bit type; its Q3_K needs rows of whole
+/// 256-element super-blocks): x[i] = d * (q[i] - 4), q in [0, 7]. 14 bytes per 32 elements
+/// (3.5 bits per weight). Element i: its low 2 bits are bits 2 * (i / 8) .. + 1 of qs[i % 8]
+/// (so qs read as one little-endian uint64 holds element i's low bits at 8 * (i % 8) + 2 *
+/// (i / 8)), its third bit is bit i of qh (read as a little-endian uint32, as in Q5_0).
+/// `lio quantize --bits 3` writes it for symmetric grids; the ggml type id is 1000.
+struct BlockQ3_0 {
+  uint16_t d;       ///< scale, f16 bits
+  uint8_t qh[4];    ///< 32 third bits
+  uint8_t qs[8];    ///< 32 x low 2 bits
+};
+/// Q3_1 block, LIO's own: x[i] = d * q[i] + m, q in [0, 7]; bits laid out as Q3_0's. 16 bytes
+/// per 32 (4 bits per weight); written for asymmetric 3-bit grids; ggml type id 1001.
+struct BlockQ3_1 {
+  uint16_t d;       ///< scale, f16 bits
+  uint16_t m;       ///< minimum, f16 bits
+  uint8_t qh[4];    ///< 32 third bits
+  uint8_t qs[8];    ///< 32 x low 2 bits
+};
+static_assert(sizeof(BlockQ3_0) == 14 && sizeof(BlockQ3_1) == 16, "packed 3-bit blocks");
+
+/// The 3-bit code of element i (0..31) of a Q3_0 / Q3_1 block from its qh and qs bytes.
+LIO_HOST_DEVICE constexpr int q3_code(const uint8_t* qh, const uint8_t* qs, int i) {
+  return ((qs[i % 8] >> (2 * (i / 8))) & 3) | (((qh[i / 8] >> (i % 8)) & 1) << 2);
+}
+
 /// Elements per K-quant super-block (ggml-common.h QK_K).
 inline constexpr int64_t kKQuantBlockElems = 256;
 
@@ -83,11 +120,6 @@ struct BlockQ4_K {
   uint8_t scales[12];   ///< 8 scales and 8 minimums, 6 bits each
   uint8_t qs[128];      ///< 256 x 4-bit quants
 };
-#if defined(__CUDACC__)
-#define LIO_HOST_DEVICE __host__ __device__
-#else
-#define LIO_HOST_DEVICE
-#endif
 
 /// A Q4_K sub-block's 6-bit scale and minimum, as integers in [0, 63].
 struct KQuantScaleMin {
@@ -159,7 +191,13 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems);
 /// numpy port). F32/F16/BF16 are plain conversions. Used by the test-model writers.
 /// Throws InvalidArgument on a partial block, or on a NaN/Inf input for a quantized
 /// dtype (ggml's cast of such a value to int8 is undefined behaviour); UnsupportedError for
-/// Q5_0, Q5_1, Q4_K and Q6_K (read only).
+/// Q5_0, Q5_1, Q4_K and Q6_K (read only). Q3_0 / Q3_1 (LIO's own) round to nearest on 8
+/// levels as Q4_0 / Q4_1 do on 16: d = max / -4 (max: the signed value of largest magnitude)
+/// or d = (max - min) / 7.
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems);
+
+/// Packs 32 3-bit codes (each in [0, 7]) into a Q3_0 / Q3_1 block's qh (4 bytes) and qs (8
+/// bytes), the layout q3_code reads. Throws InvalidArgument for a code outside [0, 7].
+void pack_q3_codes(const int* codes, uint8_t* qh, uint8_t* qs);
 
 }  // namespace lio

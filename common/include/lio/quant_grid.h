@@ -6,11 +6,13 @@
 // weight granularity) and a symmetry: symmetric codes q in [qmin, qmax] stand for scale * q;
 // asymmetric codes q in [0, 2^bits - 1] for scale * q + min. Scale and min are kept as f16
 // values, as llama.cpp stores them, so the value a code stands for here is the value llama.cpp
-// dequantizes. Storage: every grid fits a llama.cpp 32-wide block type — 8 bits in Q8_0, 4 and
-// 3 bits in Q4_0 (symmetric) or Q4_1 (asymmetric); a group of 64 or 128 repeats its scale in
-// each of its 32-wide blocks (a per-channel grid repeats the row's), and 3-bit codes use 8 of Q4's 16 levels. So every file llama.cpp
-// can run, at the memory of the container (3 bits cost what 4 do; a packed 3-bit format such
-// as llama.cpp's Q3_K is not written).
+// dequantizes. Storage: 8 and 4 bits fit a llama.cpp 32-wide block type — Q8_0, Q4_0
+// (symmetric) or Q4_1 (asymmetric); a group of 64 or 128 repeats its scale in each of its
+// 32-wide blocks (a per-channel grid repeats the row's). llama.cpp has no 32-wide 3-bit type
+// (its Q3_K needs rows of whole 256-element super-blocks), so 3 bits go to LIO's packed Q3_0 /
+// Q3_1 (3.5 / 4 bits per weight, lio/dtype.h), which llama.cpp cannot read, or, with
+// QuantGrid::llama_blocks, to Q4_0 / Q4_1 using 8 of their 16 levels (llama.cpp runs the file,
+// at 4-bit memory).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +33,7 @@ struct QuantGrid {
   int bits = 4;             ///< 8, 4 or 3
   int64_t group_size = 32;  ///< weights per scale along a row: 32, 64, 128 or kPerChannel
   bool asymmetric = false;  ///< codes 0 .. 2^bits - 1 with a per-group minimum (4 and 3 bits)
+  bool llama_blocks = false;  ///< 3 bits: store in Q4_0 / Q4_1 (llama.cpp reads it) not Q3_0 / Q3_1
 
   /// Smallest code: -127 (8 bits, as Q8_0), -2^(bits-1) symmetric, 0 asymmetric.
   int qmin() const;
@@ -46,7 +49,8 @@ struct QuantGrid {
 /// kPerChannel, or an asymmetric 8-bit grid (Q8_0 is symmetric).
 void check_grid(const QuantGrid& g);
 
-/// The llama.cpp block type a grid is stored in: Q8_0, Q4_0 or Q4_1. Throws as check_grid.
+/// The block type a grid is stored in: Q8_0 (8 bits), Q4_0 / Q4_1 (4 bits, or 3 bits with
+/// llama_blocks), Q3_0 / Q3_1 (3 bits; symmetric / asymmetric). Throws as check_grid.
 DType grid_container(const QuantGrid& g);
 
 /// One group's parameters, both exactly representable in f16.

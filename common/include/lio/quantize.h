@@ -3,8 +3,10 @@
 // llama.cpp alike. Methods: round-to-nearest (RTN), GPTQ and AWQ (lio/calibrated_quant.h);
 // grids of 8, 4 or 3 bits in groups of 32, 64 or 128, stored in llama.cpp's 32-wide block
 // types (lio/quant_grid.h): Q8_0 (INT8 symmetric, one f16 scale per 32 weights), Q4_0 (INT4
-// symmetric) and Q4_1 (INT4 asymmetric: a scale and a minimum per 32). ggml's reference
-// quantizers (quantize_row_*_ref, llama.cpp/ggml/src/ggml-quants.c) define RTN's rounding.
+// symmetric) and Q4_1 (INT4 asymmetric: a scale and a minimum per 32); 3 bits in LIO's packed
+// Q3_0 / Q3_1 (no llama.cpp type fits 576-wide rows) unless asked for Q4 blocks. ggml's
+// reference quantizers (quantize_row_*_ref, llama.cpp/ggml/src/ggml-quants.c) define RTN's
+// rounding.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,9 @@ namespace lio {
 /// What `lio quantize` writes.
 struct QuantizeOptions {
   std::string method = "rtn";  ///< rtn, gptq (Frantar et al. 2023), awq (Lin et al. 2024) or smoothquant (Xiao et al. 2023)
-  int bits = 4;                ///< 8, 4 or 3 (3-bit codes are stored in Q4 blocks)
-  bool asymmetric = false;     ///< 4 / 3 bits: a minimum per group (Q4_1) instead of scale only (Q4_0)
+  int bits = 4;                ///< 8, 4 or 3 (3 bits: LIO's packed Q3_0 / Q3_1, or Q4 blocks with llama_blocks)
+  bool asymmetric = false;     ///< 4 / 3 bits: a minimum per group (Q4_1 / Q3_1) instead of scale only (Q4_0 / Q3_0)
+  bool llama_blocks = false;   ///< 3 bits: store the codes in Q4_0 / Q4_1 so llama.cpp can run the file
   int64_t group_size = 32;     ///< weights per scale: 32 (llama.cpp's block), 64, 128 or kPerChannel (0; the scale repeated)
   /// Tensors kept at a higher precision: each entry is {dtype, name prefix}; a tensor whose
   /// name starts with the prefix (e.g. "token_embd", "output.") is written in that dtype
