@@ -7,6 +7,8 @@
 2. For every file, `llama-batched-bench -npp 256 -ntg 16 -npl 1,32` (built from the llama.cpp
    vendored in llama-cpp-python by bench/batched/build_llama_tools.sh): S_TG at 1 and 32
    sequences is its decode tok/s, S_PP at 1 its prefill tok/s; median of --repeats runs.
+3-bit variants are made with --llama-blocks (Q4_0 / Q4_1 containers), the only 3-bit files
+llama.cpp can read.
 Variants that differ only in how LIO runs a file (+a8b, +a8, +kv8) share the file, so
 llama.cpp's columns repeat. llama.cpp's CPU kernels round activations to 8 bits per 32-element
 block for Q8_0 / Q4_0 / Q4_1 weights (ggml's vec_dot_type q8_0 / q8_1): LIO's "+a8b" rows are
@@ -56,7 +58,8 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="lio_ch03_peer_") as tmp:
         cmd = [a.ch03, "--variants", a.variants, "--out-dir", tmp, "--steps", str(a.steps), "--threads",
-               str(a.threads), "--ppl-chunks", "1", "--eval-tokens", "64", "--json"]
+               str(a.threads), "--ppl-chunks", "1", "--eval-tokens", "64", "--json",
+               "--llama-blocks"]  # 3-bit variants in Q4 blocks: llama.cpp cannot read LIO's Q3_0 / Q3_1
         if a.files:
             cmd += ["--files", a.files]
         print("LIO:", " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd), flush=True)
