@@ -64,8 +64,7 @@ class DeviceKvPool final : public KvPool {
  public:
   DeviceKvPool(const ModelConfig& model, const KvPoolConfig& config)
       : KvPool(model, config),
-        elem_bytes_(config.dtype == KvCacheDType::F32 ? 4 : config.dtype == KvCacheDType::F16 ? 2 : 1),
-        layer_bytes_(n_slots() * kv_dim() * elem_bytes_),
+        layer_bytes_(n_slots() * kv_dim() * kv_elem_bytes(config.dtype)),
         layer_scales_(config.dtype == KvCacheDType::Int8 ? n_slots() * n_kv_heads() : 0),
         keys_(n_layers() * layer_bytes_),
         values_(n_layers() * layer_bytes_),
@@ -131,7 +130,7 @@ class DeviceKvPool final : public KvPool {
   };
   /// K elements, V elements, then (int8) K and V scales: the host layout's order.
   std::vector<Part> parts() {
-    const int64_t elems = block_size() * kv_dim() * elem_bytes_;
+    const int64_t elems = block_size() * kv_dim() * kv_elem_bytes(dtype());
     const auto layer = static_cast<size_t>(layer_bytes_);
     std::vector<Part> r = {{keys_.data(), elems, layer}, {values_.data(), elems, layer}};
     if (layer_scales_ > 0) {
@@ -171,7 +170,6 @@ class DeviceKvPool final : public KvPool {
     }
     return layer;
   }
-  int64_t elem_bytes_;    // 4, 2 or 1
   int64_t layer_bytes_;   // n_slots * kv_dim * elem_bytes
   int64_t layer_scales_;  // int8: n_slots * n_kv_heads; else 0
   DeviceBuffer<std::byte> keys_, values_;

@@ -401,6 +401,28 @@ void pack_q3_codes(const int* codes, uint8_t* qh, uint8_t* qs) {
   }
 }
 
+void write_q3_block(DType dtype, const int* codes, float d, float m, void* dst) {
+  if (dtype != DType::Q3_0 && dtype != DType::Q3_1) {
+    throw InvalidArgument("write_q3_block: " + std::string(dtype_info(dtype).name) + " is not Q3_0 or Q3_1");
+  }
+  uint8_t qh[4], qs[8];
+  pack_q3_codes(codes, qh, qs);
+  if (dtype == DType::Q3_0) {
+    BlockQ3_0 block;
+    block.d = f32_to_f16(d);
+    std::memcpy(block.qh, qh, 4);
+    std::memcpy(block.qs, qs, 8);
+    std::memcpy(dst, &block, sizeof block);
+  } else {
+    BlockQ3_1 block;
+    block.d = f32_to_f16(d);
+    block.m = f32_to_f16(m);
+    std::memcpy(block.qh, qh, 4);
+    std::memcpy(block.qs, qs, 8);
+    std::memcpy(dst, &block, sizeof block);
+  }
+}
+
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
   check_row(dtype, src, dst, n_elems, "quantize_row");
   auto* bytes = static_cast<std::byte*>(dst);
@@ -513,22 +535,7 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
           const float id = d != 0.0f ? 1.0f / d : 0.0f;
           for (int64_t j = 0; j < qk; ++j) codes[j] = std::clamp(static_cast<int>(std::nearbyint((x[j] - min) * id)), 0, 7);
         }
-        uint8_t qh[4], qs[8];
-        pack_q3_codes(codes, qh, qs);
-        if (dtype == DType::Q3_0) {
-          BlockQ3_0 block;
-          block.d = f32_to_f16(d);
-          std::memcpy(block.qh, qh, 4);
-          std::memcpy(block.qs, qs, 8);
-          store_block(bytes, b, block);
-        } else {
-          BlockQ3_1 block;
-          block.d = f32_to_f16(d);
-          block.m = f32_to_f16(min);
-          std::memcpy(block.qh, qh, 4);
-          std::memcpy(block.qs, qs, 8);
-          store_block(bytes, b, block);
-        }
+        write_q3_block(dtype, codes, d, min, bytes + b * dtype_info(dtype).block_bytes);
       }
       return;
     case DType::Q5_0:

@@ -23,14 +23,11 @@ const char* kv_cache_dtype_name(KvCacheDType dtype) {
   return "f32";
 }
 
-namespace {
-/// Bytes of one stored element (the int8 scales come on top).
-int64_t elem_bytes(KvCacheDType d) { return d == KvCacheDType::F32 ? 4 : d == KvCacheDType::F16 ? 2 : 1; }
-}  // namespace
+int64_t kv_elem_bytes(KvCacheDType d) { return d == KvCacheDType::F32 ? 4 : d == KvCacheDType::F16 ? 2 : 1; }
 
 int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype) {
   const int64_t scales = dtype == KvCacheDType::Int8 ? config.n_kv_heads * static_cast<int64_t>(sizeof(float)) : 0;
-  return config.kv_dim() * elem_bytes(dtype) + scales;
+  return config.kv_dim() * kv_elem_bytes(dtype) + scales;
 }
 
 int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype) {
@@ -63,7 +60,7 @@ HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
     : KvPool(model, config),
       slots_(model.n_layers, model.kv_dim(), config.dtype == KvCacheDType::F32 ? config.n_blocks * config.block_size : 1) {
   if (config.dtype == KvCacheDType::F32) return;
-  const auto elems = static_cast<size_t>(n_layers() * n_slots() * kv_dim() * elem_bytes(config.dtype));
+  const auto elems = static_cast<size_t>(n_layers() * n_slots() * kv_dim() * kv_elem_bytes(config.dtype));
   k_.assign(elems, std::byte{0});
   v_.assign(elems, std::byte{0});
   if (config.dtype == KvCacheDType::Int8) {
@@ -89,12 +86,12 @@ float* HostKvPool::values(int64_t layer) { return slots().values(layer); }
 
 void* HostKvPool::key_data(int64_t layer) {
   if (dtype() == KvCacheDType::F32) return keys(layer);
-  return k_.data() + layer * n_slots() * kv_dim() * elem_bytes(dtype());
+  return k_.data() + layer * n_slots() * kv_dim() * kv_elem_bytes(dtype());
 }
 
 void* HostKvPool::value_data(int64_t layer) {
   if (dtype() == KvCacheDType::F32) return values(layer);
-  return v_.data() + layer * n_slots() * kv_dim() * elem_bytes(dtype());
+  return v_.data() + layer * n_slots() * kv_dim() * kv_elem_bytes(dtype());
 }
 
 float* HostKvPool::key_scales(int64_t layer) {
@@ -106,7 +103,7 @@ float* HostKvPool::value_scales(int64_t layer) {
 }
 
 std::vector<std::pair<std::byte*, int64_t>> HostKvPool::block_ranges(int64_t layer, int32_t block) {
-  const int64_t elems = block_size() * kv_dim() * elem_bytes(dtype());  // bytes per block and layer
+  const int64_t elems = block_size() * kv_dim() * kv_elem_bytes(dtype());  // bytes per block and layer
   std::vector<std::pair<std::byte*, int64_t>> r = {
       {static_cast<std::byte*>(key_data(layer)) + block * elems, elems},
       {static_cast<std::byte*>(value_data(layer)) + block * elems, elems}};

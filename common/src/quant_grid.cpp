@@ -112,22 +112,7 @@ void QuantizedMatrix::encode_row(int64_t r, std::byte* out) const {
     } else if (t == DType::Q3_0 || t == DType::Q3_1) {  // Q3_0: stored code + 4; Q3_1: code
       int stored[B];
       for (int64_t i = 0; i < B; ++i) stored[i] = qb[i] + (t == DType::Q3_0 ? 4 : 0);
-      uint8_t qh[4], qs[8];
-      pack_q3_codes(stored, qh, qs);
-      if (t == DType::Q3_0) {
-        BlockQ3_0 blk{};
-        blk.d = f32_to_f16(p.scale);
-        std::memcpy(blk.qh, qh, 4);
-        std::memcpy(blk.qs, qs, 8);
-        std::memcpy(out + b * static_cast<int64_t>(sizeof blk), &blk, sizeof blk);
-      } else {
-        BlockQ3_1 blk{};
-        blk.d = f32_to_f16(p.scale);
-        blk.m = f32_to_f16(p.min);
-        std::memcpy(blk.qh, qh, 4);
-        std::memcpy(blk.qs, qs, 8);
-        std::memcpy(out + b * static_cast<int64_t>(sizeof blk), &blk, sizeof blk);
-      }
+      write_q3_block(t, stored, p.scale, p.min, out + b * dtype_info(t).block_bytes);
     } else {  // Q4_1: nibble = code, value = d * nibble + m
       BlockQ4_1 blk{};
       blk.d = f32_to_f16(p.scale);

@@ -200,4 +200,10 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems);
 /// bytes), the layout q3_code reads. Throws InvalidArgument for a code outside [0, 7].
 void pack_q3_codes(const int* codes, uint8_t* qh, uint8_t* qs);
 
+/// Writes one Q3_0 (`dtype` Q3_0; m unused) or Q3_1 block at `dst` (14 / 16 bytes, unaligned
+/// is fine): d and m rounded to f16, the 32 codes (each in [0, 7], Q3_0's stored as q = code +
+/// 4 by the caller) packed by pack_q3_codes. Throws InvalidArgument for another dtype or a
+/// code outside [0, 7].
+void write_q3_block(DType dtype, const int* codes, float d, float m, void* dst);
+
 }  // namespace lio

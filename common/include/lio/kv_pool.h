@@ -38,6 +38,9 @@ KvCacheDType parse_kv_cache_dtype(const std::string& text);
 /// "f32", "f16" or "int8".
 const char* kv_cache_dtype_name(KvCacheDType dtype);
 
+/// Bytes of one stored K or V element: 4 (f32), 2 (f16), 1 (int8; the scales come on top).
+int64_t kv_elem_bytes(KvCacheDType dtype);
+
 /// Bytes one token's K (or V) takes in one layer: kv_dim * 4 (f32), kv_dim * 2 (f16),
 /// kv_dim + 4 * n_kv_heads (int8: the codes and one f32 scale per KV head).
 int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype);
