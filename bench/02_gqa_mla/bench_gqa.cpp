@@ -18,7 +18,7 @@
 
 #include "bench_util.h"
 #include "lio/cli_common.h"
-#include "lio/gqa.h"
+#include "lio/kv_head_variants.h"
 #include "variant_eval.h"
 
 namespace {

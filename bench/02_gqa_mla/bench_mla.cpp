@@ -25,8 +25,8 @@
 #include "bench_util.h"
 #include "lio/cli_common.h"
 #include "lio/dtype.h"
-#include "lio/gqa.h"
-#include "lio/mla.h"
+#include "lio/kv_head_variants.h"
+#include "lio/mla_conversion.h"
 #include "variant_eval.h"
 
 namespace {

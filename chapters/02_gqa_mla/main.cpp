@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "lio/cli_common.h"
-#include "lio/gqa.h"
-#include "lio/mla.h"
+#include "lio/kv_head_variants.h"
+#include "lio/mla_conversion.h"
 #include "variant_eval.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // Chapter 01, Task 3 — YOUR implementation: append one step's K/V, read the cached prefix.
-// Declarations: common/include/lio/kv_cache.h (class KvCache). Grade: ctest -R ch01_task_3
+// Declarations: common/model/include/lio/kv_cache.h (class KvCache). Grade: ctest -R ch01_task_3
 //
 // Layout you work with (members of KvCache): for each layer, a key slab and a value slab of
 // capacity_tokens_ rows x kv_dim_ floats (kv_dim_ = n_kv_heads * head_dim), row-major.

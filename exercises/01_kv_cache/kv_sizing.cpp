@@ -1,5 +1,5 @@
 // Chapter 01, Tasks 1 and 2 — YOUR implementation. Declarations and the formula:
-// common/include/lio/kv_sizing.h. Lesson: docs/01_kv_cache.md. Grade: ctest -R ch01_task_1 / ch01_task_2
+// common/model/include/lio/kv_sizing.h. Lesson: docs/01_kv_cache.md. Grade: ctest -R ch01_task_1 / ch01_task_2
 #include "lio/kv_sizing.h"
 
 #include <string>

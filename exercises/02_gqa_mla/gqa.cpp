@@ -1,5 +1,5 @@
 // Chapter 02, Tasks 1-3 — YOUR implementation: the KV-head axis.
-// Declarations and contracts: common/include/lio/gqa.h.
+// Declarations and contracts: common/model/include/lio/gqa.h.
 // Grade: ctest -R ch02_task_K (K = 1..3)
 #include "lio/gqa.h"
 

@@ -1,5 +1,5 @@
 // Chapter 02, Task 4 — YOUR implementation: MLA's absorbed attention step.
-// Declarations and contracts: common/include/lio/mla.h.
+// Declarations and contracts: common/model/include/lio/mla.h.
 // Grade: ctest -R ch02_task_4
 #include "lio/mla.h"
 

@@ -1,6 +1,6 @@
 // Chapter 03, Task 5 — YOUR implementation: AWQ's scale search. `lio quantize --method awq`
 // picks every layer's scales through it. Declaration and contract:
-// common/include/lio/quantization.h.
+// common/model/include/lio/quantization.h.
 // Grade: ctest -R ch03_task_5
 #include <algorithm>
 #include <cmath>

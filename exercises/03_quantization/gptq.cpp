@@ -1,6 +1,6 @@
 // Chapter 03, Task 4 — YOUR implementation: GPTQ's column loop. `lio quantize --method gptq`
 // quantizes every matrix of the model through it. Declaration and contract:
-// common/include/lio/quantization.h.
+// common/model/include/lio/quantization.h.
 // Grade: ctest -R ch03_task_4
 #include <algorithm>
 #include <string>

@@ -1,7 +1,7 @@
 // Chapter 03, Task 6 — YOUR implementation: W8A8's per-token INT8 activations and the
 // integer dot product with its scales. Under `--activations int8-token` the CPU backend rounds
 // the input of every matmul through quantize_row_int8. Declarations and contracts:
-// common/include/lio/quantization.h.
+// common/model/include/lio/quantization.h.
 // Grade: ctest -R ch03_task_6
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Chapter 03, Task 1 — YOUR implementation: memory for a parameter count at a bit width.
-// Declarations and contracts: common/include/lio/quantization.h.
+// Declarations and contracts: common/model/include/lio/quantization.h.
 // Grade: ctest -R ch03_task_1
 #include <cmath>
 #include <string>

@@ -1,6 +1,6 @@
 // Chapter 03, Tasks 2-3 — YOUR implementation: round-to-nearest of one 32-weight block into
 // llama.cpp's Q8_0, Q4_0 (symmetric) and Q4_1 (asymmetric). `lio quantize` runs every block
-// of the model through these. Declarations and contracts: common/include/lio/quantization.h.
+// of the model through these. Declarations and contracts: common/model/include/lio/quantization.h.
 // Grade: ctest -R ch03_task_K (K = 2, 3)
 #include <algorithm>
 #include <cfloat>

@@ -1,5 +1,5 @@
 // Chapter 04, Tasks 2 and 3 — YOUR implementation: reference-counted block allocation and
-// copy-on-write. Declarations and contracts: common/include/lio/block_manager.h.
+// copy-on-write. Declarations and contracts: common/engine/include/lio/block_manager.h.
 // Members you use: ref_cnt_ (holders per block), free_ (std::list, front = evicted first),
 // free_pos_ (each free block's position in free_, for O(1) removal), cache_ (may be nullptr),
 // block_size_, check_id(id), n_free_blocks(), blocks_for(n_tokens).

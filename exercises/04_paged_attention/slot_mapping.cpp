@@ -1,5 +1,5 @@
 // Chapter 04, Task 1 — YOUR implementation: where each new token's K/V goes in the pool.
-// Declaration and contract: common/include/lio/forward_batch.h (lio::compute_slot_mapping).
+// Declaration and contract: common/model/include/lio/forward_batch.h (lio::compute_slot_mapping).
 // Grade: ctest -R ch04_task_1
 #include <string>
 

@@ -1,5 +1,5 @@
 // Chapter 05, Tasks 1-4 — YOUR implementation: the scheduler's decisions.
-// Declarations and contracts: common/include/lio/scheduler_policy.h.
+// Declarations and contracts: common/engine/include/lio/scheduler_policy.h.
 // Grade: ctest -R ch05_task_K (K = 1..4)
 #include <algorithm>
 

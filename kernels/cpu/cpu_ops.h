@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "lio/model_config.h"
+#include "lio/rope_style.h"
 #include "lio/tensor.h"
 
 /// CPU operators of the Llama forward pass (f32, row-major).

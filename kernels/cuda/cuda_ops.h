@@ -27,7 +27,7 @@
 #include "cuda_check.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
-#include "lio/model_config.h"
+#include "lio/rope_style.h"
 
 /// CUDA operators of the Llama forward pass (device pointers, explicit stream) and
 /// runtime helpers.

@@ -1,5 +1,5 @@
 // Chapter 01, Task 3 — reference solution: append one step's K/V, read the cached prefix.
-// Declarations: common/include/lio/kv_cache.h. Layout of each slab: (capacity, kv_dim) per layer.
+// Declarations: common/model/include/lio/kv_cache.h. Layout of each slab: (capacity, kv_dim) per layer.
 #include <algorithm>
 #include <string>
 

@@ -1,4 +1,4 @@
-// Chapter 01, Tasks 1 and 2 — reference solution. Declarations: common/include/lio/kv_sizing.h.
+// Chapter 01, Tasks 1 and 2 — reference solution. Declarations: common/model/include/lio/kv_sizing.h.
 #include "lio/kv_sizing.h"
 
 #include <string>

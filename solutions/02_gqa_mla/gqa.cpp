@@ -1,4 +1,4 @@
-// Chapter 02, Tasks 1-3 — reference solution. Declarations: common/include/lio/gqa.h.
+// Chapter 02, Tasks 1-3 — reference solution. Declarations: common/model/include/lio/gqa.h.
 #include "lio/gqa.h"
 
 #include <string>

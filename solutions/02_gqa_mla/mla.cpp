@@ -1,4 +1,4 @@
-// Chapter 02, Task 4 — reference solution. Declarations: common/include/lio/mla.h.
+// Chapter 02, Task 4 — reference solution. Declarations: common/model/include/lio/mla.h.
 #include "lio/mla.h"
 
 #include <algorithm>

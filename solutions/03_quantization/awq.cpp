@@ -1,5 +1,5 @@
 // Chapter 03, Task 5 — reference solution: AWQ's grid search of the scaling exponent.
-// Declaration and contract: common/include/lio/quantization.h.
+// Declaration and contract: common/model/include/lio/quantization.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,5 +1,5 @@
 // Chapter 03, Task 4 — reference solution: GPTQ's column loop with the paper's lazy batch
-// updates (blocks of 128 columns). Declaration and contract: common/include/lio/quantization.h.
+// updates (blocks of 128 columns). Declaration and contract: common/model/include/lio/quantization.h.
 #include <algorithm>
 #include <string>
 #include <vector>

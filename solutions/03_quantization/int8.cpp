@@ -1,5 +1,5 @@
 // Chapter 03, Task 6 — reference solution: W8A8's per-token INT8 activations and the integer
-// dot product with its two scales. Declarations and contracts: common/include/lio/quantization.h.
+// dot product with its two scales. Declarations and contracts: common/model/include/lio/quantization.h.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Chapter 03, Task 1 — reference solution: memory for a parameter count at a bit width.
-// Declarations and contracts: common/include/lio/quantization.h.
+// Declarations and contracts: common/model/include/lio/quantization.h.
 #include <cmath>
 #include <string>
 

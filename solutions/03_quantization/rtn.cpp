@@ -1,6 +1,6 @@
 // Chapter 03, Tasks 2-3 — reference solution: round-to-nearest of one 32-weight block into
 // llama.cpp's Q8_0, Q4_0 (symmetric) and Q4_1 (asymmetric), bit for bit as ggml's
-// quantize_row_*_ref. Declarations and contracts: common/include/lio/quantization.h.
+// quantize_row_*_ref. Declarations and contracts: common/model/include/lio/quantization.h.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>

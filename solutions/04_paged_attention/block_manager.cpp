@@ -1,5 +1,5 @@
 // Chapter 04, Tasks 2 and 3 — reference solution: reference-counted block allocation and
-// copy-on-write. Declarations and contracts: common/include/lio/block_manager.h.
+// copy-on-write. Declarations and contracts: common/engine/include/lio/block_manager.h.
 #include <algorithm>
 #include <string>
 

@@ -1,5 +1,5 @@
 // Chapter 04, Task 4 — reference solution: prefix lookup over the hash chain of full blocks.
-// Declaration and contract: common/include/lio/prefix_cache.h (lio::hash_chain_match).
+// Declaration and contract: common/engine/include/lio/prefix_cache.h (lio::hash_chain_match).
 #include <algorithm>
 
 #include "lio/error.h"

@@ -1,5 +1,5 @@
 // Chapter 04, Task 1 — reference solution: where each new token's K/V goes in the pool.
-// Declaration and contract: common/include/lio/forward_batch.h (lio::compute_slot_mapping).
+// Declaration and contract: common/model/include/lio/forward_batch.h (lio::compute_slot_mapping).
 #include <string>
 
 #include "lio/error.h"

@@ -1,5 +1,5 @@
 // Chapter 05, Tasks 1-4 — reference solution: the scheduler's decisions.
-// Declarations and contracts: common/include/lio/scheduler_policy.h.
+// Declarations and contracts: common/engine/include/lio/scheduler_policy.h.
 #include <algorithm>
 
 #include "lio/scheduler_policy.h"

@@ -27,7 +27,7 @@
 #include "lio/forward_batch.h"
 #include "lio/generate.h"
 #include "lio/kv_pool.h"
-#include "lio/mla.h"
+#include "lio/mla_conversion.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
 #include "tiny_model.h"

@@ -1,4 +1,4 @@
-// KV-head variants of a loaded model (chapter 02, common/src/gqa.cpp): --attention parsing,
+// KV-head variants of a loaded model (chapter 02, common/tools/src/kv_head_variants.cpp): --attention parsing,
 // MHA by repeating heads (same function, bit for bit), MQA/GQA by mean-pooling.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "lio/error.h"
-#include "lio/gqa.h"
+#include "lio/kv_head_variants.h"
 #include "lio/kv_pool.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"

@@ -18,7 +18,7 @@
 #include "lio/dtype.h"
 #include "lio/error.h"
 #include "random_inputs.h"
-#include "lio/model_config.h"
+#include "lio/rope_style.h"
 #include "lio/tensor.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// MLA in the engine (chapter 02): the GQA -> MLA conversion (common/src/mla.cpp), the CPU
+// MLA in the engine (chapter 02): the GQA -> MLA conversion (common/tools/src/mla_conversion.cpp), the CPU
 // backend's naive and absorbed paths, the KV pool's latent rows, and the kernels' RoPE.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "lio/engine.h"
 #include "lio/error.h"
 #include "lio/kv_pool.h"
-#include "lio/mla.h"
+#include "lio/mla_conversion.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
 #include "random_inputs.h"

@@ -1,7 +1,7 @@
 // mla.cpp — converting the course model's GQA attention into MLA (chapter 02): MHA2MLA's
 // partial RoPE (keep the highest-frequency pairs) and joint SVD of the no-RoPE keys and the
 // values (Ji et al. 2025), no training.
-#include "lio/mla.h"
+#include "lio/mla_conversion.h"
 
 #include <Eigen/Dense>
 #include <cmath>

@@ -5,16 +5,11 @@
 #include <cstdint>
 #include <string>
 
+#include "lio/rope_style.h"
+
 namespace lio {
 
 class GgufFile;
-
-/// Which pairs of a head's dimensions RoPE rotates together.
-/// Source: RoFormer (Su et al. 2021) eq. 34; llama.cpp ggml_rope modes 0 and 2.
-enum class RopeStyle {
-  Normal,  ///< interleaved pairs (x[2i], x[2i+1]) — GGUF llama (Q/K stored permuted for it)
-  Neox,    ///< rotate-half pairs (x[i], x[i + d/2]) — Hugging Face checkpoints
-};
 
 /// Shapes and constants of the model. All counts are plain element/token counts.
 struct ModelConfig {

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "lio/error.h"
-#include "lio/gqa.h"
+#include "lio/kv_head_variants.h"
 
 namespace lio {
 

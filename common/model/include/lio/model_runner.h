@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "lio/backend.h"
-#include "lio/block_manager.h"
 #include "lio/forward_batch.h"
 #include "lio/kv_pool.h"
 #include "lio/model.h"

@@ -16,7 +16,7 @@
 //
 // Chapter 04 exercise points (solutions|exercises/04_paged_attention/block_manager.cpp):
 // Task 2 — allocate_block, ref, unref, allocate, free, fork; Task 3 — append_slots. The
-// bookkeeping (constructor, ref_count, n_available_blocks) is common/src/block_manager.cpp.
+// bookkeeping (constructor, ref_count, n_available_blocks) is common/engine/src/block_manager.cpp.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +24,11 @@
 #include <span>
 #include <vector>
 
+#include "lio/forward_batch.h"
+
 namespace lio {
 
 class PrefixCache;
-
-/// A copy the engine makes before the next forward pass: block `src`'s K and V, every layer,
-/// into block `dst` (copy-on-write; vLLM v0's `blocks_to_copy`).
-struct BlockCopy {
-  int32_t src = 0;  ///< block read
-  int32_t dst = 0;  ///< block written (a fresh block the writer now owns alone)
-};
 
 /// Hands out block ids of a pool of `n_blocks` blocks, with reference counts. Not thread-safe
 /// (the Engine's thread).

@@ -127,7 +127,7 @@ class HashPrefixCache final : public PrefixCache {
   HashChainIndex index_;
 };
 
-/// SGLang-style radix tree over token ids. Defined in common/src/radix_prefix_cache.cpp.
+/// SGLang-style radix tree over token ids. Defined in common/engine/src/radix_prefix_cache.cpp.
 class RadixPrefixCache final : public PrefixCache {
  public:
   /// Caches blocks of `blocks` (which must outlive it; attach it with set_prefix_cache).

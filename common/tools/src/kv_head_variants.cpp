@@ -1,6 +1,6 @@
 // gqa.cpp — KV-head variants of a loaded model (chapter 02): MHA by repeating K/V heads,
 // GQA/MQA by mean-pooling them (the learner's Task 3).
-#include "lio/gqa.h"
+#include "lio/kv_head_variants.h"
 
 #include <cstring>
 #include <memory>

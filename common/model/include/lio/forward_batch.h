@@ -15,6 +15,15 @@
 
 namespace lio {
 
+/// A copy the engine makes before the next forward pass: block `src`'s K and V, every layer,
+/// into block `dst` (copy-on-write; vLLM v0's `blocks_to_copy`), or between the pool and
+/// host memory (swap preemption). BlockManager::append_slots produces them; ModelRunner
+/// carries them out.
+struct BlockCopy {
+  int32_t src = 0;  ///< block read
+  int32_t dst = 0;  ///< block written (a fresh block the writer now owns alone)
+};
+
 /// Task 1 (chapter 04 exercise point; solutions|exercises/04_paged_attention/slot_mapping.cpp).
 /// The KV-pool slot of each of the positions start_pos .. start_pos + out.size() - 1 of a
 /// sequence with `block_table`: slot = block_table[pos / block_size] * block_size
