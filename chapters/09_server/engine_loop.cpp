@@ -90,23 +90,14 @@ void EngineLoop::run() {
 
 void EngineLoop::publish(std::vector<RequestOutput> outputs) {
   for (const RequestOutput& o : outputs) metrics_.on_output(o);
+  const EngineSnapshot snap = engine_.snapshot();
   EngineGauges g;
-  for (const auto& [id, seq] : engine_.live_sequences()) {
-    if (seq->status == SequenceStatus::Running) g.n_running += 1;
-    if (seq->status == SequenceStatus::Waiting || seq->status == SequenceStatus::Swapped)
-      g.n_waiting += 1;
-  }
-  const BlockManager& blocks = engine_.block_manager();
-  // Blocks only the prefix cache holds are reusable at once; vLLM counts them as free too.
-  const PrefixCache* cache = engine_.prefix_cache();
-  const int64_t cached = cache ? cache->n_evictable() : 0;
-  g.kv_cache_usage = static_cast<double>(std::max<int64_t>(0, blocks.n_used_blocks() - cached)) /
-                     static_cast<double>(blocks.n_blocks());
-  if (cache) {
-    g.prefix_cache_queries = cache->stats.queries;
-    g.prefix_cache_hits = cache->stats.hits;
-  }
-  g.n_preemptions = engine_.stats().n_preemptions;
+  g.n_running = snap.n_running;
+  g.n_waiting = snap.n_waiting + snap.n_swapped;
+  g.kv_cache_usage = snap.kv_cache_usage;
+  g.prefix_cache_queries = snap.prefix_cache_queries;
+  g.prefix_cache_hits = snap.prefix_cache_hits;
+  g.n_preemptions = snap.stats.n_preemptions;
 
   std::lock_guard lock(registry_mutex_);
   for (RequestOutput& o : outputs) {
@@ -129,10 +120,11 @@ void EngineLoop::publish(std::vector<RequestOutput> outputs) {
   // not among the live sequences yet, and still waiting.
   for (auto& [id, e] : registry_) {
     if (e.started) continue;
-    const auto live = engine_.live_sequences().find(id);
-    if (live == engine_.live_sequences().end()) {
+    const auto held = std::lower_bound(snap.requests.begin(), snap.requests.end(), id,
+                                       [](const RequestState& r, int64_t v) { return r.request_id < v; });
+    if (held == snap.requests.end() || held->request_id != id) {
       g.n_waiting += 1;
-    } else if (live->second->first_scheduled_time) {
+    } else if (held->scheduled) {
       e.started = true;
       n_queued_ -= 1;
     }

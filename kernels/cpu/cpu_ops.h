@@ -2,6 +2,12 @@
 // kernels/cuda/cuda_ops.h declares the same operators for device pointers.
 //
 // Shapes are written (outer, ..., inner), row-major, f32 unless stated.
+//
+// Where the bodies are: every operator here is defined in kernels/cpu/*.cpp except two chapter
+// exercise points, declared here because the CPU backend calls them like any other operator:
+//   decode_attention        chapter 01 Task 4, solutions|exercises/01_kv_cache/decode_attention.cpp
+//   paged_decode_attention  chapter 04 Task 5, solutions|exercises/04_paged_attention/paged_decode_attention.cpp
+// (the library lio_chNN links the solution or, with -DLIO_EXERCISES=NN, the learner's stub).
 #pragma once
 
 #include <cstdint>

@@ -232,6 +232,41 @@ TEST_F(EngineTest, AbortFreesBlocksAtOnce) {
   EXPECT_EQ(e.n_free_blocks(), 64);
 }
 
+TEST_F(EngineTest, SnapshotCountsWhatTheEngineHolds) {
+  // max_num_seqs 1: the second request waits while the first runs.
+  auto r = runner(4, 64);
+  lio::EngineConfig config;
+  config.scheduler.max_num_seqs = 1;
+  lio::Engine e(*r, *model_->tokenizer, config);
+  const int64_t a = e.add_request(prompt(2), greedy(3));
+  const int64_t b = e.add_request(prompt(1), greedy(3));
+  lio::EngineSnapshot s = e.snapshot();
+  EXPECT_TRUE(s.requests.empty()) << "still in the inbox";
+  EXPECT_EQ(s.n_used_blocks, 0);
+  e.step();
+  s = e.snapshot();
+  EXPECT_EQ(s.n_running, 1);
+  EXPECT_EQ(s.n_waiting, 1);
+  ASSERT_EQ(s.requests.size(), 2u);
+  EXPECT_EQ(s.requests[0].request_id, a);
+  EXPECT_TRUE(s.requests[0].scheduled);
+  EXPECT_EQ(s.requests[1].request_id, b);
+  EXPECT_FALSE(s.requests[1].scheduled);
+  EXPECT_EQ(s.n_blocks, 64);
+  EXPECT_EQ(s.n_used_blocks, 64 - e.n_free_blocks());
+  EXPECT_GT(s.n_used_blocks, 0);
+  EXPECT_DOUBLE_EQ(s.kv_cache_usage, static_cast<double>(s.n_used_blocks) / 64.0);
+  EXPECT_EQ(s.stats.n_steps, 1);
+  run_all(e);
+  s = e.snapshot();
+  EXPECT_TRUE(s.requests.empty());
+  EXPECT_EQ(s.n_running + s.n_waiting + s.n_swapped, 0);
+  EXPECT_EQ(s.kv_cache_usage, 0.0);
+  EXPECT_EQ(s.stats.n_decode_tokens + s.stats.n_prompt_tokens_computed,
+            e.stats().n_decode_tokens + e.stats().n_prompt_tokens_computed);
+  EXPECT_GE(s.stats.n_steps, 6) << "two requests of 3 tokens, one at a time";
+}
+
 TEST_F(EngineTest, RequestsFromAnotherThreadAreServed) {
   auto r = runner(16, 64);
   lio::Engine e(*r, *model_->tokenizer);

@@ -156,74 +156,78 @@ void Engine::drain_inbox(std::vector<RequestOutput>& out) {
   }
 }
 
+// ---- one step: schedule, run, postprocess (nano-vllm's LLMEngine.step) ----------------------
+
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   drain_inbox(outputs);
-  const ModelConfig& c = runner_.config();
+  const SchedulerOutput sched = schedule(outputs);  // 1. which sequences, how many tokens each
+  if (sched.scheduled.empty()) return outputs;
+  copy_blocks(sched);                               //    swap and copy-on-write before the pass
+  const StepBatch step = build_batch(sched);        // 2. one ForwardBatch for every row
+  const std::vector<int32_t> next = run(step);      // 3. forward pass + sampling
+  postprocess(sched, step, next, outputs);          // 4. advance, append, stop checks, emit
+  return outputs;
+}
 
-  // 1. schedule
-  const SchedulerOutput sched = scheduler_.schedule();
-  stats_.n_preemptions += static_cast<int64_t>(sched.preempted.size());
+SchedulerOutput Engine::schedule(std::vector<RequestOutput>& out) {
+  SchedulerOutput sched = scheduler_.schedule();
   for (Sequence* seq : sched.unfittable) {  // the pool can never hold it: end it, never hang
     RequestOutput o = output_of(*seq);
     finish(*seq, FinishReason::Length, o);
-    outputs.push_back(std::move(o));
+    out.push_back(std::move(o));
     live_.erase(seq->id());
   }
-  if (sched.scheduled.empty()) return outputs;
-  // Copies before the forward pass, in the scheduler's order: swap-outs read device blocks the
-  // step may reuse, swap-ins then fill theirs, copy-on-write last.
+  sched.unfittable.clear();  // erased above: no dangling pointers past this point
+  record_schedule(sched);
+  return sched;
+}
+
+void Engine::copy_blocks(const SchedulerOutput& sched) {
+  // In the scheduler's order: swap-outs read device blocks the step may reuse, swap-ins then
+  // fill theirs, copy-on-write last.
   runner_.swap_out(sched.swap_out, swap_host_.data());
   runner_.swap_in(sched.swap_in, swap_host_.data());
   runner_.copy_blocks(sched.copies);
-  stats_.n_block_copies += static_cast<int64_t>(sched.copies.size());
-  stats_.n_blocks_swapped_out += static_cast<int64_t>(sched.swap_out.size());
-  stats_.n_blocks_swapped_in += static_cast<int64_t>(sched.swap_in.size());
-  const auto step_start = Sequence::Clock::now();
-  for (const ScheduledSequence& s : sched.scheduled)
-    if (!s.seq->first_scheduled_time) s.seq->first_scheduled_time = step_start;
-  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_.n_used_blocks());
-  int64_t tokens_held = 0;
-  for (const ScheduledSequence& s : sched.scheduled) tokens_held += s.seq->num_computed_tokens + s.n_new_tokens;
-  stats_.peak_tokens_held = std::max(stats_.peak_tokens_held, tokens_held);
+}
 
-  // 2. build the batch: each sequence's next tokens at their positions, through its blocks;
-  //    a sequence whose chunk reaches its last token gets a logits row and samples.
-  ForwardBatch batch(blocks_.block_size());
-  std::vector<Sequence*> sampling;
-  std::vector<SampleRow> rows;
+Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
+  // Each sequence's next tokens at their positions, through its blocks; a sequence whose chunk
+  // reaches its last token gets a logits row and samples.
+  StepBatch step{ForwardBatch(blocks_.block_size()), {}, {}};
+  const auto now = Sequence::Clock::now();
   for (const ScheduledSequence& s : sched.scheduled) {
     Sequence& seq = *s.seq;
+    if (!seq.first_scheduled_time) seq.first_scheduled_time = now;
     const std::span<const int32_t> tokens =
         std::span<const int32_t>(seq.token_ids()).subspan(static_cast<size_t>(seq.num_computed_tokens),
                                                           static_cast<size_t>(s.n_new_tokens));
     const bool completes = seq.num_computed_tokens + s.n_new_tokens == seq.n_tokens();
-    batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0);
-    if (seq.num_computed_tokens < seq.n_prompt_tokens() || s.n_new_tokens > 1) {
-      stats_.n_prompt_tokens_computed += s.n_new_tokens;
-    } else {
-      stats_.n_decode_tokens += s.n_new_tokens;
-    }
+    step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0);
     if (completes) {
-      sampling.push_back(&seq);
-      rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
+      step.sampling.push_back(&seq);
+      step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
     }
   }
   // Static batching's finished rows (HF generate-style padding): they cost a row, write no
   // K/V, and their greedy token is thrown away.
   for (const PaddingRow& row : sched.padding) {
-    batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false);
-    rows.push_back({&padding_sampler_, std::span<const int32_t>(&row.token, 1)});
+    step.batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false);
+    step.rows.push_back({&padding_sampler_, std::span<const int32_t>(&row.token, 1)});
   }
-  stats_.n_padding_tokens += static_cast<int64_t>(sched.padding.size());
-  stats_.n_steps += 1;
-  stats_.max_running = std::max<int64_t>(stats_.max_running, static_cast<int64_t>(sched.scheduled.size()));
+  return step;
+}
 
-  // 3. run + sample
-  const std::vector<int32_t> next = rows.empty() ? std::vector<int32_t>{} : runner_.forward_sample(batch, rows);
-  if (rows.empty()) runner_.forward(batch);
+std::vector<int32_t> Engine::run(const StepBatch& step) {
+  if (step.rows.empty()) {  // every row is a prefill chunk short of its prompt's end
+    runner_.forward(step.batch);
+    return {};
+  }
+  return runner_.forward_sample(step.batch, step.rows);
+}
 
-  // 4. post-process: advance, append, stop checks, emit
+void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const int32_t> next,
+                         std::vector<RequestOutput>& out) {
   for (const ScheduledSequence& s : sched.scheduled) {
     Sequence& seq = *s.seq;
     seq.num_computed_tokens += s.n_new_tokens;
@@ -231,11 +235,12 @@ std::vector<RequestOutput> Engine::step() {
     if (prefix_cache_) prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, false);
     if (!config_.reuse_kv) seq.num_computed_tokens = 0;  // chapter 01's baseline: recompute
   }
-  for (size_t i = 0; i < sampling.size(); ++i) {
-    Sequence& seq = *sampling[i];
+  const int64_t context_length = runner_.config().context_length;
+  for (size_t i = 0; i < step.sampling.size(); ++i) {
+    Sequence& seq = *step.sampling[i];
     RequestOutput o = output_of(seq);
     const int64_t before = seq.n_tokens();
-    o.new_text = seq.append_token(next[i], c.context_length);
+    o.new_text = seq.append_token(next[i], context_length);
     if (seq.n_tokens() > before) {
       o.new_token_ids.push_back(next[i]);
       if (seq.params().sampler.logprobs >= 0) o.logprobs.push_back(seq.sampler().last_logprobs());
@@ -245,13 +250,60 @@ std::vector<RequestOutput> Engine::step() {
     if (seq.finish_reason) {
       o.kv_tokens = seq.num_computed_tokens;
       finish(seq, *seq.finish_reason, o);
-      outputs.push_back(std::move(o));
+      out.push_back(std::move(o));
       live_.erase(seq.id());
       continue;
     }
-    outputs.push_back(std::move(o));
+    out.push_back(std::move(o));
   }
-  return outputs;
+}
+
+// ---- statistics and the snapshot ---------------------------------------------------------------
+
+void Engine::record_schedule(const SchedulerOutput& sched) {
+  stats_.n_preemptions += static_cast<int64_t>(sched.preempted.size());
+  if (sched.scheduled.empty()) return;
+  stats_.n_steps += 1;
+  stats_.n_block_copies += static_cast<int64_t>(sched.copies.size());
+  stats_.n_blocks_swapped_out += static_cast<int64_t>(sched.swap_out.size());
+  stats_.n_blocks_swapped_in += static_cast<int64_t>(sched.swap_in.size());
+  stats_.n_padding_tokens += static_cast<int64_t>(sched.padding.size());
+  stats_.max_running = std::max<int64_t>(stats_.max_running, static_cast<int64_t>(sched.scheduled.size()));
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_.n_used_blocks());
+  int64_t tokens_held = 0;
+  for (const ScheduledSequence& s : sched.scheduled) {
+    const Sequence& seq = *s.seq;
+    tokens_held += seq.num_computed_tokens + s.n_new_tokens;
+    if (seq.num_computed_tokens < seq.n_prompt_tokens() || s.n_new_tokens > 1) {
+      stats_.n_prompt_tokens_computed += s.n_new_tokens;
+    } else {
+      stats_.n_decode_tokens += s.n_new_tokens;
+    }
+  }
+  stats_.peak_tokens_held = std::max(stats_.peak_tokens_held, tokens_held);
+}
+
+EngineSnapshot Engine::snapshot() const {
+  EngineSnapshot s;
+  std::map<int64_t, bool> scheduled;  // request id -> any of its sequences has run
+  for (const auto& [id, seq] : live_) {
+    if (seq->status == SequenceStatus::Running) s.n_running += 1;
+    if (seq->status == SequenceStatus::Waiting) s.n_waiting += 1;
+    if (seq->status == SequenceStatus::Swapped) s.n_swapped += 1;
+    scheduled[seq->request_id] |= seq->first_scheduled_time.has_value();
+  }
+  for (const auto& [request_id, ran] : scheduled) s.requests.push_back({request_id, ran});
+  s.n_blocks = blocks_.n_blocks();
+  s.n_used_blocks = blocks_.n_used_blocks();
+  s.n_evictable_blocks = prefix_cache_ ? prefix_cache_->n_evictable() : 0;
+  s.kv_cache_usage = static_cast<double>(std::max<int64_t>(0, s.n_used_blocks - s.n_evictable_blocks)) /
+                     static_cast<double>(s.n_blocks);
+  if (prefix_cache_) {
+    s.prefix_cache_queries = prefix_cache_->stats.queries;
+    s.prefix_cache_hits = prefix_cache_->stats.hits;
+  }
+  s.stats = stats_;
+  return s;
 }
 
 }  // namespace lio

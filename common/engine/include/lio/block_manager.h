@@ -41,7 +41,7 @@ class BlockManager {
   /// Blocks needed to hold `n_tokens` tokens: ceil(n_tokens / block_size).
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
 
-  // ---- Task 2: reference-counted allocation -------------------------------------------------
+  // ---- Task 2: reference-counted allocation (solutions|exercises/04_paged_attention/block_manager.cpp)
 
   /// Takes the block at the front of the free list (the least recently used), sets its count to
   /// 1 and returns its id. If it still held cached content, the prefix cache is told first
@@ -66,7 +66,7 @@ class BlockManager {
   /// InvalidArgument if the table holds fewer blocks.
   std::vector<int32_t> fork(std::span<const int32_t> block_table, int64_t n_tokens);
 
-  // ---- Task 3: copy-on-write ----------------------------------------------------------------
+  // ---- Task 3: copy-on-write (solutions|exercises/04_paged_attention/block_manager.cpp) -------
 
   /// Makes `block_table` ready for writing positions [n_computed, n_computed + n_new): every
   /// existing block those positions fall in that another holder shares is replaced by a fresh

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,35 @@ struct EngineStats {
   int64_t n_padding_tokens = 0;          ///< static batching's padding rows run (output discarded)
 };
 
+/// One request the engine holds, as EngineSnapshot lists it.
+struct RequestState {
+  int64_t request_id = 0;  ///< add_request()'s id
+  bool scheduled = false;  ///< a step has run it at least once (it left the queue)
+};
+
+/// The engine's state after a step, in one read: what a server's gauges and a chapter
+/// program's summary need, without reaching into the scheduler, block manager or prefix cache.
+/// Counts follow vLLM's metrics (`vllm:num_requests_running`, `vllm:num_requests_waiting`,
+/// `vllm:gpu_cache_usage_perc`, `vllm:prefix_cache_queries` / `_hits`), per sequence (a request
+/// with n samples counts n times once it forks).
+struct EngineSnapshot {
+  int64_t n_running = 0;   ///< sequences in the running set
+  int64_t n_waiting = 0;   ///< sequences waiting for their first (or next, after recompute) step
+  int64_t n_swapped = 0;   ///< sequences whose blocks sit in host swap space
+  int64_t n_blocks = 0;    ///< KV blocks in the pool
+  int64_t n_used_blocks = 0;      ///< blocks with a holder (a sequence or the prefix cache)
+  int64_t n_evictable_blocks = 0; ///< of those, blocks only the prefix cache holds (reusable at once)
+  /// (n_used_blocks - n_evictable_blocks) / n_blocks, 0-1: the pool's share that running work
+  /// holds (vLLM counts cached-only blocks as free too).
+  double kv_cache_usage = 0;
+  int64_t prefix_cache_queries = 0;  ///< prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits = 0;     ///< of those, tokens found
+  EngineStats stats;                 ///< the counters over the engine's life
+  /// Requests held (waiting, running or swapped; not those still in the inbox), by request id,
+  /// ascending.
+  std::vector<RequestState> requests;
+};
+
 /// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
 class Engine {
  public:
@@ -102,6 +132,9 @@ class Engine {
 
   /// True while any request is waiting, running or in the inbox.
   bool has_unfinished() const;
+  /// The state after the last step, in one read (gauges, counters, the requests held). Call it
+  /// from the thread that drives step().
+  EngineSnapshot snapshot() const;
   /// Counters.
   const EngineStats& stats() const { return stats_; }
   /// The runner.
@@ -118,7 +151,21 @@ class Engine {
   const std::map<int64_t, std::unique_ptr<Sequence>>& live_sequences() const { return live_; }
 
  private:
+  /// One step's forward batch and who samples from it.
+  struct StepBatch {
+    ForwardBatch batch;               ///< every scheduled row, then static batching's padding
+    std::vector<Sequence*> sampling;  ///< sequences whose chunk ends on their last token
+    std::vector<SampleRow> rows;      ///< one per logits row: sampling's, then the padding's
+  };
+
   void drain_inbox(std::vector<RequestOutput>& out);
+  SchedulerOutput schedule(std::vector<RequestOutput>& out);
+  void copy_blocks(const SchedulerOutput& sched);
+  StepBatch build_batch(const SchedulerOutput& sched);
+  std::vector<int32_t> run(const StepBatch& step);
+  void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const int32_t> next,
+                   std::vector<RequestOutput>& out);
+  void record_schedule(const SchedulerOutput& sched);
   RequestOutput output_of(const Sequence& seq) const;
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out);
   void fork_samples(Sequence& parent);

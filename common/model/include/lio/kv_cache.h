@@ -6,6 +6,11 @@
 // 2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_elem (Pope et al. 2022,
 // "Efficiently Scaling Transformer Inference", sec. 2.1). Chapter 04 replaces the slab
 // with fixed-size blocks behind the same interface (PagedAttention, Kwon et al. 2023).
+//
+// Where the bodies are: the constructors are common/model/src/kv_cache.cpp; write,
+// key_prefix and value_prefix are chapter 01's Task 3, defined in
+// solutions|exercises/01_kv_cache/kv_cache_ops.cpp (the paged pool's HostKvPool writes and reads
+// its slots through them, so the engine runs on the learner's Task 3 once chapter 01 is switched).
 #pragma once
 
 #include <cstdint>
