@@ -9,7 +9,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh" --run
 args=("$@")
-if ((${#args[@]} == 0)); then
-  args=(--prompt "What is a KV cache in LLM inference? Answer in two sentences." --max-tokens 96)
-fi
+# The default question and length unless the arguments give their own.
+[[ " $* " == *" --prompt "* ]] ||
+  args=(--prompt "What is a KV cache in LLM inference? Answer in two sentences." "${args[@]}")
+[[ " $* " == *" --max-tokens "* ]] || args+=(--max-tokens 96)
 exec "$root/build/bin/lio" generate --chat "${args[@]}"
