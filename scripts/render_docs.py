@@ -37,7 +37,7 @@ File scope (names visible to every later marker of the same file; nothing is ren
     -->
 
 The words after `render: KIND` on the marker's first line are sources, up to the first word
-that is not one: `NAME=PATH` binds the loaded file to NAME; a bare `PATH` also spreads its
+that is not one (further lines made only of sources, before any template line, add more): `NAME=PATH` binds the loaded file to NAME; a bare `PATH` also spreads its
 top-level keys as names (as `stack` above). PATH is relative to the root and ends in .json
 (parsed as is) or .csv (a list of rows; numbers, true / false and nan converted). The rest of
 the marker is the template. `let NAME = EXPR` lines bind names, in order; a table needs
@@ -212,6 +212,18 @@ def fill(template, scope):
     return "".join(out)
 
 
+def bind_source(word, scope, root, cache):
+    """NAME=PATH binds the file to NAME; a bare PATH spreads its keys (a CSV: `rows`)."""
+    name, path = SOURCE.match(word).groups()
+    data = load_source(root, path, cache)
+    if name:
+        scope[name] = data
+    elif isinstance(data, dict):
+        scope.update(data)
+    else:
+        scope["rows"] = data
+
+
 def parse_marker(body, root, cache, scope):
     """Reads sources and lets into a new scope; returns (scope, template lines)."""
     first, _, rest = body.partition("\n")
@@ -219,27 +231,23 @@ def parse_marker(body, root, cache, scope):
     scope = dict(scope)
     n_sources = 0
     for w in words:
-        m = SOURCE.match(w)
-        if not m:
+        if not SOURCE.match(w):
             break
-        data = load_source(root, m.group(2), cache)
+        bind_source(w, scope, root, cache)
         n_sources += 1
-        if m.group(1):
-            scope[m.group(1)] = data
-        elif isinstance(data, dict):
-            scope.update(data)
-        else:
-            scope["rows"] = data
     # The template starts after the sources, keeping its own spacing.
     head = first
     for w in words[:n_sources]:
         head = head[head.index(w) + len(w):]
     lines = ([head.strip()] if head.strip() else []) + rest.split("\n")
     template = []
-    for line in lines:
+    for k, line in enumerate(lines):
         m = LET.match(line)
         if m:
             scope[m.group(1)] = evaluate(m.group(2), scope)
+        elif k > 0 and not template and line.split() and all(SOURCE.match(w) for w in line.split()):
+            for w in line.split():  # more sources, on lines of their own before the template
+                bind_source(w, scope, root, cache)
         elif line.strip() or template:
             template.append(line)
     while template and not template[-1].strip():
