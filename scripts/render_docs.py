@@ -245,7 +245,7 @@ def parse_marker(body, root, cache, scope):
         m = LET.match(line)
         if m:
             scope[m.group(1)] = evaluate(m.group(2), scope)
-        elif k > 0 and not template and line.split() and all(SOURCE.match(w) for w in line.split()):
+        elif (k > 0 or not head.strip()) and not template and line.split() and all(SOURCE.match(w) for w in line.split()):
             for w in line.split():  # more sources, on lines of their own before the template
                 bind_source(w, scope, root, cache)
         elif line.strip() or template:
