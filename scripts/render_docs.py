@@ -298,12 +298,15 @@ def render_text(text, path, root, cache):
             if close < 0:
                 raise RenderError(f"no closing {CLOSE}")
             inline = "\n" not in body and text[end + 3:end + 4] != "\n"
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            starts_line = not text[line_start:m.start()].strip()
             if inline:
                 if "\n" in text[end:close]:
                     raise RenderError(f"an inline marker's {CLOSE} must be on the same line")
-                line_start = text.rfind("\n", 0, m.start()) + 1
-                if not text[line_start:m.start()].strip():
+                if starts_line:
                     raise RenderError("an inline marker must not start a line (Markdown reads it as an HTML block)")
+            elif not starts_line:
+                raise RenderError("a marker inside a line must fit on that line (a block marker starts its own line)")
             lines = render_table(block_scope, template) if kind == "table" else [
                 fill(line, block_scope) for line in template]
         except RenderError as e:
