@@ -15,6 +15,9 @@ Shell producers call it:
     python3 bench/common/results_meta.py provenance --command "..."      # the JSON object
     python3 bench/common/results_meta.py md-table-json OUT.md OUT.json --keys a,b,c --command "..."
         # the first Markdown table of OUT.md as {"provenance": ..., "rows": [...]}
+    python3 bench/common/results_meta.py stamp OUT.json --command "build/bin/ch03_quantization ..."
+        # a JSON a program wrote (ch03_quantization --json > OUT.json): adds "provenance" first
+        # (unless the program wrote one) and takes local paths out of every string
 
 Standard library only. Each field that cannot be found says so ("not recorded: ...") rather
 than guessing.
@@ -158,6 +161,29 @@ def md_table(path, keys=None):
     return rows
 
 
+def without_local_paths(value):
+    """`value` (JSON data) with local_path_free applied to every string in it."""
+    if isinstance(value, dict):
+        return {k: without_local_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_local_paths(v) for v in value]
+    return local_path_free(value) if isinstance(value, str) else value
+
+
+def stamp(path, command):
+    """Adds provenance (first key) to the JSON object at `path` unless it has one, and takes
+    local paths out of its strings; rewrites the file."""
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise SystemExit(f"stamp: {path} does not hold a JSON object")
+    out = {"provenance": data.pop("provenance", None) or provenance(command)}
+    out.update(without_local_paths(data))
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -170,7 +196,13 @@ def main():
     t.add_argument("--command", required=True, help="the command line that produced the table")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra top-level settings (repeatable)")
+    st = sub.add_parser("stamp", help="add provenance to a JSON a program wrote, and strip its local paths")
+    st.add_argument("json")
+    st.add_argument("--command", required=True, help="the command line that wrote it")
     a = ap.parse_args()
+    if a.what == "stamp":
+        stamp(a.json, a.command)
+        return
     if a.what == "provenance":
         print(json.dumps(provenance(a.command), indent=2))
         return
