@@ -427,6 +427,11 @@ def self_test():
             f.write("<!-- render: text {1 + 1} -->2<!-- /render -->\n")
         rc, out = call(root, "--check")
         expect(rc == 2 and "must not start a line" in out, "an inline marker at a line start is refused", out)
+        # A marker whose template spans lines inside a paragraph would split the paragraph.
+        with open(md, "w") as f:
+            f.write("b is <!-- render: text {1 +\n1} -->2<!-- /render --> here.\n")
+        rc, out = call(root, "--check")
+        expect(rc == 2 and "must fit on that line" in out, "a multi-line marker inside a line is refused", out)
     print("render_docs self-test: ok (stale block caught, rendered, fresh; bad markers refused)")
     return 0
 
