@@ -33,9 +33,10 @@ while (($#)); do
   shift
 done
 
-build="${BUILD_DIR:-$root/build}"
-llama_build="${LLAMA_BUILD_DIR:-$root/build-llama}"
-model="${MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+# Paths relative to the repository root (we cd there), so that the results record no local path.
+build="${BUILD_DIR:-build}" && build="${build#"$root"/}"
+llama_build="${LLAMA_BUILD_DIR:-build-llama}" && llama_build="${llama_build#"$root"/}"
+model="${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}" && model="${model#"$root"/}"
 slots="${SLOTS:-32}"
 num_prompts="${NUM_PROMPTS:-64}" input_len="${INPUT_LEN:-256}" output_len="${OUTPUT_LEN:-128}"
 rates="${RATES:-1,2,4,inf}"
@@ -105,11 +106,20 @@ if ((llama)); then
 fi
 
 out="bench/results/$name"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo "not recorded")"
+[[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] && commit="$commit-dirty"
+machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
+if [[ "$device" == cuda ]] && command -v nvidia-smi >/dev/null; then
+  gpu_info="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"  # "NAME, DRIVER"
+  machine="$machine; GPU ${gpu_info%%,*}, driver ${gpu_info##*, }"
+fi
 {
   echo "# Chapter 09 serving benchmark: lio-server vs llama-server"
   echo
   echo "\`scripts/bench_serve.sh$( ((quick)) && echo " --quick")\` on $(date -u +%Y-%m-%d); lio-server"\
        "--max-num-seqs $slots --device $device$( ((llama)) && echo "; llama-server --parallel $slots --cont-batching -c $((slots * per_seq)) --threads $(nproc) (llama.cpp vendored in llama-cpp-python $(grep -E '^llama-cpp-python==' scripts/requirements.txt | cut -d= -f3), CPU build)")."
+  echo
+  echo "Commit: $commit. Machine: $machine. Date: $(date -u '+%Y-%m-%d %H:%M UTC'). One run per rate, lio then llama (not interleaved repeats)."
   echo
   "$bench_serve" "${targets[@]}" --tokenizer "$model" --num-prompts "$num_prompts" \
     --input-len "$input_len" --output-len "$output_len" --request-rates "$rates" --max-concurrency "$max_conc" \

@@ -48,9 +48,11 @@ int main(int argc, char** argv) {
         m.config.context_length, prompt_tokens + *std::max_element(lengths.begin(), lengths.end()));
     lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(m.config, m.weights), lio::KvPoolConfig{capacity, 1});
 
+    // The CSV holds numbers only: these lines go into the results .md beside it.
+    std::printf("%s", lio::bench::provenance_markdown(argc, argv).c_str());
     std::printf("%s | %d threads | %s (%s) | prompt %lld tokens | greedy, EOS ignored\n",
-                lio::bench::cpu_name().c_str(), omp_get_max_threads(), m.path.c_str(), o.dtype.c_str(),
-                (long long)prompt_tokens);
+                lio::bench::cpu_name().c_str(), omp_get_max_threads(), lio::bench::local_path_free(m.path).c_str(),
+                o.dtype.c_str(), (long long)prompt_tokens);
     std::printf("%8s %14s %14s %9s %10s\n", "gen_len", "cached_ms", "recompute_ms", "ratio", "identical");
     std::ofstream csv(csv_path);
     if (!csv) throw lio::InvalidArgument("cannot write --csv '" + csv_path + "'");

@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
     md << "# Chapter 02: MHA vs GQA vs MQA on the course model\n\n"
        << "- Machine: " << lio::bench::cpu_name() << ", " << omp_get_max_threads() << " threads; load average "
        << fmt(load0, 2) << " at the start, " << fmt(load1, 2) << " at the end; run " << fmt(minutes, 1) << " min\n"
-       << "- Model: " << stored.path << " (" << c.n_layers << " layers, " << c.n_heads << " query heads, "
+       << "- Commit: " << lio::bench::git_commit() << "; date " << lio::bench::utc_date() << "\n"
+       << "- Model: " << lio::bench::local_path_free(stored.path) << " (" << c.n_layers << " layers, " << c.n_heads << " query heads, "
        << c.n_kv_heads << " KV heads of " << c.head_dim << "), weights as stored; variants built in memory: "
        << "mha repeats each K/V head (same function), mqa mean-pools them (no uptraining)\n"
        << "- Quality: " << text.size() << " tokens of chapters/02_gqa_mla/eval_text.txt, all positions, against "
@@ -148,10 +149,16 @@ int main(int argc, char** argv) {
     std::cout << md.str();
     if (!out_md.empty()) std::ofstream(out_md) << md.str();
     if (!out_json.empty()) {
-      std::ofstream(out_json) << json{{"machine", lio::bench::cpu_name()},
+      std::ofstream(out_json) << json{{"provenance",
+                                       {{"command", lio::bench::command_line(argc, argv)},
+                                        {"commit", lio::bench::git_commit()},
+                                        {"machine", lio::bench::cpu_name() + ", " +
+                                                        std::to_string(omp_get_max_threads()) + " threads"},
+                                        {"date", lio::bench::utc_date()}}},
+                                      {"machine", lio::bench::cpu_name()},
                                       {"threads", omp_get_max_threads()},
                                       {"decode_device", device_name},
-                                      {"model", stored.path},
+                                      {"model", lio::bench::local_path_free(stored.path)},
                                       {"eval_tokens", text.size()},
                                       {"steps", steps},
                                       {"load_average_start", load0},

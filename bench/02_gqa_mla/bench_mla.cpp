@@ -141,7 +141,13 @@ int main(int argc, char** argv) {
     const double load0 = lio::bench::load_average_1min();
     const double t_start = lio::bench::now_s();
     std::ostringstream md;
-    json out{{"machine", lio::bench::cpu_name()}, {"threads", omp_get_max_threads()}};
+    json out{{"provenance",
+              {{"command", lio::bench::command_line(argc, argv)},
+               {"commit", lio::bench::git_commit()},
+               {"machine", lio::bench::cpu_name() + ", " + std::to_string(omp_get_max_threads()) + " threads"},
+               {"date", lio::bench::utc_date()}}},
+             {"machine", lio::bench::cpu_name()},
+             {"threads", omp_get_max_threads()}};
 
     // ---- A. naive vs absorbed on the random DeepSeek-V2-Lite-shaped stack ----
     lio::LoadedModel stack = random_mla_stack(layers, 1);
@@ -182,6 +188,7 @@ int main(int argc, char** argv) {
     json decode = json::array();
     md << "# Chapter 02: multi-head latent attention\n\n"
        << "- Machine: " << lio::bench::cpu_name() << ", " << omp_get_max_threads() << " threads\n"
+       << "- Commit: " << lio::bench::git_commit() << "; date " << lio::bench::utc_date() << "\n"
        << "- Command: `build/bin/bench_mla --layers " << layers << " --contexts " << contexts << " --steps " << steps
        << " --ranks " << ranks << " --rope-pairs " << rope_pairs << " --eval-tokens " << eval_tokens
        << (device == lio::Device::Cpu ? "" : " --device " + o.device) << "`\n\n"
@@ -222,7 +229,7 @@ int main(int argc, char** argv) {
     const lio::AttentionShape gqa_shape{lio::AttentionKind::GQA, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0};
     const int64_t gqa_bytes = lio::kv_bytes_per_token(gqa_shape, 2);
     md << "\n## B. The course model converted GQA -> MLA, by latent rank\n\n"
-       << "- Model: " << stored.path << "; conversion: MHA2MLA's partial RoPE (each KV head keeps its " << rope_pairs
+       << "- Model: " << lio::bench::local_path_free(stored.path) << "; conversion: MHA2MLA's partial RoPE (each KV head keeps its " << rope_pairs
        << " highest-frequency pairs: d_R = " << c.n_kv_heads * 2 * rope_pairs << ") and joint SVD of the no-RoPE "
        << "keys and the values (full rank " << lio::mla_max_rank(c, rope_pairs) << "), no training; the joint "
        << "low rank two ways: SVD of the weights alone (MHA2MLA's SVD_joint), and PCA of the keys and values "
@@ -259,7 +266,7 @@ int main(int argc, char** argv) {
          << fmt(100.0 * static_cast<double>(bytes) / static_cast<double>(gqa_bytes), 0) << "%" << cells << " |\n";
       conv.push_back(row);
     }
-    out["conversion"] = json{{"model", stored.path},         {"rope_pairs", rope_pairs},
+    out["conversion"] = json{{"model", lio::bench::local_path_free(stored.path)},         {"rope_pairs", rope_pairs},
                              {"rope_dim", c.n_kv_heads * 2 * rope_pairs}, {"gqa_kv_bytes_per_token_f16", gqa_bytes},
                              {"stored_perplexity", q0.perplexity}, {"eval_tokens", text.size()}, {"ranks", conv}};
     const double minutes = (lio::bench::now_s() - t_start) / 60.0;

@@ -12,7 +12,7 @@
 # Env: BUILD_DIR (build), LLAMA_BUILD_DIR (build-llama), TEXT (default
 #   /usr/share/common-licenses/GPL-3: real English from Debian's base-files), CTX (512),
 #   MODELS (space-separated GGUF paths; default the Q4_1 file as shipped and the F32 copy),
-#   THREADS (nproc), OUT (bench/results/03_perplexity_check.md).
+#   THREADS (nproc), OUT (bench/results/03_perplexity_check.md; the same table goes to OUT's .json).
 # Exit status: 0 when every model agrees within 1%, 1 otherwise.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -32,13 +32,19 @@ chunks=-1
 LLAMA_BUILD_DIR="$llama_build" bash bench/batched/build_llama_tools.sh --perplexity
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+# What the results record (no local paths: the repository root is cut from every path).
+rel() { local p="${1//"$root/"/}"; printf '%s' "${p//"$HOME/"/"~/"}"; }
+commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "not recorded")"
+[[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]] && commit="$commit-dirty"
+command="$(rel "MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_perplexity.sh $*")"
 {
   echo "# Chapter 03: lio perplexity vs llama-perplexity"
   echo
-  echo "- Machine: $cpu, $threads threads"
+  echo "- Machine: $cpu, $(nproc) cores, $threads threads"
+  echo "- Command: \`$command\`; commit $commit; date $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- Text: \`$text\` ($(wc -c <"$text") bytes); chunks of $ctx tokens, second half of each scored;" \
        "chunks: $([[ $chunks -lt 0 ]] && echo all || echo $chunks)"
-  echo "- Commands: \`$build/bin/lio perplexity --model M --text T -c $ctx --chunks $chunks --json\` and" \
+  echo "- Commands: \`$(rel "$build")/bin/lio perplexity --model M --text T -c $ctx --chunks $chunks --json\` and" \
        "\`llama-perplexity -m M -f T -c $ctx -b $ctx --chunks $chunks -t $threads\` (vendored llama.cpp of" \
        "llama-cpp-python $(grep -E '^llama-cpp-python==' scripts/requirements.txt | cut -d= -f3))"
   echo
@@ -62,5 +68,9 @@ for m in $models; do
   [[ "$row" == *"| yes" ]] || status=1
 done
 mv "$out.tmp" "$out"
+# The same table as JSON beside it (what the lessons render from), with the run's provenance.
+python3 bench/common/results_meta.py md-table-json "$out" "${out%.md}.json" \
+  --keys model,lio_ppl,llama_ppl,ratio,within_1pct --command "$command" \
+  --set "text=$text" --set "ctx=$ctx" --set "chunks=$chunks" --set "threads=$threads"
 cat "$out"
 exit $status

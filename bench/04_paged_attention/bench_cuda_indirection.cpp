@@ -260,7 +260,13 @@ int run(const ind::Options& o, int iters) {
   ind::print_layout_ratios(single_rows, o.block_sizes);
 
   if (!o.json_path.empty()) {
-    ind::json j{{"benchmark", "bench_cuda_paged_indirection"},
+    ind::json j{{"provenance",
+                 {{"command", o.command},
+                  {"commit", lio::bench::git_commit()},
+                  {"machine",
+                   {{"cpu", lio::bench::cpu_name()}, {"gpu", std::string(prop.name)}, {"driver", lio::bench::gpu_driver()}}},
+                  {"date", lio::bench::utc_date()}}},
+                {"benchmark", "bench_cuda_paged_indirection"},
                 {"device", std::string(prop.name)},
                 {"sm_count", prop.multiProcessorCount},
                 {"l2_bytes", prop.l2CacheSize},
@@ -297,6 +303,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.command = lio::bench::command_line(argc, argv);
   try {
     return run(o, iters);
   } catch (const lio::Error& e) {

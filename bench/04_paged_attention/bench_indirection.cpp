@@ -132,7 +132,12 @@ int run(const ind::Options& o, int threads) {
   ind::print_layout_ratios(rows, o.block_sizes);
 
   if (!o.json_path.empty()) {
-    ind::json j{{"benchmark", "bench_paged_indirection"},
+    ind::json j{{"provenance",
+                 {{"command", o.command},
+                  {"commit", lio::bench::git_commit()},
+                  {"machine", lio::bench::cpu_name() + ", " + std::to_string(omp_get_max_threads()) + " threads"},
+                  {"date", lio::bench::utc_date()}}},
+                {"benchmark", "bench_paged_indirection"},
                 {"cpu", lio::bench::cpu_name()},
                 {"threads", omp_get_max_threads()},
                 {"read_bandwidth_gbs", read_bw / 1e9},
@@ -166,6 +171,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.command = lio::bench::command_line(argc, argv);
   try {
     return run(o, threads);
   } catch (const lio::Error& e) {

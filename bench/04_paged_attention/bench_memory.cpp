@@ -193,6 +193,10 @@ int main(int argc, char** argv) {
                 "KV budget %lld token slots\n\n",
                 lio::bench::cpu_name().c_str(), (long long)n_requests, seed, (long long)max_len, (long long)budget_tokens);
     json all = json::object();
+    all["provenance"] = {{"command", lio::bench::command_line(argc, argv)},
+                         {"commit", lio::bench::git_commit()},
+                         {"machine", lio::bench::cpu_name() + " (a simulation: no model, one thread)"},
+                         {"date", lio::bench::utc_date()}};
     struct Dataset {
       const char* name;
       double mean_prompt, mean_output;

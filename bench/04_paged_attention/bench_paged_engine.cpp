@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
     const lio::Tokenizer& tok = *m.tokenizer;
     const double block_mib = static_cast<double>(runner->kv_pool().block_bytes()) / 1048576.0;
     std::printf("bench_paged_engine | %s | host %s | %s | KV pool %lld blocks x %lld tokens (%.2f MiB a block)\n\n",
-                runner->device_description().c_str(), lio::bench::cpu_name().c_str(), m.path.c_str(),
+                runner->device_description().c_str(), lio::bench::cpu_name().c_str(),
+                lio::bench::local_path_free(m.path).c_str(),
                 (long long)runner->kv_pool().n_blocks(), (long long)runner->kv_pool().block_size(), block_mib);
     lio::SamplingParams greedy;
     greedy.max_tokens = max_tokens;
@@ -134,6 +135,11 @@ int main(int argc, char** argv) {
       return c;
     };
     json out;
+    out["provenance"] = {{"command", lio::bench::command_line(argc, argv)},
+                         {"commit", lio::bench::git_commit()},
+                         {"machine", "host " + lio::bench::cpu_name() + " | " + runner->device_description() +
+                                         (o.device == "cpu" ? "" : " | driver " + lio::bench::gpu_driver())},
+                         {"date", lio::bench::utc_date()}};
 
     // ---- 1. shared system prompt, cold and warm ----
     const std::string sys = system_prompt(tok, system_tokens);
@@ -257,7 +263,7 @@ int main(int argc, char** argv) {
                        {"independent_prefill_tokens", independent.prefill_tokens}, {"cow_copies", shared.copies}});
     }
     out["parallel_sampling"] = part3;
-    out["settings"] = {{"device", runner->device_description()}, {"model", m.path},
+    out["settings"] = {{"device", runner->device_description()}, {"model", lio::bench::local_path_free(m.path)},
                        {"block_size", runner->kv_pool().block_size()}, {"requests", n_requests},
                        {"system_tokens", system_tokens}, {"max_tokens", max_tokens}};
     if (!json_path.empty()) {

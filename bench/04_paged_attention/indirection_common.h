@@ -66,6 +66,7 @@ struct Options {
   int warmup = 3;         ///< untimed passes per variant before the samples
   uint32_t seed = 1234;   ///< RNG seed of the K/V/q values and of the block order
   std::string json_path;  ///< --json: where to write every number ("" = nowhere)
+  std::string command;    ///< the command line, recorded in the JSON (set by main, not a flag)
 };
 
 /// Registers Options' flags on `app`.

@@ -259,15 +259,18 @@ int main(int argc, char** argv) {
     }
     const std::string device = runner->device_description();
     const std::string cpu = lio::bench::cpu_name();
-    std::string command = "bench_continuous_batching";
-    for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+    const std::string command = lio::bench::command_line(argc, argv);
+    const std::string commit = lio::bench::git_commit();
+    const std::string date = lio::bench::utc_date();
+    const std::string driver = o.device == "cpu" ? "" : lio::bench::gpu_driver();
     std::printf("# bench_continuous_batching\n\n");
     std::printf("- Command: `%s`\n", command.c_str());
+    std::printf("- Commit: %s; date %s\n", commit.c_str(), date.c_str());
     // Spinning OpenMP threads stall for whole time slices when other work shares the cores.
     const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-    std::printf("- Machine: %s | host %s | OMP_WAIT_POLICY %s\n", device.c_str(), cpu.c_str(),
-                wait_policy ? wait_policy : "unset");
-    std::printf("- Model: %s (%.1f MiB of weights)\n", m.path.c_str(),
+    std::printf("- Machine: %s | host %s | OMP_WAIT_POLICY %s%s%s\n", device.c_str(), cpu.c_str(),
+                wait_policy ? wait_policy : "unset", driver.empty() ? "" : " | GPU driver ", driver.c_str());
+    std::printf("- Model: %s (%.1f MiB of weights)\n", lio::bench::local_path_free(m.path).c_str(),
                 static_cast<double>(runner->backend().weight_bytes()) / 1048576.0);
     std::printf(
         "- Trace: %lld requests, seed %llu; prompts %lld-%lld tokens (mean %.1f), outputs "
@@ -445,12 +448,16 @@ int main(int argc, char** argv) {
 
     if (!json_path.empty()) {
       json out;
+      out["provenance"] = {{"command", command},
+                           {"commit", commit},
+                           {"machine", "host " + cpu + " | " + device + (driver.empty() ? "" : " | driver " + driver)},
+                           {"date", date}};
       out["settings"] = {
           {"command", command},
           {"device", device},
           {"host_cpu", cpu},
           {"omp_wait_policy", wait_policy ? wait_policy : "unset"},
-          {"model", m.path},
+          {"model", lio::bench::local_path_free(m.path)},
           {"weight_bytes", runner->backend().weight_bytes()},
           {"requests", n_requests},
           {"seed", seed},

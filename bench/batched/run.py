@@ -16,7 +16,8 @@ Both on the Q4_1 file as shipped and its F32 copy, same thread count, median of 
 Achieved GB/s = weight bytes x decode steps/s (each decode step reads every weight once,
 whatever the batch), next to a read bandwidth measured in the same run (bench_decode's probe).
 
-Writes bench/results/batched.csv, .md and .png.
+Writes bench/results/batched.csv, .json, .md and .png; the .json and .md record the command,
+commit, machine and date (bench/common/results_meta.py), with no local paths.
 Usage: .venv/bin/python bench/batched/run.py [--quick] [--repeats R] [--concurrency 1,4,16,32,64]
 Needs build/bin/lio (Release) and bench/batched/build_llama_tools.sh run once.
 """
@@ -33,6 +34,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
+from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
 
 TARGET_C = 32            # the concurrency the targets are stated at
 TARGET_VS_C1 = 3.0       # LIO decode throughput at TARGET_C >= this x its C=1
@@ -160,6 +163,11 @@ def run_llama(a, model, npl):
 # Report
 # ---------------------------------------------------------------------------------------
 
+def no_nan(row):
+    """The row with NaN cells as None (JSON has no NaN)."""
+    return {k: None if isinstance(v, float) and v != v else v for k, v in row.items()}
+
+
 def med(values):
     return statistics.median(values) if values else float("nan")
 
@@ -241,6 +249,7 @@ def main():
         from make_f32_copy import make_f32_copy
         make_f32_copy(files["Q4_1"], files["F32"])
     machine = machine_info()
+    prov = provenance()
     load_start = os.getloadavg()[0]
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     if load_start > 1.0:
@@ -348,13 +357,20 @@ def main():
 
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     write_csv(a.out + ".csv", rows)
+    with open(a.out + ".json", "w") as f:
+        json.dump({"provenance": prov, "threads": a.threads, "repeats": a.repeats, "prompt_tokens": a.prompt_tokens,
+                   "gen_tokens": a.gen_tokens, "lio_cmd": local_path_free(lio_cmds[0]),
+                   "llama_cmd": local_path_free(llama_cmd or ""), "read_bandwidth_gbs": bandwidth,
+                   "rows": [no_nan(r) for r in rows], "table": [no_nan(t) for t in table]}, f, indent=2)
+        f.write("\n")
     write_plot(a.out + ".png", rows, concurrency, a.prompt_tokens, a.gen_tokens)
     cpu = (f"{machine['cpu']}, {machine['cpus']} logical CPUs ({machine.get('threads_per_core', '?')} per core), "
            f"{machine.get('mem_gib', '?')} GiB, {machine['arch']}")
     bw = f"{bandwidth:.1f} GB/s (bench_decode's probe, same run)" if bandwidth else "not measured (no bench_decode)"
     with open(a.out + ".md", "w") as f:
         f.write("# Offline batched throughput: LIO vs llama.cpp\n\n")
-        f.write(f"- Machine: {cpu}; {a.threads} threads for both engines; read bandwidth {bw}\n")
+        f.write("\n".join(provenance_lines(prov)) + "\n")
+        f.write(f"- CPUs (lscpu): {cpu}; {a.threads} threads for both engines; read bandwidth {bw}\n")
         f.write("- Model: SmolLM2-135M-Instruct, as shipped (Q4_1, token_embd Q8_0) and an F32 copy made with "
                 "llama.cpp's quantize API\n")
         f.write(f"- Workload: prompts of exactly {a.prompt_tokens} tokens (distinct windows of the repo's docs), "
@@ -376,9 +392,7 @@ def main():
                 "batching, so when C is close to the request count its decode-only steps include a tail with "
                 "fewer than C sequences (the first requests prefilled finish first); llama-batched-bench's "
                 "decode phase always holds exactly C. LIO's pool is f32, llama.cpp's KV cache f16.\n")
-        args = " ".join(sys.argv[1:])
-        f.write(f"- Command: `.venv/bin/python bench/batched/run.py{' ' + args if args else ''}`, which runs\n"
-                f"  - `{lio_cmds[0]}`\n")
+        f.write(f"- The command above runs\n  - `{local_path_free(lio_cmds[0])}`\n")
         if llama_cmd:
             f.write(f"  - `{llama_cmd}`\n")
         f.write("\n" + "\n".join(lines) + "\n\n")

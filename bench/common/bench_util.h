@@ -3,12 +3,17 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace lio::bench {
@@ -53,6 +58,85 @@ inline double load_average_1min() {
   double load = NAN;
   in >> load;
   return in ? load : NAN;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a results file records (COURSE.md, "Performance method"): the command line, the commit,
+// the machine and the date, and no path of the machine it ran on. bench/common/results_meta.py
+// is the Python side; `results_meta.py stamp OUT.json --command ...` adds the same record to a
+// JSON a program wrote without one.
+
+/// `text` with every `from` replaced by `to`.
+inline std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  if (from.empty()) return text;
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+/// Standard output of a shell command, without its trailing newlines; "" if it cannot run.
+inline std::string shell_output(const char* command) {
+  std::string out;
+  if (FILE* pipe = popen(command, "r")) {
+    std::array<char, 256> buf{};
+    while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr) out += buf.data();
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+/// `text` without the machine's own paths: the git checkout's root and the current directory
+/// become relative ("models/x.gguf"), $HOME becomes "~", /tmp becomes "TMP".
+inline std::string local_path_free(std::string text) {
+  std::error_code ec;
+  const std::string roots[] = {shell_output("git rev-parse --show-toplevel 2>/dev/null"),
+                               std::filesystem::current_path(ec).string()};
+  for (const std::string& root : roots) {
+    if (root.size() > 1) text = replace_all(text, root + "/", "");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && std::string(home).size() > 1) {
+    text = replace_all(text, std::string(home) + "/", "~/");
+  }
+  return replace_all(text, "/tmp/", "TMP/");
+}
+
+/// The program's command line (argv joined by spaces), without local paths.
+inline std::string command_line(int argc, char** argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+  return local_path_free(line);
+}
+
+/// Short hash of the checkout's HEAD, "-dirty" appended when tracked files differ from it;
+/// "not recorded" outside a git checkout (read with `git` from the current directory).
+inline std::string git_commit() {
+  const std::string head = shell_output("git rev-parse --short HEAD 2>/dev/null");
+  if (head.empty()) return "not recorded";
+  return shell_output("git status --porcelain --untracked-files=no 2>/dev/null").empty() ? head : head + "-dirty";
+}
+
+/// The current date and time in UTC, "YYYY-MM-DD HH:MM UTC".
+inline std::string utc_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+/// The NVIDIA driver version nvidia-smi reports for GPU 0, or "not recorded".
+inline std::string gpu_driver() {
+  const std::string v = shell_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1");
+  return v.empty() ? "not recorded" : v;
+}
+
+/// Markdown lines "- Command: ...", "- Commit: ...", "- Date: ..." for a results file (each
+/// benchmark prints its own machine line: it knows its device).
+inline std::string provenance_markdown(int argc, char** argv) {
+  return "- Command: `" + command_line(argc, argv) + "`\n- Commit: " + git_commit() + "\n- Date: " + utc_date() + "\n";
 }
 
 /// The text the decode benchmarks tokenize and repeat into prompts of any length.

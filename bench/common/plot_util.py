@@ -1,6 +1,7 @@
 """Shared by the benchmarks' plot.py scripts (matplotlib, Agg)."""
 import argparse
 import glob
+import json
 import os
 
 
@@ -27,10 +28,16 @@ def bars(ax, rates, series, key, ylabel, title, annotate=None):
 
 
 def save_beside(fig, json_path):
-    """Writes `fig` as a PNG beside the JSON it plots (same name, .png)."""
+    """Writes `fig` as a PNG beside the JSON it plots (same name, .png), with the JSON's
+    "provenance" (command, commit, machine, date) in the PNG's text chunks."""
     fig.tight_layout()
     out = os.path.splitext(json_path)[0] + ".png"
-    fig.savefig(out, dpi=120)
+    with open(json_path) as f:
+        prov = json.load(f).get("provenance")
+    meta = {"Source": os.path.basename(json_path)}
+    if prov:
+        meta["Description"] = json.dumps(prov)
+    fig.savefig(out, dpi=120, metadata=meta)
     print("wrote", out)
 
 

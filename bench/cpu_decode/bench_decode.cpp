@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json j{{"engine", "lio"},
                              {"cpu", lio::bench::cpu_name()},
                              {"threads", omp_get_max_threads()},
-                             {"model", m.path},
+                             {"model", lio::bench::local_path_free(m.path)},
                              {"dtype_mode", o.dtype},
                              {"weight_bytes", bytes},
                              {"prompt_tokens", prompt_tokens},
@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
     } else {
       std::printf("%s | %d threads | %s (%s, %.1f MiB of weights)\n", lio::bench::cpu_name().c_str(),
-                  omp_get_max_threads(), m.path.c_str(), o.dtype.c_str(), bytes / 1048576.0);
+                  omp_get_max_threads(), lio::bench::local_path_free(m.path).c_str(), o.dtype.c_str(),
+                  bytes / 1048576.0);
       std::printf("read bandwidth (measured) %.2f GB/s\n", bw / 1e9);
       std::printf("prefill %lld tokens: %.1f tok/s (median of %d)\n", (long long)prompt_tokens, pre, repeats);
       std::printf("decode  %lld tokens: %.1f tok/s, %.2f GB/s achieved = %.0f%% of measured bandwidth\n",

@@ -8,12 +8,12 @@ one warm-up). LIO's numbers come from build/bin/bench_decode (which also measure
 bandwidth); llama.cpp's from llama-cpp-python's eval(). Achieved GB/s = weight bytes x
 decode tokens/s, for both engines over the same byte count (LIO's, from the same file).
 
-Writes bench/results/cpu_decode.csv and .md.
+Writes bench/results/cpu_decode.csv, .json and .md; the .json and .md record the command, commit,
+machine and date (bench/common/results_meta.py), with no local paths.
 """
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -21,7 +21,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
 from make_f32_copy import make_f32_copy  # noqa: E402
+from results_meta import provenance, provenance_lines  # noqa: E402
 
 
 def bench_llama(model, prompt_tokens, decode_tokens, repeats, threads):
@@ -61,6 +63,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/cpu_decode"))
     a = ap.parse_args()
+    prov = provenance()
     f32 = os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")
     make_f32_copy(a.model, f32)
 
@@ -84,20 +87,25 @@ def main():
         print(json.dumps(rows[-1], indent=1), flush=True)
 
     import llama_cpp
-    machine = (f"{ours['cpu']}, {a.threads} threads, {platform.machine()}; llama-cpp-python "
-               f"{llama_cpp.__version__}")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out + ".csv", "w") as f:
         f.write(",".join(rows[0].keys()) + "\n")
         for r in rows:
             f.write(",".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()) + "\n")
+    with open(a.out + ".json", "w") as f:
+        json.dump({"provenance": prov, "threads": a.threads, "llama_cpp_python": llama_cpp.__version__,
+                   "prompt_tokens": a.prompt_tokens, "decode_tokens": a.decode_tokens, "repeats": a.repeats,
+                   "rows": rows}, f, indent=2)
+        f.write("\n")
     with open(a.out + ".md", "w") as f:
         f.write("# CPU batch-1 prefill and decode: LIO vs llama.cpp\n\n")
-        f.write(f"- Machine: {machine}\n- Model: SmolLM2-135M-Instruct, as shipped (Q4_1, token_embd Q8_0) and an "
+        f.write("\n".join(provenance_lines(prov)) + "\n")
+        f.write(f"- Threads: {a.threads} for both engines; peer: llama-cpp-python {llama_cpp.__version__}\n- Model: SmolLM2-135M-Instruct, as shipped (Q4_1, token_embd Q8_0) and an "
                 "F32 copy made with llama.cpp's quantize API\n")
         f.write(f"- Settings: prompt {a.prompt_tokens} tokens, decode {a.decode_tokens} tokens, median of "
-                f"{a.repeats} repeats after a warm-up; read bandwidth measured in the same run by bench_decode\n")
-        f.write("- Command: `.venv/bin/python bench/cpu_decode/run.py`\n\n")
+                f"{a.repeats} repeats after a warm-up; read bandwidth measured in the same run by bench_decode. "
+                "The engines run one after the other (LIO, then llama.cpp, per file) and only medians are "
+                "kept: no spread, so a ratio near 1 is not a measured win or loss\n\n")
         f.write("| weights | MiB | read GB/s | prefill tok/s LIO | llama.cpp | ratio | decode tok/s LIO | llama.cpp "
                 "| ratio | LIO GB/s (% of bw) | llama.cpp GB/s (% of bw) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
@@ -105,7 +113,7 @@ def main():
                     f"{r['llama_prefill_tps']:.1f} | {r['prefill_ratio']:.2f} | {r['lio_decode_tps']:.1f} | "
                     f"{r['llama_decode_tps']:.1f} | {r['decode_ratio']:.2f} | {r['lio_decode_gbs']:.2f} "
                     f"({r['lio_pct_bw']:.0f}%) | {r['llama_decode_gbs']:.2f} ({r['llama_pct_bw']:.0f}%) |\n")
-    print(f"wrote {a.out}.csv and {a.out}.md")
+    print(f"wrote {a.out}.csv, .json and .md")
 
 
 if __name__ == "__main__":

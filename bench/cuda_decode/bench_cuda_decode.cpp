@@ -191,10 +191,15 @@ int main(int argc, char** argv) {
     }
 
     const std::string device = gpu->device_description();
-    json j{{"device", device},
+    json j{{"provenance",
+            {{"command", lio::bench::command_line(argc, argv)},
+             {"commit", lio::bench::git_commit()},
+             {"machine", {{"cpu", lio::bench::cpu_name()}, {"gpu", device}, {"driver", lio::bench::gpu_driver()}}},
+             {"date", lio::bench::utc_date()}}},
+           {"device", device},
            {"cpu", lio::bench::cpu_name()},
            {"cpu_threads", omp_get_max_threads()},
-           {"model", stored.path},
+           {"model", lio::bench::local_path_free(stored.path)},
            {"prompt_tokens", prompt_tokens},
            {"decode_tokens", decode_tokens},
            {"cpu_decode_tokens", cpu_decode_tokens},
@@ -224,9 +229,11 @@ int main(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
       return 0;
     }
-    std::printf("%s | host %s, %d threads\n%s | prompt %lld tokens, decode %lld (GPU) / %lld (CPU) tokens, "
-                "greedy, medians of %d\n",
-                device.c_str(), lio::bench::cpu_name().c_str(), omp_get_max_threads(), stored.path.c_str(),
+    std::printf("%s", lio::bench::provenance_markdown(argc, argv).c_str());
+    std::printf("%s | driver %s | host %s, %d threads\n%s | prompt %lld tokens, decode %lld (GPU) / %lld (CPU) "
+                "tokens, greedy, medians of %d\n",
+                device.c_str(), lio::bench::gpu_driver().c_str(), lio::bench::cpu_name().c_str(),
+                omp_get_max_threads(), lio::bench::local_path_free(stored.path).c_str(),
                 (long long)prompt_tokens, (long long)decode_tokens, (long long)cpu_decode_tokens, repeats);
     std::printf("device-to-device copy bandwidth (measured, read+write): %.0f GB/s\n\n", copy_bw / 1e9);
     std::printf("| variant | weights MiB | prefill tok/s | decode tok/s | decode GB/s | %% of copy BW | decode vs cpu |\n");

@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
         if (!o.ok)
           throw lio::InvalidArgument("target " + t.name + ": warm-up request failed: " + o.error);
       }
-      target_info.push_back({{"name", t.name}, {"url", t.url}, {"model", t.model}});
+      target_info.push_back({{"name", t.name}, {"url", t.url}, {"model", lio::bench::local_path_free(t.model)}});
     }
 
     const std::string cpu = cpu_name();
@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
         "tokens mean "
         "%.1f (range ratio %.2f, seed %llu + rate index: new prompts at each rate), greedy, "
         "ignore_eos\n",
-        (long long)s.num_prompts, s.corpus_path.c_str(), tok_path.c_str(),
+        (long long)s.num_prompts, s.corpus_path.c_str(), lio::bench::local_path_free(tok_path).c_str(),
         static_cast<double>(sum_in) / n_all, static_cast<double>(sum_out) / n_all,
         s.shape.range_ratio, (unsigned long long)s.seed);
     std::printf("max concurrency %s, SLOs: TTFT <= %s ms, TPOT <= %s ms; latencies in ms\n\n",
@@ -409,8 +409,11 @@ int main(int argc, char** argv) {
 
     if (!s.json_path.empty()) {
       json out;
-      std::string command;
-      for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+      const std::string command = lio::bench::command_line(argc, argv);
+      out["provenance"] = {{"command", command},
+                           {"commit", lio::bench::git_commit()},
+                           {"machine", cpu + ", " + std::to_string(n_cores) + " cores"},
+                           {"date", lio::bench::utc_date()}};
       out["settings"] = {{"command", command},
                          {"num_prompts", s.num_prompts},
                          {"input_len", s.shape.input_len},
@@ -419,7 +422,7 @@ int main(int argc, char** argv) {
                          {"mean_prompt_tokens", static_cast<double>(sum_in) / n_all},
                          {"mean_output_tokens", static_cast<double>(sum_out) / n_all},
                          {"dataset", s.corpus_path},
-                         {"tokenizer", tok_path},
+                         {"tokenizer", lio::bench::local_path_free(tok_path)},
                          {"seed", s.seed},
                          {"request_rates", s.rates},
                          {"max_concurrency", s.max_concurrency},
