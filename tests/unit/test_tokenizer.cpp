@@ -22,6 +22,7 @@
 #include "lio/detokenizer.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/gguf_writer.h"
 #include "tiny_model.h"
 
 namespace lio {
