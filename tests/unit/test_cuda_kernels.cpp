@@ -22,7 +22,6 @@
 #include "cuda_ops.h"
 #include "lio/error.h"
 #include "random_inputs.h"
-#include "lio/model_config.h"
 
 namespace {
 
