@@ -18,9 +18,12 @@
 #include <string>
 #include <utility>
 
+#include "cublas_handle.h"
 #include "cuda_check.h"
 #include "cuda_device_memory.h"
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
+#include "device_buffer.h"
 #include "lio/error.h"
 
 namespace lio::cuda {

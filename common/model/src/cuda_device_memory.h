@@ -12,6 +12,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "device_buffer.h"
 #include "lio/error.h"
 #include "lio/kv_pool.h"
 
