@@ -27,6 +27,8 @@
 #include "bench_util.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
+#include "device_buffer.h"
 #include "indirection_common.h"
 
 namespace {

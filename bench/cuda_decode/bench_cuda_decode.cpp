@@ -27,7 +27,7 @@
 
 #include "bench_util.h"
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "device_buffer.h"
 #include "lio/cli_common.h"
 #include "lio/cuda_backend.h"
 #include "lio/model_runner.h"

@@ -1,5 +1,6 @@
-// cuda_ops.h — the CUDA operators of the Llama forward pass, and the small runtime helpers
-// their callers and tests need.
+// cuda_ops.h — the CUDA operators of the Llama forward pass. The helpers their callers need
+// live beside it: device_buffer.h (DeviceBuffer), cublas_handle.h (CublasHandle, for
+// matmul()), cuda_runtime_info.h (is there a GPU), cuda_check.h (CUDA_CHECK, CudaError).
 //
 // Each operator mirrors the CPU one in kernels/cpu/cpu_ops.h (same name, shapes and
 // semantics) but takes device pointers and runs asynchronously on an explicit stream:
@@ -14,37 +15,19 @@
 // whether a pointer is one is not checked — a host pointer makes the kernel fault.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <type_traits>
-#include <utility>
-#include <vector>
 
-#include "cuda_check.h"
 #include "lio/dtype.h"
-#include "lio/error.h"
 #include "lio/rope_style.h"
 
-/// CUDA operators of the Llama forward pass (device pointers, explicit stream) and
-/// runtime helpers.
+/// CUDA operators of the Llama forward pass (device pointers, explicit stream) and the
+/// helpers beside them.
 namespace lio::cuda {
 
-// ---- runtime --------------------------------------------------------------------------
-
-/// Number of CUDA devices this process can use: 0 when there is no driver, no GPU, or the
-/// runtime reports any error. Never throws. It clears the runtime's last-error slot, but
-/// without a driver every later runtime call still fails (cudaErrorInsufficientDriver).
-int cuda_device_count() noexcept;
-
-/// True when device 0 exists and this build's kernels have an image it can run (we build
-/// sm_80/sm_90 SASS plus PTX, so older GPUs answer false). Creates the CUDA context on
-/// first use (tens to hundreds of ms). Never throws. Tests start with
-/// `if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";`.
-bool cuda_available() noexcept;
+class CublasHandle;  // cublas_handle.h
 
 // ---- operators --------------------------------------------------------------------------
 
@@ -500,23 +483,7 @@ void argmax_naive(const float* x, ArgmaxResult* out, int64_t n_rows, int64_t n, 
 void repeat_penalty(float* logits, const int32_t* tokens, int64_t n_tokens, float penalty,
                     cudaStream_t stream);
 
-// ---- cuBLAS ---------------------------------------------------------------------------------
-
-/// Owns one cuBLAS handle (cublasCreate / cublasDestroy). Default math mode: SGEMM runs in
-/// full f32 (no TF32), so prefill logits stay close to the CPU path.
-/// Throws CudaError (with the cuBLAS status name) if creation fails.
-class CublasHandle {
- public:
-  CublasHandle();
-  ~CublasHandle();
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  /// The raw handle, for cublas* calls.
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
-};
+// ---- matmul (gemv, gemv_batched or cuBLAS) --------------------------------------------------
 
 /// y = x W^T for n rows of x, or y += x W^T when `accumulate` — the contract of cpu::matmul
 /// on device pointers. x: (n, w.cols); y: (n, w.rows); no overlap.
@@ -535,108 +502,5 @@ class CublasHandle {
 void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, float* y,
             int64_t n, bool accumulate, float* scratch, int64_t scratch_floats,
             cudaStream_t stream);
-
-// ---- DeviceBuffer -------------------------------------------------------------------------
-
-/// Owning, move-only array of `n_elems` T in device memory (cudaMalloc / cudaFree), for tests
-/// and tools. Copies are synchronous: each returns when the data has arrived. They are ordered
-/// after work on the legacy default stream (and blocking streams) but not after work on
-/// cudaStreamNonBlocking streams — synchronize such a stream before copying its results back.
-/// Errors throw CudaError / InvalidArgument.
-template <typename T>
-class DeviceBuffer {
-  static_assert(std::is_trivially_copyable_v<T>, "DeviceBuffer holds plain data only");
-
- public:
-  DeviceBuffer() = default;
-
-  /// Allocates n_elems elements (uninitialized). n_elems == 0 allocates nothing.
-  explicit DeviceBuffer(int64_t n_elems) : n_elems_(n_elems) {
-    if (n_elems < 0) {
-      throw InvalidArgument("DeviceBuffer: n_elems must be >= 0, got " + std::to_string(n_elems));
-    }
-    if (n_elems > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size_bytes()));
-  }
-
-  /// Allocates host.size() elements and copies `host` into them.
-  static DeviceBuffer from_host(const std::vector<T>& host) {
-    DeviceBuffer buf(static_cast<int64_t>(host.size()));
-    buf.copy_from_host(host.data(), buf.n_elems());
-    return buf;
-  }
-
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  /// Takes over `other`'s allocation; `other` is left empty.
-  DeviceBuffer(DeviceBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), n_elems_(std::exchange(other.n_elems_, 0)) {}
-  /// Frees this buffer's allocation, then takes over `other`'s; `other` is left empty.
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      data_ = std::exchange(other.data_, nullptr);
-      n_elems_ = std::exchange(other.n_elems_, 0);
-    }
-    return *this;
-  }
-  ~DeviceBuffer() { release(); }
-
-  /// Device pointer to the first element; nullptr when empty.
-  T* data() { return data_; }
-  /// Device pointer to the first element; nullptr when empty.
-  const T* data() const { return data_; }
-  /// Number of elements of type T.
-  int64_t n_elems() const { return n_elems_; }
-  /// Allocation size in bytes: n_elems * sizeof(T).
-  size_t size_bytes() const { return static_cast<size_t>(n_elems_) * sizeof(T); }
-
-  /// Copies n_elems elements from host `src` to the start of the buffer.
-  /// Throws InvalidArgument if n_elems is negative or exceeds the buffer.
-  void copy_from_host(const T* src, int64_t n_elems) {
-    check_count(n_elems, "copy_from_host");
-    if (n_elems > 0) {
-      CUDA_CHECK(cudaMemcpy(data_, src, static_cast<size_t>(n_elems) * sizeof(T),
-                            cudaMemcpyHostToDevice));
-      // From pageable memory cudaMemcpy may return before the DMA lands; a kernel launched
-      // next on a non-blocking stream would not wait for it. Wait here.
-      CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-    }
-  }
-
-  /// Copies the first n_elems elements to host `dst`.
-  void copy_to_host(T* dst, int64_t n_elems) const {
-    check_count(n_elems, "copy_to_host");
-    if (n_elems > 0) {
-      CUDA_CHECK(cudaMemcpy(dst, data_, static_cast<size_t>(n_elems) * sizeof(T),
-                            cudaMemcpyDeviceToHost));
-    }
-  }
-
-  /// The whole buffer, copied to a new host vector.
-  std::vector<T> to_host() const {
-    std::vector<T> host(static_cast<size_t>(n_elems_));
-    copy_to_host(host.data(), n_elems_);
-    return host;
-  }
-
- private:
-  void check_count(int64_t n_elems, const char* what) const {
-    if (n_elems < 0 || n_elems > n_elems_) {
-      throw InvalidArgument(std::string("DeviceBuffer::") + what + ": " +
-                            std::to_string(n_elems) + " elements requested, buffer holds " +
-                            std::to_string(n_elems_));
-    }
-  }
-  // cudaFree's error is dropped: a destructor must not throw, and a failure here means the
-  // context is already broken (a sticky error), which the next checked call reports.
-  void release() noexcept {
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = nullptr;
-    n_elems_ = 0;
-  }
-
-  T* data_ = nullptr;
-  int64_t n_elems_ = 0;
-};
 
 }  // namespace lio::cuda

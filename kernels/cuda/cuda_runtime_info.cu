@@ -2,7 +2,7 @@
 // and the CLI can decide to skip or fall back to the CPU.
 #include <cuda_runtime.h>
 
-#include "cuda_ops.h"
+#include "cuda_runtime_info.h"
 
 namespace lio::cuda {
 

@@ -12,34 +12,13 @@
 
 #include <climits>
 #include <cstdint>
-#include <source_location>
 #include <string>
 
-#include "cuda_check.h"
+#include "cublas_handle.h"
 #include "cuda_ops.h"
 #include "lio/error.h"
 
 namespace lio::cuda {
-
-namespace {
-
-/// Throws CudaError naming the cuBLAS call and status unless `status` is success.
-void check_cublas(cublasStatus_t status, const char* what,
-                  std::source_location loc = std::source_location::current()) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw CudaError(cudaErrorUnknown, std::string(loc.file_name()) + ":" +
-                                        std::to_string(loc.line()) + ": " + what + " failed: " +
-                                        cublasGetStatusName(status) + " (" +
-                                        cublasGetStatusString(status) + ")");
-}
-
-}  // namespace
-
-CublasHandle::CublasHandle() { check_cublas(cublasCreate(&handle_), "cublasCreate"); }
-
-CublasHandle::~CublasHandle() {
-  if (handle_ != nullptr) cublasDestroy(handle_);  // a destructor must not throw
-}
 
 void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, float* y,
             int64_t n, bool accumulate, float* scratch, int64_t scratch_floats,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lio/gguf.h"
+#include "lio/gguf_writer.h"
 #include "tiny_model.h"
 
 namespace {

@@ -22,6 +22,7 @@
 
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/gguf_writer.h"
 #include "lio/safetensors.h"
 #include "random_inputs.h"
 

@@ -18,8 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "cublas_handle.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
+#include "device_buffer.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
 #include "random_inputs.h"

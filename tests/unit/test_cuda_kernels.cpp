@@ -20,9 +20,10 @@
 #include "cpu_ops.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
+#include "device_buffer.h"
 #include "lio/error.h"
 #include "random_inputs.h"
-#include "lio/model_config.h"
 
 namespace {
 

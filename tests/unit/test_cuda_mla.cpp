@@ -20,7 +20,10 @@
 #include <vector>
 
 #include "cpu_ops.h"
+#include "cublas_handle.h"
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
+#include "device_buffer.h"
 #include "lio/error.h"
 #include "random_inputs.h"
 

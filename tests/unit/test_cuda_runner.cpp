@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
 #include "lio/cuda_backend.h"
 #include "lio/engine.h"
 #include "lio/error.h"

@@ -16,6 +16,8 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "cuda_runtime_info.h"
+#include "device_buffer.h"
 #include "lio/error.h"
 #include "lio/sampler.h"
 #include "random_inputs.h"

@@ -13,6 +13,7 @@
 #include "lio/dtype.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/gguf_writer.h"
 #include "tiny_model.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // test_tokenizer.cpp — lio/tokenizer.h on tiny vocabularies: hand-computed BPE merges,
 // merge-rank order against a naive GPT-2 reference, digit splitting, special tokens on and
-// off, decoding and the streaming detokenizer on multilingual text, ChatML rendering, the
-// tokenizer.json path against the GGUF path, and every rejected input.
+// off, decoding and the streaming detokenizer (lio/detokenizer.h) on multilingual text,
+// ChatML rendering, the tokenizer.json path against the GGUF path, and every rejected input.
 //
 // The tiny vocabulary (tests/support/tiny_model.h): <|endoftext|> = 0, <|im_start|> = 1,
 // <|im_end|> = 2 (control), the 256 byte tokens, then one token per merge. Expected ids are
@@ -19,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "lio/detokenizer.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/gguf_writer.h"
 #include "tiny_model.h"
 
 namespace lio {

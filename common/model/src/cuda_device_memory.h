@@ -1,19 +1,15 @@
-// cuda_device_memory.h — private to cuda_backend.cpp: the memory the CUDA backend owns besides
-// its weights — page-locked host staging (PinnedBuffer), grow-only device scratch (ensure), and
-// the KV pool in device memory (DeviceKvPool).
+// cuda_device_memory.h — private to the CUDA backend: the memory it owns besides its weights
+// and KV pool — page-locked host staging (PinnedBuffer) and grow-only device scratch (ensure).
+// The KV pool in device memory is DeviceKvPool (device_kv_pool.h).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
-#include "lio/error.h"
-#include "lio/kv_pool.h"
+#include "device_buffer.h"
 
 namespace lio::cuda {
 
@@ -55,125 +51,5 @@ void ensure(DeviceBuffer<T>& buf, int64_t n, cudaStream_t stream) {
   buf = DeviceBuffer<T>();  // free first: peak memory stays one buffer
   buf = DeviceBuffer<T>(n);
 }
-
-/// A KV pool in device memory: K and V of all layers, each (n_layers, n_slots, kv_dim)
-/// elements of the pool's dtype (f32, f16 bits or int8 codes), plus for int8 the scales, each
-/// (n_layers, n_slots, n_kv_heads) f32 — HostKvPool's layout, so a swapped-out block's host
-/// bytes mean the same on both backends.
-class DeviceKvPool final : public KvPool {
- public:
-  DeviceKvPool(const ModelConfig& model, const KvPoolConfig& config)
-      : KvPool(model, config),
-        layer_bytes_(n_slots() * kv_dim() * kv_elem_bytes(config.dtype)),
-        layer_scales_(config.dtype == KvCacheDType::Int8 ? n_slots() * n_kv_heads() : 0),
-        keys_(n_layers() * layer_bytes_),
-        values_(n_layers() * layer_bytes_),
-        key_scales_(n_layers() * layer_scales_),
-        value_scales_(n_layers() * layer_scales_) {
-    // Zeroed like HostKvPool: a slot is never read before it is written, but a debugger or a
-    // dump should not show garbage.
-    CUDA_CHECK(cudaMemset(keys_.data(), 0, keys_.size_bytes()));
-    CUDA_CHECK(cudaMemset(values_.data(), 0, values_.size_bytes()));
-    if (layer_scales_ > 0) {
-      CUDA_CHECK(cudaMemset(key_scales_.data(), 0, key_scales_.size_bytes()));
-      CUDA_CHECK(cudaMemset(value_scales_.data(), 0, value_scales_.size_bytes()));
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  /// A block's bytes of every layer to/from a host array (block_floats() floats), laid out as
-  /// HostKvPool's: per layer its K elements, V elements, then (int8) K and V scales.
-  void copy_block_to_host(int32_t block, float* host) override { host_copy(block, host, cudaMemcpyDeviceToHost); }
-  void copy_block_from_host(const float* host, int32_t block) override {
-    host_copy(block, const_cast<float*>(host), cudaMemcpyHostToDevice);
-  }
-  ~DeviceKvPool() override {
-    // A backend's stream may still read the pool; the pool does not know which stream, so it
-    // waits for the device (errors dropped: a destructor must not throw).
-    cudaDeviceSynchronize();
-  }
-  /// f32 pools only (KvPool's contract): an f16 / int8 pool throws InternalError.
-  float* keys(int64_t layer) override { return reinterpret_cast<float*>(f32_only(key_data(layer))); }
-  float* values(int64_t layer) override { return reinterpret_cast<float*>(f32_only(value_data(layer))); }
-  void* key_data(int64_t layer) override { return keys_.data() + checked(layer) * layer_bytes_; }
-  void* value_data(int64_t layer) override { return values_.data() + checked(layer) * layer_bytes_; }
-  float* key_scales(int64_t layer) override {
-    return layer_scales_ > 0 ? key_scales_.data() + checked(layer) * layer_scales_ : nullptr;
-  }
-  float* value_scales(int64_t layer) override {
-    return layer_scales_ > 0 ? value_scales_.data() + checked(layer) * layer_scales_ : nullptr;
-  }
-  /// One layer as the quantized kernels take it (f16 / int8 pools).
-  QuantizedKvLayer quantized_layer(int64_t layer) {
-    LIO_CHECK(dtype() != KvCacheDType::F32, "an f32 KV pool has no quantized view");
-    return {dtype() == KvCacheDType::Int8 ? KvQuant::Int8 : KvQuant::F16, key_data(layer), value_data(layer),
-            key_scales(layer), value_scales(layer)};
-  }
-  /// One strided copy per array: a block's rows sit one layer apart. The backend's stream is
-  /// non-blocking, so wait for the device on both sides.
-  void copy_block(int32_t src, int32_t dst) override {
-    check_copy(src, dst);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    for (const Part& part : parts()) {
-      CUDA_CHECK(cudaMemcpy2D(part.base + dst * part.block_bytes, part.pitch, part.base + src * part.block_bytes,
-                              part.pitch, static_cast<size_t>(part.block_bytes), static_cast<size_t>(n_layers()),
-                              cudaMemcpyDeviceToDevice));
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-
- private:
-  /// One array of the pool: its start, one block's bytes in one layer, and one layer's bytes.
-  struct Part {
-    std::byte* base;
-    int64_t block_bytes;
-    size_t pitch;
-  };
-  /// K elements, V elements, then (int8) K and V scales: the host layout's order.
-  std::vector<Part> parts() {
-    const int64_t elems = block_size() * kv_dim() * kv_elem_bytes(dtype());
-    const auto layer = static_cast<size_t>(layer_bytes_);
-    std::vector<Part> r = {{keys_.data(), elems, layer}, {values_.data(), elems, layer}};
-    if (layer_scales_ > 0) {
-      const int64_t sc = block_size() * n_kv_heads() * static_cast<int64_t>(sizeof(float));
-      const auto pitch = static_cast<size_t>(layer_scales_) * sizeof(float);
-      r.push_back({reinterpret_cast<std::byte*>(key_scales_.data()), sc, pitch});
-      r.push_back({reinterpret_cast<std::byte*>(value_scales_.data()), sc, pitch});
-    }
-    return r;
-  }
-  void host_copy(int32_t block, float* host, cudaMemcpyKind kind) {
-    check_copy(block, block);
-    const std::vector<Part> ps = parts();
-    int64_t per_layer = 0;  // host bytes of one layer: 2 * block_size * slot_bytes
-    for (const Part& part : ps) per_layer += part.block_bytes;
-    auto* h = reinterpret_cast<std::byte*>(host);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    for (const Part& part : ps) {
-      std::byte* dev = part.base + block * part.block_bytes;
-      const auto width = static_cast<size_t>(part.block_bytes), hpitch = static_cast<size_t>(per_layer);
-      if (kind == cudaMemcpyDeviceToHost) {
-        CUDA_CHECK(cudaMemcpy2D(h, hpitch, dev, part.pitch, width, static_cast<size_t>(n_layers()), kind));
-      } else {
-        CUDA_CHECK(cudaMemcpy2D(dev, part.pitch, h, hpitch, width, static_cast<size_t>(n_layers()), kind));
-      }
-      h += part.block_bytes;
-    }
-  }
-  void* f32_only(void* p) const {
-    LIO_CHECK(dtype() == KvCacheDType::F32, "an f16 / int8 KV pool has no f32 view (read key_data())");
-    return p;
-  }
-  int64_t checked(int64_t layer) const {
-    if (layer < 0 || layer >= n_layers()) {
-      throw InvalidArgument("KvPool: layer " + std::to_string(layer) + " outside [0, " +
-                            std::to_string(n_layers()) + ")");
-    }
-    return layer;
-  }
-  int64_t layer_bytes_;   // n_slots * kv_dim * elem_bytes
-  int64_t layer_scales_;  // int8: n_slots * n_kv_heads; else 0
-  DeviceBuffer<std::byte> keys_, values_;
-  DeviceBuffer<float> key_scales_, value_scales_;
-};
 
 }  // namespace lio::cuda

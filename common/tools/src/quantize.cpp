@@ -15,6 +15,7 @@
 #include "lio/calibrated_quant.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/gguf_writer.h"
 #include "lio/model_loader.h"
 #include "lio/quantization.h"
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lio/detokenizer.h"
 #include "lio/sampler.h"
 #include "lio/tokenizer.h"
 

@@ -1,5 +1,6 @@
-// tokenizer.h — byte-level BPE (GPT-2 / SmolLM2 / Llama-3 family), special tokens,
-// chat template, and a streaming detokenizer that never splits a UTF-8 character.
+// tokenizer.h — byte-level BPE (GPT-2 / SmolLM2 / Llama-3 family), special tokens and the
+// chat template. The streaming detokenizer, which never splits a UTF-8 character, is in
+// lio/detokenizer.h.
 //
 // Sources: GPT-2 encoder.py (bytes_to_unicode, BPE by merge rank; Radford et al. 2019),
 // llama.cpp src/llama-vocab.cpp (pre-tokenizer regexes per `tokenizer.ggml.pre`,
@@ -111,21 +112,5 @@ class Tokenizer {
 std::string render_chat_template(std::string_view chat_template,
                                  std::span<const ChatMessage> messages,
                                  bool add_generation_prompt);
-
-/// Turns a stream of token ids into text pieces that are always complete UTF-8:
-/// bytes of a partial character are held back until the character completes.
-class StreamingDetokenizer {
- public:
-  /// Keeps a pointer to `tokenizer`, which must outlive this object.
-  explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
-  /// Returns the newly completed text (possibly empty) after appending `id`.
-  std::string push(int32_t id);
-  /// Returns any held-back bytes (invalid trailing bytes become U+FFFD).
-  std::string flush();
-
- private:
-  const Tokenizer* tokenizer_;
-  std::string pending_;
-};
 
 }  // namespace lio

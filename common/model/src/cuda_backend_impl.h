@@ -1,0 +1,146 @@
+// cuda_backend_impl.h — private to the CUDA backend: the state CudaBackend's files share
+// (CudaBackend::Impl): stream, cuBLAS handle, device weights, per-pass buffers, profiling.
+// Its parts are defined by concept: cuda_backend.cpp (device, stream, batch upload, scratch,
+// to_host, profiling), cuda_backend_weights.cpp (weights in device memory),
+// cuda_backend_ops.cpp (the forward pass's operators), cuda_backend_sampling.cpp (greedy
+// sampling on the device).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cublas_handle.h"
+#include "cuda_check.h"
+#include "cuda_device_memory.h"
+#include "cuda_ops.h"
+#include "device_buffer.h"
+#include "lio/cuda_backend.h"
+
+namespace lio::cuda {
+
+/// Device copies of one decoder block's weights.
+struct DeviceLayer {
+  const float* attn_norm = nullptr;  // (d_model)
+  DeviceMatrix wq, wk, wv, wo;
+  DeviceMatrix wkv_a, wk_b, wv_b;  // MLA (chapter 02): latent down-projection, W_UK, W_UV
+  const float* ffn_norm = nullptr;  // (d_model)
+  DeviceMatrix w_gate, w_up, w_down;
+};
+
+struct CudaBackend::Impl {
+  ModelConfig config;
+  std::string description;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<CublasHandle> cublas;
+
+  // ---- weights
+  std::vector<DeviceBuffer<std::byte>> matrix_buffers;
+  std::map<const std::byte*, const std::byte*> uploaded;  // host data -> device data (tied head)
+  std::vector<DeviceBuffer<float>> vector_buffers;
+  DeviceMatrix token_embd, output;
+  const float* output_norm = nullptr;
+  std::vector<DeviceLayer> layers;
+  int64_t weight_bytes = 0;
+  int64_t max_dequant_floats = 0;  // largest non-F32 matmul weight, for the cuBLAS path
+  const float* mla_inv_freq = nullptr;  // MLA: (qk_rope_head_dim / 2) RoPE frequencies
+
+  // ---- per pass: the batch's index arrays (one device array, one pinned staging array)
+  DeviceBuffer<int32_t> batch_d;
+  PinnedBuffer<int32_t> batch_h;
+  cudaEvent_t batch_copied = nullptr;  // batch_h may be rewritten once this has fired
+  int64_t n_logits = 0;                // logits rows of the last uploaded batch
+  // MLA: the last batch's context-row offsets (n_seqs + 1, device; prefix sums of seq_lens)
+  // and their total, for the naive path's gather; the naive path's buffers
+  const int32_t* mla_ctx_first = nullptr;
+  int64_t mla_ctx_total = 0;
+  DeviceBuffer<float> mla_c, mla_k_pe, mla_k, mla_v;
+  std::array<DeviceBuffer<float>, static_cast<size_t>(Scratch::kCount)> scratch;
+  DeviceBuffer<float> dequant_scratch;  // f32 copy of a quantized W for cuBLAS
+  // ---- int8 activations (chapter 03): x's codes (n, cols) and scales (n, cols / 32)
+  ActivationPrecision activations = ActivationPrecision::F32;
+  DeviceBuffer<int8_t> act_codes;
+  DeviceBuffer<float> act_scales;
+  PinnedBuffer<float> to_host_h;
+  // ---- greedy sampling on the device
+  DeviceBuffer<int32_t> penalty_tokens_d;  // every row's distinct ids, concatenated
+  PinnedBuffer<int32_t> penalty_tokens_h;
+  DeviceBuffer<ArgmaxResult> argmax_d;  // (rows)
+  PinnedBuffer<ArgmaxResult> argmax_h;
+
+  // ---- profiling
+  bool profiling = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;  // pool, reused every pass
+  std::vector<const char*> event_ops;                       // op of events[i] since the last wait
+  std::map<std::string, OpTime> op_times;
+
+  explicit Impl(const ModelConfig& c) : config(c) {}
+  /// Drains the stream, then frees the cuBLAS handle, the events and the stream.
+  ~Impl();
+
+  /// Runs `body` (which queues work); if it throws, drains the stream first, so no work the
+  /// failed op queued is left in flight, and forgets the op's unmatched profiling events.
+  template <typename F>
+  auto guarded(F&& body) {
+    CUDA_CHECK(cudaSetDevice(0));  // the calling thread may have another current device
+    try {
+      return body();
+    } catch (...) {
+      cudaStreamSynchronize(stream);  // its own error, if any, is already being thrown
+      (void)cudaGetLastError();
+      event_ops.clear();
+      throw;
+    }
+  }
+
+  /// Runs `launch` (which queues work on `stream`), timed under `name` when profiling.
+  template <typename F>
+  void op(const char* name, F&& launch) {
+    if (!profiling) {
+      launch();
+      return;
+    }
+    const size_t i = event_ops.size();
+    if (i == events.size()) {
+      cudaEvent_t start = nullptr, stop = nullptr;
+      CUDA_CHECK(cudaEventCreate(&start));
+      CUDA_CHECK(cudaEventCreate(&stop));
+      events.emplace_back(start, stop);
+    }
+    CUDA_CHECK(cudaEventRecord(events[i].first, stream));
+    launch();
+    CUDA_CHECK(cudaEventRecord(events[i].second, stream));
+    event_ops.push_back(name);
+  }
+
+  /// Waits for the stream, then adds the timed ops' event times to op_times.
+  void wait();
+
+  // Weights (cuda_backend_weights.cpp).
+  /// Uploads every matrix and norm of `weights` (called once, by the constructor).
+  void upload_weights(const Weights& weights);
+  /// Uploads a matrix once (tied matrices share one copy). `in_matmul`: it goes through
+  /// matmul() and so may need the cuBLAS path's dequantization scratch.
+  DeviceMatrix upload(const WeightMatrix& w, bool in_matmul = true);
+  /// Uploads a vector (a norm weight, RoPE frequencies).
+  const float* upload(const std::vector<float>& v);
+  /// The layer `ref` names, checked.
+  const DeviceLayer& layer(WeightRef ref) const;
+  /// The device matrix `ref` names. Throws InvalidArgument for a norm or a bad layer.
+  const DeviceMatrix& matrix(WeightRef ref) const;
+  /// The device norm weight `ref` names. Throws InvalidArgument for a matrix or a bad layer.
+  const float* norm(WeightRef ref) const;
+
+  // Operators (cuda_backend_ops.cpp).
+  /// `pool` as this backend's device pool with `layer` in range and the batch present.
+  void check_pool(const char* op, KvPool& pool, int64_t layer, const BatchView& batch) const;
+};
+
+}  // namespace lio::cuda

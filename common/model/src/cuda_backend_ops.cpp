@@ -1,0 +1,226 @@
+// cuda_backend_ops.cpp — the forward pass's operators of the CUDA backend: each Backend op is
+// one or two launches of a kernels/cuda operator on the backend's stream, guarded (a throwing
+// op drains the stream) and timed when profiling.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "cuda_backend_impl.h"
+#include "device_kv_pool.h"
+#include "lio/error.h"
+
+namespace lio::cuda {
+
+namespace {
+
+/// The op name profiling files a matmul of n rows under (the kernel cuda::matmul picks).
+const char* matmul_op_name(int64_t n) {
+  if (n == 1) return "gemv";
+  if (n <= kGemvBatchedMaxRows) return "gemv_batched";
+  return "gemm (dequantize + cuBLAS)";
+}
+
+}  // namespace
+
+void CudaBackend::Impl::check_pool(const char* op, KvPool& pool, int64_t layer,
+                                   const BatchView& batch) const {
+  const std::string where = std::string("CudaBackend::") + op + ": ";
+  if (dynamic_cast<DeviceKvPool*>(&pool) == nullptr) {
+    throw InvalidArgument(where +
+                          "the KV pool is not in device memory (make it with "
+                          "CudaBackend::make_kv_pool)");
+  }
+  if (pool.kv_dim() != config.kv_dim() || pool.n_layers() != config.n_layers) {
+    throw InvalidArgument(where + "the KV pool was made for another model shape");
+  }
+  if (layer < 0 || layer >= pool.n_layers()) {
+    throw InvalidArgument(where + "layer " + std::to_string(layer) + " outside [0, " +
+                          std::to_string(pool.n_layers()) + ")");
+  }
+  if (batch.host == nullptr) throw InvalidArgument(where + "no batch (call upload first)");
+}
+
+void CudaBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
+  Impl& m = *impl_;
+  m.guarded([&] {
+    m.op("embedding", [&] { cuda::embedding(m.token_embd, token_ids, out, n, m.stream); });
+  });
+}
+
+void CudaBackend::rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) {
+  Impl& m = *impl_;
+  const float* weight = m.norm(norm);
+  m.guarded([&] {
+    m.op("rmsnorm", [&] {
+      cuda::rmsnorm(x, weight, out, n_rows, m.config.d_model, m.config.rms_norm_eps, m.stream);
+    });
+  });
+}
+
+void CudaBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
+  Impl& m = *impl_;
+  const DeviceMatrix& matrix = m.matrix(w);
+  // Chapter 03's int8 activations: block-quantized weights only, and (W8A8 per token) not the
+  // LM head — the CPU backend's rules (CpuBackend::matmul).
+  const bool int8 = m.activations != ActivationPrecision::F32 && has_int8_kernel(matrix.dtype) &&
+                    !(m.activations == ActivationPrecision::Int8PerToken && w.kind == WeightKind::Output);
+  if (int8 && n_rows > 0) {
+    m.guarded([&] {
+      ensure(m.act_codes, n_rows * matrix.cols, m.stream);
+      ensure(m.act_scales, n_rows * (matrix.cols / 32), m.stream);
+      m.op("gemv_int8 (int8 activations)", [&] {
+        quantize_activations_int8(x, n_rows, matrix.cols,
+                                  m.activations == ActivationPrecision::Int8 ? ActivationGroup::Block32
+                                                                             : ActivationGroup::Token,
+                                  m.act_codes.data(), m.act_scales.data(), m.stream);
+        gemv_int8(matrix, m.act_codes.data(), m.act_scales.data(), y, n_rows, accumulate, m.stream);
+      });
+    });
+    return;
+  }
+  m.guarded([&] {
+    if (n_rows > kGemvBatchedMaxRows && matrix.dtype != DType::F32) {
+      ensure(m.dequant_scratch, std::max(m.max_dequant_floats, matrix.rows * matrix.cols),
+             m.stream);
+    }
+    m.op(matmul_op_name(n_rows), [&] {
+      cuda::matmul(*m.cublas, matrix, x, y, n_rows, accumulate, m.dequant_scratch.data(),
+                   m.dequant_scratch.n_elems(), m.stream);
+    });
+  });
+}
+
+void CudaBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  m.guarded([&] {
+    m.op("rope", [&] {
+      cuda::rope(x, positions, n_tokens, n_heads, c.head_dim, c.rope_theta, c.rope_style, m.stream);
+    });
+  });
+}
+
+void CudaBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
+                            const BatchView& batch) {
+  Impl& m = *impl_;
+  m.check_pool("kv_append", pool, layer, batch);
+  m.guarded([&] {
+    m.op("kv_append", [&] {
+      if (pool.dtype() == KvCacheDType::F32) {
+        cuda::kv_append(k, v, batch.slot_mapping, batch.host->n_tokens(), pool.kv_dim(), pool.keys(layer),
+                        pool.values(layer), m.stream);
+      } else {  // chapter 03: rounded to f16 or int8 as it is written
+        cuda::kv_append_quantized(k, v, batch.slot_mapping, batch.host->n_tokens(), m.config.n_kv_heads,
+                                  m.config.head_dim, static_cast<DeviceKvPool&>(pool).quantized_layer(layer),
+                                  m.stream);
+      }
+    });
+  });
+}
+
+void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out,
+                            const BatchView& batch) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  m.check_pool("attention", pool, layer, batch);
+  const ForwardBatch& b = *batch.host;
+  if (b.block_size != pool.block_size()) {
+    throw InvalidArgument("CudaBackend::attention: the batch's block_size " +
+                          std::to_string(b.block_size) + " is not the pool's " +
+                          std::to_string(pool.block_size()));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  m.guarded([&] {
+    m.op("attention (paged)", [&] {
+      if (pool.dtype() == KvCacheDType::F32) {
+        paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc,
+                        batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
+                        b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads, c.head_dim,
+                        scale, m.stream);
+      } else {  // chapter 03: K and V dequantized as they are read
+        paged_attention_quantized(q, static_cast<DeviceKvPool&>(pool).quantized_layer(layer), out,
+                                  batch.query_start_loc, batch.seq_lens, batch.block_tables, b.n_tokens(),
+                                  b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads,
+                                  c.head_dim, scale, m.stream);
+      }
+    });
+  });
+}
+
+void CudaBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (!c.is_mla()) throw InvalidArgument("CudaBackend::mla_rope: not an MLA model");
+  const MlaShape shape{c.n_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank, c.v_head_dim};
+  m.guarded([&] {
+    m.op("mla_rope", [&] { cuda::mla_rope(q, latent, positions, m.mla_inv_freq, n_tokens, shape, m.stream); });
+  });
+}
+
+void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
+                                const BatchView& batch) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (!c.is_mla()) throw InvalidArgument("CudaBackend::mla_attention: not an MLA model");
+  m.check_pool("mla_attention", pool, layer, batch);
+  const ForwardBatch& b = *batch.host;
+  if (b.block_size != pool.block_size()) {
+    throw InvalidArgument("CudaBackend::mla_attention: the batch's block_size " + std::to_string(b.block_size) +
+                          " is not the pool's " + std::to_string(pool.block_size()));
+  }
+  const MlaShape shape{c.n_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank, c.v_head_dim};
+  const DeviceLayer& L = m.layer({WeightKind::WkB, layer});
+  const float scale = c.softmax_scale();
+  m.guarded([&] {
+    // 1. Each row's latent [c_kv ; k_pe] into the pool, halves in the K and V arrays.
+    m.op("mla_latent_append", [&] {
+      cuda::mla_latent_append(latent, batch.slot_mapping, b.n_tokens(), pool.kv_dim(), pool.keys(layer),
+                              pool.values(layer), m.stream);
+    });
+    if (c.mla_absorbed) {
+      // 2a. Attention in latent space (W_UK into the query, W_UV after the weighted sum).
+      m.op("mla attention (absorbed)", [&] {
+        cuda::mla_absorbed_attention(q, pool.keys(layer), pool.values(layer),
+                                     reinterpret_cast<const float*>(L.wk_b.data),
+                                     reinterpret_cast<const float*>(L.wv_b.data), out, batch.query_start_loc,
+                                     batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
+                                     b.max_blocks_per_seq, b.block_size, shape, scale, m.stream);
+      });
+      return;
+    }
+    // 2b. Naive: every cached latent up-projected to K_nope and V for all heads, every step.
+    const int64_t n_ctx = m.mla_ctx_total;
+    ensure(m.mla_c, n_ctx * c.kv_lora_rank, m.stream);
+    ensure(m.mla_k_pe, std::max<int64_t>(n_ctx * c.qk_rope_head_dim, 1), m.stream);
+    ensure(m.mla_k, n_ctx * c.n_heads * c.qk_nope_head_dim, m.stream);
+    ensure(m.mla_v, n_ctx * c.n_heads * c.v_head_dim, m.stream);
+    m.op("mla gather latents (naive)", [&] {
+      cuda::mla_gather_latents(pool.keys(layer), pool.values(layer), m.mla_ctx_first, batch.block_tables, n_ctx,
+                               b.n_seqs(), b.max_blocks_per_seq, b.block_size, shape, m.mla_c.data(),
+                               m.mla_k_pe.data(), m.stream);
+    });
+    m.op("mla up-projection (naive)", [&] {
+      cuda::matmul(*m.cublas, L.wk_b, m.mla_c.data(), m.mla_k.data(), n_ctx, false, nullptr, 0, m.stream);
+      cuda::matmul(*m.cublas, L.wv_b, m.mla_c.data(), m.mla_v.data(), n_ctx, false, nullptr, 0, m.stream);
+    });
+    m.op("mla attention (naive)", [&] {
+      cuda::mla_naive_attention(q, m.mla_k.data(), m.mla_k_pe.data(), m.mla_v.data(), out, batch.query_start_loc,
+                                batch.seq_lens, m.mla_ctx_first, b.n_tokens(), b.n_seqs(), shape, scale, m.stream);
+    });
+  });
+}
+
+void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  Impl& m = *impl_;
+  m.guarded([&] { m.op("swiglu", [&] { cuda::swiglu(gate, up, out, n, m.stream); }); });
+}
+
+void CudaBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
+                              float* out) {
+  Impl& m = *impl_;
+  m.guarded([&] {
+    m.op("gather_rows", [&] { cuda::gather_rows(x, rows, n_rows, dim, out, m.stream); });
+  });
+}
+
+}  // namespace lio::cuda
