@@ -3,12 +3,7 @@
 # generates with and without the KV cache, the tokens agree, the measured cache bytes match the
 # formula, and its attention is chapter 01's decode_attention over one contiguous block (the
 # only program that runs Task 4; the engine reads every row through chapter 04's block tables).
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-if ! command -v python3 >/dev/null 2>&1; then echo "SKIP: python3 is needed to check the JSON"; exit 77; fi
-"$bin/make_test_models" "$work/models" >/dev/null || { echo "FAIL: make_test_models"; exit 1; }
+source "$(dirname "$0")/smoke_setup.sh" "$@"
 if ! "$bin/ch01_kv_cache" --model "$work/models/tiny.gguf" --prompt "hello" --max-tokens 12 --threads 1 \
     --json >"$work/out.json" 2>"$work/err"; then
   echo "FAIL: ch01_kv_cache exited non-zero"; cat "$work/err"; exit 1
