@@ -4,10 +4,12 @@
 //
 // Both variants do the same work: B sequences of n_ctx cached positions, one decode row each
 // (the query at position n_ctx - 1). Contiguous is B calls of cpu::decode_attention, one per
-// sequence's cache (chapter 01's decode step); paged is one cpu::paged_attention over the batch.
+// sequence's cache (chapter 01's decode step); paged is one cpu::paged_attention_reference over
+// the batch: the naive paged kernel (attention_reference.h), not the engine's path, which runs
+// chapter 04's paged_decode_attention per (row, head).
 // The layouts, the "paged 1 blk" control and --layers are described in indirection_common.h.
 // Threading differs and is part of what is measured: decode_attention runs OpenMP over the 9
-// heads of one row, paged_attention over the B rows (all heads of a row on one thread).
+// heads of one row, paged_attention_reference over the B rows (all heads of a row on one thread).
 // Achieved GB/s counts each K/V byte once per step, next to a read bandwidth measured in the
 // same run (lio::bench::measure_read_bandwidth).
 #include <omp.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.h"
 #include "bench_util.h"
 #include "cpu_ops.h"
 #include "indirection_common.h"
@@ -71,11 +74,11 @@ ind::Row measure(const ind::Shape& shape, const ind::Options& o, int64_t n_ctx) 
   for (size_t i = 0; i < paged.size(); ++i) {
     steps.push_back([&, i](int64_t l) {
       const ind::PagedKv& p = paged[i];
-      lio::cpu::paged_attention(c.q.data(), p.k_pool.data() + l * p.layer_floats(),
-                                p.v_pool.data() + l * p.layer_floats(), out[1 + i].data(),
-                                p.query_start_loc.data(), p.seq_lens.data(), p.block_tables.data(),
-                                o.batch, p.max_blocks_per_seq, p.block_size, shape.n_heads,
-                                shape.n_kv_heads, shape.head_dim, shape.scale);
+      lio::cpu::paged_attention_reference(
+          c.q.data(), p.k_pool.data() + l * p.layer_floats(),
+          p.v_pool.data() + l * p.layer_floats(), out[1 + i].data(), p.query_start_loc.data(),
+          p.seq_lens.data(), p.block_tables.data(), o.batch, p.max_blocks_per_seq, p.block_size,
+          shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale);
     });
   }
 
@@ -112,7 +115,7 @@ int run(const ind::Options& o, int threads) {
       (long long)o.batch, (long long)o.n_layers, o.repeats, o.warmup);
   std::printf(
       "contiguous = %lld x cpu::decode_attention (OpenMP over heads); paged = 1 x "
-      "cpu::paged_attention (OpenMP over rows), blocks in a random order; paged 1 blk = "
+      "cpu::paged_attention_reference (OpenMP over rows), blocks in a random order; paged 1 blk = "
       "the paged kernel over one in-order block per sequence\n",
       (long long)o.batch);
   std::fflush(stdout);
@@ -150,7 +153,7 @@ int run(const ind::Options& o, int threads) {
                 {"warmup", o.warmup},
                 {"seed", o.seed},
                 {"contiguous", "batch x cpu::decode_attention"},
-                {"paged", "1 x cpu::paged_attention"},
+                {"paged", "1 x cpu::paged_attention_reference"},
                 {"rows", ind::rows_json(rows, o.block_sizes)}};
     ind::write_json(o.json_path, j);
   }

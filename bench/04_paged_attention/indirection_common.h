@@ -6,7 +6,8 @@
 // sequences holds n_ctx cached positions, stored with the same values in three layouts:
 //   contiguous   (n_ctx, kv_dim) per sequence — chapter 01's cache, read by decode_attention;
 //   paged 1 blk  the same bytes as a pool of one block per sequence (block_size = n_ctx, blocks
-//                in order), read by paged_attention: the paged kernel without scattering;
+//                in order), read by paged_attention (CPU: the reference kernel): the paged kernel
+//                without scattering;
 //   paged bs=N   a pool of (n_blocks, N, kv_dim) whose blocks are handed out in a random order,
 //                as a block manager's free list is after a while of allocating and freeing
 //                (PagedAttention, Kwon et al. 2023, sec. 4.2), read by paged_attention.

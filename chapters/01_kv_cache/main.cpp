@@ -5,11 +5,15 @@
 // KV cache (each step computes only the newest token's K/V: O(n) work). Checks that the
 // two produce identical tokens, then prints TTFT, TPOT, tokens/s, and the cache size
 // measured against the formula 2 x n_layers x n_kv_heads x head_dim x seq_len x bytes.
+// On the CPU with an f32 cache, attention runs chapter 01's decode_attention (Task 4) over the
+// one contiguous block each sequence gets (contiguous_attention.h): the learner's code, where
+// the engine's other programs read every row through chapter 04's block tables.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 
+#include "contiguous_attention.h"
 #include "lio/cli_common.h"
 #include "lio/generate.h"
 
@@ -40,7 +44,14 @@ int main(int argc, char** argv) {
     // the context), contiguous — the special case the paged pool of chapter 04 generalizes.
     const int64_t capacity = std::min<int64_t>(c.context_length, static_cast<int64_t>(prompt.size()) + o.max_tokens);
     o.kv_pool = {capacity, (lio::kv_block_bytes(c, capacity) >> 20) + 1};
-    std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    // ... attended with chapter 01's decode step on the CPU (the f32 cache: this program has no
+    // --kv-cache-dtype). A GPU keeps its own attention kernel; an MLA model caches latents.
+    const bool contiguous = o.device == "cpu" && !c.is_mla();
+    std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(
+        m, o, [&](std::unique_ptr<lio::Backend> b) -> std::unique_ptr<lio::Backend> {
+          if (!contiguous) return b;
+          return std::make_unique<lio::ch01::ContiguousAttentionBackend>(std::move(b));
+        });
     lio::GenerateOptions g;
     g.max_tokens = o.max_tokens;
     g.stop = o.stop;

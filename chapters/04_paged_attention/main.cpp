@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <numbers>
@@ -24,18 +23,16 @@
 #include "lio/cli_common.h"
 #include "lio/engine.h"
 #include "lio/error.h"
+#include "lio/request_trace.h"
 
 namespace {
 using json = nlohmann::ordered_json;
 
 // ---- the trace ----------------------------------------------------------------------------
 
-/// One request of the trace: exact lengths (ignore_eos + max_tokens make them exact).
-struct TraceRequest {
-  int64_t prompt_tokens = 0;   ///< prompt length, the shared prefix included
-  int64_t output_tokens = 0;   ///< tokens to generate
-  bool shared_prefix = false;  ///< prompt begins with the trace's shared system prefix
-};
+/// One request of the trace: exact lengths (ignore_eos + max_tokens make them exact). A --trace
+/// file is read by lio::read_request_trace (its format: lio/request_trace.h).
+using TraceRequest = lio::TraceRequestLine;
 
 /// Uniform in [0, 1) from the top 53 bits: mt19937_64 is specified exactly by the standard,
 /// std::*_distribution is not, so the trace is the same with every standard library.
@@ -67,50 +64,6 @@ std::vector<TraceRequest> builtin_trace(int64_t n_requests, int64_t shared_prefi
     r.output_tokens = lognormal_length(rng, 48, 0.9, 8, 200);
     trace.push_back(r);
   }
-  return trace;
-}
-
-/// Reads a JSONL trace: one object per non-blank line, {"prompt_tokens": N, "output_tokens": M,
-/// "shared_prefix": bool (optional)}; other keys are ignored. Throws InvalidArgument naming
-/// file:line for a missing file, bad JSON, a length < 1, or a shared-prefix prompt not longer
-/// than the prefix.
-std::vector<TraceRequest> read_trace(const std::string& path, int64_t shared_prefix) {
-  std::ifstream in(path);
-  if (!in) throw lio::InvalidArgument("--trace " + lio::single_quoted(path) + ": cannot open");
-  std::vector<TraceRequest> trace;
-  std::string line;
-  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
-    const std::string where = path + ":" + std::to_string(line_no) + ": ";
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      throw lio::InvalidArgument(where + "not JSON (" + e.what() + ")");
-    }
-    if (!j.is_object()) throw lio::InvalidArgument(where + "expected a JSON object");
-    auto length = [&](const char* key) {
-      if (!j.contains(key) || !j[key].is_number_integer())
-        throw lio::InvalidArgument(where + "'" + key + "' must be an integer");
-      const int64_t n = j[key].get<int64_t>();
-      if (n < 1)
-        throw lio::InvalidArgument(where + "'" + key + "' must be >= 1, got " + std::to_string(n));
-      return n;
-    };
-    TraceRequest r{length("prompt_tokens"), length("output_tokens"), false};
-    if (j.contains("shared_prefix")) {
-      if (!j["shared_prefix"].is_boolean())
-        throw lio::InvalidArgument(where + "'shared_prefix' must be true or false");
-      r.shared_prefix = j["shared_prefix"].get<bool>();
-    }
-    if (r.shared_prefix && r.prompt_tokens <= shared_prefix)
-      throw lio::InvalidArgument(
-          where + "a shared_prefix prompt needs more than --shared-prefix (" +
-          std::to_string(shared_prefix) + ") tokens, got " + std::to_string(r.prompt_tokens));
-    trace.push_back(r);
-  }
-  if (trace.empty())
-    throw lio::InvalidArgument("--trace " + lio::single_quoted(path) + " holds no request");
   return trace;
 }
 
@@ -449,9 +402,9 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = max_num_seqs;
     ec.scheduler.validate();
     lio::parse_device(o.device);
-    const std::vector<TraceRequest> trace = trace_path.empty()
-                                                ? builtin_trace(n_requests, shared_prefix, seed)
-                                                : read_trace(trace_path, shared_prefix);
+    const std::vector<TraceRequest> trace =
+        trace_path.empty() ? builtin_trace(n_requests, shared_prefix, seed)
+                           : lio::read_request_trace(trace_path, {0, shared_prefix});
     int64_t longest = 0, sum_prompt = 0, sum_output = 0, n_shared = 0;
     for (const TraceRequest& r : trace) {
       longest = std::max(longest, r.prompt_tokens + r.output_tokens);

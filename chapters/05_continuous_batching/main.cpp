@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -30,6 +29,7 @@
 #include "lio/cli_common.h"
 #include "lio/engine.h"
 #include "lio/error.h"
+#include "lio/request_trace.h"
 
 namespace {
 using json = nlohmann::ordered_json;
@@ -68,39 +68,13 @@ std::vector<TraceRequest> builtin_trace(int64_t extra, int64_t prompt_tokens, do
   return trace;
 }
 
-/// Reads a JSONL trace: one object per non-blank line, {"output_tokens": N, "prompt_tokens": M
-/// (optional, default `prompt_tokens`)}; --scale applies to N too. Throws InvalidArgument
-/// naming file:line for a missing file, bad JSON, a non-integer or a length < 1.
+/// Reads a --trace file (lio::read_request_trace; format: lio/request_trace.h), lines without
+/// "prompt_tokens" getting `prompt_tokens`, names A, B, ... in file order, output lengths times
+/// --scale. Throws as read_request_trace.
 std::vector<TraceRequest> read_trace(const std::string& path, int64_t prompt_tokens, double scale) {
-  std::ifstream in(path);
-  if (!in) throw lio::InvalidArgument("--trace " + lio::single_quoted(path) + ": cannot open");
   std::vector<TraceRequest> trace;
-  std::string line;
-  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
-    const std::string where = path + ":" + std::to_string(line_no) + ": ";
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      throw lio::InvalidArgument(where + "not JSON (" + e.what() + ")");
-    }
-    if (!j.is_object()) throw lio::InvalidArgument(where + "expected a JSON object");
-    auto length = [&](const char* key, int64_t fallback) {
-      if (!j.contains(key) && fallback > 0) return fallback;
-      if (!j.contains(key) || !j[key].is_number_integer())
-        throw lio::InvalidArgument(where + "'" + key + "' must be an integer");
-      const int64_t n = j[key].get<int64_t>();
-      if (n < 1)
-        throw lio::InvalidArgument(where + "'" + key + "' must be >= 1, got " + std::to_string(n));
-      return n;
-    };
-    const int64_t out = length("output_tokens", 0);
-    trace.push_back({request_name(trace.size()), length("prompt_tokens", prompt_tokens),
-                     scaled(out, scale)});
-  }
-  if (trace.empty())
-    throw lio::InvalidArgument("--trace " + lio::single_quoted(path) + " holds no request");
+  for (const lio::TraceRequestLine& r : lio::read_request_trace(path, {prompt_tokens, 0}))
+    trace.push_back({request_name(trace.size()), r.prompt_tokens, scaled(r.output_tokens, scale)});
   return trace;
 }
 

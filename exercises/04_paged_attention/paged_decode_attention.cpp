@@ -13,17 +13,19 @@ namespace lio::cpu {
 
 void paged_decode_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                             std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
-                            int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale) {
+                            int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale,
+                            std::span<float> scores) {
   // TODO(Task 5): chapter 01's decode step, but position j's K/V are found through the table:
   //   slot = block_table[j / block_size] * block_size + j % block_size
   //   k[j] = k_pool + (slot * n_kv_heads + kv_head) * head_dim   (v[j] likewise in v_pool)
-  //   1. s[j] = scale * dot(q, k[j]) for j in [0, n_ctx)
+  //   1. s[j] = scale * dot(q, k[j]) for j in [0, n_ctx), kept in scores[j] (the caller's
+  //      scratch: allocate nothing here, the engine calls this once per (row, head))
   //   2. p = softmax(s), subtracting max(s) first
   //   3. out = sum_j p[j] * v[j]
-  //   Throw InvalidArgument if n_ctx < 1, block_size < 1, or the table has fewer than
-  //   ceil(n_ctx / block_size) blocks.
+  //   Throw InvalidArgument if n_ctx < 1, block_size < 1, the table has fewer than
+  //   ceil(n_ctx / block_size) blocks, or scores holds fewer than n_ctx floats.
   (void)q, (void)k_pool, (void)v_pool, (void)out, (void)block_table, (void)n_ctx, (void)block_size,
-      (void)n_kv_heads, (void)kv_head, (void)head_dim, (void)scale;
+      (void)n_kv_heads, (void)kv_head, (void)head_dim, (void)scale, (void)scores;
   throw NotImplemented("Task 5 (exercises/04_paged_attention/paged_decode_attention.cpp): paged_decode_attention — "
                        "scores through the block table, stable softmax, weighted sum of values");
 }

@@ -77,33 +77,13 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 /// Throws InvalidArgument if token is outside [0, w.rows).
 void embedding_row(const WeightMatrix& w, int64_t token, float* out);
 
-/// Causal grouped-query attention for a chunk of queries against a contiguous cache.
-/// q: (n_q, n_heads, head_dim) for positions start_pos .. start_pos + n_q - 1;
-/// k_cache, v_cache: (n_ctx, n_kv_heads, head_dim) with n_ctx >= start_pos + n_q, holding
-/// keys/values for positions 0 .. n_ctx-1; query i attends to positions <= start_pos + i.
-/// Query head h reads KV head h / (n_heads / n_kv_heads) (Ainslie et al. 2023, GQA).
-/// out: (n_q, n_heads, head_dim). scale is usually 1/sqrt(head_dim).
-/// Softmax uses the running-max form, so no score overflows.
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out,
-               int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
-               int64_t head_dim, float scale);
-
-/// Paged causal grouped-query attention over a KV pool (Kwon et al. 2023, PagedAttention;
-/// the contract of vLLM's attention backends on a flattened batch).
-/// q, out: (n_tokens, n_heads, head_dim); k_pool, v_pool: one layer of the pool,
-/// (n_slots, n_kv_heads, head_dim) with slot = block * block_size + offset.
-/// Row i of sequence s (query_start_loc[s] <= i < query_start_loc[s + 1]) is at position
-/// p = seq_lens[s] - query_len(s) + (i - query_start_loc[s]) and attends to positions 0 .. p of
-/// s; position j is at slot block_tables[s * max_blocks_per_seq + j / block_size] * block_size +
-/// j % block_size. Query head h reads KV head h / (n_heads / n_kv_heads). Softmax subtracts the
-/// row's max. Each (row, head) is computed by the same loop whatever else is in the batch.
-/// row_mask: optional (n_tokens); rows with 0 are skipped (left untouched).
-/// Throws InvalidArgument if n_heads is not a multiple of n_kv_heads.
-void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
-                     const int32_t* query_start_loc, const int32_t* seq_lens,
-                     const int32_t* block_tables, int64_t n_seqs, int64_t max_blocks_per_seq,
-                     int64_t block_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     float scale, const uint8_t* row_mask = nullptr);
+// ---- attention ------------------------------------------------------------------------------
+// The engine's CPU attention is one path: CpuBackend::attention runs every (row, query head) of
+// a batch, prefill and decode alike, through paged_decode_attention (chapter 04's Task 5) over
+// the row's block table, or through its f16 / int8 twin for a quantized pool. Chapter 01's
+// decode_attention (Task 4) runs in ch01_kv_cache, over the one contiguous block per sequence
+// that chapter's executable reserves. The naive reference all of them are tested against is
+// attention_reference.h.
 
 /// Task 5 (chapter 04 exercise point; defined in solutions|exercises/04_paged_attention/
 /// paged_decode_attention.cpp). Attention of ONE query head over positions 0 .. n_ctx-1 of a
@@ -112,31 +92,39 @@ void paged_attention(const float* q, const float* k_pool, const float* v_pool, f
 /// j % block_size, and its key for KV head `kv_head` starts at
 /// k_pool + (slot * n_kv_heads + kv_head) * head_dim (likewise v_pool).
 /// q: (head_dim); k_pool, v_pool: one layer, (n_blocks, block_size, n_kv_heads, head_dim);
-/// block_table: at least ceil(n_ctx / block_size) block ids; out: (head_dim).
+/// block_table: at least ceil(n_ctx / block_size) block ids; out: (head_dim);
+/// scores: (>= n_ctx) the caller's scratch for the n_ctx scores, overwritten (the caller owns
+/// it, one buffer per thread: no hidden allocation or thread_local state here).
 ///   out = sum_j softmax_j(scale * q . k[j]) v[j]
 /// Equals decode_attention's result for that head on the gathered contiguous cache (to f32
-/// rounding). Single-threaded: the engine runs many (row, head) pairs in parallel.
-/// Throws InvalidArgument if n_ctx < 1, block_size < 1, or the table is too short.
+/// rounding). Single-threaded: the engine runs many (row, head) pairs in parallel. The engine's
+/// f32 CPU attention for every row (CpuBackend::attention).
+/// Throws InvalidArgument if n_ctx < 1, block_size < 1, the table is too short, or scores
+/// holds fewer than n_ctx floats.
 void paged_decode_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                             std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
-                            int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale);
+                            int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale,
+                            std::span<float> scores);
 
-/// paged_decode_attention (the contract of Task 5) over a pool stored in f16
-/// (--kv-cache-dtype f16): k_pool, v_pool hold IEEE half bits, (n_slots, n_kv_heads, head_dim),
-/// each converted to f32 as it is read. Throws InvalidArgument as paged_decode_attention.
-void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, float* out,
-                                std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
-                                int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale);
+/// paged_decode_attention (the contract of Task 5, scores scratch included) over a pool stored
+/// in f16 (--kv-cache-dtype f16): k_pool, v_pool hold IEEE half bits, (n_slots, n_kv_heads,
+/// head_dim), each converted to f32 as it is read. Throws InvalidArgument as
+/// paged_decode_attention.
+void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool,
+                                float* out, std::span<const int32_t> block_table, int64_t n_ctx,
+                                int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                                int64_t head_dim, float scale, std::span<float> scores);
 
 /// paged_decode_attention over a pool stored in int8 (--kv-cache-dtype int8): k_pool, v_pool
 /// (n_slots, n_kv_heads, head_dim) codes, k_scales, v_scales (n_slots, n_kv_heads), key =
 /// k_scale * code. Dequantized inside the loops: q . k[j] = k_scale[j] * (q . codes[j]), and
-/// p_j v[j] = (p_j v_scale[j]) codes[j], so no f32 copy of the cache is made. Throws
-/// InvalidArgument as paged_decode_attention.
-void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales, const int8_t* v_pool,
-                                 const float* v_scales, float* out, std::span<const int32_t> block_table,
-                                 int64_t n_ctx, int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
-                                 int64_t head_dim, float scale);
+/// p_j v[j] = (p_j v_scale[j]) codes[j], so no f32 copy of the cache is made. scores: as
+/// paged_decode_attention. Throws InvalidArgument as paged_decode_attention.
+void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales,
+                                 const int8_t* v_pool, const float* v_scales, float* out,
+                                 std::span<const int32_t> block_table, int64_t n_ctx,
+                                 int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                                 int64_t head_dim, float scale, std::span<float> scores);
 
 /// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
 /// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:
@@ -145,11 +133,16 @@ void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const flo
 /// out: (n_heads, head_dim). Query head h reads KV head h / (n_heads / n_kv_heads).
 ///   out[h] = sum_j softmax_j(scale * q[h] . k[j, g]) v[j, g]
 /// No causal mask is needed: every cached position is in the past. Must equal
-/// attention(q, k, v, out, 1, n_ctx - 1, ...) to f32 rounding.
+/// attention_reference(q, k, v, out, 1, n_ctx - 1, ...) to f32 rounding. Threads: OpenMP over
+/// the heads. Not the engine's path (that is paged_decode_attention, for every row): it runs in
+/// chapter 01's executable, ch01_kv_cache, whose cache is one contiguous block per sequence
+/// (chapters/01_kv_cache/contiguous_attention.h).
 /// Throws InvalidArgument if n_ctx < 1 or n_heads is not a multiple of n_kv_heads.
 void decode_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                       int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       float scale);
+
+// ---- helpers and MLA ------------------------------------------------------------------------
 
 /// a . b over n floats, with 8 partial sums so the compiler keeps them in one SIMD register (a
 /// single running sum is a serial dependency it may not reorder). The order of additions is

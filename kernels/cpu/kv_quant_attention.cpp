@@ -1,10 +1,14 @@
 // kv_quant_attention.cpp — paged decode attention over a KV pool stored in f16 or int8
 // (--kv-cache-dtype): each key and value is dequantized as it is read, inside the dot product
-// and the weighted sum, never expanded into an f32 copy of the cache (see cpu_ops.h).
+// and the weighted sum, never expanded into an f32 copy of the cache (see cpu_ops.h). One loop,
+// paged_attention_quantized, serves both dtypes through an element reader (F16Elems,
+// Int8Elems). It is Task 5's loop (chapter 04) with another reader, but not the learner's code:
+// the f32 pool runs Task 5 itself, and this loop's arithmetic (an AVX2 FMA dot product, one
+// multiply by 1/sum at the end) is not the reference answer's, so merging the two would change
+// the bits of one of them.
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -84,16 +88,21 @@ struct Int8Elems {
   }
 };
 
+/// Task 5's contract over the pool `e` reads (see paged_decode_attention_f16 / _int8).
 template <class Elems>
-void paged_attention_quantized(const float* q, const Elems& e, float* out, std::span<const int32_t> block_table,
-                               int64_t n_ctx, int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
-                               int64_t head_dim, float scale) {
-  if (n_ctx < 1 || block_size < 1 || static_cast<int64_t>(block_table.size()) * block_size < n_ctx) {
-    throw InvalidArgument("paged attention (quantized KV): n_ctx " + std::to_string(n_ctx) + ", block size " +
-                          std::to_string(block_size) + ", table of " + std::to_string(block_table.size()) + " blocks");
+void paged_attention_quantized(const float* q, const Elems& e, float* out,
+                               std::span<const int32_t> block_table, int64_t n_ctx,
+                               int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                               int64_t head_dim, float scale, std::span<float> scores) {
+  if (n_ctx < 1 || block_size < 1 ||
+      static_cast<int64_t>(block_table.size()) * block_size < n_ctx ||
+      static_cast<int64_t>(scores.size()) < n_ctx) {
+    throw InvalidArgument("paged attention (quantized KV): n_ctx " + std::to_string(n_ctx) +
+                          ", block size " + std::to_string(block_size) + ", table of " +
+                          std::to_string(block_table.size()) + " blocks, scores scratch of " +
+                          std::to_string(scores.size()) + " floats");
   }
-  thread_local std::vector<float> scores;
-  scores.resize(static_cast<size_t>(n_ctx));
+  scores = scores.first(static_cast<size_t>(n_ctx));  // the caller's scratch, one per thread
   float mx = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
     const int64_t slot = static_cast<int64_t>(block_table[static_cast<size_t>(j / block_size)]) * block_size + j % block_size;
@@ -118,19 +127,21 @@ void paged_attention_quantized(const float* q, const Elems& e, float* out, std::
 
 }  // namespace
 
-void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, float* out,
-                                std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
-                                int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale) {
-  paged_attention_quantized(q, F16Elems{k_pool, v_pool}, out, block_table, n_ctx, block_size, n_kv_heads, kv_head,
-                            head_dim, scale);
+void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool,
+                                float* out, std::span<const int32_t> block_table, int64_t n_ctx,
+                                int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                                int64_t head_dim, float scale, std::span<float> scores) {
+  paged_attention_quantized(q, F16Elems{k_pool, v_pool}, out, block_table, n_ctx, block_size,
+                            n_kv_heads, kv_head, head_dim, scale, scores);
 }
 
-void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales, const int8_t* v_pool,
-                                 const float* v_scales, float* out, std::span<const int32_t> block_table,
-                                 int64_t n_ctx, int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
-                                 int64_t head_dim, float scale) {
-  paged_attention_quantized(q, Int8Elems{k_pool, k_scales, v_pool, v_scales}, out, block_table, n_ctx, block_size,
-                            n_kv_heads, kv_head, head_dim, scale);
+void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales,
+                                 const int8_t* v_pool, const float* v_scales, float* out,
+                                 std::span<const int32_t> block_table, int64_t n_ctx,
+                                 int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
+                                 int64_t head_dim, float scale, std::span<float> scores) {
+  paged_attention_quantized(q, Int8Elems{k_pool, k_scales, v_pool, v_scales}, out, block_table,
+                            n_ctx, block_size, n_kv_heads, kv_head, head_dim, scale, scores);
 }
 
 }  // namespace lio::cpu

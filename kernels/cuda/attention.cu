@@ -12,7 +12,8 @@
 // It reads K and V once per (query, head) — fine for decode and the short prompts of these
 // chapters, quadratic traffic for long prefill. Chapter 07 (FlashAttention, Dao et al. 2022)
 // tiles keys through shared memory with an online softmax so nothing grows with the context.
-// Naive kernel: one thread per (query, head), online softmax over the keys, as cpu::attention.
+// Naive kernel: one thread per (query, head), online softmax over the keys, as
+// cpu::attention_reference.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -180,7 +180,7 @@ void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t di
                  cudaStream_t stream);
 
 /// Causal grouped-query attention for a chunk of queries against a contiguous KV cache — the
-/// contract of cpu::attention. q: (n_q, n_heads, head_dim) for positions start_pos ..
+/// contract of cpu::attention_reference. q: (n_q, n_heads, head_dim) for positions start_pos ..
 /// start_pos + n_q - 1; k_cache, v_cache: (>= start_pos + n_q, n_kv_heads, head_dim);
 /// query i attends to cache positions 0 .. start_pos + i; query head h reads KV head
 /// h / (n_heads / n_kv_heads) (Ainslie et al. 2023). out: (n_q, n_heads, head_dim), must not
@@ -204,7 +204,8 @@ int64_t attention_max_keys(int64_t head_dim);
 
 /// Same contract as attention() (without the shared-memory limit); one thread per
 /// (query, head), walking the keys once with the running-max ("online") softmax of
-/// cpu::attention (Milakov & Gimelshein 2018). The reference attention() is tested against.
+/// cpu::attention_reference (Milakov & Gimelshein 2018). The reference attention() is tested
+/// against.
 void attention_naive(const float* q, const float* k_cache, const float* v_cache, float* out,
                      int64_t n_q, int64_t start_pos, int64_t n_heads, int64_t n_kv_heads,
                      int64_t head_dim, float scale, cudaStream_t stream);
@@ -278,8 +279,8 @@ void paged_attention(const float* q, const float* k_pool, const float* v_pool, f
 
 /// Same contract as paged_attention() (any head_dim > 0); one thread per (row, head): it finds
 /// its sequence by binary search over query_start_loc, then walks positions 0 .. p in order
-/// with the running-max softmax of cpu::attention, `out` doubling as the accumulator — the
-/// literal loop. The reference paged_attention() is tested against.
+/// with the running-max softmax of cpu::attention_reference, `out` doubling as the accumulator —
+/// the literal loop. The reference paged_attention() is tested against.
 void paged_attention_naive(const float* q, const float* k_pool, const float* v_pool, float* out,
                            const int32_t* query_start_loc, const int32_t* seq_lens,
                            const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,

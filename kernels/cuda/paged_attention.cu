@@ -25,7 +25,7 @@
 // blocks (flash-decoding) and reading a GQA group's K/V once for all its heads are the next
 // steps (chapter 07).
 // Naive kernel: one thread per (row, head), binary search, then the running-max loop of
-// cpu::attention over positions 0 .. p — the reference.
+// cpu::attention_reference over positions 0 .. p — the reference.
 // Quantized pools (chapter 03): the same kernel with another reader (F16Kv, Int8Kv) that widens
 // halves or multiplies int8 codes by their per-(token, head) scale as K and V are read.
 #include <cuda_fp16.h>

@@ -4,12 +4,7 @@
 # --ignore-eos. Checks one result line per request, in input order; the long one carries
 # "error" and finish_reason null while the others run; every other request generates exactly
 # its max_tokens (the default, or its own override); the summary file adds up.
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-if ! command -v python3 >/dev/null 2>&1; then echo "SKIP: python3 is needed to check the JSON"; exit 77; fi
-"$bin/make_test_models" "$work/models" >/dev/null || { echo "FAIL: make_test_models"; exit 1; }
+source "$(dirname "$0")/smoke_setup.sh" "$@"
 
 long_prompt=$(printf 'token %.0s' $(seq 1 400))
 cat >"$work/prompts.jsonl" <<EOF

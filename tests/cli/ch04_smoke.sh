@@ -3,12 +3,7 @@
 # trace file replayed through the engine; the paged pool must reserve less than a static
 # max-length reservation and waste less; every generated token is accounted for; block tables
 # are printed; a malformed trace is a one-line error.
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-if ! command -v python3 >/dev/null 2>&1; then echo "SKIP: python3 is needed to check the JSON"; exit 77; fi
-"$bin/make_test_models" "$work/models" >/dev/null || { echo "FAIL: make_test_models"; exit 1; }
+source "$(dirname "$0")/smoke_setup.sh" "$@"
 printf '{"prompt_tokens": 20, "output_tokens": 10}\n{"prompt_tokens": 40, "output_tokens": 5, "shared_prefix": true}\n{"prompt_tokens": 30, "output_tokens": 12, "shared_prefix": true}\n' >"$work/trace.jsonl"
 if ! "$bin/ch04_paged_attention" --model "$work/models/tiny.gguf" --trace "$work/trace.jsonl" --shared-prefix 16 \
     --kv-cache-mib 1 --threads 1 --json >"$work/out.json" 2>"$work/err"; then

@@ -4,12 +4,7 @@
 # continuous batching must keep more slots busy and finish in fewer steps; every output token
 # is generated under both policies; the static first batch's measured average batch matches
 # the formula sum/max; a malformed trace is a one-line error.
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-if ! command -v python3 >/dev/null 2>&1; then echo "SKIP: python3 is needed to check the JSON"; exit 77; fi
-"$bin/make_test_models" "$work/models" >/dev/null || { echo "FAIL: make_test_models"; exit 1; }
+source "$(dirname "$0")/smoke_setup.sh" "$@"
 printf '{"output_tokens": 12}\n{"output_tokens": 2, "prompt_tokens": 8}\n\n{"output_tokens": 5}\n{"output_tokens": 3}\n' >"$work/trace.jsonl"
 if ! "$bin/ch05_continuous_batching" --model "$work/models/tiny.gguf" --trace "$work/trace.jsonl" \
     --max-num-seqs 2 --kv-cache-mib 1 --threads 1 --json >"$work/out.json" 2>"$work/err"; then

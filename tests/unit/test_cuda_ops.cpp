@@ -7,9 +7,8 @@
 // Tolerances, stated per test, cover f32 accumulation in another order than the CPU's (dot
 // products: 2e-6 x sum_j |w_j x_j|, ~16 roundings of a 512-long sum) and expf differing from
 // glibc's exp by a few ulp. Dequantization is exact on both sides, so it is compared bitwise.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -20,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.h"
 #include "cpu_ops.h"
 #include "cublas_handle.h"
 #include "cuda_check.h"
@@ -28,8 +28,8 @@
 #include "device_buffer.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
-#include "random_inputs.h"
 #include "lio/tensor.h"
+#include "random_inputs.h"
 
 namespace {
 
@@ -236,7 +236,7 @@ struct AttentionCase {
   int64_t n_q, start_pos, n_heads, n_kv_heads, head_dim;
 };
 
-/// Compares an attention launcher with cpu::attention on random q/K/V. Outputs are convex
+/// Compares an attention launcher with cpu::attention_reference on random q/K/V. Outputs are convex
 /// combinations of V rows (|v| <= 1): absolute tolerance 2e-5.
 template <typename Launch>
 void check_attention(Launch launch, const AttentionCase& c, uint32_t seed) {
@@ -246,8 +246,8 @@ void check_attention(Launch launch, const AttentionCase& c, uint32_t seed) {
   const auto v = random_floats(size_t(n_ctx * c.n_kv_heads * c.head_dim), -1.0f, 1.0f, seed + 2);
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
   std::vector<float> want(q.size());
-  lio::cpu::attention(q.data(), k.data(), v.data(), want.data(), c.n_q, c.start_pos, c.n_heads,
-                      c.n_kv_heads, c.head_dim, scale);
+  lio::cpu::attention_reference(q.data(), k.data(), v.data(), want.data(), c.n_q, c.start_pos,
+                                c.n_heads, c.n_kv_heads, c.head_dim, scale);
   const auto d_q = DeviceBuffer<float>::from_host(q);
   const auto d_k = DeviceBuffer<float>::from_host(k);
   const auto d_v = DeviceBuffer<float>::from_host(v);

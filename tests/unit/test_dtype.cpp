@@ -12,6 +12,7 @@
 
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "random_inputs.h"
 
 namespace {
 
@@ -375,6 +376,28 @@ TEST(Dtype, QuantizeRejectsNonFinite) {
   EXPECT_THROW(lio::quantize_row(DType::Q8_0, x, &block, 32), lio::InvalidArgument);
   x[7] = std::numeric_limits<float>::infinity();
   EXPECT_THROW(lio::quantize_row(DType::Q4_1, x, &block, 32), lio::InvalidArgument);
+}
+
+// quantize_block is quantize_row's per-block step: the same bytes block by block, one RTN
+// quantizer for the engine and chapter 03's reference answer.
+TEST(Dtype, QuantizeBlockIsQuantizeRowBlockByBlock) {
+  constexpr int64_t n = 32 * 8;
+  const std::vector<float> x = lio::testing::random_floats(n, -4.0f, 3.0f, 99);
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q3_0, DType::Q3_1}) {
+    const int64_t block_bytes = lio::dtype_info(dtype).block_bytes;
+    std::vector<std::byte> row(static_cast<size_t>(lio::dtype_row_bytes(dtype, n))),
+        blocks(row.size());
+    lio::quantize_row(dtype, x.data(), row.data(), n);
+    for (int64_t b = 0; b < n / 32; ++b)
+      lio::quantize_block(dtype, x.data() + b * 32, blocks.data() + b * block_bytes);
+    EXPECT_EQ(row, blocks) << lio::dtype_info(dtype).name;
+  }
+  float y[32] = {};
+  std::byte out[64];
+  EXPECT_THROW(lio::quantize_block(DType::F16, y, out), lio::UnsupportedError);
+  EXPECT_THROW(lio::quantize_block(DType::Q4_K, y, out), lio::UnsupportedError);
+  y[3] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(lio::quantize_block(DType::Q8_0, y, out), lio::InvalidArgument);
 }
 
 // Per-block worst-case error of quantize -> dequantize, from each format's rounding:

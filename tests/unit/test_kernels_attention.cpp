@@ -1,5 +1,6 @@
-// Causal GQA attention against a direct double-precision implementation of
-// softmax(q k^T * scale) v with the causal mask and the head-group mapping.
+// The reference CPU attention (attention_reference.h, the oracle of every attention kernel)
+// against a direct double-precision implementation of softmax(q k^T * scale) v with the
+// causal mask and the head-group mapping.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu_ops.h"
+#include "attention_reference.h"
 #include "lio/error.h"
 
 namespace {
@@ -52,7 +53,8 @@ TEST_P(AttentionTest, MatchesReference) {
     for (float& x : *vec) x = 2.0f * dist(rng);  // wide scores exercise the max subtraction
   std::vector<float> out(q.size());
   const float scale = 1.0f / std::sqrt(float(c.hd));
-  lio::cpu::attention(q.data(), k.data(), v.data(), out.data(), c.n_q, c.start, c.n_heads, c.n_kv, c.hd, scale);
+  lio::cpu::attention_reference(q.data(), k.data(), v.data(), out.data(), c.n_q, c.start, c.n_heads,
+                                c.n_kv, c.hd, scale);
   std::vector<double> ref = reference(q, k, v, c.n_q, c.start, c.n_heads, c.n_kv, c.hd, scale);
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 2e-5) << "at " << i;
 }
@@ -66,14 +68,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
 TEST(Attention, FirstPositionCopiesItsValue) {
   // With a single key, softmax is 1 and the output equals that value vector.
   std::vector<float> q = {0.3f, -1.0f}, k = {2.0f, 0.5f}, v = {7.0f, -3.0f}, out(2);
-  lio::cpu::attention(q.data(), k.data(), v.data(), out.data(), 1, 0, 1, 1, 2, 1.0f);
+  lio::cpu::attention_reference(q.data(), k.data(), v.data(), out.data(), 1, 0, 1, 1, 2, 1.0f);
   EXPECT_FLOAT_EQ(out[0], 7.0f);
   EXPECT_FLOAT_EQ(out[1], -3.0f);
 }
 
 TEST(Attention, RejectsBadHeadGrouping) {
   std::vector<float> buf(64);
-  EXPECT_THROW(lio::cpu::attention(buf.data(), buf.data(), buf.data(), buf.data(), 1, 0, 3, 2, 4, 1.0f),
+  EXPECT_THROW(lio::cpu::attention_reference(buf.data(), buf.data(), buf.data(), buf.data(), 1, 0,
+                                             3, 2, 4, 1.0f),
                lio::InvalidArgument);
 }
 
@@ -81,10 +84,10 @@ TEST(Attention, RejectsBadHeadGrouping) {
 
 namespace {
 
-// paged_attention over blocks scattered through a pool equals attention over the same keys laid
-// out contiguously, bit for bit (one routine; only where key j lives differs), for a batch
-// mixing a prefill chunk with a cached prefix, a whole prompt and a decode row; masked rows are
-// left untouched.
+// paged_attention_reference over blocks scattered through a pool equals attention over the same
+// keys laid out contiguously (attention_reference), bit for bit (one routine; only where key j
+// lives differs), for a batch mixing a prefill chunk with a cached prefix, a whole prompt and a
+// decode row; masked rows are left untouched.
 TEST(PagedAttention, ScatteredBlocksEqualContiguousAttention) {
   const int64_t n_heads = 6, n_kv = 2, hd = 16, bs = 4, kvd = n_kv * hd, n_blocks = 40;
   std::mt19937 rng(17);
@@ -110,8 +113,9 @@ TEST(PagedAttention, ScatteredBlocksEqualContiguousAttention) {
   for (float& x : q) x = dist(rng);
   std::vector<uint8_t> mask(n_tokens, 1);
   mask[2] = 0;  // row 2 is someone else's (chapter 01's decode_attention, say)
-  lio::cpu::paged_attention(q.data(), k_pool.data(), v_pool.data(), out.data(), qsl.data(), seq_lens.data(),
-                            tables.data(), 3, max_blocks, bs, n_heads, n_kv, hd, 0.25f, mask.data());
+  lio::cpu::paged_attention_reference(q.data(), k_pool.data(), v_pool.data(), out.data(),
+                                      qsl.data(), seq_lens.data(), tables.data(), 3, max_blocks, bs,
+                                      n_heads, n_kv, hd, 0.25f, mask.data());
   for (size_t s = 0; s < seqs.size(); ++s) {
     // Gather the sequence's keys contiguously and run the contiguous kernel on its rows.
     const int64_t len = seq_lens[s], rows = seqs[s].second, start = len - rows;
@@ -122,8 +126,8 @@ TEST(PagedAttention, ScatteredBlocksEqualContiguousAttention) {
       std::copy_n(v_pool.begin() + slot * kvd, kvd, v.begin() + j * kvd);
     }
     std::vector<float> want(rows * n_heads * hd);
-    lio::cpu::attention(q.data() + qsl[s] * n_heads * hd, k.data(), v.data(), want.data(), rows, start, n_heads,
-                        n_kv, hd, 0.25f);
+    lio::cpu::attention_reference(q.data() + qsl[s] * n_heads * hd, k.data(), v.data(), want.data(),
+                                  rows, start, n_heads, n_kv, hd, 0.25f);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t e = 0; e < n_heads * hd; ++e) {
         const float got = out[(qsl[s] + i) * n_heads * hd + e];

@@ -110,13 +110,19 @@ TEST(KvCacheDType, QuantizedAttentionIsF32AttentionOnTheDecodedValues) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   double worst16 = 0, worst8 = 0;
   for (int64_t g = 0; g < n_kv; ++g) {
-    std::vector<float> ref16(hd), ref8(hd), ref(hd), got16(hd), got8(hd);
-    lio::cpu::paged_decode_attention(q.data(), p.k16f.data(), p.v16f.data(), ref16.data(), table, n_ctx, bs, n_kv, g, hd, scale);
-    lio::cpu::paged_decode_attention(q.data(), p.k8f.data(), p.v8f.data(), ref8.data(), table, n_ctx, bs, n_kv, g, hd, scale);
-    lio::cpu::paged_decode_attention(q.data(), p.k.data(), p.v.data(), ref.data(), table, n_ctx, bs, n_kv, g, hd, scale);
-    lio::cpu::paged_decode_attention_f16(q.data(), p.k16.data(), p.v16.data(), got16.data(), table, n_ctx, bs, n_kv, g, hd, scale);
-    lio::cpu::paged_decode_attention_int8(q.data(), p.k8.data(), p.ks.data(), p.v8.data(), p.vs.data(), got8.data(), table,
-                                          n_ctx, bs, n_kv, g, hd, scale);
+    std::vector<float> ref16(hd), ref8(hd), ref(hd), got16(hd), got8(hd),
+        s(n_ctx);  // s: scores scratch
+    lio::cpu::paged_decode_attention(q.data(), p.k16f.data(), p.v16f.data(), ref16.data(), table,
+                                     n_ctx, bs, n_kv, g, hd, scale, s);
+    lio::cpu::paged_decode_attention(q.data(), p.k8f.data(), p.v8f.data(), ref8.data(), table,
+                                     n_ctx, bs, n_kv, g, hd, scale, s);
+    lio::cpu::paged_decode_attention(q.data(), p.k.data(), p.v.data(), ref.data(), table, n_ctx, bs,
+                                     n_kv, g, hd, scale, s);
+    lio::cpu::paged_decode_attention_f16(q.data(), p.k16.data(), p.v16.data(), got16.data(), table,
+                                         n_ctx, bs, n_kv, g, hd, scale, s);
+    lio::cpu::paged_decode_attention_int8(q.data(), p.k8.data(), p.ks.data(), p.v8.data(),
+                                          p.vs.data(), got8.data(), table, n_ctx, bs, n_kv, g, hd,
+                                          scale, s);
     for (int64_t d = 0; d < hd; ++d) {
       // Same values as the f32 kernel reads: equal up to the order of f32 operations.
       ASSERT_NEAR(got16[d], ref16[d], 1e-5f) << "f16, head " << g << " dim " << d;
@@ -129,11 +135,15 @@ TEST(KvCacheDType, QuantizedAttentionIsF32AttentionOnTheDecodedValues) {
   EXPECT_LT(worst16, 1e-3);
   EXPECT_LT(worst8, 2e-2);
   EXPECT_GT(worst8, worst16);
-  std::vector<float> out(hd);
-  EXPECT_THROW(lio::cpu::paged_decode_attention_int8(q.data(), p.k8.data(), p.ks.data(), p.v8.data(), p.vs.data(),
-                                                     out.data(), std::span<const int32_t>(table).first(2), n_ctx, bs,
-                                                     n_kv, 0, hd, scale),
+  std::vector<float> out(hd), scores(n_ctx);
+  EXPECT_THROW(lio::cpu::paged_decode_attention_int8(
+                   q.data(), p.k8.data(), p.ks.data(), p.v8.data(), p.vs.data(), out.data(),
+                   std::span<const int32_t>(table).first(2), n_ctx, bs, n_kv, 0, hd, scale, scores),
                lio::InvalidArgument);  // a table too short for n_ctx
+  EXPECT_THROW(lio::cpu::paged_decode_attention_f16(
+                   q.data(), p.k16.data(), p.v16.data(), out.data(), table, n_ctx, bs, n_kv, 0, hd,
+                   scale, std::span<float>(scores).first(n_ctx - 1)),
+               lio::InvalidArgument);  // a scores scratch shorter than n_ctx
 }
 
 TEST(KvCacheDType, BlockCopyAndSwapRoundTripEveryByte) {

@@ -166,8 +166,7 @@ TEST_F(ModelTest, KvCacheAndRecomputeLogitsAgree) {
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
   // Cached: prefill 4 tokens, then one token per step. Recompute: whole prefix every step, on a
-  // second runner. Blocks of 4 tokens, so rows cross blocks (paged attention) as well as read
-  // one (chapter 01's decode_attention).
+  // second runner. Blocks of 4 tokens, so rows read one block as well as cross blocks.
   auto runner = cpu_runner(m, 4, 8);
   auto scratch_runner = cpu_runner(m, 4, 8);
   lio::SoloSequence cache(*runner, static_cast<int64_t>(kTokens.size()));

@@ -222,10 +222,10 @@ void store_block(std::byte* dst, int64_t index, const Block& block) {
 
 // Quantizers cast scaled values to int8; a NaN or Inf there is undefined behaviour in C++
 // (ggml leaves it undefined too), so such input is rejected up front.
-void check_finite_block(const float* x, int64_t block_index, DType dtype) {
+void check_finite_block(const float* x, int64_t block_index, DType dtype, const char* function) {
   for (int64_t j = 0; j < kQuantBlockElems; ++j) {
     if (!std::isfinite(x[j])) {
-      throw InvalidArgument("quantize_row: element " +
+      throw InvalidArgument(std::string(function) + ": element " +
                             std::to_string(block_index * kQuantBlockElems + j) +
                             " is not finite; " + std::string(dtype_info(dtype).name) +
                             " can only hold finite values");
@@ -423,10 +423,128 @@ void write_q3_block(DType dtype, const int* codes, float d, float m, void* dst) 
   }
 }
 
+namespace {
+
+/// Whether `dtype` has a round-to-nearest block quantizer (quantize_block).
+bool has_rtn_block(DType dtype) {
+  return dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 ||
+         dtype == DType::Q3_0 || dtype == DType::Q3_1;
+}
+
+/// One block of kQuantBlockElems finite floats x into `dtype` (has_rtn_block) at dst: the one
+/// round-to-nearest quantizer (quantize_block, quantize_row, chapter 03's Tasks 2-3).
+void encode_block(DType dtype, const float* x, std::byte* dst) {
+  constexpr int64_t qk = kQuantBlockElems;
+  switch (dtype) {
+    case DType::Q8_0: {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < qk; ++j) amax = std::max(amax, std::fabs(x[j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;  // multiply by 1/d, as ggml does, never divide
+      BlockQ8_0 block;
+      block.d = f32_to_f16(d);
+      for (int64_t j = 0; j < qk; ++j) block.qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+      store_block(dst, 0, block);
+      return;
+    }
+    case DType::Q4_0: {
+      // The element of largest magnitude, sign kept: it maps to q = 0 (value -8 * d),
+      // which uses the asymmetric end of the [-8, 7] range.
+      float amax = 0.0f;
+      float max = 0.0f;
+      for (int64_t j = 0; j < qk; ++j) {
+        if (amax < std::fabs(x[j])) {
+          amax = std::fabs(x[j]);
+          max = x[j];
+        }
+      }
+      const float d = max / -8.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      BlockQ4_0 block;
+      block.d = f32_to_f16(d);
+      for (int64_t j = 0; j < qk / 2; ++j) {  // element j in the low nibble, j + 16 in the high
+        const float x0 = x[j] * id;
+        const float x1 = x[j + qk / 2] * id;
+        const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f)));  // truncates
+        const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f)));
+        block.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+      }
+      store_block(dst, 0, block);
+      return;
+    }
+    case DType::Q4_1: {
+      float min = FLT_MAX;
+      float max = -FLT_MAX;
+      for (int64_t j = 0; j < qk; ++j) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+      }
+      const float d = (max - min) / 15.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      BlockQ4_1 block;
+      block.d = f32_to_f16(d);
+      block.m = f32_to_f16(min);
+      for (int64_t j = 0; j < qk / 2; ++j) {
+        const float x0 = (x[j] - min) * id;
+        const float x1 = (x[j + qk / 2] - min) * id;
+        const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 0.5f)));
+        const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 0.5f)));
+        block.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+      }
+      store_block(dst, 0, block);
+      return;
+    }
+    case DType::Q3_0:
+    case DType::Q3_1: {
+      // Round to nearest like Q4_0 / Q4_1 on 8 levels: Q3_0 maps the element of largest
+      // magnitude to q = 0 (d = max / -4), Q3_1 spans [min, max] (d = (max - min) / 7).
+      int codes[qk];
+      float d = 0.0f, min = 0.0f;
+      if (dtype == DType::Q3_0) {
+        float amax = 0.0f, max = 0.0f;
+        for (int64_t j = 0; j < qk; ++j) {
+          if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+          }
+        }
+        d = max / -4.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t j = 0; j < qk; ++j)
+          codes[j] = std::clamp(static_cast<int>(std::nearbyint(x[j] * id)) + 4, 0, 7);
+      } else {
+        min = *std::min_element(x, x + qk);
+        const float max = *std::max_element(x, x + qk);
+        d = (max - min) / 7.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t j = 0; j < qk; ++j)
+          codes[j] = std::clamp(static_cast<int>(std::nearbyint((x[j] - min) * id)), 0, 7);
+      }
+      write_q3_block(dtype, codes, d, min, dst);
+      return;
+    }
+    default: break;
+  }
+  LIO_CHECK(false,
+            "encode_block: no round-to-nearest block for " + std::string(dtype_info(dtype).name));
+}
+
+}  // namespace
+
+void quantize_block(DType dtype, const float* x, void* dst) {
+  if (!has_rtn_block(dtype)) {
+    throw UnsupportedError(
+        "quantize_block: " + std::string(dtype_info(dtype).name) +
+        " has no round-to-nearest block (quantize_block writes Q8_0, Q4_0, Q4_1, Q3_0, Q3_1)");
+  }
+  if (x == nullptr || dst == nullptr) throw InvalidArgument("quantize_block: null buffer");
+  check_finite_block(x, 0, dtype, "quantize_block");
+  encode_block(dtype, x, static_cast<std::byte*>(dst));
+}
+
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
   check_row(dtype, src, dst, n_elems, "quantize_row");
   auto* bytes = static_cast<std::byte*>(dst);
-  constexpr int64_t qk = kQuantBlockElems;
   switch (dtype) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n_elems) * sizeof(float)); return;
     case DType::F16:
@@ -442,102 +560,18 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems) {
       }
       return;
     case DType::Q8_0:
-      for (int64_t b = 0; b < n_elems / qk; ++b) {
-        const float* x = src + b * qk;
-        check_finite_block(x, b, dtype);
-        float amax = 0.0f;
-        for (int64_t j = 0; j < qk; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        BlockQ8_0 block;
-        block.d = f32_to_f16(d);
-        for (int64_t j = 0; j < qk; ++j) block.qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
-        store_block(bytes, b, block);
-      }
-      return;
     case DType::Q4_0:
-      for (int64_t b = 0; b < n_elems / qk; ++b) {
-        const float* x = src + b * qk;
-        check_finite_block(x, b, dtype);
-        // The element of largest magnitude, sign kept: it maps to q = 0 (value -8 * d),
-        // which uses the asymmetric end of the [-8, 7] range.
-        float amax = 0.0f;
-        float max = 0.0f;
-        for (int64_t j = 0; j < qk; ++j) {
-          if (amax < std::fabs(x[j])) {
-            amax = std::fabs(x[j]);
-            max = x[j];
-          }
-        }
-        const float d = max / -8.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        BlockQ4_0 block;
-        block.d = f32_to_f16(d);
-        for (int64_t j = 0; j < qk / 2; ++j) {
-          const float x0 = x[j] * id;
-          const float x1 = x[j + qk / 2] * id;
-          const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f)));
-          const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f)));
-          block.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-        }
-        store_block(bytes, b, block);
-      }
-      return;
     case DType::Q4_1:
-      for (int64_t b = 0; b < n_elems / qk; ++b) {
-        const float* x = src + b * qk;
-        check_finite_block(x, b, dtype);
-        float min = FLT_MAX;
-        float max = -FLT_MAX;
-        for (int64_t j = 0; j < qk; ++j) {
-          if (x[j] < min) min = x[j];
-          if (x[j] > max) max = x[j];
-        }
-        const float d = (max - min) / 15.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        BlockQ4_1 block;
-        block.d = f32_to_f16(d);
-        block.m = f32_to_f16(min);
-        for (int64_t j = 0; j < qk / 2; ++j) {
-          const float x0 = (x[j] - min) * id;
-          const float x1 = (x[j + qk / 2] - min) * id;
-          const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 0.5f)));
-          const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 0.5f)));
-          block.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-        }
-        store_block(bytes, b, block);
-      }
-      return;
     case DType::Q3_0:
-    case DType::Q3_1:
-      // Round to nearest like Q4_0 / Q4_1 on 8 levels: Q3_0 maps the element of largest
-      // magnitude to q = 0 (d = max / -4), Q3_1 spans [min, max] (d = (max - min) / 7).
-      for (int64_t b = 0; b < n_elems / qk; ++b) {
-        const float* x = src + b * qk;
-        check_finite_block(x, b, dtype);
-        int codes[qk];
-        float d = 0.0f, min = 0.0f;
-        if (dtype == DType::Q3_0) {
-          float amax = 0.0f, max = 0.0f;
-          for (int64_t j = 0; j < qk; ++j) {
-            if (amax < std::fabs(x[j])) {
-              amax = std::fabs(x[j]);
-              max = x[j];
-            }
-          }
-          d = max / -4.0f;
-          const float id = d != 0.0f ? 1.0f / d : 0.0f;
-          for (int64_t j = 0; j < qk; ++j) codes[j] = std::clamp(static_cast<int>(std::nearbyint(x[j] * id)) + 4, 0, 7);
-        } else {
-          min = *std::min_element(x, x + qk);
-          const float max = *std::max_element(x, x + qk);
-          d = (max - min) / 7.0f;
-          const float id = d != 0.0f ? 1.0f / d : 0.0f;
-          for (int64_t j = 0; j < qk; ++j) codes[j] = std::clamp(static_cast<int>(std::nearbyint((x[j] - min) * id)), 0, 7);
-        }
-        write_q3_block(dtype, codes, d, min, bytes + b * dtype_info(dtype).block_bytes);
+    case DType::Q3_1: {
+      const int64_t block_bytes = dtype_info(dtype).block_bytes;
+      for (int64_t b = 0; b < n_elems / kQuantBlockElems; ++b) {
+        const float* x = src + b * kQuantBlockElems;
+        check_finite_block(x, b, dtype, "quantize_row");
+        encode_block(dtype, x, bytes + b * block_bytes);
       }
       return;
+    }
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q4_K:

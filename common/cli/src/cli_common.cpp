@@ -81,9 +81,17 @@ LoadedModel load_from_options(const CommonOptions& o) {
 }
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
+  return runner_from_options(m, o, [](std::unique_ptr<Backend> b) { return b; });
+}
+
+std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o,
+                                                 const BackendWrapper& wrap) {
   KvPoolOptions pool = o.kv_pool;
   pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
-  return make_runner(m, parse_device(o.device), pool, parse_activation_precision(o.activations));
+  const Device device = parse_device(o.device);
+  const ActivationPrecision activations = parse_activation_precision(o.activations);
+  check_kv_pool_options(pool);  // before the backend: a GPU backend uploads the weights
+  return make_runner(wrap(make_backend(m, device, activations)), pool);
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {

@@ -153,74 +153,28 @@ void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const fl
 }
 
 void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch) {
-  const ForwardBatch& b = *batch.host;
-  const ModelConfig& c = config_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const int64_t kvd = c.kv_dim(), qd = c.q_dim(), bs = b.block_size;
-  auto* host = dynamic_cast<HostKvPool*>(&pool);
-  LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
-  if (pool.dtype() != KvCacheDType::F32) return attention_quantized_kv(pool, layer, q, out, batch);
-  const KvCache& slots = host->slots();
-  paged_rows_.assign(static_cast<size_t>(b.n_tokens()), 1);
-  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
-  bool any_paged = false;
-  for (int64_t s = 0; s < b.n_seqs(); ++s) {
-    const int64_t q0 = b.query_start_loc[static_cast<size_t>(s)];
-    std::fill_n(row_seq_.begin() + q0, b.query_len(s), static_cast<int32_t>(s));
-    const int64_t first_pos = b.seq_lens[static_cast<size_t>(s)] - b.query_len(s);
-    const int64_t first_slot = b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq)] * bs;
-    for (int64_t i = q0; i < q0 + b.query_len(s); ++i) {
-      const int64_t n_ctx = first_pos + (i - q0) + 1;
-      if (n_ctx > bs) {
-        any_paged = true;
-        continue;
-      }
-      // The row's keys are the contiguous slots first_slot .. first_slot + n_ctx - 1 of its
-      // first block: chapter 01's cache. Read them with Task 3's prefix views (the slots up to
-      // the row's last key, from the block's start) and attend with Task 4's decode step.
-      const std::span<const float> k = slots.key_prefix(layer, first_slot + n_ctx).subspan(first_slot * kvd);
-      const std::span<const float> v = slots.value_prefix(layer, first_slot + n_ctx).subspan(first_slot * kvd);
-      cpu::decode_attention(q + i * qd, k.data(), v.data(), out + i * qd, n_ctx, c.n_heads, c.n_kv_heads,
-                            c.head_dim, scale);
-      paged_rows_[static_cast<size_t>(i)] = 0;
-    }
-  }
-  if (!any_paged) return;
-  // The other rows read K/V through their block tables: chapter 04's paged decode step
-  // (Task 5), one (row, query head) pair at a time, the pairs spread over the threads; the
-  // KV head each query head reads is chapter 02's Task 1.
-  const int64_t n_pairs = b.n_tokens() * c.n_heads;
-  kv_head_.resize(static_cast<size_t>(c.n_heads));  // asked outside the parallel loop: it may throw
-  for (int64_t h = 0; h < c.n_heads; ++h) kv_head_[static_cast<size_t>(h)] = kv_head_for_query_head(h, c.n_heads, c.n_kv_heads);
-  const float* k_pool = pool.keys(layer);
-  const float* v_pool = pool.values(layer);
-#pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t pair = 0; pair < n_pairs; ++pair) {
-    const int64_t i = pair / c.n_heads, h = pair % c.n_heads;
-    if (paged_rows_[static_cast<size_t>(i)] == 0) continue;
-    const int64_t s = row_seq_[static_cast<size_t>(i)];
-    const int64_t n_ctx = b.seq_lens[static_cast<size_t>(s)] - (b.query_start_loc[static_cast<size_t>(s) + 1] - i) + 1;
-    const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
-                                         static_cast<size_t>(b.max_blocks_per_seq));
-    cpu::paged_decode_attention(q + i * qd + h * c.head_dim, k_pool, v_pool, out + i * qd + h * c.head_dim, table,
-                                n_ctx, bs, c.n_kv_heads, kv_head_[static_cast<size_t>(h)], c.head_dim,
-                                scale);
-  }
-}
-
-void CpuBackend::attention_quantized_kv(KvPool& pool, int64_t layer, const float* q, float* out,
-                                        const BatchView& batch) {
-  // Every row through the block table, with the keys and values dequantized as they are read.
+  // One path for every row, prefill and decode alike: each (row, query head) pair reads its
+  // K/V through its sequence's block table with chapter 04's paged decode step (Task 5), or its
+  // f16 / int8 twin on a quantized pool (dequantized as read; chapter 03). A row's result
+  // depends only on its own keys, in position order, never on the rest of the batch.
   const ForwardBatch& b = *batch.host;
   const ModelConfig& c = config_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t qd = c.q_dim(), bs = b.block_size;
+  LIO_CHECK(dynamic_cast<HostKvPool*>(&pool) != nullptr, "CpuBackend needs a HostKvPool");
   row_seq_.resize(static_cast<size_t>(b.n_tokens()));
-  for (int64_t s = 0; s < b.n_seqs(); ++s)
+  int64_t max_ctx = 1;  // the longest context: each thread's scores scratch
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
     std::fill_n(row_seq_.begin() + b.query_start_loc[static_cast<size_t>(s)], b.query_len(s), static_cast<int32_t>(s));
+    max_ctx = std::max<int64_t>(max_ctx, b.seq_lens[static_cast<size_t>(s)]);
+  }
+  // The KV head each query head reads is chapter 02's Task 1 (asked outside the parallel loop:
+  // it may throw).
   kv_head_.resize(static_cast<size_t>(c.n_heads));
   for (int64_t h = 0; h < c.n_heads; ++h) kv_head_[static_cast<size_t>(h)] = kv_head_for_query_head(h, c.n_heads, c.n_kv_heads);
-  const bool int8 = pool.dtype() == KvCacheDType::Int8;
+  const auto scratch_floats = static_cast<size_t>(omp_get_max_threads() * max_ctx);
+  if (attn_scores_.size() < scratch_floats) attn_scores_.resize(scratch_floats);
+  const KvCacheDType dtype = pool.dtype();
   const void* kd = pool.key_data(layer);
   const void* vd = pool.value_data(layer);
   const float* ks = pool.key_scales(layer);
@@ -237,13 +191,25 @@ void CpuBackend::attention_quantized_kv(KvPool& pool, int64_t layer, const float
     const float* qh = q + i * qd + h * c.head_dim;
     float* oh = out + i * qd + h * c.head_dim;
     const int64_t g = kv_head_[static_cast<size_t>(h)];
+    const std::span<float> scores(attn_scores_.data() + omp_get_thread_num() * max_ctx,
+                                  static_cast<size_t>(max_ctx));
     try {
-      if (int8) {
-        cpu::paged_decode_attention_int8(qh, static_cast<const int8_t*>(kd), ks, static_cast<const int8_t*>(vd), vs, oh,
-                                         table, n_ctx, bs, c.n_kv_heads, g, c.head_dim, scale);
-      } else {
-        cpu::paged_decode_attention_f16(qh, static_cast<const uint16_t*>(kd), static_cast<const uint16_t*>(vd), oh,
-                                        table, n_ctx, bs, c.n_kv_heads, g, c.head_dim, scale);
+      switch (dtype) {
+        case KvCacheDType::F32:
+          cpu::paged_decode_attention(qh, static_cast<const float*>(kd),
+                                      static_cast<const float*>(vd), oh, table, n_ctx, bs,
+                                      c.n_kv_heads, g, c.head_dim, scale, scores);
+          break;
+        case KvCacheDType::F16:
+          cpu::paged_decode_attention_f16(qh, static_cast<const uint16_t*>(kd),
+                                          static_cast<const uint16_t*>(vd), oh, table, n_ctx, bs,
+                                          c.n_kv_heads, g, c.head_dim, scale, scores);
+          break;
+        case KvCacheDType::Int8:
+          cpu::paged_decode_attention_int8(qh, static_cast<const int8_t*>(kd), ks,
+                                           static_cast<const int8_t*>(vd), vs, oh, table, n_ctx, bs,
+                                           c.n_kv_heads, g, c.head_dim, scale, scores);
+          break;
       }
     } catch (...) {
 #pragma omp critical

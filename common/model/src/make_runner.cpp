@@ -35,17 +35,29 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, A
 #endif
 }
 
-std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device, const KvPoolOptions& pool,
-                                         ActivationPrecision activations) {
+void check_kv_pool_options(const KvPoolOptions& pool) {
   if (pool.block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(pool.block_size));
   if (pool.kv_cache_mib < 0) throw InvalidArgument("--kv-cache-mib must be >= 0, got " + std::to_string(pool.kv_cache_mib));
-  std::unique_ptr<Backend> backend = make_backend(model, device, activations);
+}
+
+std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device,
+                                         const KvPoolOptions& pool,
+                                         ActivationPrecision activations) {
+  check_kv_pool_options(pool);  // before the backend: a GPU backend uploads the weights
+  return make_runner(make_backend(model, device, activations), pool);
+}
+
+std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<Backend> backend,
+                                         const KvPoolOptions& pool) {
+  check_kv_pool_options(pool);
+  const ModelConfig& config = backend->config();
   const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
-  const int64_t n_blocks = kv_blocks_for_budget(model.config, pool.block_size, mib << 20, pool.dtype);
+  const int64_t n_blocks = kv_blocks_for_budget(config, pool.block_size, mib << 20, pool.dtype);
   if (n_blocks < 1) {
     throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
                           std::to_string(pool.block_size) + " tokens (" +
-                          std::to_string(kv_block_bytes(model.config, pool.block_size, pool.dtype)) + " bytes)");
+                          std::to_string(kv_block_bytes(config, pool.block_size, pool.dtype)) +
+                          " bytes)");
   }
   return std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
 }

@@ -36,9 +36,11 @@ void check(const Case& c, uint32_t seed) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (int64_t g = 0; g < c.n_kv_heads; ++g) {
     std::vector<float> q(static_cast<size_t>(c.head_dim)), out(q.size(), NAN);
+    std::vector<float> scores(static_cast<size_t>(c.n_ctx) + 3,
+                              NAN);  // the caller's scratch, a little longer
     for (float& x : q) x = nd(rng);
-    cpu::paged_decode_attention(q.data(), k_pool.data(), v_pool.data(), out.data(), table, c.n_ctx, c.block_size,
-                                c.n_kv_heads, g, c.head_dim, scale);
+    cpu::paged_decode_attention(q.data(), k_pool.data(), v_pool.data(), out.data(), table, c.n_ctx,
+                                c.block_size, c.n_kv_heads, g, c.head_dim, scale, scores);
     // Reference: gather position j's vectors by hand, softmax in float64.
     std::vector<double> s(static_cast<size_t>(c.n_ctx)), ref(static_cast<size_t>(c.head_dim), 0.0);
     auto at = [&](const std::vector<float>& pool, int64_t j) {
@@ -84,16 +86,25 @@ TEST(Ch04Task5, LargeScoresStayFinite) {
     v[static_cast<size_t>(j * 4 + 1)] = static_cast<float>(j);
   }
   const std::vector<float> q = {1.0f, 0.0f, 0.0f, 0.0f};
-  std::vector<float> out(4, NAN);
-  cpu::paged_decode_attention(q.data(), k.data(), v.data(), out.data(), std::vector<int32_t>{1, 0}, 8, 4, 1, 0, 4, 1.0f);
+  std::vector<float> out(4, NAN), scores(8);
+  cpu::paged_decode_attention(q.data(), k.data(), v.data(), out.data(), std::vector<int32_t>{1, 0},
+                              8, 4, 1, 0, 4, 1.0f, scores);
   for (float x : out) ASSERT_TRUE(std::isfinite(x));
   EXPECT_GT(out[1], 6.0f);  // weight concentrated on the largest score (position 7 -> v = 7)
 }
 
 TEST(Ch04Task5, ShortTableIsAnError) {
-  std::vector<float> pool(64, 0.5f), q(4, 1.0f), out(4);
-  EXPECT_THROW(cpu::paged_decode_attention(q.data(), pool.data(), pool.data(), out.data(), std::vector<int32_t>{0}, 5, 4,
-                                           1, 0, 4, 0.5f),
+  std::vector<float> pool(64, 0.5f), q(4, 1.0f), out(4), scores(5);
+  EXPECT_THROW(cpu::paged_decode_attention(q.data(), pool.data(), pool.data(), out.data(),
+                                           std::vector<int32_t>{0}, 5, 4, 1, 0, 4, 0.5f, scores),
+               InvalidArgument);
+}
+
+TEST(Ch04Task5, ShortScoresScratchIsAnError) {
+  // The caller owns the scratch: one score per position, never fewer.
+  std::vector<float> pool(64, 0.5f), q(4, 1.0f), out(4), scores(4);
+  EXPECT_THROW(cpu::paged_decode_attention(q.data(), pool.data(), pool.data(), out.data(),
+                                           std::vector<int32_t>{0, 1}, 5, 4, 1, 0, 4, 0.5f, scores),
                InvalidArgument);
 }
 

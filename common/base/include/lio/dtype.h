@@ -193,8 +193,20 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n_elems);
 /// dtype (ggml's cast of such a value to int8 is undefined behaviour); UnsupportedError for
 /// Q5_0, Q5_1, Q4_K and Q6_K (read only). Q3_0 / Q3_1 (LIO's own) round to nearest on 8
 /// levels as Q4_0 / Q4_1 do on 16: d = max / -4 (max: the signed value of largest magnitude)
-/// or d = (max - min) / 7.
+/// or d = (max - min) / 7. Every quantized block goes through quantize_block's rules.
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n_elems);
+
+/// Round-to-nearest of ONE block of kQuantBlockElems (32) floats x into `dtype` at `dst`
+/// (dtype_info(dtype).block_bytes; unaligned is fine): Q8_0, Q4_0 and Q4_1 by ggml's
+/// quantize_row_*_ref rules, Q3_0 / Q3_1 by LIO's (see quantize_row). The engine's one RTN
+/// quantizer: quantize_row runs every block through it, and chapter 03's reference answer to
+/// Tasks 2-3 (solutions/03_quantization/rtn.cpp, what `lio quantize --method rtn` calls) is
+/// this function; the learner's quantize_block_* are graded against it. It sits here, below
+/// every chapter, because the GGUF writers and the loader's --dtype conversion need it whichever
+/// chapters a learner has switched to exercises. Throws UnsupportedError for a dtype without a
+/// 32-element RTN block (F32, F16, BF16, Q5_0, Q5_1, Q4_K, Q6_K), InvalidArgument on a null
+/// pointer or a NaN/Inf element.
+void quantize_block(DType dtype, const float* x, void* dst);
 
 /// Packs 32 3-bit codes (each in [0, 7]) into a Q3_0 / Q3_1 block's qh (4 bytes) and qs (8
 /// bytes), the layout q3_code reads. Throws InvalidArgument for a code outside [0, 7].

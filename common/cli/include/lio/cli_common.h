@@ -57,6 +57,16 @@ LoadedModel load_from_options(const CommonOptions& o);
 /// f16 / int8 KV cache on CUDA or with an MLA model (see make_runner).
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o);
 
+/// Takes the backend --device names and returns the one the runner gets (itself, or wrapped).
+using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+
+/// runner_from_options() with the backend passed through `wrap` before the pool is made on it:
+/// how a chapter runs its own operator inside the one forward pass (ch01_kv_cache: attention
+/// over its contiguous cache with chapter 01's decode_attention). Throws as
+/// runner_from_options() and as `wrap`.
+std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o,
+                                                 const BackendWrapper& wrap);
+
 /// The JSON summary of one generate() call, as the programs print it with --json: text,
 /// token_ids, n_prompt_tokens, n_generated_tokens, finish_reason, ttft_ms, tpot_ms,
 /// tokens_per_s, total_ms, kv_bytes, kv_tokens, kv_bytes_allocated.

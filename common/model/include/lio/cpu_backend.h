@@ -1,15 +1,17 @@
 // cpu_backend.h — the Backend on the CPU: kernels/cpu over weights in host memory.
 //
-// Attention: a row whose whole context lies in its sequence's first block reads a contiguous
-// run of slots — chapter 01's cache — and runs through chapter 01's decode_attention (Task 4);
-// other rows read their K/V through the block table with chapter 04's paged_decode_attention
-// (Task 5), one (row, head) pair per call. K/V are appended with chapter 01's KvCache::write
-// (Task 3) on the pool's slots. So the learner's chapter 01 and 04 code is on the engine's path. Both attention paths depend only on the row's own position and block size,
-// never on what else is in the batch, so batch invariance holds.
+// Attention is one path: every (row, query head) pair of a batch, prefill and decode alike,
+// reads its K/V through its sequence's block table with chapter 04's paged_decode_attention
+// (Task 5; the learner's code under LIO_EXERCISES=04), with the KV head chapter 02's Task 1
+// names. Each pair's result depends only on the row's own position and keys, never on what
+// else is in the batch, so batch invariance holds. K/V are appended with chapter 01's
+// KvCache::write (Task 3) on the pool's slots. Chapter 01's contiguous decode_attention
+// (Task 4) is not on this path: ch01_kv_cache runs it (chapters/01_kv_cache/
+// contiguous_attention.h); the naive reference is kernels/cpu/attention_reference.h.
 //
 // An f16 or int8 pool (--kv-cache-dtype, chapter 03) is written element by element (int8:
-// each (token, KV head) vector through chapter 03's quantize_row_int8, Task 6) and read by
-// cpu::paged_decode_attention_f16 / _int8 for every row, dequantizing as they read.
+// each (token, KV head) vector through chapter 03's quantize_row_int8, Task 6) and read by the
+// same loop through cpu::paged_decode_attention_f16 / _int8, which dequantize as they read.
 #pragma once
 
 #include <array>
@@ -58,16 +60,13 @@ class CpuBackend final : public Backend {
 
  private:
   const WeightMatrix& matrix(WeightRef w) const;
-  /// attention() over an f16 or int8 pool: every row through its block table with
-  /// cpu::paged_decode_attention_f16 / _int8 (dequantized as read; chapter 03).
-  void attention_quantized_kv(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch);
   const std::vector<float>& norm(WeightRef w) const;
   const ModelConfig& config_;
   const Weights& weights_;
   cpu::MatmulActivations activations_;
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
-  std::vector<uint8_t> paged_rows_;  ///< (n_tokens) 1 = row goes through paged_decode_attention
   std::vector<int32_t> row_seq_;     ///< (n_tokens) the sequence of each row
+  std::vector<float> attn_scores_;   ///< (n_threads, longest context) attention's scores scratch
   std::vector<int8_t> token_codes_;  ///< Int8PerToken: (n_rows, cols) a matmul input's codes
   std::vector<float> token_scales_;  ///< Int8PerToken: (n_rows) their per-token scales
   std::vector<int64_t> kv_head_;     ///< (n_heads) the KV head each query head reads (ch02 Task 1)

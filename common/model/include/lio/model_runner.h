@@ -142,4 +142,14 @@ std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device
                                          const KvPoolOptions& pool = {},
                                          ActivationPrecision activations = ActivationPrecision::F32);
 
+/// Throws InvalidArgument if pool.block_size < 1 or pool.kv_cache_mib < 0 (the checks
+/// make_runner() makes before it builds a backend).
+void check_kv_pool_options(const KvPoolOptions& pool);
+
+/// A runner over a backend the caller built (make_backend's, perhaps wrapped in a
+/// ForwardingBackend that replaces one operator: ch01_kv_cache's contiguous attention), with a
+/// KV pool sized as make_runner() sizes it. Throws as make_runner() for a bad pool.
+std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<Backend> backend,
+                                         const KvPoolOptions& pool);
+
 }  // namespace lio

@@ -30,6 +30,10 @@ int64_t weight_bytes(int64_t n_params, double bits_per_weight);
 bool model_fits(int64_t n_params, double bits_per_weight, int64_t overhead_bytes, int64_t budget_bytes);
 
 // ---- Task 2 (exercises/03_quantization/rtn.cpp): symmetric -------------------------------
+// Tasks 2-3 are what `lio quantize --method rtn` runs on every block (common/tools/src/
+// quantize.cpp), so with chapter 03 on exercises it writes the learner's bytes. The reference
+// answer (solutions/03_quantization/rtn.cpp) is base's lio::quantize_block (lio/dtype.h), the
+// engine's one RTN quantizer, which the grading tests compare the learner's bytes with.
 
 /// Q8_0 (symmetric INT8) of one block x (32 finite floats): d = max|x| / 127,
 /// q[i] = round(x[i] / d) (half away from zero; 0 when d = 0), d stored as f16. Dequantized:

@@ -1,6 +1,7 @@
 // forwarding_backend.h — a Backend that passes every operator to another one, for tools that
 // watch the forward pass without changing it (the calibration passes of chapters 02 and 03:
-// they override the operators whose inputs they record and call the base).
+// they override the operators whose inputs they record and call the base), or that run one
+// operator their own way inside it (ch01_kv_cache: attention with chapter 01's decode step).
 #pragma once
 
 #include <memory>
@@ -12,8 +13,8 @@
 namespace lio {
 
 /// Forwards every Backend operator to `inner` (see Backend for each one's contract). Derive
-/// and override an operator to observe its arguments; call ForwardingBackend's version to run
-/// it. Throws whatever `inner` throws.
+/// and override an operator to observe its arguments (call ForwardingBackend's version to run
+/// it) or to replace it under the same contract. Throws whatever `inner` throws.
 class ForwardingBackend : public Backend {
  public:
   /// Takes ownership of `inner` (not null).
