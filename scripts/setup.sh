@@ -61,13 +61,26 @@ fi
 
 # ---- 2. Python tooling venv (full setup only) ----------------------------------------------
 if ((!run_only)); then
+  # llama.cpp (inside llama-cpp-python) is the oracle, so it is built for AVX2 only, not for
+  # this machine's every feature: on an AVX-512 + AMX Xeon its native build gives wrong Q4_1
+  # logits once a batch reaches 32 rows (top-1 agreement with its own F32 copy falls from 0.97
+  # to 0.22; tests/conformance/check_logits.py prints that "noise floor"). --no-cache-dir keeps
+  # pip from reusing a wheel built with other flags.
+  llama_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
   stamp=.venv/.lio-requirements
-  if [[ ! -f "$stamp" ]] || ! cmp -s scripts/requirements.txt "$stamp"; then
+  want_stamp="$(cat scripts/requirements.txt; echo "# llama-cpp-python CMAKE_ARGS=$llama_cmake_args")"
+  if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want_stamp" ]]; then
     log "creating .venv (llama-cpp-python compiles llama.cpp from source: a few minutes)"
     [[ -x .venv/bin/python ]] || python3 -m venv .venv
     .venv/bin/python -m pip install --quiet --upgrade pip
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip install --quiet -r scripts/requirements.txt
-    cp scripts/requirements.txt "$stamp"
+    grep -v '^llama-cpp-python' scripts/requirements.txt >.venv/requirements-rest.txt
+    .venv/bin/python -m pip install --quiet -r .venv/requirements-rest.txt
+    CMAKE_ARGS="$llama_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      .venv/bin/python -m pip install --quiet --no-cache-dir --force-reinstall --no-deps \
+      "$(grep '^llama-cpp-python' scripts/requirements.txt)"
+    # llama-cpp-python's own dependencies (typing-extensions, diskcache, jinja2; numpy is pinned above)
+    .venv/bin/python -m pip install --quiet "$(grep '^llama-cpp-python' scripts/requirements.txt)"
+    echo "$want_stamp" >"$stamp"
   else
     log ".venv up to date"
   fi
