@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """check_layers.py — fails when a file of the engine includes a header from a layer above it.
 
-The engine core is layered like ggml under llama.cpp: each layer may include its own headers
+The engine core is layered like ggml under llama.cpp (kernels/ is our ggml: its base/ holds the
+types everything shares, as ggml-base does): each layer may include its own headers
 and those of the layers below it, never one above. From the bottom up:
 
-    base      common/base      errors, dtypes and block layouts, weight views, RoPE style
+    base      kernels/base     errors, dtypes and block layouts, weight views, RoPE style
     kernels   kernels/cpu, kernels/cuda
     formats   common/formats   mmap, GGUF, safetensors, tokenizer
     model     common/model     config, loader, forward batch, KV pool, backends, model, runner
@@ -33,7 +34,7 @@ import tempfile
 
 # layer -> folders (relative to the root) whose files belong to it
 LAYERS = {
-    "base": ["common/base"],
+    "base": ["kernels/base"],
     "kernels": ["kernels/cpu", "kernels/cuda"],
     "formats": ["common/formats"],
     "model": ["common/model"],
@@ -53,7 +54,7 @@ ALLOWED = {
 }
 # where a layer's headers are found by a quoted include that is not beside the includer
 INCLUDE_DIRS = {
-    "base": ["common/base/include"],
+    "base": ["kernels/base/include"],
     "kernels": ["kernels/cpu", "kernels/cuda"],
     "formats": ["common/formats/include"],
     "model": ["common/model/include"],
@@ -143,7 +144,7 @@ def self_test():
             self.text += s
 
     with tempfile.TemporaryDirectory() as root:
-        write(root, "common/base/include/lio/error.h", "#pragma once\n")
+        write(root, "kernels/base/include/lio/error.h", "#pragma once\n")
         write(root, "common/model/include/lio/model_config.h", '#pragma once\n#include "lio/error.h"\n')
         write(root, "kernels/cpu/cpu_ops.h", '#pragma once\n#include "lio/error.h"\n')
         clean = Sink()

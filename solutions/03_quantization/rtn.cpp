@@ -3,7 +3,7 @@
 // quantize_row_*_ref. Declarations and contracts: common/model/include/lio/quantization.h.
 //
 // The loops are written once, in the engine's base: lio::quantize_block
-// (common/base/src/dtype.cpp, encode_block), which the GGUF writers and the loader's --dtype
+// (kernels/base/src/dtype.cpp, encode_block), which the GGUF writers and the loader's --dtype
 // conversion need below every chapter, whichever chapters run on exercises. Read the worked
 // answer there. This file names it, so the reference answer and the engine's quantizer cannot
 // drift apart; your exercises/03_quantization/rtn.cpp writes the loops itself, and the grading
