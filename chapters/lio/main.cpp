@@ -150,6 +150,7 @@ int cmd_generate(const lio::CommonOptions& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the answer's last line before the summary, also when both go to one file
     const lio::KvPool& pool = runner->kv_pool();
     std::fprintf(stderr,
                  "[%lld prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms, %.1f tok/s; %s, KV pool "
