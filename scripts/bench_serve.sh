@@ -2,12 +2,20 @@
 # bench_serve.sh — chapter 09's serving benchmark: lio-server against llama.cpp's llama-server
 # on the same GGUF and machine, in one run (bench/serve/bench_serve.cpp, like `vllm bench
 # serve`). Both servers get the same number of parallel sequences (lio --max-num-seqs, llama
-# --parallel with continuous batching) and every core; each rate runs lio then llama on the same
-# requests. Writes bench/results/<name>.md (the tables, with machine and settings) and .json,
-# and the plot (bench/serve/plot.py) when the venv has matplotlib.
+# --parallel with continuous batching) and every core. Peer rule (COURSE.md, "Performance
+# method"): at each rate, --repeats times (default 5), one bench_serve run sends the same requests
+# to lio then llama, so the servers alternate A B A B and drift hits both; every run gets new
+# prompts (no prompt cache carries over). bench/serve/aggregate.py then reports, per metric, the
+# median and min-max over the repeats for each server and the median and min-max of the
+# per-repeat ratios lio / llama, with "tie" where that range holds 1. Writes
+# bench/results/<name>.md (the tables, with machine and settings) and .json (medians where a
+# single run's numbers were, spreads beside them, every run under repeat_runs), and the plot
+# (bench/serve/plot.py) when the venv has matplotlib.
 #
-# Usage: scripts/bench_serve.sh [--quick] [--no-llama] [--device cpu|cuda] [--name NAME]
-#   --quick      16 prompts, 32 output tokens, rates 4 and inf (a smoke run, ~2 min)
+# Usage: scripts/bench_serve.sh [--quick] [--repeats N] [--no-llama] [--device cpu|cuda] [--name NAME]
+#   --quick      16 prompts, 32 output tokens, rates 4 and inf, 2 repeats unless --repeats says
+#                otherwise (a smoke run, ~8 min; below the rule's 5 repeats, and its .md says so)
+#   --repeats    runs per rate, each lio then llama (default 5, the rule's minimum)
 #   --no-llama   lio-server alone (e.g. on a GPU: llama-server here is a CPU build)
 #   --device     lio-server's --device (default cpu)
 #   --name       result file stem (default 09_serve_cpu, or 09_serve_<gpu> with --device cuda)
@@ -21,10 +29,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-quick=0 llama=1 device=cpu name=""
+quick=0 llama=1 device=cpu name="" repeats=""
 while (($#)); do
   case "$1" in
     --quick) quick=1 ;;
+    --repeats) repeats="$2"; shift ;;
     --no-llama) llama=0 ;;
     --device) device="$2"; shift ;;
     --name) name="$2"; shift ;;
@@ -41,6 +50,11 @@ slots="${SLOTS:-32}"
 num_prompts="${NUM_PROMPTS:-64}" input_len="${INPUT_LEN:-256}" output_len="${OUTPUT_LEN:-128}"
 rates="${RATES:-1,2,4,inf}"
 if ((quick)); then num_prompts=16 output_len=32 rates=4,inf; fi
+[[ -n "$repeats" ]] || { if ((quick)); then repeats=2; else repeats=5; fi; }
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bench_serve.sh: --repeats wants a positive integer, got $repeats" >&2; exit 2; }
+if ((repeats < 5)); then
+  echo "bench_serve.sh: $repeats repeats: COURSE.md asks for at least 5 to call a ratio; this run is below the rule" >&2
+fi
 max_conc="${MAX_CONCURRENCY:-$slots}"
 if [[ -z "$name" ]]; then
   name=09_serve_cpu
@@ -106,24 +120,42 @@ if ((llama)); then
 fi
 
 out="bench/results/$name"
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo "not recorded")"
-[[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] && commit="$commit-dirty"
-machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
-if [[ "$device" == cuda ]] && command -v nvidia-smi >/dev/null; then
-  gpu_info="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)"  # "NAME, DRIVER"
-  machine="$machine; GPU ${gpu_info%%,*}, driver ${gpu_info##*, }"
+flags="" servers="lio-server --max-num-seqs $slots --device $device"
+((quick)) && flags=" --quick"
+flags="$flags --repeats $repeats"
+((llama)) || flags="$flags --no-llama"
+flags="$flags --device $device"
+if ((llama)); then
+  servers="$servers; llama-server --parallel $slots --cont-batching -c $((slots * per_seq)) --threads $(nproc) (llama.cpp vendored in llama-cpp-python $(grep -E '^llama-cpp-python==' scripts/requirements.txt | cut -d= -f3), CPU build)"
 fi
+
+# The runs: at each rate, `repeats` bench_serve runs, each sending the same requests to lio then
+# llama (A B A B). Seeds: SEED + rate index x repeats + repeat - 1, so no server sees a prompt
+# twice (with --repeats 1 these are the old seeds, SEED + rate index).
+runs_dir="$logs/runs_$name"
+rm -rf "$runs_dir" && mkdir -p "$runs_dir"
+IFS=, read -ra rate_list <<<"$rates"
+run_files=()
+for ri in "${!rate_list[@]}"; do
+  for ((rep = 1; rep <= repeats; rep++)); do
+    seed=$(( ${SEED:-0} + ri * repeats + rep - 1 ))
+    run="$runs_dir/rate${ri}_rep${rep}"
+    echo "bench_serve.sh: rate ${rate_list[ri]} req/s, repeat $rep/$repeats (seed $seed)" >&2
+    "$bench_serve" "${targets[@]}" --tokenizer "$model" --num-prompts "$num_prompts" \
+      --input-len "$input_len" --output-len "$output_len" --request-rates "${rate_list[ri]}" \
+      --max-concurrency "$max_conc" --slo-ttft-ms "${SLO_TTFT_MS:-3000}" --slo-tpot-ms "${SLO_TPOT_MS:-200}" \
+      --seed "$seed" --json "$run.json" >"$run.md" 2>"$run.log" ||
+      { echo "bench_serve.sh: bench_serve failed:" >&2; tail -n 20 "$run.log" >&2; exit 1; }
+    run_files+=("$run.json")
+  done
+done
 {
   echo "# Chapter 09 serving benchmark: lio-server vs llama-server"
   echo
-  echo "\`scripts/bench_serve.sh$( ((quick)) && echo " --quick")\` on $(date -u +%Y-%m-%d); lio-server"\
-       "--max-num-seqs $slots --device $device$( ((llama)) && echo "; llama-server --parallel $slots --cont-batching -c $((slots * per_seq)) --threads $(nproc) (llama.cpp vendored in llama-cpp-python $(grep -E '^llama-cpp-python==' scripts/requirements.txt | cut -d= -f3), CPU build)")."
+  echo "\`scripts/bench_serve.sh$flags\` on $(date -u +%Y-%m-%d); $servers."
   echo
-  echo "Commit: $commit. Machine: $machine. Date: $(date -u '+%Y-%m-%d %H:%M UTC'). One run per rate, lio then llama (not interleaved repeats)."
-  echo
-  "$bench_serve" "${targets[@]}" --tokenizer "$model" --num-prompts "$num_prompts" \
-    --input-len "$input_len" --output-len "$output_len" --request-rates "$rates" --max-concurrency "$max_conc" \
-    --slo-ttft-ms "${SLO_TTFT_MS:-3000}" --slo-tpot-ms "${SLO_TPOT_MS:-200}" --seed "${SEED:-0}" --json "$out.json"
+  python3 bench/serve/aggregate.py --out "$out.json" --repeats "$repeats" \
+    --command "scripts/bench_serve.sh$flags ($servers)" "${run_files[@]}"
 } | tee "$out.md"
 echo
 echo "lio-server /metrics at the end:" && curl -s "http://127.0.0.1:$lio_port/metrics" | grep -E '^lio:(num_preemptions|request_success|prefix_cache|kv_cache_usage|.*goodput)' || true

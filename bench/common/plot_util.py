@@ -8,12 +8,18 @@ import os
 def bars(ax, rates, series, key, ylabel, title, annotate=None):
     """Grouped bars: one group per rate label, one bar per (label, {rate: run}) in `series`,
     the height run[key] (0 where the run or the value is missing). annotate(run) -> text
-    written over each bar."""
+    written over each bar. A run with run["spread"][key] = {"min", "max"} (the min-max over
+    repeats, bench/serve/aggregate.py) gets that range as an error bar."""
     width = 0.8 / max(1, len(series))
     for i, (label, runs) in enumerate(series):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(rates))]
         ys = [runs[r][key] if r in runs and runs[r][key] is not None else 0 for r in rates]
         b = ax.bar(xs, ys, width, label=label)
+        for x, y, r in zip(xs, ys, rates):
+            s = (runs.get(r) or {}).get("spread", {}).get(key)
+            if s and s.get("min") is not None and s.get("max") is not None:
+                ax.errorbar([x], [y], yerr=[[max(0, y - s["min"])], [max(0, s["max"] - y)]], fmt="none",
+                            ecolor="black", elinewidth=0.8, capsize=2)
         if annotate:
             for rect, r in zip(b, rates):
                 if r in runs:

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Plots bench_serve's --json as a PNG beside it (same name, .png), one group of bars per
-request rate, one bar per target:
-- output tokens/s (first target / each other over each group)
+"""Plots bench_serve's --json, or scripts/bench_serve.sh's aggregate of repeats
+(bench/serve/aggregate.py: medians, with min-max error bars), as a PNG beside it (same name,
+.png), one group of bars per request rate, one bar per target:
+- output tokens/s (first target / each other over each group; with repeats the median of the
+  per-repeat ratios, and "tie" where their range holds 1)
 - goodput, requests/s meeting the SLOs
 - TTFT p99 (p50 over each bar), log scale
 - TPOT p50 (p99 over each bar)
@@ -33,6 +35,12 @@ def value(run, key):
     return 0 if v is None else v
 
 
+def highest(run, key):
+    """The top of a bar: its max over repeats where there is a spread, else its value."""
+    s = (run or {}).get("spread", {}).get(key) or {}
+    return s["max"] if s.get("max") is not None else value(run, key)
+
+
 def plot(path):
     d = json.load(open(path))
     s = d["settings"]
@@ -46,12 +54,16 @@ def plot(path):
     bars(axes[0], rates, series, "output_throughput", "output tokens/s", "Output throughput")
     if len(names) > 1:
         a, b = targets[names[0]], targets[names[1]]
+        spreads = {x["rate"]: x.get("spread", {}).get("output_throughput") for x in d.get("ratios", [])}
         for j, r in enumerate(rates):
             if value(b.get(r), "output_throughput") > 0:
-                top = max(value(t.get(r), "output_throughput") for t in targets.values())
-                ratio = value(a.get(r), "output_throughput") / value(b.get(r), "output_throughput")
-                axes[0].annotate(f"{ratio:.2f}x", (j, top * 1.02), ha="center", va="bottom", fontsize=8,
-                                 fontweight="bold")
+                top = max(highest(t.get(r), "output_throughput") for t in targets.values())
+                sp = spreads.get(r)
+                if sp and sp.get("median") is not None:  # repeats: median of the per-repeat ratios
+                    text = f'{sp["median"]:.2f}x [{sp["min"]:.2f}-{sp["max"]:.2f}]' + (" tie" if sp["tie"] else "")
+                else:  # one run
+                    text = f'{value(a.get(r), "output_throughput") / value(b.get(r), "output_throughput"):.2f}x'
+                axes[0].annotate(text, (j, top * 1.02), ha="center", va="bottom", fontsize=8, fontweight="bold")
         axes[0].margins(y=0.15)
 
     slo = f"TTFT <= {s['slo_ttft_ms'] or float('inf'):g} ms, TPOT <= {s['slo_tpot_ms'] or float('inf'):g} ms"
