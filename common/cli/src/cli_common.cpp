@@ -80,9 +80,6 @@ LoadedModel load_from_options(const CommonOptions& o) {
   return m;
 }
 
-std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o) {
-  return runner_from_options(m, o, [](std::unique_ptr<Backend> b) { return b; });
-}
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o,
                                                  const BackendWrapper& wrap) {
@@ -91,7 +88,8 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
   const Device device = parse_device(o.device);
   const ActivationPrecision activations = parse_activation_precision(o.activations);
   check_kv_pool_options(pool);  // before the backend: a GPU backend uploads the weights
-  return make_runner(wrap(make_backend(m, device, activations)), pool);
+  std::unique_ptr<Backend> backend = make_backend(m, device, activations);
+  return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {

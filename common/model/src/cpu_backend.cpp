@@ -14,6 +14,33 @@
 #include "lio/quantization.h"
 
 namespace lio {
+namespace {
+
+/// The first exception thrown by the iterations of an OpenMP loop, kept to rethrow after it:
+/// an exception must not leave a parallel region (the program would terminate), and a
+/// learner's exercise stub throws NotImplemented from inside these loops.
+class FirstError {
+ public:
+  /// Runs f(); an exception it throws is kept if it is the first one.
+  template <class F>
+  void run(F&& f) noexcept {
+    try {
+      f();
+    } catch (...) {
+#pragma omp critical(lio_cpu_backend_first_error)
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  /// Rethrows the kept exception, if any (after the loop).
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::exception_ptr error_;
+};
+
+}  // namespace
 
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations)
     : config_(config), weights_(weights), activations_(activations) {}
@@ -89,19 +116,16 @@ void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, b
   // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6), then integer dots.
   token_codes_.resize(static_cast<size_t>(n_rows * m.cols));
   token_scales_.resize(static_cast<size_t>(n_rows));
-  std::exception_ptr error;
+  FirstError error;
 #pragma omp parallel for schedule(static) if (n_rows > 1)
   for (int64_t r = 0; r < n_rows; ++r) {
-    try {
+    error.run([&] {
       token_scales_[static_cast<size_t>(r)] =
           quantize_row_int8(std::span<const float>(x + r * m.cols, static_cast<size_t>(m.cols)),
                             std::span<int8_t>(token_codes_.data() + r * m.cols, static_cast<size_t>(m.cols)));
-    } catch (...) {
-#pragma omp critical
-      if (!error) error = std::current_exception();
-    }
+    });
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
   cpu::matmul_int8(m, token_codes_.data(), token_scales_.data(), y, n_rows, accumulate);
 }
 
@@ -152,6 +176,17 @@ void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const fl
     if (batch.slot_mapping[i] != kPadSlotId) slots.write(layer, batch.slot_mapping[i], k + i * kvd, v + i * kvd);
 }
 
+void CpuBackend::map_rows_to_sequences(const ForwardBatch& b) {
+  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
+  for (int64_t s = 0; s < b.n_seqs(); ++s)
+    std::fill_n(row_seq_.begin() + b.query_start_loc[static_cast<size_t>(s)], b.query_len(s), static_cast<int32_t>(s));
+}
+
+int64_t CpuBackend::row_context(const ForwardBatch& b, int64_t i) const {
+  const auto s = static_cast<size_t>(row_seq_[static_cast<size_t>(i)]);
+  return b.seq_lens[s] - (b.query_start_loc[s + 1] - i) + 1;
+}
+
 void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch) {
   // One path for every row, prefill and decode alike: each (row, query head) pair reads its
   // K/V through its sequence's block table with chapter 04's paged decode step (Task 5), or its
@@ -162,12 +197,9 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t qd = c.q_dim(), bs = b.block_size;
   LIO_CHECK(dynamic_cast<HostKvPool*>(&pool) != nullptr, "CpuBackend needs a HostKvPool");
-  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
+  map_rows_to_sequences(b);
   int64_t max_ctx = 1;  // the longest context: each thread's scores scratch
-  for (int64_t s = 0; s < b.n_seqs(); ++s) {
-    std::fill_n(row_seq_.begin() + b.query_start_loc[static_cast<size_t>(s)], b.query_len(s), static_cast<int32_t>(s));
-    max_ctx = std::max<int64_t>(max_ctx, b.seq_lens[static_cast<size_t>(s)]);
-  }
+  for (const int64_t n : b.seq_lens) max_ctx = std::max(max_ctx, n);
   // The KV head each query head reads is chapter 02's Task 1 (asked outside the parallel loop:
   // it may throw).
   kv_head_.resize(static_cast<size_t>(c.n_heads));
@@ -180,12 +212,12 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   const float* ks = pool.key_scales(layer);
   const float* vs = pool.value_scales(layer);
   const int64_t n_pairs = b.n_tokens() * c.n_heads;
-  std::exception_ptr error;
+  FirstError error;
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t pair = 0; pair < n_pairs; ++pair) {
     const int64_t i = pair / c.n_heads, h = pair % c.n_heads;
     const int64_t s = row_seq_[static_cast<size_t>(i)];
-    const int64_t n_ctx = b.seq_lens[static_cast<size_t>(s)] - (b.query_start_loc[static_cast<size_t>(s) + 1] - i) + 1;
+    const int64_t n_ctx = row_context(b, i);
     const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
                                          static_cast<size_t>(b.max_blocks_per_seq));
     const float* qh = q + i * qd + h * c.head_dim;
@@ -193,7 +225,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
     const int64_t g = kv_head_[static_cast<size_t>(h)];
     const std::span<float> scores(attn_scores_.data() + omp_get_thread_num() * max_ctx,
                                   static_cast<size_t>(max_ctx));
-    try {
+    error.run([&] {
       switch (dtype) {
         case KvCacheDType::F32:
           cpu::paged_decode_attention(qh, static_cast<const float*>(kd),
@@ -211,12 +243,9 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
                                            c.n_kv_heads, g, c.head_dim, scale, scores);
           break;
       }
-    } catch (...) {
-#pragma omp critical
-      if (!error) error = std::current_exception();
-    }
+    });
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 
 void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {
@@ -262,37 +291,28 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
       std::copy_n(v_pool + slot * half, half, dst + half);
     }
   }
-  row_seq_.resize(static_cast<size_t>(b.n_tokens()));
-  for (int64_t s = 0; s < b.n_seqs(); ++s)
-    std::fill_n(row_seq_.begin() + b.query_start_loc[static_cast<size_t>(s)], b.query_len(s), static_cast<int32_t>(s));
-  auto n_ctx_of = [&](int64_t i) {  // causal: row i sees positions 0 .. its own
-    const int64_t s = row_seq_[static_cast<size_t>(i)];
-    return b.seq_lens[static_cast<size_t>(s)] - (b.query_start_loc[static_cast<size_t>(s) + 1] - i) + 1;
-  };
+  map_rows_to_sequences(b);
   const auto* wk = reinterpret_cast<const float*>(L.wk_b.data);
   const auto* wv = reinterpret_cast<const float*>(L.wv_b.data);
   const int64_t n_pairs = b.n_tokens() * H;
   if (c.mla_absorbed) {
     // 3a. Absorbed (chapter 02, Task 4): attention in latent space, one (row, head) per call.
     const MlaHeadShape shape{dn, dr, dc, dv};
-    std::exception_ptr error;
+    FirstError error;
 #pragma omp parallel for schedule(dynamic, 4)
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
-      const int64_t i = pair / H, h = pair % H, n_ctx = n_ctx_of(i);
+      const int64_t i = pair / H, h = pair % H, n_ctx = row_context(b, i);
       const float* qi = q + i * qd + h * (dn + dr);
-      try {
+      error.run([&] {
         mla_absorbed_attention_head(
             {qi, static_cast<size_t>(dn)}, {qi + dn, static_cast<size_t>(dr)},
             {wk + h * dn * dc, static_cast<size_t>(dn * dc)}, {wv + h * dv * dc, static_cast<size_t>(dv * dc)},
             {mla_latents_.data() + first[static_cast<size_t>(row_seq_[static_cast<size_t>(i)])] * row,
              static_cast<size_t>(n_ctx * row)},
             n_ctx, shape, scale, {out + i * H * dv + h * dv, static_cast<size_t>(dv)});
-      } catch (...) {
-#pragma omp critical
-        if (!error) error = std::current_exception();
-      }
+      });
     }
-    if (error) std::rethrow_exception(error);
+    error.rethrow();
     return;
   }
   // 3b. Naive: up-project every cached latent to K and V for all heads (one matmul per
@@ -305,7 +325,7 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
   cpu::matmul(L.wv_b, mla_c_.data(), mla_v_.data(), first.back());  // (n_ctx, H * d_v)
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t pair = 0; pair < n_pairs; ++pair) {
-    const int64_t i = pair / H, h = pair % H, n_ctx = n_ctx_of(i);
+    const int64_t i = pair / H, h = pair % H, n_ctx = row_context(b, i);
     const int64_t f = first[static_cast<size_t>(row_seq_[static_cast<size_t>(i)])];
     const float* qi = q + i * qd + h * (dn + dr);
     cpu::mla_attention_head_expanded(qi, qi + dn, mla_k_.data() + f * H * dn + h * dn, H * dn,

@@ -51,21 +51,18 @@ void apply_threads(int threads);
 /// InvalidArgument for a bad --attention.
 LoadedModel load_from_options(const CommonOptions& o);
 
-/// The runner --device names, over `m` (which must outlive it), with the KV pool o.kv_pool
-/// describes in o.kv_cache_dtype's elements. Throws InvalidArgument for an unknown device, KV
-/// dtype or a bad pool size, UnsupportedError when CUDA is asked for and unavailable, or for an
-/// f16 / int8 KV cache on CUDA or with an MLA model (see make_runner).
-std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o);
-
 /// Takes the backend --device names and returns the one the runner gets (itself, or wrapped).
 using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
 
-/// runner_from_options() with the backend passed through `wrap` before the pool is made on it:
-/// how a chapter runs its own operator inside the one forward pass (ch01_kv_cache: attention
-/// over its contiguous cache with chapter 01's decode_attention). Throws as
-/// runner_from_options() and as `wrap`.
+/// The runner --device names, over `m` (which must outlive it), with the KV pool o.kv_pool
+/// describes in o.kv_cache_dtype's elements. A non-empty `wrap` gets the backend before the
+/// pool is made on it: how a chapter runs its own operator inside the one forward pass
+/// (ch01_kv_cache: attention over its contiguous cache with chapter 01's decode_attention).
+/// Throws InvalidArgument for an unknown device, KV dtype or a bad pool size, UnsupportedError
+/// when CUDA is asked for and unavailable, or for an f16 / int8 KV cache on CUDA or with an MLA
+/// model (see make_runner), and what `wrap` throws.
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o,
-                                                 const BackendWrapper& wrap);
+                                                 const BackendWrapper& wrap = {});
 
 /// The JSON summary of one generate() call, as the programs print it with --json: text,
 /// token_ids, n_prompt_tokens, n_generated_tokens, finish_reason, ttft_ms, tpot_ms,

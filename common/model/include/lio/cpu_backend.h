@@ -61,6 +61,10 @@ class CpuBackend final : public Backend {
  private:
   const WeightMatrix& matrix(WeightRef w) const;
   const std::vector<float>& norm(WeightRef w) const;
+  /// Fills row_seq_ for `b`: row i belongs to sequence row_seq_[i].
+  void map_rows_to_sequences(const ForwardBatch& b);
+  /// Positions row i of `b` attends (causal: 0 .. its own position), after map_rows_to_sequences.
+  int64_t row_context(const ForwardBatch& b, int64_t i) const;
   const ModelConfig& config_;
   const Weights& weights_;
   cpu::MatmulActivations activations_;
