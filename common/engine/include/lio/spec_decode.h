@@ -1,0 +1,92 @@
+// spec_decode.h — the arithmetic and the two algorithms of speculative decoding.
+//
+// Chapter 06 exercise points (solutions|exercises/06_speculative/spec_decode.cpp). A cheap
+// drafter proposes k tokens; the target model scores all of them in one forward pass (k + 1
+// logits rows); an acceptance rule keeps a prefix of the drafts and adds one token of its own,
+// so the output is distributed exactly as the target's own sampling would be.
+// Sources: Leviathan, Kalman, Matias 2023, "Fast Inference from Transformers via Speculative
+// Decoding" (Algorithm 1; Theorem 3.5 for E[tokens]; sec. 3.4 for the speedup with cost ratio
+// c), Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative Sampling"
+// (Algorithm 2), vLLM `vllm/v1/sample/rejection_sampler.py` and `vllm/v1/spec_decode/ngram_proposer.py`,
+// Saxena 2023 (prompt lookup decoding), llama.cpp `examples/lookup`.
+//
+// Task 1 and 2: how many tokens one target pass yields and what that buys (the chapter program
+// prints the formula next to the measurement). Task 3: the n-gram proposer (what
+// `--spec-method ngram` drafts with). Task 4: the acceptance rule (what the engine verifies every
+// draft with, for every proposer and every sampling setting).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace lio {
+
+/// Task 1. Expected tokens one target forward pass produces when each of the k drafts is
+/// accepted independently with probability `a` (the acceptance rate) and the pass always adds
+/// one token of its own (the correction at the first rejection, or a bonus token when all k
+/// are accepted): E = sum_{i=0..k} a^i = (1 - a^(k+1)) / (1 - a), and k + 1 at a = 1
+/// (Leviathan et al. 2023, eq. 1 / Theorem 3.5). Units: tokens per target pass, in [1, k + 1].
+/// Throws InvalidArgument if a is outside [0, 1] (or NaN) or k < 0.
+double expected_tokens_per_pass(double a, int64_t k);
+
+/// Task 2a. Walltime speedup of speculative decoding over plain decoding (Leviathan et al.
+/// 2023, Theorem 3.8): one round costs k draft steps of c target-steps each plus one target
+/// pass (verification of k + 1 rows costs about one decode step while decode is memory-bound),
+/// and yields E tokens: speedup = E / (k c + 1). c = draft step time / target step time.
+/// k = 0 is plain decoding (speedup 1). Throws InvalidArgument as Task 1, or if c < 0 (or NaN).
+double speculative_speedup(double a, int64_t k, double c);
+
+/// Task 2b. The k in [0, k_max] with the largest speculative_speedup(a, k, c); the smallest such
+/// k on ties. 0 means speculation does not pay at this (a, c). Throws InvalidArgument as
+/// Task 2a, or if k_max < 0.
+int64_t best_num_speculative_tokens(double a, double c, int64_t k_max);
+
+/// Task 3. Prompt-lookup (n-gram) drafting: no second model, the sequence is its own draft.
+/// Find the longest n in [n_min, n_max] such that the last n tokens of `tokens` also occur
+/// earlier in `tokens` (an occurrence that ends before the last token); take the most recent
+/// such occurrence and return the up to k tokens that followed it (fewer when the sequence
+/// ends first). Empty when no n matches. tokens: (n_tokens) prompt + generated ids.
+/// Throws InvalidArgument if n_min < 1, n_max < n_min or k < 1.
+std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int64_t n_min, int64_t n_max, int64_t k);
+
+/// What the acceptance rule decided for one sequence's k drafts.
+struct SpecVerifyResult {
+  /// The tokens to append, in order: the accepted drafts (a prefix of `drafts`), then exactly
+  /// one token drawn by the rule (the correction from the residual at the first rejection, or
+  /// the bonus token from the last target row when every draft was accepted). Size
+  /// n_accepted + 1.
+  std::vector<int32_t> tokens;
+  int64_t n_accepted = 0;  ///< drafts accepted, in [0, k]
+};
+
+/// Inverse-CDF draw from a probability row: the first token id t (in id order) with
+/// u * sum(probs) < probs[0] + ... + probs[t]; the last token with nonzero probability if
+/// rounding leaves none. probs: (vocab) >= 0, not all zero; u in [0, 1). Throws
+/// InvalidArgument if probs is empty or sums to 0.
+int32_t sample_from_probs(std::span<const float> probs, double u);
+
+/// Task 4. Speculative sampling's acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et
+/// al. 2023, Algorithm 2). For i = 0, 1, ..., k - 1: draft drafts[i] was drawn from q_i; accept
+/// it with probability min(1, p_i(x) / q_i(x)) (x = drafts[i]); at the first rejection, draw the
+/// correction from the residual normalize(max(0, p_i - q_i)) and stop; if all k are accepted,
+/// draw a bonus token from p_k. The tokens returned are then distributed exactly as k + 1
+/// draws from the target would be (the lesson's proof). Greedy targets are the one-hot case
+/// (p_i = argmax), for which the rule accepts while the draft equals the target's argmax.
+/// target_probs: (k + 1, vocab) row-major, row i = p_i, the target's sampling distribution after
+///   the prefix + drafts[0 .. i) (penalties, temperature, top-k/p, min-p already applied).
+/// draft_probs: (k, vocab) row-major q_i, or empty when the drafter is deterministic (n-gram
+///   lookup): then q_i is one-hot at drafts[i].
+/// drafts: (k) token ids, k >= 0.
+/// uniform: returns independent U[0, 1) draws; call it once per acceptance test whose ratio
+///   p/q is below 1 (a ratio >= 1 accepts without a draw) and once per token drawn from a
+///   distribution (with sample_from_probs), so a seeded run is reproducible.
+/// Throws InvalidArgument if the shapes disagree (target_probs.size() != (k + 1) * vocab,
+/// draft_probs neither empty nor k * vocab), vocab < 1, a draft id is outside [0, vocab), or
+/// q_i(drafts[i]) == 0 (the drafter proposed a token its own distribution cannot produce).
+SpecVerifyResult verify_drafts(std::span<const float> target_probs, std::span<const float> draft_probs,
+                               std::span<const int32_t> drafts, int64_t vocab,
+                               const std::function<double()>& uniform);
+
+}  // namespace lio
