@@ -5,8 +5,9 @@
 // logits rows); an acceptance rule keeps a prefix of the drafts and adds one token of its own,
 // so the output is distributed exactly as the target's own sampling would be.
 // Sources: Leviathan, Kalman, Matias 2023, "Fast Inference from Transformers via Speculative
-// Decoding" (Algorithm 1; Theorem 3.5 for E[tokens]; sec. 3.4 for the speedup with cost ratio
-// c), Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative Sampling"
+// Decoding" (Algorithm 1; eq. 1, sec. 3.1, for E[tokens]; Theorem 3.8, sec. 3.3, for the
+// speedup with cost ratio c; Appendix A.1 for the proof that the output follows the target),
+// Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative Sampling"
 // (Algorithm 2), vLLM `vllm/v1/sample/rejection_sampler.py` and `vllm/v1/spec_decode/ngram_proposer.py`,
 // Saxena 2023 (prompt lookup decoding), llama.cpp `examples/lookup`.
 //
@@ -27,7 +28,8 @@ namespace lio {
 /// accepted independently with probability `a` (the acceptance rate) and the pass always adds
 /// one token of its own (the correction at the first rejection, or a bonus token when all k
 /// are accepted): E = sum_{i=0..k} a^i = (1 - a^(k+1)) / (1 - a), and k + 1 at a = 1
-/// (Leviathan et al. 2023, eq. 1 / Theorem 3.5). Units: tokens per target pass, in [1, k + 1].
+/// (Leviathan et al. 2023, eq. 1; their Theorem 3.5 gives one draft's a = sum_x min(p(x), q(x))).
+/// Units: tokens per target pass, in [1, k + 1].
 /// Throws InvalidArgument if a is outside [0, 1] (or NaN) or k < 0.
 double expected_tokens_per_pass(double a, int64_t k);
 
@@ -35,7 +37,8 @@ double expected_tokens_per_pass(double a, int64_t k);
 /// 2023, Theorem 3.8): one round costs k draft steps of c target-steps each plus one target
 /// pass (verification of k + 1 rows costs about one decode step while decode is memory-bound),
 /// and yields E tokens: speedup = E / (k c + 1). c = draft step time / target step time.
-/// k = 0 is plain decoding (speedup 1). Throws InvalidArgument as Task 1, or if c < 0 (or NaN).
+/// k = 0 is plain decoding (speedup 1). Throws InvalidArgument as Task 1, or if c is negative
+/// or not finite (NaN, inf).
 double speculative_speedup(double a, int64_t k, double c);
 
 /// Task 2b. The k in [0, k_max] with the largest speculative_speedup(a, k, c); the smallest such
@@ -62,18 +65,21 @@ struct SpecVerifyResult {
 };
 
 /// Inverse-CDF draw from a probability row: the first token id t (in id order) with
-/// u * sum(probs) < probs[0] + ... + probs[t]; the last token with nonzero probability if
-/// rounding leaves none. probs: (vocab) >= 0, not all zero; u in [0, 1). Throws
-/// InvalidArgument if probs is empty or sums to 0.
+/// u * sum(probs) < probs[0] + ... + probs[t] (sums in double); the last token with nonzero
+/// probability if rounding leaves none. The row need not be normalized. probs: (vocab) >= 0,
+/// not all zero; u in [0, 1). Not an exercise (common/engine/src/spec_decode_common.cpp).
+/// Throws InvalidArgument if probs is empty, holds a negative or non-finite entry, or sums to
+/// 0, or if u is outside [0, 1) (or NaN).
 int32_t sample_from_probs(std::span<const float> probs, double u);
 
 /// Task 4. Speculative sampling's acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et
 /// al. 2023, Algorithm 2). For i = 0, 1, ..., k - 1: draft drafts[i] was drawn from q_i; accept
 /// it with probability min(1, p_i(x) / q_i(x)) (x = drafts[i]); at the first rejection, draw the
-/// correction from the residual normalize(max(0, p_i - q_i)) and stop; if all k are accepted,
-/// draw a bonus token from p_k. The tokens returned are then distributed exactly as k + 1
-/// draws from the target would be (the lesson's proof). Greedy targets are the one-hot case
-/// (p_i = argmax), for which the rule accepts while the draft equals the target's argmax.
+/// correction from the residual normalize(max(0, p_i - q_i)) (from p_i itself if rounding
+/// leaves the residual no mass) and stop; if all k are accepted, draw a bonus token from p_k.
+/// The tokens returned are then distributed exactly as k + 1 draws from the target would be
+/// (the lesson's proof). Greedy targets are the one-hot case (p_i one-hot at the argmax), for
+/// which the rule accepts while the draft equals the target's argmax.
 /// target_probs: (k + 1, vocab) row-major, row i = p_i, the target's sampling distribution after
 ///   the prefix + drafts[0 .. i) (penalties, temperature, top-k/p, min-p already applied).
 /// draft_probs: (k, vocab) row-major q_i, or empty when the drafter is deterministic (n-gram
@@ -84,7 +90,8 @@ int32_t sample_from_probs(std::span<const float> probs, double u);
 ///   distribution (with sample_from_probs), so a seeded run is reproducible.
 /// Throws InvalidArgument if the shapes disagree (target_probs.size() != (k + 1) * vocab,
 /// draft_probs neither empty nor k * vocab), vocab < 1, a draft id is outside [0, vocab), or
-/// q_i(drafts[i]) == 0 (the drafter proposed a token its own distribution cannot produce).
+/// q_i(drafts[i]) == 0 (the drafter proposed a token its own distribution cannot produce); all
+/// k drafts are checked before the first draw, so the error does not depend on the uniforms.
 SpecVerifyResult verify_drafts(std::span<const float> target_probs, std::span<const float> draft_probs,
                                std::span<const int32_t> drafts, int64_t vocab,
                                const std::function<double()>& uniform);
