@@ -98,6 +98,9 @@ void EngineLoop::publish(std::vector<RequestOutput> outputs) {
   g.prefix_cache_queries = snap.prefix_cache_queries;
   g.prefix_cache_hits = snap.prefix_cache_hits;
   g.n_preemptions = snap.stats.n_preemptions;
+  g.spec_num_drafts = snap.stats.spec_num_drafts;
+  g.spec_num_draft_tokens = snap.stats.spec_num_draft_tokens;
+  g.spec_num_accepted_tokens = snap.stats.spec_num_accepted_tokens;
 
   std::lock_guard lock(registry_mutex_);
   for (RequestOutput& o : outputs) {

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   app.remove_option(app.get_option("--json"));  // the server speaks JSON over HTTP
   lio::add_device_flag(app, o);
   lio::add_kv_pool_flags(app, o);
+  lio::add_speculative_flags(app, o);
   app.add_option("--host", sc.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", sc.port, "TCP port (0 = any free port; the one taken is printed)")
       ->capture_default_str();
@@ -95,12 +96,15 @@ int main(int argc, char** argv) {
     ec.scheduler.validate();
     ec.prefix_cache = lio::parse_prefix_cache_mode(prefix_cache);
     lio::parse_device(o.device);  // a bad --device fails before the model loads
+    lio::parse_spec_method(o.spec_method);
     if (sc.port < 0 || sc.port > 65535)
       throw lio::InvalidArgument("--port must be in [0, 65535], got " + std::to_string(sc.port));
 
     lio::LoadedModel m = lio::load_from_options(o);
+    ec.speculative = lio::speculative_from_options(m, o);
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
-    lio::Engine engine(*runner, *m.tokenizer, ec);
+    lio::DraftRunner draft = lio::draft_from_options(m, *runner, o, ec.speculative);
+    lio::Engine engine(*runner, *m.tokenizer, ec, draft.runner.get());
     if (sc.served_model_name.empty())
       sc.served_model_name = std::filesystem::path(m.path).stem().string();
 
@@ -117,6 +121,11 @@ int main(int argc, char** argv) {
                  (long long)pool.block_size(), lio::kv_cache_dtype_name(pool.dtype()),
                  (long long)ec.scheduler.max_num_seqs,
                  (long long)ec.scheduler.max_num_batched_tokens, prefix_cache.c_str());
+    if (ec.speculative.method != lio::SpecMethod::None) {
+      std::fprintf(stderr, "spec    %s, %lld speculative tokens per step%s\n", o.spec_method.c_str(),
+                   (long long)ec.speculative.num_speculative_tokens,
+                   o.draft_model.empty() ? "" : (", draft " + o.draft_model).c_str());
+    }
     std::fprintf(stderr, "lio-server: listening on http://%s:%d%s\n", sc.host.c_str(),
                  server.port(), sc.api_key.empty() ? "" : " (API key required)");
     stop_on_signal(server);

@@ -152,6 +152,13 @@ std::string ServerMetrics::render() const {
          "counter", static_cast<double>(gauges_.prefix_cache_hits));
   scalar(out, "lio:num_preemptions_total", "Sequences preempted (KV blocks reclaimed) so far.",
          "counter", static_cast<double>(gauges_.n_preemptions));
+  // Speculative decoding (chapter 06), vLLM's counter names under lio:.
+  scalar(out, "lio:spec_decode_num_drafts_total", "Verification rounds that carried drafts.", "counter",
+         static_cast<double>(gauges_.spec_num_drafts));
+  scalar(out, "lio:spec_decode_num_draft_tokens_total", "Draft tokens verified.", "counter",
+         static_cast<double>(gauges_.spec_num_draft_tokens));
+  scalar(out, "lio:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "counter",
+         static_cast<double>(gauges_.spec_num_accepted_tokens));
   scalar(out, "lio:prompt_tokens_total", "Prompt tokens of requests that produced a first token.",
          "counter", static_cast<double>(prompt_tokens_));
   scalar(out, "lio:generation_tokens_total", "Tokens generated.", "counter",

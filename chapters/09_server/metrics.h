@@ -62,6 +62,9 @@ struct EngineGauges {
   int64_t prefix_cache_queries = 0;  ///< prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits = 0;     ///< of those, tokens found
   int64_t n_preemptions = 0;         ///< sequences preempted so far
+  int64_t spec_num_drafts = 0;            ///< chapter 06: verification rounds with drafts
+  int64_t spec_num_draft_tokens = 0;      ///< chapter 06: drafts verified
+  int64_t spec_num_accepted_tokens = 0;   ///< chapter 06: drafts accepted
 };
 
 /// The server's metrics. Thread-safe: the engine thread records, HTTP threads render.

@@ -70,6 +70,7 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
                   "Tokens (rows) in one step at most")
       ->capture_default_str();
   add_kv_pool_flags(*app, o);
+  add_speculative_flags(*app, o);
   app->add_option("--prefix-cache", b.prefix_cache,
                   "Reuse the K/V of cached prompt prefixes: none, hash (full blocks, vLLM) or radix "
                   "(token-level tree, SGLang)")
@@ -231,6 +232,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   engine_config.swap_space_mib = b.swap_space_mib;
   if (b.swap_space_mib < 0) throw InvalidArgument("--swap-space-mib must be >= 0, got " + std::to_string(b.swap_space_mib));
   parse_device(o.device);  // a bad --device fails before the file is read
+  parse_spec_method(o.spec_method);
 
   if (!std::filesystem::exists(b.prompts_path))
     throw InvalidArgument("--prompts " + single_quoted(b.prompts_path) + " does not exist");
@@ -253,10 +255,12 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
 
   // ---- model, runner, engine ----
   LoadedModel m = load_from_options(o);
+  engine_config.speculative = speculative_from_options(m, o);
   std::unique_ptr<ModelRunner> runner = runner_from_options(m, o);
+  DraftRunner draft = draft_from_options(m, *runner, o, engine_config.speculative);
   const KvPool& pool = runner->kv_pool();
   const double pool_mib = pool.size_bytes() / 1048576.0;
-  Engine engine(*runner, *m.tokenizer, engine_config);
+  Engine engine(*runner, *m.tokenizer, engine_config, draft.runner.get());
 
   std::fprintf(stderr, "model   %s (%s, %s weights)\n", m.path.c_str(), m.config.name.c_str(),
                o.dtype.c_str());
@@ -399,6 +403,11 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   s["peak_kv_tokens_held"] = st.peak_tokens_held;
   s["kv_block_copies"] = st.n_block_copies;
   s["forked_samples"] = st.n_forks;
+  if (engine_config.speculative.method != SpecMethod::None) {
+    s["spec_method"] = o.spec_method;
+    s["num_speculative_tokens"] = engine_config.speculative.num_speculative_tokens;
+    s.update(spec_decode_json(st.spec_num_drafts, st.spec_num_draft_tokens, st.spec_num_accepted_tokens));
+  }
   if (const PrefixCache* pc = engine.prefix_cache()) {
     s["prefix_cache_queries"] = pc->stats.queries;
     s["prefix_cache_hits"] = pc->stats.hits;

@@ -131,13 +131,18 @@ int cmd_tokenize(const lio::CommonOptions& o, bool no_special) {
 
 int cmd_generate(const lio::CommonOptions& o) {
   lio::apply_threads(o.threads);
+  lio::parse_spec_method(o.spec_method);  // a bad flag fails before the model loads
   lio::LoadedModel m = lio::load_from_options(o);
+  const lio::SpeculativeConfig spec = lio::speculative_from_options(m, o);
   std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+  lio::DraftRunner draft = lio::draft_from_options(m, *runner, o, spec);
   lio::GenerateOptions g;
   g.max_tokens = o.max_tokens;
   g.stop = o.stop;
   g.sampler = o.sampler;
+  g.speculative = spec;
+  g.draft = draft.runner.get();
   auto stream = [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -159,6 +164,12 @@ int cmd_generate(const lio::CommonOptions& o) {
                  r.ttft_ms, r.tpot_ms, r.tokens_per_s, runner->device_description().c_str(),
                  static_cast<double>(pool.size_bytes()) / (1 << 20), (long long)pool.n_blocks(),
                  (long long)pool.block_size(), lio::kv_cache_dtype_name(pool.dtype()));
+    if (r.spec_num_drafts > 0) {
+      std::fprintf(stderr, "[speculative %s: %lld drafted, %lld accepted (acceptance rate %.3f), %.2f tokens per target pass]\n",
+                   r.spec_method.c_str(), (long long)r.spec_num_draft_tokens, (long long)r.spec_num_accepted_tokens,
+                   static_cast<double>(r.spec_num_accepted_tokens) / static_cast<double>(r.spec_num_draft_tokens),
+                   1.0 + static_cast<double>(r.spec_num_accepted_tokens) / static_cast<double>(r.spec_num_drafts));
+    }
   }
   return 0;
 }
@@ -324,6 +335,7 @@ int main(int argc, char** argv) {
   lio::add_kv_pool_flags(*gen, gen_o);
   gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9
   lio::add_generation_flags(*gen, gen_o, /*default_temperature=*/0.2f);
+  lio::add_speculative_flags(*gen, gen_o);
 
   CLI::App* logits = app.add_subcommand("logits", "Teacher-forced logits (n_tokens x vocab, f32) to a file");
   lio::add_model_flags(*logits, log_o);

@@ -68,6 +68,51 @@ void add_generation_flags(CLI::App& app, CommonOptions& o, float default_tempera
   app.add_option("--seed", o.sampler.seed, "RNG seed: same seed, same output")->capture_default_str();
 }
 
+void add_speculative_flags(CLI::App& app, CommonOptions& o) {
+  app.add_option("--spec-method", o.spec_method,
+                 "speculative decoding: none, draft (--draft-model), ngram (prompt lookup) or early-exit (--draft-layers)")
+      ->capture_default_str();
+  app.add_option("--draft-model", o.draft_model, "draft model (.gguf or HF dir) with the target's tokenizer");
+  app.add_option("--num-speculative-tokens", o.speculative.num_speculative_tokens, "drafts per step, k in [1, 16]")
+      ->capture_default_str();
+  app.add_option("--draft-layers", o.speculative.draft_layers, "early exit: the target's first L layers draft")
+      ->capture_default_str();
+  app.add_option("--ngram-min", o.speculative.ngram_min, "n-gram lookup: shortest suffix matched")->capture_default_str();
+  app.add_option("--ngram-max", o.speculative.ngram_max, "n-gram lookup: longest suffix matched")->capture_default_str();
+}
+
+SpeculativeConfig speculative_from_options(const LoadedModel& m, const CommonOptions& o) {
+  SpeculativeConfig c = o.speculative;
+  c.method = parse_spec_method(o.spec_method);
+  if (c.method == SpecMethod::Draft && o.draft_model.empty()) {
+    throw InvalidArgument("--spec-method draft needs --draft-model PATH");
+  }
+  if (c.method != SpecMethod::Draft && !o.draft_model.empty()) {
+    throw InvalidArgument("--draft-model is used only with --spec-method draft (got --spec-method " + o.spec_method + ")");
+  }
+  c.validate(m.config.n_layers);
+  return c;
+}
+
+DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const CommonOptions& o,
+                               const SpeculativeConfig& config) {
+  DraftRunner d;
+  if (config.method != SpecMethod::Draft) return d;
+  d.model = std::make_unique<LoadedModel>(load_model(o.draft_model, WeightMode::AsStored));
+  check_draft_tokenizer(*m.tokenizer, *d.model->tokenizer);
+  // As many blocks as the target's pool: a draft sequence never needs more positions.
+  KvPoolOptions pool = o.kv_pool;
+  pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  const ModelConfig& dc = d.model->config;
+  const int64_t elem = pool.dtype == KvCacheDType::F32 ? 4 : pool.dtype == KvCacheDType::F16 ? 2 : 1;
+  const double block_bytes = static_cast<double>(2 * dc.n_layers * dc.kv_dim() * elem * target.kv_pool().block_size()) * 1.05;
+  pool.kv_cache_mib = std::max<int64_t>(
+      1, static_cast<int64_t>(block_bytes * static_cast<double>(target.kv_pool().n_blocks()) /
+                                  (1 << 20)) + 1);
+  d.runner = make_runner(*d.model, parse_device(o.device), pool, parse_activation_precision(o.activations));
+  return d;
+}
+
 void apply_threads(int threads) {
   if (threads < 0) throw InvalidArgument("--threads must be >= 0, got " + std::to_string(threads));
   if (threads > 0) omp_set_num_threads(threads);
@@ -93,7 +138,7 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {
-  return nlohmann::ordered_json{{"text", r.text},
+  nlohmann::ordered_json j{{"text", r.text},
                                 {"token_ids", r.token_ids},
                                 {"n_prompt_tokens", r.n_prompt_tokens},
                                 {"n_generated_tokens", r.token_ids.size()},
@@ -105,6 +150,20 @@ nlohmann::ordered_json generate_result_json(const GenerateResult& r) {
                                 {"kv_bytes", r.kv_bytes},
                                 {"kv_tokens", r.kv_tokens},
                                 {"kv_bytes_allocated", r.kv_bytes_allocated}};
+  if (r.spec_method != "none") {
+    j["spec_method"] = r.spec_method;
+    j.update(spec_decode_json(r.spec_num_drafts, r.spec_num_draft_tokens, r.spec_num_accepted_tokens));
+  }
+  return j;
+}
+
+nlohmann::ordered_json spec_decode_json(int64_t num_drafts, int64_t num_draft_tokens, int64_t num_accepted_tokens) {
+  const auto ratio = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  return nlohmann::ordered_json{{"spec_num_drafts", num_drafts},
+                                {"spec_num_draft_tokens", num_draft_tokens},
+                                {"spec_num_accepted_tokens", num_accepted_tokens},
+                                {"acceptance_rate", ratio(num_accepted_tokens, num_draft_tokens)},
+                                {"mean_accepted_tokens", ratio(num_accepted_tokens, num_drafts)}};
 }
 
 std::vector<int32_t> prompt_tokens(const LoadedModel& m, const CommonOptions& o) {

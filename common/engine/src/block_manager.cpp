@@ -38,4 +38,13 @@ bool BlockManager::can_allocate(std::span<const int32_t> block_table, int64_t n_
   return blocks_for(n_tokens) - static_cast<int64_t>(block_table.size()) <= n_available_blocks();
 }
 
+void BlockManager::truncate(std::vector<int32_t>& block_table, int64_t n_tokens) {
+  if (n_tokens < 0) throw InvalidArgument("BlockManager::truncate: n_tokens must be >= 0, got " + std::to_string(n_tokens));
+  const auto keep = static_cast<size_t>(blocks_for(n_tokens));
+  while (block_table.size() > keep) {
+    unref(block_table.back());
+    block_table.pop_back();
+  }
+}
+
 }  // namespace lio

@@ -24,14 +24,19 @@ std::unique_ptr<BlockManager> make_swap_space(const EngineConfig& config, const 
 
 }  // namespace
 
-Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config)
+Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config, ModelRunner* draft)
     : runner_(runner),
       tokenizer_(tokenizer),
       config_(config),
       blocks_(runner.kv_pool().n_blocks(), runner.kv_pool().block_size()),
       prefix_cache_(make_prefix_cache(config.prefix_cache, blocks_)),
       swap_blocks_(make_swap_space(config, runner.kv_pool(), swap_host_)),
-      scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get()) {}
+      scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get()),
+      proposer_(make_proposer(config.speculative, runner, draft)) {
+  if (proposer_ && !config.reuse_kv) {
+    throw InvalidArgument("speculative decoding needs the KV cache (it verifies drafts against cached K/V)");
+  }
+}
 
 int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
   const ModelConfig& c = runner_.config();
@@ -85,6 +90,10 @@ RequestOutput Engine::output_of(const Sequence& seq) const {
   o.n_generated_tokens = seq.n_generated();
   o.n_preemptions = seq.n_preemptions;
   o.kv_tokens = seq.num_computed_tokens;
+  o.n_spec_drafts = seq.n_spec_drafts;
+  o.n_spec_draft_tokens = seq.n_spec_draft_tokens;
+  o.n_spec_accepted_tokens = seq.n_spec_accepted_tokens;
+  o.n_spec_rejections = seq.n_spec_rejections;
   if (seq.first_scheduled_time) o.queue_ms = ms_between(seq.arrival_time, *seq.first_scheduled_time);
   if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);
   return o;
@@ -106,6 +115,8 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
     prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, true);
   }
   scheduler_.remove(&seq);  // frees its blocks at once (cached content kept until reused)
+  if (proposer_) proposer_->release(seq);
+  draft_probs_.erase(seq.id());
 }
 
 void Engine::fork_samples(Sequence& parent) {
@@ -161,13 +172,85 @@ void Engine::drain_inbox(std::vector<RequestOutput>& out) {
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   drain_inbox(outputs);
-  const SchedulerOutput sched = schedule(outputs);  // 1. which sequences, how many tokens each
+  plan_lookahead();                                 //    chapter 06: room for drafts
+  SchedulerOutput sched = schedule(outputs);        // 1. which sequences, how many tokens each
   if (sched.scheduled.empty()) return outputs;
   copy_blocks(sched);                               //    swap and copy-on-write before the pass
+  draft(sched);                                     //    chapter 06: the drafter proposes
+  record_schedule(sched);
   const StepBatch step = build_batch(sched);        // 2. one ForwardBatch for every row
-  const std::vector<int32_t> next = run(step);      // 3. forward pass + sampling
+  const std::vector<SpecVerifyResult> next = run(step);  // 3. forward pass + sampling / verification
   postprocess(sched, step, next, outputs);          // 4. advance, append, stop checks, emit
   return outputs;
+}
+
+void Engine::plan_lookahead() {
+  if (!proposer_) return;
+  // Every running sequence about to decode may speculate, k capped so that the drafts neither
+  // pass max_tokens nor the context. Sequences that fork samples or report logprobs do not.
+  const int64_t k_max = config_.speculative.num_speculative_tokens;
+  const int64_t context_length = runner_.config().context_length;
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> ks;
+  for (auto& [id, seq] : live_) {
+    seq->num_lookahead_slots = 0;
+    seq->spec_token_ids.clear();
+    if (seq->status != SequenceStatus::Running || seq->n_tokens() - seq->num_computed_tokens != 1) continue;
+    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0) continue;
+    const int64_t k = std::min({k_max, seq->params().max_tokens - seq->n_generated() - 1,
+                                context_length - seq->n_tokens()});
+    if (k < 1) continue;
+    seqs.push_back(seq.get());
+    ks.push_back(k);
+  }
+  if (!proposer_->drafts_before_schedule()) {
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->num_lookahead_slots = ks[i];
+    return;
+  }
+  // n-gram lookup needs no forward pass: draft now, reserve exactly what was drafted.
+  std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->spec_token_ids = std::move(props[i].tokens);
+    seqs[i]->num_lookahead_slots = static_cast<int64_t>(seqs[i]->spec_token_ids.size());
+  }
+}
+
+void Engine::draft(SchedulerOutput& sched) {
+  if (!proposer_) return;
+  draft_probs_.clear();
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> ks;
+  std::vector<ScheduledSequence*> entries;
+  for (ScheduledSequence& s : sched.scheduled) {
+    Sequence& seq = *s.seq;
+    const int64_t extra = s.n_new_tokens - (seq.n_tokens() - seq.num_computed_tokens);
+    if (extra <= 0) {
+      seq.spec_token_ids.clear();
+      continue;
+    }
+    if (proposer_->drafts_before_schedule()) {
+      seq.spec_token_ids.resize(static_cast<size_t>(extra));  // the budget may have cut some
+      continue;
+    }
+    seqs.push_back(&seq);
+    ks.push_back(extra);
+    entries.push_back(&s);
+  }
+  if (!seqs.empty()) {
+    std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& seq = *seqs[i];
+      seq.spec_token_ids = std::move(props[i].tokens);
+      if (!props[i].probs.empty()) draft_probs_[seq.id()] = std::move(props[i].probs);
+      // A drafter may return fewer than asked (its pool full): the row count follows. The
+      // slots reserved for the rest are given back with the rejected ones after the pass.
+      entries[i]->n_new_tokens = 1 + static_cast<int64_t>(seq.spec_token_ids.size());
+    }
+  }
+  sched.n_tokens = 0;
+  for (const ScheduledSequence& s : sched.scheduled) sched.n_tokens += s.n_new_tokens;
+  sched.n_tokens += static_cast<int64_t>(sched.padding.size());
+  for (auto& [id, seq] : live_) seq->num_lookahead_slots = 0;
 }
 
 SchedulerOutput Engine::schedule(std::vector<RequestOutput>& out) {
@@ -179,7 +262,12 @@ SchedulerOutput Engine::schedule(std::vector<RequestOutput>& out) {
     live_.erase(seq->id());
   }
   sched.unfittable.clear();  // erased above: no dangling pointers past this point
-  record_schedule(sched);
+  if (proposer_) {
+    for (Sequence* seq : sched.preempted) {  // its drafts are void; the draft's K/V go too
+      proposer_->release(*seq);
+      seq->spec_token_ids.clear();
+    }
+  }
   return sched;
 }
 
@@ -199,6 +287,17 @@ Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
   for (const ScheduledSequence& s : sched.scheduled) {
     Sequence& seq = *s.seq;
     if (!seq.first_scheduled_time) seq.first_scheduled_time = now;
+    if (!seq.spec_token_ids.empty()) {
+      // Chapter 06: the last token and k drafts, k + 1 logits rows (verify() reads them).
+      std::vector<int32_t> tokens{seq.token_ids().back()};
+      tokens.insert(tokens.end(), seq.spec_token_ids.begin(), seq.spec_token_ids.end());
+      const auto n_rows = static_cast<int64_t>(tokens.size());
+      step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, n_rows);
+      step.sampling.push_back(&seq);
+      for (int64_t r = 0; r < n_rows; ++r) step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
+      step.speculative = true;
+      continue;
+    }
     const std::span<const int32_t> tokens =
         std::span<const int32_t>(seq.token_ids()).subspan(static_cast<size_t>(seq.num_computed_tokens),
                                                           static_cast<size_t>(s.n_new_tokens));
@@ -218,18 +317,64 @@ Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
   return step;
 }
 
-std::vector<int32_t> Engine::run(const StepBatch& step) {
+std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {
+  std::vector<SpecVerifyResult> results;
   if (step.rows.empty()) {  // every row is a prefill chunk short of its prompt's end
     runner_.forward(step.batch);
-    return {};
+    return results;
   }
-  return runner_.forward_sample(step.batch, step.rows);
+  if (!step.speculative) {
+    for (const int32_t t : runner_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
+    return results;
+  }
+  // Chapter 06: logits rows come back to the host; a sequence with drafts verifies its 1 + k
+  // rows, the others sample their one row as forward_sample() would.
+  const std::span<const float> logits = runner_.forward(step.batch);
+  const int64_t vocab = runner_.config().vocab_size;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  int64_t r = 0;
+  for (Sequence* seq : step.sampling) {
+    const auto n_rows = 1 + static_cast<int64_t>(seq->spec_token_ids.size());
+    const std::span<const float> rows = logits.subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(n_rows * vocab));
+    if (n_rows == 1) {
+      std::copy(rows.begin(), rows.end(), row.begin());
+      results.push_back({{seq->sampler().sample(row, seq->token_ids(), seq->output_ids())}, 0});
+    } else {
+      results.push_back(verify(*seq, rows));
+    }
+    r += n_rows;
+  }
+  return results;
 }
 
-void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const int32_t> next,
+SpecVerifyResult Engine::verify(Sequence& seq, std::span<const float> logits) {
+  // p_i: the target's sampling distribution after the prefix and drafts 0 .. i-1, as plain
+  // sampling would build it (penalties see the drafts as history).
+  const int64_t vocab = runner_.config().vocab_size;
+  const std::vector<int32_t>& drafts = seq.spec_token_ids;
+  const auto k = static_cast<int64_t>(drafts.size());
+  std::vector<float> p(static_cast<size_t>((k + 1) * vocab));
+  std::vector<float> row(static_cast<size_t>(vocab));
+  std::vector<int32_t> history(seq.token_ids().begin(), seq.token_ids().end());
+  std::vector<int32_t> output(seq.output_ids().begin(), seq.output_ids().end());
+  for (int64_t i = 0; i <= k; ++i) {
+    if (i > 0) {
+      history.push_back(drafts[static_cast<size_t>(i - 1)]);
+      output.push_back(drafts[static_cast<size_t>(i - 1)]);
+    }
+    std::copy_n(logits.begin() + i * vocab, vocab, row.begin());
+    seq.sampler().probabilities(row, history, output, std::span<float>(p).subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)));
+  }
+  const auto q = draft_probs_.find(seq.id());
+  const std::span<const float> q_rows = q == draft_probs_.end() ? std::span<const float>() : std::span<const float>(q->second);
+  return verify_drafts(p, q_rows, drafts, vocab, [&seq] { return seq.sampler().uniform(); });  // Task 4
+}
+
+void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
                          std::vector<RequestOutput>& out) {
   for (const ScheduledSequence& s : sched.scheduled) {
     Sequence& seq = *s.seq;
+    if (!seq.spec_token_ids.empty()) continue;  // advanced below, by what was accepted
     seq.num_computed_tokens += s.n_new_tokens;
     if (seq.forks_pending > 0 && seq.num_computed_tokens >= seq.n_prompt_tokens()) fork_samples(seq);
     if (prefix_cache_) prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, false);
@@ -239,11 +384,38 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
   for (size_t i = 0; i < step.sampling.size(); ++i) {
     Sequence& seq = *step.sampling[i];
     RequestOutput o = output_of(seq);
-    const int64_t before = seq.n_tokens();
-    o.new_text = seq.append_token(next[i], context_length);
-    if (seq.n_tokens() > before) {
-      o.new_token_ids.push_back(next[i]);
-      if (seq.params().sampler.logprobs >= 0) o.logprobs.push_back(seq.sampler().last_logprobs());
+    for (const int32_t token : next[i].tokens) {  // one token, or accepted drafts + one
+      const int64_t before = seq.n_tokens();
+      o.new_text += seq.append_token(token, context_length);
+      if (seq.n_tokens() > before) {
+        o.new_token_ids.push_back(token);
+        if (seq.params().sampler.logprobs >= 0) o.logprobs.push_back(seq.sampler().last_logprobs());
+      }
+      if (seq.finish_reason) break;
+    }
+    if (!seq.spec_token_ids.empty()) {
+      // Chapter 06's rollback: K/V are valid for the last token and the accepted drafts only
+      // (and never past the tokens kept, if the sequence stopped inside them). The blocks that
+      // held nothing else go back to the pool; the prefix cache and the drafter see the
+      // verified length only.
+      const int64_t n_accepted = next[i].n_accepted;
+      seq.num_computed_tokens = std::min(seq.num_computed_tokens + 1 + n_accepted, seq.n_tokens());
+      blocks_.truncate(seq.block_table, seq.num_computed_tokens);
+      if (prefix_cache_) prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, false);
+      const auto k = static_cast<int64_t>(seq.spec_token_ids.size());
+      seq.n_spec_drafts += 1;
+      seq.n_spec_draft_tokens += k;
+      seq.n_spec_accepted_tokens += n_accepted;
+      seq.n_spec_rejections += n_accepted < k ? 1 : 0;
+      stats_.spec_num_drafts += 1;
+      stats_.spec_num_draft_tokens += k;
+      stats_.spec_num_accepted_tokens += n_accepted;
+      o.n_spec_drafts = seq.n_spec_drafts;
+      o.n_spec_draft_tokens = seq.n_spec_draft_tokens;
+      o.n_spec_accepted_tokens = seq.n_spec_accepted_tokens;
+      o.n_spec_rejections = seq.n_spec_rejections;
+      proposer_->on_verified(seq);
+      seq.spec_token_ids.clear();
     }
     o.n_generated_tokens = seq.n_generated();
     if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);
@@ -274,7 +446,7 @@ void Engine::record_schedule(const SchedulerOutput& sched) {
   for (const ScheduledSequence& s : sched.scheduled) {
     const Sequence& seq = *s.seq;
     tokens_held += seq.num_computed_tokens + s.n_new_tokens;
-    if (seq.num_computed_tokens < seq.n_prompt_tokens() || s.n_new_tokens > 1) {
+    if (seq.num_computed_tokens < seq.n_prompt_tokens() || seq.n_tokens() - seq.num_computed_tokens > 1) {
       stats_.n_prompt_tokens_computed += s.n_new_tokens;
     } else {
       stats_.n_decode_tokens += s.n_new_tokens;

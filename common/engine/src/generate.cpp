@@ -15,7 +15,8 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   // One request: the whole prompt in one step (chunking would only split chapter 01's prefill).
   config.scheduler.max_num_seqs = 1;
   config.scheduler.max_num_batched_tokens = runner.config().context_length;
-  Engine engine(runner, tokenizer, config);
+  config.speculative = options.speculative;
+  Engine engine(runner, tokenizer, config, options.draft);
   SamplingParams params;
   params.max_tokens = options.max_tokens;
   params.stop = options.stop;
@@ -39,6 +40,12 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   }
   result.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   result.finish_reason = last.finish_reason.value_or(FinishReason::Length);
+  result.spec_method = spec_method_name(options.speculative.method);
+  result.spec_num_drafts = last.n_spec_drafts;
+  result.spec_num_draft_tokens = last.n_spec_draft_tokens;
+  result.spec_num_accepted_tokens = last.n_spec_accepted_tokens;
+  result.spec_num_rejections = last.n_spec_rejections;
+  result.n_steps = engine.stats().n_steps;
   result.ttft_ms = last.ttft_ms;
   const int64_t n_gen = static_cast<int64_t>(result.token_ids.size());
   const double decode_ms = result.total_ms - result.ttft_ms;

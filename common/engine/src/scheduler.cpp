@@ -96,8 +96,11 @@ void Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
   auto index_of = [&](Sequence* s) { return static_cast<size_t>(std::find(running_.begin(), running_.end(), s) - running_.begin()); };
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    const int64_t n_new = prefill_chunk(seq->n_tokens() - seq->num_computed_tokens, budget,
-                                        config_.enable_chunked_prefill);  // Task 1
+    const int64_t remaining = seq->n_tokens() - seq->num_computed_tokens;
+    int64_t n_new = prefill_chunk(remaining, budget, config_.enable_chunked_prefill);  // Task 1
+    // Speculative decoding (chapter 06): a decoding sequence's drafts ride in the same step, as
+    // many as the budget leaves room for; they are rows like any other.
+    if (remaining == 1 && n_new == 1) n_new += std::clamp<int64_t>(seq->num_lookahead_slots, 0, budget - 1);
     if (n_new == 0) {  // static batching's not-yet-fitting prompt: later
       ++i;
       continue;

@@ -14,6 +14,11 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
     throw InvalidArgument("forward: the batch uses blocks of " + std::to_string(batch.block_size) +
                           " tokens, the pool " + std::to_string(pool.block_size()));
   }
+  if (batch.n_layers < 0 || batch.n_layers > c.n_layers) {
+    throw InvalidArgument("forward: the batch asks for " + std::to_string(batch.n_layers) + " layers; the model has " +
+                          std::to_string(c.n_layers) + " (0 = all)");
+  }
+  const int64_t n_run = batch.n_layers == 0 ? c.n_layers : batch.n_layers;  // early exit: fewer
   const int64_t n = batch.n_tokens();
   const int64_t n_out = batch.n_logits();
   const int64_t d = c.d_model;
@@ -29,7 +34,7 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   float* up = be.scratch(Scratch::Up, n * c.d_ff);
 
   be.embedding(view.token_ids, n, x);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  for (int64_t l = 0; l < n_run; ++l) {
     // ---- attention: K/V of every row into the pool, then each row over its sequence
     be.rmsnorm(x, {WeightKind::AttnNorm, l}, xn, n);
     if (c.is_mla()) {

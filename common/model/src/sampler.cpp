@@ -196,7 +196,48 @@ void Sampler::record_logprobs(int32_t token) {
 int32_t Sampler::draw(std::span<const float> logits) {
   // (2) greedy shortcut. The row has a finite maximum now, so argmax is well defined.
   if (config_.temperature == 0.0f) return argmax(logits);
+  const double kept_mass = filter(logits);
 
+  // (8) renormalize and draw: scale u by the kept mass instead of dividing every probability.
+  const double threshold = uniform_01(rng_) * kept_mass;
+  double cumulative = 0.0;
+  for (const int32_t id : candidates_) {
+    cumulative += probs_[static_cast<size_t>(id)];
+    if (threshold < cumulative) return id;
+  }
+  // Only reachable through rounding at the very top of the range: take the last token that
+  // has any mass (the most likely one has mass 1, so one exists).
+  for (auto it = candidates_.rbegin(); it != candidates_.rend(); ++it) {
+    if (probs_[static_cast<size_t>(*it)] > 0.0f) return *it;
+  }
+  check_failed("a candidate has mass", "no candidate left after filtering");
+}
+
+void Sampler::probabilities(std::span<float> logits, std::span<const int32_t> history,
+                            std::span<const int32_t> output, std::span<float> probs) {
+  if (logits.empty()) throw InvalidArgument("sampler: empty logits row (vocab size 0)");
+  if (probs.size() != logits.size()) {
+    throw InvalidArgument("sampler: probabilities row holds " + std::to_string(probs.size()) + " floats, vocab is " +
+                          std::to_string(logits.size()));
+  }
+  apply_repeat_penalty(logits, history, config_.repeat_last_n, config_.repeat_penalty);
+  apply_presence_frequency(logits, output, config_.presence_penalty, config_.frequency_penalty);
+  check_logits(logits);
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  if (config_.temperature == 0.0f) {  // greedy: all the mass on the argmax
+    probs[static_cast<size_t>(argmax(logits))] = 1.0f;
+    return;
+  }
+  const double kept_mass = filter(logits);
+  for (const int32_t id : candidates_) {
+    const auto i = static_cast<size_t>(id);
+    probs[i] = static_cast<float>(static_cast<double>(probs_[i]) / kept_mass);
+  }
+}
+
+double Sampler::uniform() { return uniform_01(rng_); }
+
+double Sampler::filter(std::span<const float> logits) {
   // Candidates: every token with a finite logit; -inf ones have probability 0.
   candidates_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -287,21 +328,9 @@ int32_t Sampler::draw(std::span<const float> logits) {
   // distribution; this one does not depend on how a standard library's nth_element permutes.
   if (reordered) std::sort(candidates_.begin(), candidates_.end());
 
-  // (8) renormalize and draw: scale u by the kept mass instead of dividing every probability.
   double kept_mass = 0.0;
   for (const int32_t id : candidates_) kept_mass += prob_of(id);
-  const double threshold = uniform_01(rng_) * kept_mass;
-  double cumulative = 0.0;
-  for (const int32_t id : candidates_) {
-    cumulative += prob_of(id);
-    if (threshold < cumulative) return id;
-  }
-  // Only reachable through rounding at the very top of the range: take the last token that
-  // has any mass (the most likely one has mass 1, so one exists).
-  for (auto it = candidates_.rbegin(); it != candidates_.rend(); ++it) {
-    if (prob_of(*it) > 0.0f) return *it;
-  }
-  check_failed("a candidate has mass", "no candidate left after filtering");
+  return kept_mass;
 }
 
 std::vector<int32_t> repeat_penalty_tokens(std::span<const int32_t> history, int32_t last_n,

@@ -12,6 +12,7 @@
 #include "lio/generate.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
+#include "lio/speculative.h"
 
 namespace lio {
 
@@ -32,6 +33,15 @@ struct CommonOptions {
   KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib (its dtype: from kv_cache_dtype)
   std::string kv_cache_dtype = "f32";  ///< --kv-cache-dtype f32|f16|int8, parsed by runner_from_options
   bool json = false;            ///< --json: one machine-readable summary on stdout
+  std::string spec_method = "none";  ///< --spec-method none|draft|ngram|early-exit (chapter 06)
+  std::string draft_model;      ///< --draft-model: the draft's .gguf file or HF directory
+  SpeculativeConfig speculative;  ///< --num-speculative-tokens --draft-layers --ngram-min/max
+};
+
+/// A draft model and its runner (chapter 06's `--spec-method draft`), or nothing.
+struct DraftRunner {
+  std::unique_ptr<LoadedModel> model;   ///< the draft's weights and tokenizer
+  std::unique_ptr<ModelRunner> runner;  ///< on the target's device, its own KV pool
 };
 
 /// --model, --dtype, --threads, --json.
@@ -42,6 +52,22 @@ void add_device_flag(CLI::App& app, CommonOptions& o);
 void add_kv_pool_flags(CLI::App& app, CommonOptions& o);
 /// --prompt, --chat, --system, --max-tokens, --stop and the sampler flags.
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature);
+
+/// --spec-method, --draft-model, --num-speculative-tokens, --draft-layers, --ngram-min and
+/// --ngram-max (chapter 06; vLLM's names where it has flags).
+void add_speculative_flags(CLI::App& app, CommonOptions& o);
+
+/// The speculation settings the flags ask for, checked against the target `m` (layers), and,
+/// for --spec-method draft, the draft model loaded as stored with a runner on the same device
+/// whose KV pool has as many blocks as `target`'s (so the draft never runs out first). Throws
+/// InvalidArgument for a bad method, k outside [1, 16], L outside [1, n_layers), bad n-gram
+/// bounds, a draft without --draft-model or a --draft-model without --spec-method draft, a draft
+/// whose tokenizer differs from the target's (check_draft_tokenizer); FormatError /
+/// UnsupportedError when the draft file does not load; nothing is left running.
+SpeculativeConfig speculative_from_options(const LoadedModel& m, const CommonOptions& o);
+/// The draft runner for `config` (empty unless SpecMethod::Draft); see speculative_from_options.
+DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const CommonOptions& o,
+                               const SpeculativeConfig& config);
 
 /// Applies --threads to OpenMP (0 = leave the default: all cores). Throws InvalidArgument if < 0.
 void apply_threads(int threads);
@@ -66,8 +92,16 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
 
 /// The JSON summary of one generate() call, as the programs print it with --json: text,
 /// token_ids, n_prompt_tokens, n_generated_tokens, finish_reason, ttft_ms, tpot_ms,
-/// tokens_per_s, total_ms, kv_bytes, kv_tokens, kv_bytes_allocated.
+/// tokens_per_s, total_ms, kv_bytes, kv_tokens, kv_bytes_allocated; with speculation also
+/// spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens, acceptance_rate (accepted /
+/// drafted) and mean_accepted_tokens (accepted per verification round).
 nlohmann::ordered_json generate_result_json(const GenerateResult& r);
+
+/// Speculative decoding's counters as the programs print them with --json (chapter 06):
+/// spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens, acceptance_rate (accepted /
+/// drafted, 0 when nothing was drafted) and mean_accepted_tokens (accepted per verification
+/// round; tokens per target pass = 1 + this).
+nlohmann::ordered_json spec_decode_json(int64_t num_drafts, int64_t num_draft_tokens, int64_t num_accepted_tokens);
 
 /// Tokenizes the prompt: plain text, or with --chat the chat template applied
 /// (+ generation prompt) and special tokens parsed. Throws InvalidArgument if empty.

@@ -94,6 +94,11 @@ class BlockManager {
   /// True if a sequence with `block_table` can grow to hold `n_tokens` tokens (ignoring
   /// copy-on-write) with the blocks available.
   bool can_allocate(std::span<const int32_t> block_table, int64_t n_tokens) const;
+  /// Drops this holder of the blocks of `block_table` past the first blocks_for(n_tokens), last
+  /// block first, and shrinks the table to them: speculative decoding's rollback (chapter 06)
+  /// gives back the blocks that held only rejected drafts. No-op when the table is no longer.
+  /// Throws InvalidArgument if n_tokens < 0.
+  void truncate(std::vector<int32_t>& block_table, int64_t n_tokens);
   /// Attaches the prefix cache told about reused blocks and asked to evict (nullptr: none).
   /// The cache must outlive this manager or be detached first.
   void set_prefix_cache(PrefixCache* cache) { cache_ = cache; }

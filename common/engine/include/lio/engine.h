@@ -22,6 +22,8 @@
 #include "lio/prefix_cache.h"
 #include "lio/scheduler.h"
 #include "lio/sequence.h"
+#include "lio/spec_decode.h"
+#include "lio/speculative.h"
 #include "lio/tokenizer.h"
 
 namespace lio {
@@ -36,6 +38,8 @@ struct EngineConfig {
   /// false: chapter 01's baseline without a KV cache — after every step each sequence's
   /// computed tokens are forgotten, so the next step recomputes its whole prefix.
   bool reuse_kv = true;
+  /// Speculative decoding (chapter 06): who drafts and how many tokens per step.
+  SpeculativeConfig speculative;
 };
 
 /// What one request got in one step.
@@ -59,6 +63,12 @@ struct RequestOutput {
   int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
   /// With params.sampler.logprobs >= 0: one entry per new_token_ids entry, in order.
   std::vector<SampleLogprobs> logprobs;
+  /// Speculative decoding (chapter 06), this sample so far: verification rounds with drafts,
+  /// drafted tokens, and accepted drafts (acceptance rate = accepted / drafted).
+  int64_t n_spec_drafts = 0;
+  int64_t n_spec_draft_tokens = 0;     ///< see n_spec_drafts
+  int64_t n_spec_accepted_tokens = 0;  ///< see n_spec_drafts
+  int64_t n_spec_rejections = 0;       ///< rounds that ended at a rejected draft
 };
 
 /// Counters over the engine's life.
@@ -75,6 +85,13 @@ struct EngineStats {
   int64_t n_blocks_swapped_out = 0;      ///< blocks copied to host swap space
   int64_t n_blocks_swapped_in = 0;       ///< blocks copied back
   int64_t n_padding_tokens = 0;          ///< static batching's padding rows run (output discarded)
+  /// Speculative decoding (chapter 06; vLLM's `spec_decode_num_drafts`, `_num_draft_tokens`,
+  /// `_num_accepted_tokens`): verification rounds with at least one draft, drafts verified,
+  /// drafts accepted. Acceptance rate = accepted / draft tokens; mean accepted length =
+  /// accepted / drafts; tokens per target pass = 1 + accepted / drafts.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;     ///< see spec_num_drafts
+  int64_t spec_num_accepted_tokens = 0;  ///< see spec_num_drafts
 };
 
 /// One request the engine holds, as EngineSnapshot lists it.
@@ -109,9 +126,12 @@ struct EngineSnapshot {
 /// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
 class Engine {
  public:
-  /// The runner's pool decides the block manager's size. Throws InvalidArgument if `config`
-  /// is invalid.
-  Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config = {});
+  /// The runner's pool decides the block manager's size. `draft` (which must outlive the
+  /// engine) is the draft model's runner for config.speculative.method == Draft, else unused.
+  /// Throws InvalidArgument if `config` is invalid (speculation also needs reuse_kv), or as
+  /// make_proposer().
+  Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config = {},
+         ModelRunner* draft = nullptr);
 
   /// Queues a request; thread-safe. Returns its id. With params.n > 1 the prompt is computed
   /// once and n samples fork off it, sharing its blocks (outputs carry sample_index). Throws
@@ -146,6 +166,9 @@ class Engine {
   const BlockManager& block_manager() const { return blocks_; }
   /// The prefix cache, or nullptr with PrefixCacheMode::None.
   const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
+  /// Chapter 06's drafter, or nullptr without speculation (read-only: a test's view of the
+  /// draft model's blocks).
+  const Proposer* proposer() const { return proposer_.get(); }
   /// Sequences waiting or running, by sequence id (read-only; for the chapter executable's
   /// block-table views).
   const std::map<int64_t, std::unique_ptr<Sequence>>& live_sequences() const { return live_; }
@@ -156,14 +179,18 @@ class Engine {
     ForwardBatch batch;               ///< every scheduled row, then static batching's padding
     std::vector<Sequence*> sampling;  ///< sequences whose chunk ends on their last token
     std::vector<SampleRow> rows;      ///< one per logits row: sampling's, then the padding's
+    bool speculative = false;         ///< a sampling sequence verifies drafts (1 + k rows)
   };
 
   void drain_inbox(std::vector<RequestOutput>& out);
+  void plan_lookahead();
   SchedulerOutput schedule(std::vector<RequestOutput>& out);
+  void draft(SchedulerOutput& sched);
   void copy_blocks(const SchedulerOutput& sched);
   StepBatch build_batch(const SchedulerOutput& sched);
-  std::vector<int32_t> run(const StepBatch& step);
-  void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const int32_t> next,
+  std::vector<SpecVerifyResult> run(const StepBatch& step);
+  SpecVerifyResult verify(Sequence& seq, std::span<const float> logits);
+  void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
                    std::vector<RequestOutput>& out);
   void record_schedule(const SchedulerOutput& sched);
   RequestOutput output_of(const Sequence& seq) const;
@@ -182,6 +209,8 @@ class Engine {
   std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
   EngineStats stats_;
   Sampler padding_sampler_{SamplerConfig{}};  ///< greedy; static batching's padding rows
+  std::unique_ptr<Proposer> proposer_;         ///< chapter 06's drafter; nullptr = no speculation
+  std::map<int64_t, std::vector<float>> draft_probs_;  ///< this step's q rows, by sequence id
 
   mutable std::mutex inbox_mutex_;
   std::vector<std::unique_ptr<Sequence>> inbox_add_;

@@ -18,6 +18,7 @@
 #include "lio/model_runner.h"
 #include "lio/sampler.h"
 #include "lio/sequence.h"
+#include "lio/speculative.h"
 #include "lio/tokenizer.h"
 
 namespace lio {
@@ -29,6 +30,8 @@ struct GenerateOptions {
   bool use_kv_cache = true;       ///< false: recompute the whole sequence every step
   bool ignore_eos = false;        ///< keep generating past EOS (benchmarks need fixed lengths)
   SamplerConfig sampler;          ///< token selection (validated by Sampler)
+  SpeculativeConfig speculative;  ///< chapter 06: who drafts (method None: plain decoding)
+  ModelRunner* draft = nullptr;   ///< the draft model's runner for SpecMethod::Draft (not owned)
 };
 
 /// Output text, token ids and timings of one generate() call.
@@ -44,6 +47,12 @@ struct GenerateResult {
   int64_t kv_bytes_allocated = 0;   ///< bytes of the KV blocks the sequence held at the end
   int64_t kv_tokens = 0;            ///< positions held in the cache at the end
   FinishReason finish_reason = FinishReason::Length;  ///< why generation ended
+  std::string spec_method = "none";     ///< chapter 06: the drafter used
+  int64_t spec_num_drafts = 0;          ///< verification rounds with drafts
+  int64_t spec_num_draft_tokens = 0;    ///< drafts verified
+  int64_t spec_num_accepted_tokens = 0; ///< drafts accepted
+  int64_t spec_num_rejections = 0;      ///< verification rounds that ended at a rejected draft
+  int64_t n_steps = 0;                  ///< engine steps (target forward passes), prefill included
 };
 
 /// Callback receiving each newly completed piece of text (UTF-8 complete).

@@ -82,6 +82,17 @@ class Sequence {
   int64_t sample_index = 0;
   /// Samples still to fork off once this sequence's prompt is computed (n - 1, then 0).
   int64_t forks_pending = 0;
+  /// Chapter 06: rows the scheduler may add after this sequence's next token for drafts (vLLM's
+  /// lookahead slots), set by the engine before each schedule(); 0 = no speculation this step.
+  int64_t num_lookahead_slots = 0;
+  /// Chapter 06: the drafts verified this step, after the sequence's last token (empty = none).
+  std::vector<int32_t> spec_token_ids;
+  int64_t n_spec_drafts = 0;           ///< verification rounds with at least one draft
+  int64_t n_spec_draft_tokens = 0;     ///< drafts verified, all rounds
+  int64_t n_spec_accepted_tokens = 0;  ///< of those, accepted
+  /// Rounds that ended at a rejected draft (the others accepted all k). Per-draft acceptance
+  /// probability a = accepted / (accepted + rejections), the estimate E(a, k) assumes.
+  int64_t n_spec_rejections = 0;
 
   /// The request's generation settings.
   const SamplingParams& params() const { return params_; }

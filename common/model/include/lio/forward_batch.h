@@ -58,6 +58,10 @@ struct ForwardBatch {
   /// finishes its prompt or decodes; every row for teacher forcing (`lio logits`); k + 1 rows
   /// per sequence when verifying speculative drafts (chapter 06).
   std::vector<int32_t> logits_rows;
+  /// Decoder layers to run: 0 = all of them; L in [1, n_layers) = early exit (chapter 06's
+  /// self-drafting, Elhoushi et al. 2024, LayerSkip): the first L layers, then the final norm
+  /// and the LM head. Only layers 0 .. L - 1 write K/V.
+  int64_t n_layers = 0;
 
   /// Rows in the batch (tokens).
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }

@@ -73,6 +73,17 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> history,
                  std::span<const int32_t> output = {});
 
+  /// The distribution sample() draws from, without drawing: the same penalties (applied to
+  /// `logits` in place), then one-hot at the argmax when greedy, else top-k, temperature,
+  /// softmax, top-p and min-p, renormalized. probs: (vocab) written, sums to 1. The RNG is not
+  /// touched. Speculative decoding's p and q rows (chapter 06, lio/spec_decode.h). Throws as
+  /// sample(), and InvalidArgument if probs.size() != logits.size().
+  void probabilities(std::span<float> logits, std::span<const int32_t> history,
+                     std::span<const int32_t> output, std::span<float> probs);
+  /// One U[0, 1) draw from the sampler's seeded RNG (53 random bits): speculative decoding's
+  /// acceptance tests and residual draws use the sequence's own stream, so a seeded request
+  /// is reproducible.
+  double uniform();
   /// The validated settings.
   const SamplerConfig& config() const { return config_; }
   /// What the last sample() call recorded when config().logprobs >= 0 (empty `top` and token 0
@@ -81,6 +92,9 @@ class Sampler {
 
  private:
   int32_t draw(std::span<const float> logits);
+  /// Steps (3)-(7) for a sampled (temperature > 0) row: leaves the survivors in candidates_
+  /// (token-id order) with their relative mass in probs_, and returns the kept mass.
+  double filter(std::span<const float> logits);
   void record_logprobs(int32_t token);
   SamplerConfig config_;
   std::mt19937_64 rng_;

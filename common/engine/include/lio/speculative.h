@@ -1,0 +1,147 @@
+// speculative.h — speculative decoding in the batched engine (chapter 06): who drafts.
+//
+// Each step a decoding sequence may run 1 + k rows instead of one: its last token plus k
+// drafted tokens, in the same ForwardBatch as every other sequence's prefill and decode rows.
+// The target's k + 1 logits rows verify the drafts (lio/spec_decode.h, Task 4) and the rejected
+// positions are rolled back. This header holds the drafters (vLLM v1 `vllm/v1/spec_decode/`:
+// the n-gram proposer and the draft-model proposer; LayerSkip's early exit, Elhoushi et al.
+// 2024) behind one interface; the Engine schedules, verifies and rolls back.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lio/block_manager.h"
+#include "lio/model_runner.h"
+#include "lio/sequence.h"
+
+namespace lio {
+
+/// Where drafts come from (`--spec-method`).
+enum class SpecMethod {
+  None,       ///< no speculation: one row per decoding sequence
+  Draft,      ///< a smaller model with the target's tokenizer (--draft-model)
+  Ngram,      ///< prompt lookup: the sequence's own earlier tokens (--ngram-min/--ngram-max)
+  EarlyExit,  ///< the target's first L layers + final norm + LM head (--draft-layers)
+};
+/// "none" | "draft" | "ngram" | "early-exit" -> method. Throws InvalidArgument otherwise.
+SpecMethod parse_spec_method(const std::string& name);
+/// The method's name, as parse_spec_method() takes it.
+const char* spec_method_name(SpecMethod method);
+
+/// Speculation settings (vLLM's `--speculative-config` fields, spelled as flags).
+struct SpeculativeConfig {
+  SpecMethod method = SpecMethod::None;  ///< --spec-method
+  int64_t num_speculative_tokens = 4;    ///< --num-speculative-tokens: k drafts per step, [1, 16]
+  int64_t draft_layers = 0;              ///< --draft-layers: early exit's L, [1, n_layers)
+  int64_t ngram_min = 1;                 ///< --ngram-min: shortest suffix matched (vLLM prompt_lookup_min)
+  int64_t ngram_max = 4;                 ///< --ngram-max: longest suffix matched (vLLM prompt_lookup_max)
+  /// Throws InvalidArgument naming the flag for k outside [1, 16], L outside [1, n_layers)
+  /// with early exit, ngram_min < 1 or ngram_max < ngram_min with n-gram lookup.
+  /// `target_layers`: the target's decoder layers.
+  void validate(int64_t target_layers) const;
+};
+
+/// One sequence's drafts for one step.
+struct DraftProposal {
+  std::vector<int32_t> tokens;  ///< (k') drafted ids, k' <= the k asked for (may be 0)
+  /// (k', vocab) row-major: the distribution q_i each draft was drawn from, or empty when the
+  /// drafts are deterministic (greedy drafting, n-gram lookup): q_i one-hot at tokens[i].
+  std::vector<float> probs;
+};
+
+/// A drafter. Not thread-safe (the Engine's thread).
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  /// True when drafts need no forward pass (n-gram lookup): the engine drafts before it
+  /// schedules, and reserves exactly that many lookahead slots.
+  virtual bool drafts_before_schedule() const { return false; }
+  /// Drafts up to ks[i] tokens after each seqs[i], a decoding sequence (its last token's K/V
+  /// not yet computed: num_computed_tokens == n_tokens - 1) whose block table already holds
+  /// slots for positions up to n_tokens - 1 + ks[i]. Returns one proposal per sequence.
+  /// Throws what the draft runner throws.
+  virtual std::vector<DraftProposal> propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) = 0;
+  /// After verification: `seq` holds its new tokens and num_computed_tokens counts only
+  /// verified positions; the drafter rolls its own state back to match.
+  virtual void on_verified(const Sequence& seq) { (void)seq; }
+  /// `seq` finished, was aborted or preempted: its drafter state (the draft model's KV blocks)
+  /// is freed.
+  virtual void release(const Sequence& seq) { (void)seq; }
+};
+
+/// Prompt lookup (Saxena 2023; vLLM `NgramProposer`; llama.cpp `examples/lookup`): drafts are the
+/// tokens that followed the most recent earlier occurrence of the sequence's last n tokens
+/// (ngram_propose, chapter 06 Task 3). Deterministic: q is one-hot.
+class NgramProposer final : public Proposer {
+ public:
+  /// Throws InvalidArgument if n_min < 1 or n_max < n_min.
+  NgramProposer(int64_t n_min, int64_t n_max);
+  bool drafts_before_schedule() const override { return true; }
+  std::vector<DraftProposal> propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) override;
+
+ private:
+  int64_t n_min_;
+  int64_t n_max_;
+};
+
+/// A draft model run autoregressively k times per step, every speculating sequence in one
+/// batch per draft position (Leviathan et al. 2023, Chen et al. 2023; llama.cpp
+/// `examples/speculative`). Two kinds:
+/// - a separate model (`--spec-method draft`): its own runner and KV pool with its own
+///   BlockManager; each sequence's draft K/V catch up on the tokens the draft has not seen
+///   (the prompt at first, then the accepted tokens) in the first pass, and roll back after
+///   verification;
+/// - early exit (`--spec-method early-exit`, Elhoushi et al. 2024, LayerSkip): the target's own
+///   runner with ForwardBatch::n_layers = L. Its first L layers are the target's, so it reads the
+///   target's cached K/V and writes its drafts' K/V for those layers into the target's blocks at
+///   the draft positions (the slots the scheduler reserved), which verification overwrites: no
+///   state of its own, nothing to roll back.
+/// Drafts are drawn with the sequence's sampling settings (a draft sampler of its own, seeded
+/// from the request's seed), so q is the distribution the acceptance rule needs.
+class DraftModelProposer final : public Proposer {
+ public:
+  /// A separate draft model: `draft` (which must outlive this) runs whole over its own pool.
+  explicit DraftModelProposer(ModelRunner& draft);
+  /// Early exit: `target` (which must outlive this) runs its first `n_layers` layers. Throws
+  /// InvalidArgument if n_layers is outside [1, target's layers).
+  DraftModelProposer(ModelRunner& target, int64_t n_layers);
+
+  std::vector<DraftProposal> propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) override;
+  void on_verified(const Sequence& seq) override;
+  void release(const Sequence& seq) override;
+  /// Draft KV blocks free now (a separate model; 0 for early exit). All of them once every
+  /// sequence is released.
+  int64_t n_free_blocks() const { return blocks_ ? blocks_->n_free_blocks() : 0; }
+
+ private:
+  struct State {
+    std::vector<int32_t> block_table;  ///< draft pool blocks (separate model only)
+    int64_t num_computed = 0;          ///< positions whose draft K/V are in them
+    std::unique_ptr<Sampler> sampler;  ///< the request's settings, its own seed
+  };
+  State& state_of(const Sequence& seq);
+
+  ModelRunner& runner_;
+  int64_t n_layers_ = 0;                    ///< 0 = the whole (draft) model
+  std::unique_ptr<BlockManager> blocks_;    ///< separate model: its pool's block ids
+  std::map<int64_t, State> states_;         ///< by sequence id
+};
+
+/// The drafter `config` asks for: nullptr for SpecMethod::None; an NgramProposer; a
+/// DraftModelProposer over `draft` (SpecMethod::Draft) or over `target` (EarlyExit). Throws
+/// InvalidArgument if `config` is invalid for `target`, or Draft is asked for without a
+/// draft runner, or the draft's vocabulary size differs from the target's.
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, ModelRunner& target, ModelRunner* draft);
+
+/// Throws InvalidArgument ("the draft model's tokenizer differs from the target's: ...") unless
+/// `draft` has the same vocabulary as `target`: the same size and the same text for every token
+/// id, and the same EOS. Speculation compares token ids, so a draft with another tokenizer
+/// would propose meaningless ids.
+void check_draft_tokenizer(const Tokenizer& target, const Tokenizer& draft);
+
+}  // namespace lio
