@@ -102,11 +102,11 @@ def plot(result, path):
                 ax.errorbar(ks, [r["speedup"] for r in rs],
                             yerr=[[r["speedup"] - r["speedup_min"] for r in rs], [r["speedup_max"] - r["speedup"] for r in rs]],
                             fmt="o" + style, color=colors.get(label, "C5"), label=f"{label}, {prompt}", ms=4, capsize=2)
-                ax.plot(ks, [r["predicted_speedup"] for r in rs], ":", color=colors.get(label, "C5"), lw=1)
+                ax.plot(ks, [r["predicted_speedup_v"] for r in rs], ":", color=colors.get(label, "C5"), lw=1)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("k (speculative tokens per step)")
     ax.set_ylabel("decode speedup over plain (batch 1)")
-    ax.set_title("measured (points, min-max) vs E / (k c + 1) (dotted)")
+    ax.set_title("measured (points, min-max) vs E / (k c + v(k)) (dotted)", fontsize=9)
     ax.legend(fontsize=7)
     ax = axes[1]
     for method in ("ngram", "draft"):
@@ -131,14 +131,16 @@ def markdown(result):
               f"{b1['plain_tokens_per_s']['grounded']:.1f} tok/s (grounded prompt), "
               f"{b1['plain_tokens_per_s']['free']:.1f} tok/s (free); {b1['device']}.", "",
               "## Batch 1, per drafter and k (median speedup over plain, min-max over repeats)", "",
-              "| drafter | L | prompt | k | acceptance | tokens/pass | a | c | tok/s | speedup | predicted |",
-              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| drafter | L | prompt | k | acceptance | tokens/pass | a | c | v(k) | tok/s | speedup | predicted (v = 1) "
+              "| predicted with v(k) |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for part, name in (("batch1", None), ("batch1_q3", "draft (3-bit)")):
         for r in result[part]["runs"]:
             method = name or {"draft": "draft (Q4_1)"}.get(r["method"], r["method"])
             lines.append(f"| {method} | {r['draft_layers'] or ''} | {r['prompt']} | {r['k']} | {r['acceptance_rate']:.3f} | "
-                         f"{r['tokens_per_pass']:.2f} | {r['a']:.3f} | {r['c']:.3f} | {r['tokens_per_s']:.1f} | "
-                         f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {r['predicted_speedup']:.2f}x |")
+                         f"{r['tokens_per_pass']:.2f} | {r['a']:.3f} | {r['c']:.3f} | {r['v']:.2f} | {r['tokens_per_s']:.1f} | "
+                         f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {r['predicted_speedup']:.2f}x | "
+                         f"{r['predicted_speedup_v']:.2f}x |")
     lines += ["", "## Against batch size (`lio batch`, k = 4, output tok/s)", "",
               "| requests | drafter | output tok/s | speedup (min-max) | acceptance |", "|---:|---|---:|---:|---:|"]
     for r in result["batch_sweep"]:

@@ -3,10 +3,11 @@
 # the llama.cpp source vendored in the pinned llama-cpp-python sdist (COURSE.md, "Performance
 # method"). Idempotent: does nothing when the binaries already exist.
 #
-# Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity] [--quantize]
+# Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity] [--quantize] [--speculative]
 #   --server      also build llama-server (slower; not needed by bench/batched/run.py)
 #   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
 #   --quantize    also build llama-quantize (chapter 03's K-quant files: Q4_K_M made by llama.cpp)
+#   --speculative also build llama-speculative, llama-lookup and llama-bench (chapter 06's peers)
 # Env: LLAMA_BUILD_DIR (default build-llama/, gitignored by /build*/), JOBS (default nproc).
 # Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [, llama-server, llama-perplexity, llama-quantize].
 set -euo pipefail
@@ -22,7 +23,8 @@ for arg in "$@"; do
     --server) targets+=(llama-server) ;;
     --perplexity) targets+=(llama-perplexity) ;;
     --quantize) targets+=(llama-quantize) ;;
-    *) echo "build_llama_tools: unknown option '$arg' (want --server, --perplexity, --quantize)" >&2; exit 2 ;;
+    --speculative) targets+=(llama-speculative llama-lookup llama-bench) ;;
+    *) echo "build_llama_tools: unknown option '$arg' (want --server, --perplexity, --quantize, --speculative)" >&2; exit 2 ;;
   esac
 done
 

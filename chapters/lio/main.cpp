@@ -129,7 +129,7 @@ int cmd_tokenize(const lio::CommonOptions& o, bool no_special) {
   return 0;
 }
 
-int cmd_generate(const lio::CommonOptions& o) {
+int cmd_generate(const lio::CommonOptions& o, bool ignore_eos) {
   lio::apply_threads(o.threads);
   lio::parse_spec_method(o.spec_method);  // a bad flag fails before the model loads
   lio::LoadedModel m = lio::load_from_options(o);
@@ -143,6 +143,7 @@ int cmd_generate(const lio::CommonOptions& o) {
   g.sampler = o.sampler;
   g.speculative = spec;
   g.draft = draft.runner.get();
+  g.ignore_eos = ignore_eos;
   auto stream = [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -336,6 +337,8 @@ int main(int argc, char** argv) {
   gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9
   lio::add_generation_flags(*gen, gen_o, /*default_temperature=*/0.2f);
   lio::add_speculative_flags(*gen, gen_o);
+  bool gen_ignore_eos = false;
+  gen->add_flag("--ignore-eos", gen_ignore_eos, "Keep generating past EOS (fixed lengths for benchmarks)");
 
   CLI::App* logits = app.add_subcommand("logits", "Teacher-forced logits (n_tokens x vocab, f32) to a file");
   lio::add_model_flags(*logits, log_o);
@@ -397,7 +400,7 @@ int main(int argc, char** argv) {
   return lio::run_main(app, argc, argv, [&]() -> int {
     if (info->parsed()) return cmd_info(info_o);
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
-    if (gen->parsed()) return cmd_generate(gen_o);
+    if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
     if (batch->parsed()) return lio::run_batch(batch_o, batch_b);
     if (ppl->parsed()) return cmd_perplexity(ppl_o, text_path, ppl_ctx, ppl_chunks);

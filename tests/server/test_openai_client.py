@@ -4,7 +4,8 @@
 Completions and chat, streamed and not; greedy output equal to `lio generate` on the same
 prompt; n = 3; stop strings (also across a token boundary, streamed); seeded sampling
 reproducible; logprobs shapes; stream_options.include_usage counts; /metrics counters move by
-exactly what one request did. Run by ctest as `server_openai_client` (label `server`).
+exactly what one request did; a second server with n-gram speculation (chapter 06) gives the same
+greedy text and moves vLLM's spec_decode counters. Run by ctest as `server_openai_client` (label `server`).
 """
 import sys
 import unittest
@@ -371,5 +372,40 @@ class Metrics(h.ServerTestCase):
         self.assertTrue(idle, f"not idle after the request: {last}")
 
 
+class Speculative(h.ServerTestCase):
+    """A second server with n-gram speculation (chapter 06): greedy text equals plain `lio
+    generate`, streamed or not, and vLLM's spec_decode counters move."""
+    REPEAT = "Repeat exactly, twice: the quick brown fox jumps over the lazy dog."
+
+    def test_greedy_chat_equals_plain_generate_and_counters_move(self):
+        before = h.metrics(self.spec)
+        cli = h.run_lio("generate", "--model", h.Config.model, "--chat", "--prompt", self.REPEAT,
+                        "--max-tokens", "40", "--temperature", "0")
+        c = client(self.spec)
+        r = c.chat.completions.create(model=h.SERVED_MODEL, messages=[{"role": "user", "content": self.REPEAT}],
+                                      max_tokens=40, temperature=0)
+        self.assertEqual(r.choices[0].message.content, cli["text"])
+        self.assertEqual(r.usage.completion_tokens, cli["n_generated_tokens"])
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model=h.SERVED_MODEL, messages=[{"role": "user", "content": self.REPEAT}], max_tokens=40,
+            temperature=0, stream=True) if ch.choices)
+        self.assertEqual(streamed, cli["text"])
+        after = h.metrics(self.spec)
+
+        def delta(name):
+            return h.metric_sum(after, name) - h.metric_sum(before, name)
+        drafts = delta("lio:spec_decode_num_drafts_total")
+        drafted = delta("lio:spec_decode_num_draft_tokens_total")
+        accepted = delta("lio:spec_decode_num_accepted_tokens_total")
+        self.assertGreater(drafts, 0)
+        self.assertGreaterEqual(drafted, drafts)
+        self.assertGreater(accepted, 0, "a repeated sentence should be drafted correctly at least once")
+        self.assertLessEqual(accepted, drafted)
+        idle, _, last = h.wait_idle(self.spec, within_s=1.0)
+        self.assertTrue(idle, f"not idle after the requests: {last}")
+
+
 if __name__ == "__main__":
-    sys.exit(h.main({"server": h.Server(["--prefix-cache", "none"], api_key=h.API_KEY, name="openai")}))
+    sys.exit(h.main({"server": h.Server(["--prefix-cache", "none"], api_key=h.API_KEY, name="openai"),
+                     "spec": h.Server(["--prefix-cache", "none", "--spec-method", "ngram", "--num-speculative-tokens",
+                                       "4"], api_key=h.API_KEY, name="openai-spec")}))

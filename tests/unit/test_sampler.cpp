@@ -536,5 +536,74 @@ TEST(Sampler, RepeatPenaltyTokensAreTheDistinctWindow) {
   EXPECT_NO_THROW(repeat_penalty_tokens(history, 6, 9));                 // ... but outside the window
 }
 
+// ---- probabilities(): the distribution sample() draws from (chapter 06's p and q rows) ---------
+
+TEST(SamplerProbabilities, GreedyIsOneHotAtThePenalizedArgmax) {
+  SamplerConfig c;
+  c.repeat_penalty = 2.0f;
+  Sampler s(c);
+  std::vector<float> logits = {1.0f, 3.0f, 2.5f, -1.0f}, probs(4);
+  const std::vector<int32_t> history = {1};  // 3.0 / 2 = 1.5 < 2.5: token 2 wins
+  s.probabilities(logits, history, {}, probs);
+  EXPECT_EQ(probs, (std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f}));
+}
+
+TEST(SamplerProbabilities, FollowTopKTemperatureTopPAndMinPAsDerived) {
+  // Logits 0..5 (token t has logit t / 2), T = 0.5: relative masses e^(t - 5) for the top-k = 5
+  // tokens 1..5; top-p 0.9 then keeps the smallest most-likely-first set reaching 90% of that
+  // mass; min-p 0.1 drops tokens below a tenth of the most likely; the rest renormalized.
+  SamplerConfig c;
+  c.temperature = 0.5f;
+  c.top_k = 5;
+  c.top_p = 0.9f;
+  c.min_p = 0.1f;
+  Sampler s(c);
+  std::vector<float> logits = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f}, probs(6);
+  s.probabilities(logits, {}, {}, probs);
+  std::vector<double> mass = {0, std::exp(-4.0), std::exp(-3.0), std::exp(-2.0), std::exp(-1.0), 1.0};
+  const double total = mass[1] + mass[2] + mass[3] + mass[4] + mass[5];
+  // Most likely first: 5, 4, 3 reach (1 + e^-1 + e^-2) / total = 0.9380 >= 0.9; 5 and 4 alone 0.8644.
+  // min-p: e^-2 = 0.135 >= 0.1 survives.
+  const double kept = mass[3] + mass[4] + mass[5];
+  ASSERT_GT((mass[5] + mass[4] + mass[3]) / total, 0.9);
+  ASSERT_LT((mass[5] + mass[4]) / total, 0.9);
+  for (int t = 0; t < 6; ++t) EXPECT_NEAR(probs[t], t >= 3 ? mass[t] / kept : 0.0, 1e-6) << "token " << t;
+}
+
+TEST(SamplerProbabilities, AreWhatSampleDrawsFrom) {
+  // 60,000 seeded draws of sample() land on each token as often as probabilities() says
+  // (4.5 standard deviations of a binomial: a false alarm about once in 10^5 per token).
+  SamplerConfig c;
+  c.temperature = 0.8f;
+  c.top_k = 6;
+  c.repeat_penalty = 1.3f;
+  c.presence_penalty = 0.5f;
+  const std::vector<float> row = {0.2f, 1.1f, -0.3f, 0.9f, 1.4f, 0.0f, 0.7f, -2.0f, 1.0f, 0.5f};
+  const std::vector<int32_t> history = {4, 8}, output = {8};
+  std::vector<float> logits = row, probs(row.size());
+  Sampler(c).probabilities(logits, history, output, probs);
+  EXPECT_NEAR(std::accumulate(probs.begin(), probs.end(), 0.0), 1.0, 1e-6);
+  constexpr int kDraws = 60000;
+  Sampler s(c);
+  std::vector<int> counts(row.size());
+  for (int i = 0; i < kDraws; ++i) {
+    std::vector<float> l = row;
+    counts[static_cast<size_t>(s.sample(l, history, output))] += 1;
+  }
+  for (size_t t = 0; t < row.size(); ++t) {
+    const double sd = std::sqrt(kDraws * probs[t] * (1 - probs[t]));
+    EXPECT_NEAR(counts[t], kDraws * probs[t], 4.5 * sd + 1) << "token " << t;
+  }
+}
+
+TEST(SamplerProbabilities, RejectsAWrongSizedRowAndLeavesTheRngAlone) {
+  Sampler a(SamplerConfig{.temperature = 1.0f}), b(SamplerConfig{.temperature = 1.0f});
+  std::vector<float> logits = {0.1f, 0.2f}, probs(3);
+  EXPECT_THROW(a.probabilities(logits, {}, {}, probs), InvalidArgument);
+  probs.resize(2);
+  a.probabilities(logits, {}, {}, probs);
+  EXPECT_EQ(a.uniform(), b.uniform()) << "probabilities() drew from the RNG";
+}
+
 }  // namespace
 }  // namespace lio

@@ -15,6 +15,9 @@
 // when nothing runs and lets no request join until the whole batch has finished; as in HF
 // `generate`, a finished request's row stays in the batch as padding until then (it keeps
 // its blocks and re-runs its last computed token, writing nothing).
+// Speculative decoding (chapter 06): a decoding sequence with num_lookahead_slots > 0 gets up to
+// that many extra rows (its drafts) in the same step, as far as the token budget allows, and
+// slots for them (vLLM's lookahead slots); the engine gives back the rejected ones after the pass.
 // The decisions are chapter 05's exercise points (lio/scheduler_policy.h); the copies decided
 // here are carried out by the Engine before the forward pass.
 #pragma once

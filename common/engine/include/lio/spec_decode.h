@@ -27,16 +27,17 @@ namespace lio {
 /// Task 1. Expected tokens one target forward pass produces when each of the k drafts is
 /// accepted independently with probability `a` (the acceptance rate) and the pass always adds
 /// one token of its own (the correction at the first rejection, or a bonus token when all k
-/// are accepted): E = sum_{i=0..k} a^i = (1 - a^(k+1)) / (1 - a), and k + 1 at a = 1
-/// (Leviathan et al. 2023, eq. 1; their Theorem 3.5 gives one draft's a = sum_x min(p(x), q(x))).
-/// Units: tokens per target pass, in [1, k + 1].
+/// are accepted). Derived in docs/06_speculative.md, section 5 (Leviathan et al. 2023, eq. 1;
+/// their Theorem 3.5 gives one draft's a = sum_x min(p(x), q(x))). Units: tokens per target
+/// pass, in [1, k + 1]: 1 at a = 0 or k = 0, k + 1 at a = 1.
 /// Throws InvalidArgument if a is outside [0, 1] (or NaN) or k < 0.
 double expected_tokens_per_pass(double a, int64_t k);
 
 /// Task 2a. Walltime speedup of speculative decoding over plain decoding (Leviathan et al.
 /// 2023, Theorem 3.8): one round costs k draft steps of c target-steps each plus one target
 /// pass (verification of k + 1 rows costs about one decode step while decode is memory-bound),
-/// and yields E tokens: speedup = E / (k c + 1). c = draft step time / target step time.
+/// and yields expected_tokens_per_pass(a, k) tokens, where plain decoding makes one token per
+/// target step (docs/06_speculative.md, section 5). c = draft step time / target step time.
 /// k = 0 is plain decoding (speedup 1). Throws InvalidArgument as Task 1, or if c is negative
 /// or not finite (NaN, inf).
 double speculative_speedup(double a, int64_t k, double c);

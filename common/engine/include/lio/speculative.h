@@ -38,7 +38,10 @@ struct SpeculativeConfig {
   SpecMethod method = SpecMethod::None;  ///< --spec-method
   int64_t num_speculative_tokens = 4;    ///< --num-speculative-tokens: k drafts per step, [1, 16]
   int64_t draft_layers = 0;              ///< --draft-layers: early exit's L, [1, n_layers)
-  int64_t ngram_min = 1;                 ///< --ngram-min: shortest suffix matched (vLLM prompt_lookup_min)
+  /// --ngram-min: shortest suffix matched (vLLM's prompt_lookup_min). 2, not 1: one repeated
+  /// token is weak evidence; on chapter 06's copy prompt min 1 drafts more and gets a smaller
+  /// share accepted (compare `lio generate --spec-method ngram --ngram-min 1` and `2`).
+  int64_t ngram_min = 2;
   int64_t ngram_max = 4;                 ///< --ngram-max: longest suffix matched (vLLM prompt_lookup_max)
   /// Throws InvalidArgument naming the flag for k outside [1, 16], L outside [1, n_layers)
   /// with early exit, ngram_min < 1 or ngram_max < ngram_min with n-gram lookup.
