@@ -110,6 +110,7 @@ struct SampleResult {
   double queue_ms = 0, ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
   std::vector<double> itl_ms;
   int64_t n_preemptions = 0;
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;  ///< chapter 06, this sample
 };
 
 /// What one request ended with (its output line): n samples (1 unless the line asked for n).
@@ -134,6 +135,7 @@ void sample_json(json& j, const SampleResult& r, bool ok) {
   j["tpot_ms"] = ok && r.token_ids.size() > 1 ? json(r.tpot_ms) : json(nullptr);
   j["e2e_ms"] = ok ? json(r.e2e_ms) : json(nullptr);
   j["n_preemptions"] = r.n_preemptions;
+  if (r.spec_drafts > 0) j.update(spec_decode_json(r.spec_drafts, r.spec_draft_tokens, r.spec_accepted));
 }
 
 /// The output line of request `index`: the fields listed in batch.h for its first sample, and
@@ -334,6 +336,9 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
         r.tpot_ms = ro.tpot_ms;
         r.e2e_ms = ro.e2e_ms;
         r.n_preemptions = ro.n_preemptions;
+        r.spec_drafts = ro.n_spec_drafts;
+        r.spec_draft_tokens = ro.n_spec_draft_tokens;
+        r.spec_accepted = ro.n_spec_accepted_tokens;
         n_done += request.done();
       }
     }

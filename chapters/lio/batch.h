@@ -36,8 +36,9 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& common, BatchOpt
 /// Runs `lio batch`: checks the flags and the whole prompts file, loads the model, builds one
 /// Engine, adds every request, steps until all finish, and writes one JSON line per request in
 /// input order (to --out or stdout) with index, text, token_ids, finish_reason,
-/// n_prompt_tokens, n_generated_tokens, ttft_ms, tpot_ms, e2e_ms, n_preemptions — or "error"
-/// (finish_reason null) for a request the engine refused. Prints the setup and a summary on
+/// n_prompt_tokens, n_generated_tokens, ttft_ms, tpot_ms, e2e_ms, n_preemptions (and, where the
+/// request speculated, spec_decode_json's counters) — or "error" (finish_reason null) for a
+/// request the engine refused. Prints the setup and a summary on
 /// stderr (a progress bar too when stderr is a terminal) and writes --summary. Returns 0.
 /// Throws InvalidArgument for bad flags or a bad prompts file (before anything runs), and what
 /// model loading and the engine throw.
