@@ -100,16 +100,12 @@ DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const 
   if (config.method != SpecMethod::Draft) return d;
   d.model = std::make_unique<LoadedModel>(load_model(o.draft_model, WeightMode::AsStored));
   check_draft_tokenizer(*m.tokenizer, *d.model->tokenizer);
-  // As many blocks as the target's pool: a draft sequence never needs more positions.
-  KvPoolOptions pool = o.kv_pool;
-  pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
-  const ModelConfig& dc = d.model->config;
-  const int64_t elem = pool.dtype == KvCacheDType::F32 ? 4 : pool.dtype == KvCacheDType::F16 ? 2 : 1;
-  const double block_bytes = static_cast<double>(2 * dc.n_layers * dc.kv_dim() * elem * target.kv_pool().block_size()) * 1.05;
-  pool.kv_cache_mib = std::max<int64_t>(
-      1, static_cast<int64_t>(block_bytes * static_cast<double>(target.kv_pool().n_blocks()) /
-                                  (1 << 20)) + 1);
-  d.runner = make_runner(*d.model, parse_device(o.device), pool, parse_activation_precision(o.activations));
+  // As many blocks as the target's pool, of the same size and dtype: a draft sequence never
+  // needs more positions than its target sequence.
+  const KvPool& tp = target.kv_pool();
+  d.runner = std::make_unique<ModelRunner>(
+      make_backend(*d.model, parse_device(o.device), parse_activation_precision(o.activations)),
+      KvPoolConfig{tp.block_size(), tp.n_blocks(), tp.dtype()});
   return d;
 }
 

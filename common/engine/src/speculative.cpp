@@ -63,10 +63,7 @@ void check_draft_tokenizer(const Tokenizer& target, const Tokenizer& draft) {
 // ---- n-gram lookup ------------------------------------------------------------------------
 
 NgramProposer::NgramProposer(int64_t n_min, int64_t n_max) : n_min_(n_min), n_max_(n_max) {
-  if (n_min < 1 || n_max < n_min) {
-    throw InvalidArgument("--ngram-min must be >= 1 and --ngram-max >= --ngram-min, got " + std::to_string(n_min) +
-                          " and " + std::to_string(n_max));
-  }
+  SpeculativeConfig{.method = SpecMethod::Ngram, .ngram_min = n_min, .ngram_max = n_max}.validate(1);
 }
 
 std::vector<DraftProposal> NgramProposer::propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) {
@@ -85,11 +82,7 @@ DraftModelProposer::DraftModelProposer(ModelRunner& draft)
       blocks_(std::make_unique<BlockManager>(draft.kv_pool().n_blocks(), draft.kv_pool().block_size())) {}
 
 DraftModelProposer::DraftModelProposer(ModelRunner& target, int64_t n_layers) : runner_(target), n_layers_(n_layers) {
-  const int64_t total = target.config().n_layers;
-  if (n_layers < 1 || n_layers >= total) {
-    throw InvalidArgument("--draft-layers must be in [1, " + std::to_string(total) + ") for a " + std::to_string(total) +
-                          "-layer target, got " + std::to_string(n_layers));
-  }
+  SpeculativeConfig{.method = SpecMethod::EarlyExit, .draft_layers = n_layers}.validate(target.config().n_layers);
 }
 
 DraftModelProposer::State& DraftModelProposer::state_of(const Sequence& seq) {
