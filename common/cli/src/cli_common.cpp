@@ -31,6 +31,10 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
                  "KV heads (chapter 02): gqa (as stored), mha (one per query head, K/V heads "
                  "repeated: same outputs), mqa (one, mean-pooled), or gqa:N")
       ->capture_default_str();
+  app.add_option("--attention-backend", o.attention_backend,
+                 "Attention kernels (chapter 07): flash (tiled, online softmax, split-KV decode; "
+                 "O(N) memory) or naive (the score matrix materialized; O(N^2) memory)")
+      ->capture_default_str();
   app.add_option("--activations", o.activations,
                  "Matmul activations (quantized weights): f32; int8 (rounded per 32-element block, integer dot "
                  "products: faster on batches, slightly less exact); int8-token (W8A8: one scale "
@@ -104,7 +108,8 @@ DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const 
   // needs more positions than its target sequence.
   const KvPool& tp = target.kv_pool();
   d.runner = std::make_unique<ModelRunner>(
-      make_backend(*d.model, parse_device(o.device), parse_activation_precision(o.activations)),
+      make_backend(*d.model, parse_device(o.device), parse_activation_precision(o.activations),
+                   parse_attention_backend(o.attention_backend)),
       KvPoolConfig{tp.block_size(), tp.n_blocks(), tp.dtype()});
   return d;
 }
@@ -128,8 +133,9 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
   pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   const Device device = parse_device(o.device);
   const ActivationPrecision activations = parse_activation_precision(o.activations);
+  const AttentionBackend attention = parse_attention_backend(o.attention_backend);
   check_kv_pool_options(pool);  // before the backend: a GPU backend uploads the weights
-  std::unique_ptr<Backend> backend = make_backend(m, device, activations);
+  std::unique_ptr<Backend> backend = make_backend(m, device, activations, attention);
   return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);
 }
 

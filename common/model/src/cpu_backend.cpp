@@ -42,8 +42,9 @@ class FirstError {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations)
-    : config_(config), weights_(weights), activations_(activations) {}
+CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations,
+                       AttentionBackend attention)
+    : config_(config), weights_(weights), activations_(activations), attention_backend_(attention) {}
 
 std::string CpuBackend::device_description() const {
   const char* act = activations_ == cpu::MatmulActivations::Int8           ? ", int8 activations per 32 block)"

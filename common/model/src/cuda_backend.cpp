@@ -59,9 +59,11 @@ void CudaBackend::Impl::wait() {
 
 // ---- construction ---------------------------------------------------------------------------
 
-CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, ActivationPrecision activations)
+CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, ActivationPrecision activations,
+                         AttentionBackend attention)
     : impl_(std::make_unique<Impl>(config)) {
   impl_->activations = activations;
+  impl_->attention_backend = attention;
   if (config.is_mla()) {
     const bool fits = config.kv_lora_rank <= kMlaMaxLatentDim && config.qk_nope_head_dim <= kMlaMaxLatentDim &&
                       config.v_head_dim <= kMlaMaxLatentDim && config.qk_rope_head_dim <= kMlaMaxRopeDim;

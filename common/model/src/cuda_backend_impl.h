@@ -66,6 +66,8 @@ struct CudaBackend::Impl {
   DeviceBuffer<float> dequant_scratch;  // f32 copy of a quantized W for cuBLAS
   // ---- int8 activations (chapter 03): x's codes (n, cols) and scales (n, cols / 32)
   ActivationPrecision activations = ActivationPrecision::F32;
+  // ---- attention kernels (chapter 07): flash (default) or the naive twin
+  AttentionBackend attention_backend = AttentionBackend::Flash;
   DeviceBuffer<int8_t> act_codes;
   DeviceBuffer<float> act_scales;
   PinnedBuffer<float> to_host_h;

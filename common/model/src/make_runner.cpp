@@ -18,17 +18,28 @@ ActivationPrecision parse_activation_precision(const std::string& text) {
   throw InvalidArgument("--activations must be 'f32', 'int8' or 'int8-token', got '" + text + "'");
 }
 
-std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, ActivationPrecision activations) {
+AttentionBackend parse_attention_backend(const std::string& text) {
+  if (text == "flash") return AttentionBackend::Flash;
+  if (text == "naive") return AttentionBackend::Naive;
+  throw InvalidArgument("--attention-backend must be 'flash' or 'naive', got '" + text + "'");
+}
+
+const char* attention_backend_name(AttentionBackend backend) {
+  return backend == AttentionBackend::Flash ? "flash" : "naive";
+}
+
+std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, ActivationPrecision activations,
+                                      AttentionBackend attention) {
   if (device == Device::Cpu) {
     const cpu::MatmulActivations a = activations == ActivationPrecision::Int8           ? cpu::MatmulActivations::Int8
                                       : activations == ActivationPrecision::Int8PerToken ? cpu::MatmulActivations::Int8PerToken
                                                                                     : cpu::MatmulActivations::F32;
-    return std::make_unique<CpuBackend>(model.config, model.weights, a);
+    return std::make_unique<CpuBackend>(model.config, model.weights, a, attention);
   }
 #ifdef LIO_HAVE_CUDA
-  return std::make_unique<cuda::CudaBackend>(model.config, model.weights, activations);
+  return std::make_unique<cuda::CudaBackend>(model.config, model.weights, activations, attention);
 #else
-  (void)activations;
+  (void)activations, (void)attention;
   throw UnsupportedError("--device cuda: this build of LIO has no CUDA support (nvcc was not found "
                          "when it was configured); install the CUDA toolkit and reconfigure with "
                          "-DLIO_CUDA=ON, or run with --device cpu");

@@ -29,6 +29,7 @@ struct CommonOptions {
   std::string device = "cpu";   ///< --device cpu|cuda
   std::string activations = "f32";  ///< --activations f32|int8 (CPU matmuls)
   std::string attention = "gqa";  ///< --attention mha|gqa|mqa|gqa:N (KV heads, chapter 02)
+  std::string attention_backend = "flash";  ///< --attention-backend flash|naive (kernels, chapter 07)
   int threads = 0;              ///< --threads (0 = all cores)
   KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib (its dtype: from kv_cache_dtype)
   std::string kv_cache_dtype = "f32";  ///< --kv-cache-dtype f32|f16|int8, parsed by runner_from_options
@@ -46,7 +47,8 @@ struct DraftRunner {
 
 /// --model, --dtype, --threads, --json.
 void add_model_flags(CLI::App& app, CommonOptions& o);
-/// --device cpu|cuda, --activations and --attention (programs that run the forward pass).
+/// --device cpu|cuda, --activations, --attention and --attention-backend (programs that run
+/// the forward pass).
 void add_device_flag(CLI::App& app, CommonOptions& o);
 /// --block-size, --kv-cache-mib and --kv-cache-dtype (the paged KV pool).
 void add_kv_pool_flags(CLI::App& app, CommonOptions& o);

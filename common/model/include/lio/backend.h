@@ -53,6 +53,15 @@ struct WeightRef {
 /// weights always multiply f32 activations.
 enum class ActivationPrecision { F32, Int8, Int8PerToken };
 
+/// Which attention kernels a backend runs (--attention-backend; chapter 07). Flash, the
+/// default: tiled attention with the online softmax (Dao et al. 2022, Algorithm 1; FlashAttention-2's
+/// split over query tiles, Dao 2023), GQA-aware (each KV head's tiles read once for its group of
+/// query heads) and split-KV for decode (Flash-Decoding, Dao, Haziza, Massa, Sizov 2023): memory
+/// O(N) in the context. Naive: standard attention, the twin every fast kernel is tested against:
+/// each sequence's score matrix S = scale Q K^T, (n_heads, query_len, n_ctx), is materialized,
+/// softmaxed row by row and multiplied by V: memory O(N^2) (Vaswani et al. 2017, eq. 1).
+enum class AttentionBackend { Naive, Flash };
+
 /// Activation buffers the forward pass asks its backend for (see Backend::scratch).
 enum class Scratch { X, Xn, Q, K, V, Attn, Gate, Up, Rows, Logits, kCount };
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cpu_ops.h"
+#include "flash_attention.h"
 #include "lio/backend.h"
 #include "lio/model_loader.h"
 
@@ -33,8 +34,11 @@ class CpuBackend final : public Backend {
   /// per-32-block rounding; Int8PerToken rounds each token's row with chapter 03's
   /// quantize_row_int8 (Task 6) and runs cpu::matmul_int8 (W8A8 on Q8_0 weights, W4A8 on
   /// Q4_0 / Q4_1; f32 / f16 weights and the LM head keep f32 activations).
+  /// `attention` (chapter 07): Flash runs cpu::flash_attention (the default), Naive the
+  /// materialized-scores twin cpu::naive_attention.
   CpuBackend(const ModelConfig& config, const Weights& weights,
-             cpu::MatmulActivations activations = cpu::MatmulActivations::F32);
+             cpu::MatmulActivations activations = cpu::MatmulActivations::F32,
+             AttentionBackend attention = AttentionBackend::Flash);
 
   const ModelConfig& config() const override { return config_; }
   std::string device_description() const override;
@@ -68,6 +72,9 @@ class CpuBackend final : public Backend {
   const ModelConfig& config_;
   const Weights& weights_;
   cpu::MatmulActivations activations_;
+  AttentionBackend attention_backend_;
+  cpu::FlashWorkspace flash_workspace_;  ///< flash_attention's tiles and split partials
+  std::vector<float> naive_scores_;      ///< naive_attention's score matrix S
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
   std::vector<int32_t> row_seq_;     ///< (n_tokens) the sequence of each row
   std::vector<float> attn_scores_;   ///< (n_threads, longest context) attention's scores scratch

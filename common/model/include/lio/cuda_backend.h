@@ -52,8 +52,11 @@ class CudaBackend final : public Backend {
   /// block-quantized matrix (cuda::quantize_activations_int8, per 32-element block or per
   /// token) and multiply with cuda::gemv_int8 at every batch size; Int8PerToken leaves the LM
   /// head in f32 activations, as the CPU backend does.
+  /// `attention` (chapter 07): Flash runs cuda::flash_attention (tiled, online softmax,
+  /// split-KV decode); Naive the materialized-scores twin cuda::naive_attention.
   CudaBackend(const ModelConfig& config, const Weights& weights,
-              ActivationPrecision activations = ActivationPrecision::F32);
+              ActivationPrecision activations = ActivationPrecision::F32,
+              AttentionBackend attention = AttentionBackend::Flash);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;

@@ -129,11 +129,19 @@ int64_t default_kv_cache_mib(const Backend& backend);
 /// otherwise.
 ActivationPrecision parse_activation_precision(const std::string& text);
 
-/// The backend for `device` over `model` (which must outlive it). Device::Cuda uploads the
-/// weights to GPU 0. Throws UnsupportedError when this build has no CUDA support or no usable
-/// GPU is present (the message says which), CudaError on a device failure.
+/// Parses "flash" or "naive" (the --attention-backend flag, chapter 07). Throws
+/// InvalidArgument otherwise.
+AttentionBackend parse_attention_backend(const std::string& text);
+/// "flash" or "naive".
+const char* attention_backend_name(AttentionBackend backend);
+
+/// The backend for `device` over `model` (which must outlive it), running `attention`'s kernels
+/// (chapter 07). Device::Cuda uploads the weights to GPU 0. Throws UnsupportedError when this
+/// build has no CUDA support or no usable GPU is present (the message says which), CudaError on
+/// a device failure.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device,
-                                      ActivationPrecision activations = ActivationPrecision::F32);
+                                      ActivationPrecision activations = ActivationPrecision::F32,
+                                      AttentionBackend attention = AttentionBackend::Flash);
 
 /// make_backend() plus a KV pool sized by `pool` (budget / block bytes, rounded down). Throws
 /// InvalidArgument if block_size < 1, kv_cache_mib < 0 or the budget holds no block, and as

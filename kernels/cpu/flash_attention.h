@@ -1,0 +1,187 @@
+// flash_attention.h — attention without the N x N score matrix (chapter 07): the online
+// softmax, tiles of queries and keys, causal tile skipping, split-KV decode, and the naive twin
+// that does materialize the scores.
+//
+// Chapter 07 exercise points (Tasks 1-4, defined in solutions|exercises/07_flash_attention/
+// flash_attention.cpp): the score matrix's bytes (Task 1), the online-softmax update of one tile
+// (Task 2), the merge of two partial results (Task 3, Flash-Decoding's reduction) and the causal
+// tile rule (Task 4). cpu::flash_attention (kernels/cpu/flash_attention.cpp) is the kernel built
+// on them: the engine's CPU attention by default, so with chapter 07 switched to exercises the
+// engine attends with the learner's recurrence. cpu::naive_attention is the twin it is tested
+// against (--attention-backend naive).
+//
+// Sources: Dao, Fu, Ermon, Rudra, Re 2022, "FlashAttention" (Algorithm 1; the recurrence, sec.
+// 3.1); Dao 2023, "FlashAttention-2" (query tiles outer, one logsumexp per row, sec. 3.1-3.2);
+// Dao, Haziza, Massa, Sizov 2023, "Flash-Decoding for long-context inference" (split-KV);
+// Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"; Kwon et al. 2023
+// (PagedAttention: block tables); Ainslie et al. 2023 (GQA). Lesson: docs/07_flash_attention.md.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace lio::cpu {
+
+// ---- the exercise points ---------------------------------------------------------------------
+
+/// Task 1. Bytes of the attention score matrix S = Q K^T that standard attention materializes:
+/// one score per (sequence, head, query, key), each `bytes_per_element` bytes (4 in f32, 2 in
+/// fp16/bf16). Lecture note 003's case: batch 2, 32 heads, N = 4,096 queries and keys, fp16
+/// -> 2,147,483,648 bytes (2.15 GB = 2 GiB). Units: bytes. FlashAttention never holds more
+/// than one tile of S (docs/07_flash_attention.md, "Task 1").
+/// Throws InvalidArgument if any argument is < 0 (0 sequences, heads or tokens give 0 bytes)
+/// or the product does not fit in int64_t.
+int64_t attention_score_bytes(int64_t batch, int64_t n_heads, int64_t n_queries, int64_t n_keys,
+                              int64_t bytes_per_element);
+
+/// One query row's attention over part of its keys, before normalization: FlashAttention's
+/// (m, l, O~) (Dao et al. 2022, Algorithm 1, lines 10-12):
+///   m = max_j s_j,  l = sum_j exp(s_j - m),  acc = sum_j exp(s_j - m) v_j   (head_dim)
+/// over the keys folded in so far. Empty (no key yet): m = -inf, l = 0, acc all 0. The row's
+/// output is acc / l and its logsumexp m + log(l). `acc` points into the caller's memory.
+struct AttentionPartial {
+  float m = -INFINITY;     ///< running max of the scores
+  float l = 0.0f;          ///< running sum of exp(s_j - m)
+  std::span<float> acc;    ///< (head_dim) running sum of exp(s_j - m) v_j
+};
+
+/// Task 2. Folds one tile of keys into `row` (the online softmax, Milakov & Gimelshein 2018;
+/// FlashAttention Algorithm 1, lines 9-12). scores: (n_keys >= 1) s_j = scale q . k_j for the
+/// tile's keys this row may see, all finite; on return they hold p_j = exp(s_j - m_new) (the
+/// kernel never reads them again). v: (n_keys rows of row.acc.size() floats), row j at
+/// v + j * v_stride. Afterwards `row` is the partial over its old keys and these, exactly as if
+/// all had been seen at once: m_new = max(m, max_j s_j); the old l and acc are rescaled by
+/// exp(m - m_new) (0 for an empty row); l += sum_j p_j; acc += sum_j p_j v_j. exp_shifted (below)
+/// computes the p_j fast; std::exp is fine too. Throws InvalidArgument if scores is empty or
+/// v_stride < row.acc.size().
+void online_softmax_update(AttentionPartial& row, std::span<float> scores, const float* v, int64_t v_stride);
+
+/// Task 3. Merges `other` (a partial over a disjoint set of the same row's keys) into `into`, so
+/// that `into` becomes the partial over both sets: Flash-Decoding's reduction over KV splits
+/// (Dao, Haziza, Massa, Sizov 2023), FlashAttention-2's combine across warps. Either may be
+/// empty (l = 0): merging an empty partial changes nothing; merging into an empty one copies.
+/// Throws InvalidArgument if the two acc spans differ in length.
+void merge_partials(AttentionPartial& into, const AttentionPartial& other);
+
+/// What the causal mask does to one (query tile, key tile) pair.
+enum class TileMask {
+  Skip,     ///< every key is after every query: the tile is never loaded
+  Full,     ///< every key is at or before every query: no mask needed
+  Partial,  ///< the diagonal: row at position p sees the tile's keys <= p
+};
+
+/// Task 4. The causal tile rule (FlashAttention-2, sec. 3.1.1: skip the blocks above the
+/// diagonal, mask only the ones on it). Queries at positions q_first .. q_last, keys at
+/// positions k_first .. k_last (inclusive, first <= last); a query at p may see keys <= p.
+/// Throws InvalidArgument if q_first > q_last, k_first > k_last or a position is negative.
+TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last);
+
+/// x_j = exp(x_j - shift) for all j (AVX2 polynomial where built in: Cephes-style range
+/// reduction exp(x) = 2^n e^r, |r| <= ln2/2, degree-6 polynomial; relative error < 3e-7; inputs
+/// below -87.3 give 0, std::exp elsewhere). A helper for Task 2, not an exercise.
+void exp_shifted(std::span<float> x, float shift);
+
+// ---- the kernels -----------------------------------------------------------------------------
+
+/// Element type of a paged KV layer (the pool's --kv-cache-dtype).
+enum class KvElement { F32, F16, Int8 };
+
+/// One layer of a paged KV pool, (n_slots, n_kv_heads, head_dim) elements each for K and V,
+/// slot = block * block_size + offset (PagedAttention). F16: IEEE half bits; Int8: codes with
+/// one f32 scale per (slot, KV head) in k_scales / v_scales (element = scale * code).
+struct PagedKvLayer {
+  KvElement element = KvElement::F32;  ///< what k and v hold
+  const void* k = nullptr;             ///< keys: float, uint16_t (f16 bits) or int8_t
+  const void* v = nullptr;             ///< values, as k
+  const float* k_scales = nullptr;     ///< Int8 only: (n_slots, n_kv_heads)
+  const float* v_scales = nullptr;     ///< Int8 only: (n_slots, n_kv_heads)
+};
+
+/// A batch as the attention kernels see it: vLLM's flattened varlen layout (ForwardBatch).
+/// Sequence s owns rows query_start_loc[s] .. query_start_loc[s + 1] - 1, the last of its
+/// seq_lens[s] positions; row i of s is at position p = seq_lens[s] - query_len(s) + (i -
+/// query_start_loc[s]) and (causal) sees keys 0 .. p, or (not causal) all seq_lens[s] keys.
+/// Position j of s is at slot block_tables[s * max_blocks_per_seq + j / block_size] *
+/// block_size + j % block_size.
+struct AttentionBatch {
+  const int32_t* query_start_loc = nullptr;  ///< (n_seqs + 1), cu_seqlens_q
+  const int32_t* seq_lens = nullptr;         ///< (n_seqs) cached + new tokens
+  const int32_t* block_tables = nullptr;     ///< (n_seqs, max_blocks_per_seq)
+  int64_t n_seqs = 0;
+  int64_t max_blocks_per_seq = 0;
+  int64_t block_size = 0;                    ///< tokens per block
+  bool causal = true;
+};
+
+/// Shapes and scale shared by both kernels.
+struct AttentionShape {
+  int64_t n_heads = 0;     ///< query heads
+  int64_t n_kv_heads = 0;  ///< KV heads; query head h reads KV head h / (n_heads / n_kv_heads)
+  int64_t head_dim = 0;
+  float scale = 0.0f;      ///< usually 1 / sqrt(head_dim)
+};
+
+/// Tile sizes of cpu::flash_attention (named, fixed: a row's result must not depend on them
+/// changing between calls, so they are not options).
+inline constexpr int64_t kFlashQueryTile = 16;   ///< Br: query rows per tile (x the GQA group)
+inline constexpr int64_t kFlashKeyTile = 64;     ///< Bc: keys per tile
+inline constexpr int64_t kFlashKvSplit = 512;    ///< keys per split (a multiple of Bc)
+static_assert(kFlashKvSplit % kFlashKeyTile == 0, "a split holds whole key tiles");
+
+/// How cpu::flash_attention spreads its work over threads; never changes its result.
+struct FlashOptions {
+  /// Flash-Decoding: when a batch has too few (sequence, KV head, query tile) items to keep
+  /// every thread busy, its KV splits run in parallel and their partials are merged
+  /// afterwards. Off: each item walks its splits in order on one thread. The result is
+  /// bitwise the same either way (each row always folds the same split partials in the same
+  /// order with Task 3), so the flag changes time only.
+  bool split_kv = true;
+};
+
+/// Memory a kernel call used, for the chapter's O(N^2) vs O(N) curve.
+struct AttentionStats {
+  int64_t scratch_bytes = 0;  ///< bytes of scratch allocated (scores for naive; tiles, partials for flash)
+};
+
+/// The caller-owned scratch of cpu::flash_attention (no hidden allocation): grown on demand,
+/// kept between calls. One per backend.
+struct FlashWorkspace {
+  std::vector<float> tiles;     ///< per thread: K^T tile, V tile, scores, accumulators
+  std::vector<float> partials;  ///< split-KV partials (m, l, acc) when splits run in parallel
+};
+
+/// Tiled causal (or full) grouped-query attention over a paged KV pool, for a batch mixing
+/// prefill chunks and decode rows (FlashAttention-2 forward, Dao 2023, Algorithm 1, on a CPU):
+/// for each sequence, KV head g and tile of kFlashQueryTile rows, the tile's query vectors of
+/// all n_heads / n_kv_heads heads that read g are processed together, so each K/V tile is
+/// gathered through the block table (and dequantized, for an f16 / int8 pool) once per group.
+/// Keys are walked in splits of kFlashKvSplit, each split in tiles of kFlashKeyTile: scores
+/// of a tile (a register-blocked K^T product), causal_tile_mask (Task 4) to skip tiles above
+/// the diagonal and bound rows on it, online_softmax_update (Task 2) per row, and the splits'
+/// partials folded left to right with merge_partials (Task 3). out = acc / l.
+/// A row's result depends only on its own query and keys: never on the batch, the other rows
+/// of its tile, the thread count or options.split_kv (CPU batch invariance).
+/// q, out: (n_tokens, n_heads, head_dim); lse: (n_tokens, n_heads) each row's logsumexp
+/// m + log l in natural-log units of the scaled scores, or null. Threads: OpenMP over work
+/// items. Returns the scratch bytes it used. Throws InvalidArgument for a bad shape (n_heads not
+/// a multiple of n_kv_heads, head_dim < 1, a null pointer, block_size < 1), and what Tasks 2-4
+/// throw.
+AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* out, float* lse,
+                               const AttentionBatch& batch, const AttentionShape& shape,
+                               FlashWorkspace& workspace, const FlashOptions& options = {});
+
+/// Standard attention, the naive twin (Vaswani et al. 2017, eq. 1; "standard attention
+/// implementation", Dao et al. 2022, Algorithm 0): for each sequence, its K and V are gathered
+/// from the pool (f32), S = scale Q K^T (n_heads, query_len, n_keys) is materialized in full,
+/// masked (causal: -inf above the diagonal), softmaxed row by row in place (running max
+/// subtracted) and multiplied by V. Same contract as flash_attention (lse likewise); `scores`
+/// is the caller's buffer for S, grown to the largest sequence's attention_score_bytes.
+/// Threads: OpenMP over (head, query). Returns the scratch bytes: S plus the gathered K/V.
+/// Throws InvalidArgument as flash_attention.
+AttentionStats naive_attention(const float* q, const PagedKvLayer& kv, float* out, float* lse,
+                               const AttentionBatch& batch, const AttentionShape& shape,
+                               std::vector<float>& scores);
+
+}  // namespace lio::cpu
