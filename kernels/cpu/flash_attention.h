@@ -78,9 +78,10 @@ enum class TileMask {
 /// Throws InvalidArgument if q_first > q_last, k_first > k_last or a position is negative.
 TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last);
 
-/// x_j = exp(x_j - shift) for all j (AVX2 polynomial where built in: Cephes-style range
-/// reduction exp(x) = 2^n e^r, |r| <= ln2/2, degree-6 polynomial; relative error < 3e-7; inputs
-/// below -87.3 give 0, std::exp elsewhere). A helper for Task 2, not an exercise.
+/// x_j = exp(x_j - shift) for all j (kernels/cpu/exp_shifted.cpp: Cephes-style range reduction
+/// exp(x) = 2^n e^r, |r| <= ln2/2, and a degree-6 polynomial, 8 lanes at a time with AVX2;
+/// relative error within a few 1e-7; arguments below -87.3 give 0, above 88.37 are clamped
+/// there). A helper for Task 2, not an exercise: std::exp gives the same answer, slower.
 void exp_shifted(std::span<float> x, float shift);
 
 // ---- the kernels -----------------------------------------------------------------------------

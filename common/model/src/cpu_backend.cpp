@@ -189,64 +189,43 @@ int64_t CpuBackend::row_context(const ForwardBatch& b, int64_t i) const {
 }
 
 void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch) {
-  // One path for every row, prefill and decode alike: each (row, query head) pair reads its
-  // K/V through its sequence's block table with chapter 04's paged decode step (Task 5), or its
-  // f16 / int8 twin on a quantized pool (dequantized as read; chapter 03). A row's result
-  // depends only on its own keys, in position order, never on the rest of the batch.
+  // Chapter 07: every row, prefill and decode alike, through the tiled kernel (the default) or
+  // its naive twin, reading K/V through each sequence's block table (f32, or f16 / int8 pools
+  // dequantized as tiles are gathered, chapter 03). A row's result depends only on its own
+  // position and keys, never on what else is in the batch (batch invariance).
   const ForwardBatch& b = *batch.host;
   const ModelConfig& c = config_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const int64_t qd = c.q_dim(), bs = b.block_size;
   LIO_CHECK(dynamic_cast<HostKvPool*>(&pool) != nullptr, "CpuBackend needs a HostKvPool");
-  map_rows_to_sequences(b);
-  int64_t max_ctx = 1;  // the longest context: each thread's scores scratch
-  for (const int64_t n : b.seq_lens) max_ctx = std::max(max_ctx, n);
-  // The KV head each query head reads is chapter 02's Task 1 (asked outside the parallel loop:
-  // it may throw).
-  kv_head_.resize(static_cast<size_t>(c.n_heads));
-  for (int64_t h = 0; h < c.n_heads; ++h) kv_head_[static_cast<size_t>(h)] = kv_head_for_query_head(h, c.n_heads, c.n_kv_heads);
-  const auto scratch_floats = static_cast<size_t>(omp_get_max_threads() * max_ctx);
-  if (attn_scores_.size() < scratch_floats) attn_scores_.resize(scratch_floats);
-  const KvCacheDType dtype = pool.dtype();
-  const void* kd = pool.key_data(layer);
-  const void* vd = pool.value_data(layer);
-  const float* ks = pool.key_scales(layer);
-  const float* vs = pool.value_scales(layer);
-  const int64_t n_pairs = b.n_tokens() * c.n_heads;
-  FirstError error;
-#pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t pair = 0; pair < n_pairs; ++pair) {
-    const int64_t i = pair / c.n_heads, h = pair % c.n_heads;
-    const int64_t s = row_seq_[static_cast<size_t>(i)];
-    const int64_t n_ctx = row_context(b, i);
-    const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
-                                         static_cast<size_t>(b.max_blocks_per_seq));
-    const float* qh = q + i * qd + h * c.head_dim;
-    float* oh = out + i * qd + h * c.head_dim;
-    const int64_t g = kv_head_[static_cast<size_t>(h)];
-    const std::span<float> scores(attn_scores_.data() + omp_get_thread_num() * max_ctx,
-                                  static_cast<size_t>(max_ctx));
-    error.run([&] {
-      switch (dtype) {
-        case KvCacheDType::F32:
-          cpu::paged_decode_attention(qh, static_cast<const float*>(kd),
-                                      static_cast<const float*>(vd), oh, table, n_ctx, bs,
-                                      c.n_kv_heads, g, c.head_dim, scale, scores);
-          break;
-        case KvCacheDType::F16:
-          cpu::paged_decode_attention_f16(qh, static_cast<const uint16_t*>(kd),
-                                          static_cast<const uint16_t*>(vd), oh, table, n_ctx, bs,
-                                          c.n_kv_heads, g, c.head_dim, scale, scores);
-          break;
-        case KvCacheDType::Int8:
-          cpu::paged_decode_attention_int8(qh, static_cast<const int8_t*>(kd), ks,
-                                           static_cast<const int8_t*>(vd), vs, oh, table, n_ctx, bs,
-                                           c.n_kv_heads, g, c.head_dim, scale, scores);
-          break;
-      }
-    });
+  // The GQA-aware kernels read KV head g once for query heads g * group .. (g + 1) * group - 1:
+  // chapter 02's Task 1 must name that grouping (checked here, outside the parallel loops: a
+  // learner's stub throws).
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  for (int64_t h = 0; h < c.n_heads; ++h) {
+    const int64_t g = kv_head_for_query_head(h, c.n_heads, c.n_kv_heads);
+    if (g != h / group) {
+      throw InvalidArgument("chapter 02 Task 1: kv_head_for_query_head(" + std::to_string(h) + ", " +
+                            std::to_string(c.n_heads) + ", " + std::to_string(c.n_kv_heads) + ") returned " +
+                            std::to_string(g) + "; grouped-query attention reads KV head " +
+                            std::to_string(h / group) + " for it");
+    }
   }
-  error.rethrow();
+  cpu::PagedKvLayer kv;
+  kv.element = pool.dtype() == KvCacheDType::F16    ? cpu::KvElement::F16
+               : pool.dtype() == KvCacheDType::Int8 ? cpu::KvElement::Int8
+                                                    : cpu::KvElement::F32;
+  kv.k = pool.key_data(layer);
+  kv.v = pool.value_data(layer);
+  kv.k_scales = pool.key_scales(layer);
+  kv.v_scales = pool.value_scales(layer);
+  const cpu::AttentionBatch ab{b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(), b.n_seqs(),
+                               b.max_blocks_per_seq, b.block_size, true};
+  const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
+                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  if (attention_backend_ == AttentionBackend::Flash) {
+    cpu::flash_attention(q, kv, out, nullptr, ab, shape, flash_workspace_);
+  } else {
+    cpu::naive_attention(q, kv, out, nullptr, ab, shape, naive_scores_);
+  }
 }
 
 void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {

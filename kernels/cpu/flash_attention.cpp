@@ -1,0 +1,428 @@
+// flash_attention.cpp — FlashAttention on the CPU (chapter 07): the tiled kernel built on the
+// chapter's Tasks 2-4, its naive twin, and the vectorized exp both softmaxes lean on. Contracts:
+// flash_attention.h.
+//
+// The tiled kernel, per work item (sequence s, KV head g, query tile of kFlashQueryTile rows):
+//   query vectors  Q_t   (n_rows x group, head_dim)   every head of g's group, every row of the tile
+//   for each split c of kFlashKvSplit keys (splits past the tile's last position skipped):
+//     partial P_c = empty                              (m = -inf, l = 0, acc = 0 per query vector)
+//     for each key tile [k0, k1) of kFlashKeyTile keys in c:
+//       causal_tile_mask (Task 4): Skip -> stop; Full / Partial -> row r sees keys <= p_r
+//       K^T, V  (head_dim x Bc), (Bc x head_dim) gathered through the block table, f32
+//       S = scale Q_t K^T   (n_vectors x Bc)         register-blocked FMA chains over head_dim
+//       online_softmax_update (Task 2) per query vector over its visible keys
+//     running = merge_partials(running, P_c)        (Task 3), splits in order
+//   out = running.acc / running.l,  lse = running.m + log(running.l)
+// With too few items to occupy the threads (a decode batch), the splits of each item run in
+// parallel into a buffer and are merged afterwards in the same order (Flash-Decoding): every row
+// folds the same partials in the same order either way, so its bits never change.
+// Every score of a (query, key) pair is the same FMA chain d = 0 .. head_dim-1 whichever block
+// of the micro-kernel computes it, and Tasks 2-3 see only the row's own scores: a row's result
+// is independent of the batch (CPU batch invariance, COURSE.md).
+#include "flash_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LIO_FLASH_AVX2 1
+#endif
+
+#include "lio/dtype.h"
+#include "lio/error.h"
+
+namespace lio::cpu {
+namespace {
+
+// ---- errors out of OpenMP regions (a learner's stub throws inside the loop) ---------------------
+class FirstError {
+ public:
+  template <class F>
+  void run(F&& f) noexcept {
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+// ---- shapes and the batch --------------------------------------------------------------------
+void check_call(const char* op, const float* q, const PagedKvLayer& kv, const float* out,
+                const AttentionBatch& b, const AttentionShape& sh) {
+  const std::string name(op);
+  if (sh.n_kv_heads <= 0 || sh.n_heads <= 0 || sh.n_heads % sh.n_kv_heads != 0) {
+    throw InvalidArgument(name + ": n_heads (" + std::to_string(sh.n_heads) + ") must be a positive multiple of n_kv_heads (" +
+                          std::to_string(sh.n_kv_heads) + ")");
+  }
+  if (sh.head_dim < 1) throw InvalidArgument(name + ": head_dim must be >= 1");
+  if (b.block_size < 1) throw InvalidArgument(name + ": block_size must be >= 1");
+  if (b.n_seqs < 0) throw InvalidArgument(name + ": n_seqs must be >= 0");
+  if (b.n_seqs == 0) return;
+  if (q == nullptr || out == nullptr || kv.k == nullptr || kv.v == nullptr || b.query_start_loc == nullptr ||
+      b.seq_lens == nullptr || b.block_tables == nullptr) {
+    throw InvalidArgument(name + ": null pointer");
+  }
+  if (kv.element == KvElement::Int8 && (kv.k_scales == nullptr || kv.v_scales == nullptr)) {
+    throw InvalidArgument(name + ": an int8 KV layer needs its scales");
+  }
+  for (int64_t s = 0; s < b.n_seqs; ++s) {
+    const int64_t qlen = b.query_start_loc[s + 1] - b.query_start_loc[s];
+    if (qlen < 0 || qlen > b.seq_lens[s]) {
+      throw InvalidArgument(name + ": sequence " + std::to_string(s) + " has " + std::to_string(qlen) +
+                            " queries but seq_len " + std::to_string(b.seq_lens[s]));
+    }
+    if ((b.seq_lens[s] + b.block_size - 1) / b.block_size > b.max_blocks_per_seq) {
+      throw InvalidArgument(name + ": sequence " + std::to_string(s) + "'s block table is too short");
+    }
+  }
+}
+
+/// Element j (of n_kv_heads * head_dim per slot) of K or V as f32.
+struct KvReader {
+  const PagedKvLayer& kv;
+  int64_t kv_dim, head_dim;
+  /// Copies key/value `slot`, KV head g, into dst (head_dim) as f32.
+  void read(bool key, int64_t slot, int64_t g, float* dst) const {
+    const int64_t at = slot * kv_dim + g * head_dim;
+    switch (kv.element) {
+      case KvElement::F32: {
+        const float* src = static_cast<const float*>(key ? kv.k : kv.v) + at;
+        std::copy(src, src + head_dim, dst);
+        break;
+      }
+      case KvElement::F16: {
+        const uint16_t* src = static_cast<const uint16_t*>(key ? kv.k : kv.v) + at;
+        for (int64_t c = 0; c < head_dim; ++c) dst[c] = f16_to_f32(src[c]);
+        break;
+      }
+      case KvElement::Int8: {
+        const int8_t* src = static_cast<const int8_t*>(key ? kv.k : kv.v) + at;
+        const float scale = (key ? kv.k_scales : kv.v_scales)[slot * (kv_dim / head_dim) + g];
+        for (int64_t c = 0; c < head_dim; ++c) dst[c] = scale * static_cast<float>(src[c]);
+        break;
+      }
+    }
+  }
+};
+
+inline int64_t slot_of(const AttentionBatch& b, int64_t s, int64_t j) {
+  return static_cast<int64_t>(b.block_tables[s * b.max_blocks_per_seq + j / b.block_size]) * b.block_size +
+         j % b.block_size;
+}
+
+// ---- the tiled kernel ------------------------------------------------------------------------
+/// One work item: a tile of query rows of one sequence and one KV head.
+struct WorkItem {
+  int64_t seq, kv_head;
+  int64_t row0, n_rows;   // first row (batch index) and how many
+  int64_t pos0;           // position of row0
+  int64_t n_keys;         // keys the tile's last row may see (causal) or the sequence's length
+  int64_t n_splits;       // ceil(n_keys / kFlashKvSplit)
+  int64_t partial0 = 0;   // split-parallel mode: first partial of this item in the buffer
+};
+
+/// Per-thread scratch, carved from FlashWorkspace::tiles.
+struct TileScratch {
+  float* kt;       // (head_dim, Bc) K^T of the key tile
+  float* v;        // (Bc, head_dim)
+  float* s;        // (n_vectors, Bc) scores
+  float* split;    // (n_vectors, head_dim + 2) the current split's partials: acc, then m, l
+  float* running;  // (n_vectors, head_dim + 2) the merged partials
+  static int64_t floats(int64_t n_vectors, int64_t d) { return 2 * d * kFlashKeyTile + n_vectors * kFlashKeyTile + 2 * n_vectors * (d + 2); }
+};
+
+/// A partial stored as (acc (d), m, l) at p.
+inline AttentionPartial view(float* p, int64_t d) { return AttentionPartial{p[d], p[d + 1], std::span<float>(p, static_cast<size_t>(d))}; }
+inline void store(const AttentionPartial& a, float* p, int64_t d) { p[d] = a.m, p[d + 1] = a.l; }
+inline void clear(float* p, int64_t d) { std::fill_n(p, d, 0.0f), p[d] = -INFINITY, p[d + 1] = 0.0f; }
+
+/// S (n_vectors, Bc) = scale * Q K^T for the first n_cols (a multiple of 8 up to Bc) columns.
+/// qv[i]: query vector i (head_dim). Each score is one FMA chain over d = 0 .. head_dim-1.
+void tile_scores(const float* const* qv, int64_t n_vectors, const float* kt, int64_t n_cols, int64_t d,
+                 float scale, float* s) {
+#ifdef LIO_FLASH_AVX2
+  constexpr int64_t kRows = 4;  // query vectors per register block: 4 x 2 accumulators of 8 keys
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < n_vectors; i0 += kRows) {
+    const int64_t nr = std::min(kRows, n_vectors - i0);
+    for (int64_t j = 0; j < n_cols; j += 16) {
+      const bool two = j + 8 < n_cols;
+      __m256 acc[kRows][2];
+      for (int64_t a = 0; a < kRows; ++a) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+      for (int64_t c = 0; c < d; ++c) {
+        const __m256 k0 = _mm256_loadu_ps(kt + c * kFlashKeyTile + j);
+        const __m256 k1 = two ? _mm256_loadu_ps(kt + c * kFlashKeyTile + j + 8) : k0;
+        for (int64_t a = 0; a < nr; ++a) {
+          const __m256 qa = _mm256_set1_ps(qv[i0 + a][c]);
+          acc[a][0] = _mm256_fmadd_ps(qa, k0, acc[a][0]);
+          acc[a][1] = _mm256_fmadd_ps(qa, k1, acc[a][1]);
+        }
+      }
+      for (int64_t a = 0; a < nr; ++a) {
+        _mm256_storeu_ps(s + (i0 + a) * kFlashKeyTile + j, _mm256_mul_ps(acc[a][0], vscale));
+        if (two) _mm256_storeu_ps(s + (i0 + a) * kFlashKeyTile + j + 8, _mm256_mul_ps(acc[a][1], vscale));
+      }
+    }
+  }
+#else
+  for (int64_t i = 0; i < n_vectors; ++i) {
+    for (int64_t j = 0; j < n_cols; ++j) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < d; ++c) acc = std::fma(qv[i][c], kt[c * kFlashKeyTile + j], acc);
+      s[i * kFlashKeyTile + j] = acc * scale;
+    }
+  }
+#endif
+}
+
+/// Runs splits [c0, c1) of `item`: each split from an empty partial, through Tasks 4 and 2.
+/// With `fold`, each split is merged into ts.running (Task 3, in order); otherwise split c's
+/// partials are written to partials + (item.partial0 + c * n_vectors) * (d + 2).
+void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b, const AttentionShape& sh,
+                const WorkItem& item, int64_t c0, int64_t c1, TileScratch& ts, bool fold, float* partials) {
+  const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, nv = item.n_rows * group;
+  const float* qv[kFlashQueryTile * 16];
+  std::vector<const float*> qv_heap;
+  const float** qp = qv;
+  if (nv > static_cast<int64_t>(std::size(qv))) qv_heap.resize(static_cast<size_t>(nv)), qp = qv_heap.data();
+  for (int64_t r = 0; r < item.n_rows; ++r)
+    for (int64_t hh = 0; hh < group; ++hh)
+      qp[r * group + hh] = q + ((item.row0 + r) * sh.n_heads + item.kv_head * group + hh) * d;
+  const int64_t pos_last = item.pos0 + item.n_rows - 1;
+  for (int64_t c = c0; c < c1; ++c) {
+    float* split = fold ? ts.split : partials + (item.partial0 + c * nv) * (d + 2);
+    for (int64_t i = 0; i < nv; ++i) clear(split + i * (d + 2), d);
+    const int64_t split_end = std::min((c + 1) * kFlashKvSplit, item.n_keys);
+    for (int64_t k0 = c * kFlashKvSplit; k0 < split_end; k0 += kFlashKeyTile) {
+      const int64_t nk = std::min(kFlashKeyTile, split_end - k0);
+      const TileMask mask = b.causal ? causal_tile_mask(item.pos0, pos_last, k0, k0 + nk - 1) : TileMask::Full;
+      if (mask == TileMask::Skip) break;  // every later tile is further above the diagonal
+      // Gather the tile (HBM -> SRAM on a GPU; DRAM -> L1/L2 here): K transposed, V as rows.
+      float krow[1024];
+      std::vector<float> krow_heap;
+      float* kr = krow;
+      if (d > 1024) krow_heap.resize(static_cast<size_t>(d)), kr = krow_heap.data();
+      for (int64_t j = 0; j < nk; ++j) {
+        const int64_t slot = slot_of(b, item.seq, k0 + j);
+        reader.read(true, slot, item.kv_head, kr);
+        for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = kr[e];
+        reader.read(false, slot, item.kv_head, ts.v + j * d);
+      }
+      const int64_t n_cols = (nk + 7) / 8 * 8;
+      for (int64_t j = nk; j < n_cols; ++j)
+        for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = 0.0f;
+      tile_scores(qp, nv, ts.kt, n_cols, d, sh.scale, ts.s);
+      for (int64_t r = 0; r < item.n_rows; ++r) {
+        // Keys of this tile row r may see: all of them off the diagonal, up to its position on it.
+        const int64_t visible = mask == TileMask::Full ? nk : std::min(nk, item.pos0 + r - k0 + 1);
+        if (visible <= 0) continue;
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const int64_t i = r * group + hh;
+          AttentionPartial p = view(split + i * (d + 2), d);
+          online_softmax_update(p, std::span<float>(ts.s + i * kFlashKeyTile, static_cast<size_t>(visible)), ts.v, d);
+          store(p, split + i * (d + 2), d);
+        }
+      }
+    }
+    if (fold) {
+      for (int64_t i = 0; i < nv; ++i) {
+        AttentionPartial into = view(ts.running + i * (d + 2), d);
+        merge_partials(into, view(split + i * (d + 2), d));
+        store(into, ts.running + i * (d + 2), d);
+      }
+    }
+  }
+}
+
+/// out / lse of item's rows from its merged partials at `merged` (n_vectors, d + 2).
+void finish(const float* merged, const WorkItem& item, const AttentionShape& sh, float* out, float* lse) {
+  const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads;
+  for (int64_t r = 0; r < item.n_rows; ++r) {
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const float* p = merged + (r * group + hh) * (d + 2);
+      const int64_t h = item.kv_head * group + hh;
+      float* o = out + ((item.row0 + r) * sh.n_heads + h) * d;
+      const float inv = 1.0f / p[d + 1];
+      for (int64_t e = 0; e < d; ++e) o[e] = p[e] * inv;
+      if (lse != nullptr) lse[(item.row0 + r) * sh.n_heads + h] = p[d] + std::log(p[d + 1]);
+    }
+  }
+}
+
+}  // namespace
+
+AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* out, float* lse,
+                               const AttentionBatch& b, const AttentionShape& sh, FlashWorkspace& ws,
+                               const FlashOptions& options) {
+  check_call("flash_attention", q, kv, out, b, sh);
+  AttentionStats stats;
+  if (b.n_seqs == 0) return stats;
+  const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads;
+  // Work items: (sequence, KV head, query tile).
+  std::vector<WorkItem> items;
+  for (int64_t s = 0; s < b.n_seqs; ++s) {
+    const int64_t q0 = b.query_start_loc[s], qlen = b.query_start_loc[s + 1] - q0;
+    const int64_t first_pos = b.seq_lens[s] - qlen;
+    for (int64_t g = 0; g < sh.n_kv_heads; ++g) {
+      for (int64_t t = 0; t < qlen; t += kFlashQueryTile) {
+        WorkItem it{s, g, q0 + t, std::min(kFlashQueryTile, qlen - t), first_pos + t, 0, 0};
+        it.n_keys = b.causal ? it.pos0 + it.n_rows : b.seq_lens[s];
+        it.n_splits = (it.n_keys + kFlashKvSplit - 1) / kFlashKvSplit;
+        items.push_back(it);
+      }
+    }
+  }
+  const int threads = omp_get_max_threads();
+  // Flash-Decoding: too few items for the threads, and keys worth splitting.
+  int64_t total_splits = 0;
+  for (const WorkItem& it : items) total_splits += it.n_splits;
+  const bool split_parallel = options.split_kv && static_cast<int64_t>(items.size()) < 2 * threads &&
+                              total_splits > static_cast<int64_t>(items.size());
+  const int64_t max_vectors = kFlashQueryTile * group;
+  const int64_t per_thread = TileScratch::floats(max_vectors, d);
+  const auto tile_floats = static_cast<size_t>(per_thread * threads);
+  if (ws.tiles.size() < tile_floats) ws.tiles.resize(tile_floats);
+  stats.scratch_bytes = static_cast<int64_t>(tile_floats * sizeof(float));
+  const auto scratch = [&](int tid) {
+    float* base = ws.tiles.data() + static_cast<int64_t>(tid) * per_thread;
+    TileScratch ts{base, base + d * kFlashKeyTile, base + 2 * d * kFlashKeyTile, nullptr, nullptr};
+    ts.split = ts.s + max_vectors * kFlashKeyTile;
+    ts.running = ts.split + max_vectors * (d + 2);
+    return ts;
+  };
+  const KvReader reader{kv, sh.n_kv_heads * d, d};
+  FirstError error;
+  if (!split_parallel) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t w = 0; w < items.size(); ++w) {
+      error.run([&] {
+        const WorkItem& it = items[w];
+        TileScratch ts = scratch(omp_get_thread_num());
+        const int64_t nv = it.n_rows * group;
+        for (int64_t i = 0; i < nv; ++i) clear(ts.running + i * (d + 2), d);
+        run_splits(q, reader, b, sh, it, 0, it.n_splits, ts, true, nullptr);
+        finish(ts.running, it, sh, out, lse);
+      });
+    }
+    error.rethrow();
+    return stats;
+  }
+  // Split-parallel: (item, split) units write partials; then each item folds them in order.
+  int64_t n_partials = 0;
+  std::vector<std::pair<size_t, int64_t>> units;
+  for (size_t w = 0; w < items.size(); ++w) {
+    items[w].partial0 = n_partials;
+    n_partials += items[w].n_splits * items[w].n_rows * group;
+    for (int64_t c = 0; c < items[w].n_splits; ++c) units.emplace_back(w, c);
+  }
+  const auto partial_floats = static_cast<size_t>(n_partials * (d + 2));
+  if (ws.partials.size() < partial_floats) ws.partials.resize(partial_floats);
+  stats.scratch_bytes += static_cast<int64_t>(partial_floats * sizeof(float));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t u = 0; u < units.size(); ++u) {
+    error.run([&] {
+      TileScratch ts = scratch(omp_get_thread_num());
+      const auto [w, c] = units[u];
+      run_splits(q, reader, b, sh, items[w], c, c + 1, ts, false, ws.partials.data());
+    });
+  }
+  error.rethrow();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t w = 0; w < items.size(); ++w) {
+    error.run([&] {
+      const WorkItem& it = items[w];
+      TileScratch ts = scratch(omp_get_thread_num());
+      const int64_t nv = it.n_rows * group;
+      for (int64_t i = 0; i < nv; ++i) {
+        float* run = ts.running + i * (d + 2);
+        clear(run, d);
+        AttentionPartial into = view(run, d);
+        for (int64_t c = 0; c < it.n_splits; ++c)
+          merge_partials(into, view(ws.partials.data() + (it.partial0 + c * nv + i) * (d + 2), d));
+        store(into, run, d);
+      }
+      finish(ts.running, it, sh, out, lse);
+    });
+  }
+  error.rethrow();
+  return stats;
+}
+
+// ---- the naive twin --------------------------------------------------------------------------
+AttentionStats naive_attention(const float* q, const PagedKvLayer& kv, float* out, float* lse,
+                               const AttentionBatch& b, const AttentionShape& sh, std::vector<float>& scores) {
+  check_call("naive_attention", q, kv, out, b, sh);
+  AttentionStats stats;
+  const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, kvd = sh.n_kv_heads * d;
+  const KvReader reader{kv, kvd, d};
+  std::vector<float> keys, values;
+  for (int64_t s = 0; s < b.n_seqs; ++s) {
+    const int64_t q0 = b.query_start_loc[s], qlen = b.query_start_loc[s + 1] - q0;
+    const int64_t n_keys = b.seq_lens[s], first_pos = n_keys - qlen;
+    if (qlen == 0) continue;
+    // Gather the sequence's K and V (n_keys, n_kv_heads, head_dim) out of the pool, as f32.
+    keys.resize(static_cast<size_t>(n_keys * kvd));
+    values.resize(keys.size());
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const int64_t slot = slot_of(b, s, j);
+      for (int64_t g = 0; g < sh.n_kv_heads; ++g) {
+        reader.read(true, slot, g, keys.data() + j * kvd + g * d);
+        reader.read(false, slot, g, values.data() + j * kvd + g * d);
+      }
+    }
+    // S (n_heads, qlen, n_keys): every score, masked afterwards (Algorithm 0).
+    const auto s_floats = static_cast<size_t>(sh.n_heads * qlen * n_keys);
+    if (scores.size() < s_floats) scores.resize(s_floats);
+    stats.scratch_bytes = std::max<int64_t>(stats.scratch_bytes,
+                                            static_cast<int64_t>((s_floats + 2 * keys.size()) * sizeof(float)));
+#pragma omp parallel for schedule(dynamic, 1) collapse(2)
+    for (int64_t h = 0; h < sh.n_heads; ++h) {
+      for (int64_t i = 0; i < qlen; ++i) {
+        const float* qi = q + ((q0 + i) * sh.n_heads + h) * d;
+        const float* kh = keys.data() + (h / group) * d;
+        const float* vh = values.data() + (h / group) * d;
+        float* row = scores.data() + (h * qlen + i) * n_keys;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kh[j * kvd + e];
+          row[j] = dot * sh.scale;
+        }
+        if (b.causal)
+          for (int64_t j = first_pos + i + 1; j < n_keys; ++j) row[j] = -INFINITY;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n_keys; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n_keys; ++j) sum += (row[j] = std::exp(row[j] - mx));
+        const float inv = 1.0f / sum;
+        float* o = out + ((q0 + i) * sh.n_heads + h) * d;
+        std::fill_n(o, d, 0.0f);
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float p = row[j] * inv;
+          if (p == 0.0f) continue;  // masked (or underflowed): never 0 * v
+#pragma omp simd
+          for (int64_t e = 0; e < d; ++e) o[e] += p * vh[j * kvd + e];
+        }
+        if (lse != nullptr) lse[(q0 + i) * sh.n_heads + h] = mx + std::log(sum);
+      }
+    }
+  }
+  return stats;
+}
+
+}  // namespace lio::cpu

@@ -1,0 +1,100 @@
+// Chapter 07, Tasks 1-4 — reference solution: the score matrix's bytes, the online-softmax
+// update of one tile, the merge of two partials (Flash-Decoding's reduction) and the causal tile
+// rule. Declarations and contracts: kernels/cpu/flash_attention.h. Lesson:
+// docs/07_flash_attention.md. Grade: ctest -R ch07_task_K (K = 1..4), or scripts/grade.sh 07
+#include "flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "lio/error.h"
+
+namespace lio::cpu {
+
+// ---- Task 1 -----------------------------------------------------------------------------------
+
+int64_t attention_score_bytes(int64_t batch, int64_t n_heads, int64_t n_queries, int64_t n_keys,
+                              int64_t bytes_per_element) {
+  const int64_t factors[] = {batch, n_heads, n_queries, n_keys, bytes_per_element};
+  const char* names[] = {"batch", "n_heads", "n_queries", "n_keys", "bytes_per_element"};
+  int64_t bytes = 1;
+  for (int i = 0; i < 5; ++i) {
+    if (factors[i] < 0) {
+      throw InvalidArgument(std::string("attention_score_bytes: ") + names[i] + " must be >= 0, got " +
+                            std::to_string(factors[i]));
+    }
+  }
+  for (const int64_t f : factors) {
+    if (f != 0 && bytes > std::numeric_limits<int64_t>::max() / f) {
+      throw InvalidArgument("attention_score_bytes: the score matrix's size does not fit in int64");
+    }
+    bytes *= f;
+  }
+  return bytes;
+}
+
+// ---- Task 2 -----------------------------------------------------------------------------------
+
+void online_softmax_update(AttentionPartial& row, std::span<float> scores, const float* v, int64_t v_stride) {
+  const auto d = static_cast<int64_t>(row.acc.size());
+  if (scores.empty()) throw InvalidArgument("online_softmax_update: a tile needs at least one score");
+  if (v_stride < d) {
+    throw InvalidArgument("online_softmax_update: v_stride " + std::to_string(v_stride) + " < head_dim " +
+                          std::to_string(d));
+  }
+  float tile_max = scores[0];
+  for (const float s : scores) tile_max = std::max(tile_max, s);
+  const float m_new = std::max(row.m, tile_max);
+  // exp(-inf - m_new) = 0: an empty row's l and acc (both 0) stay 0 under the rescale.
+  const float alpha = std::exp(row.m - m_new);
+  exp_shifted(scores, m_new);  // p_j = exp(s_j - m_new)
+  float tile_sum = 0.0f;
+  for (const float p : scores) tile_sum += p;
+  row.l = row.l * alpha + tile_sum;
+  float* acc = row.acc.data();
+  for (int64_t c = 0; c < d; ++c) acc[c] *= alpha;
+  for (size_t j = 0; j < scores.size(); ++j) {
+    const float p = scores[j];
+    const float* vj = v + static_cast<int64_t>(j) * v_stride;
+    for (int64_t c = 0; c < d; ++c) acc[c] += p * vj[c];
+  }
+  row.m = m_new;
+}
+
+// ---- Task 3 -----------------------------------------------------------------------------------
+
+void merge_partials(AttentionPartial& into, const AttentionPartial& other) {
+  if (into.acc.size() != other.acc.size()) {
+    throw InvalidArgument("merge_partials: head_dim " + std::to_string(into.acc.size()) + " vs " +
+                          std::to_string(other.acc.size()));
+  }
+  if (other.l == 0.0f) return;  // nothing to add (and exp(-inf - -inf) would be NaN)
+  if (into.l == 0.0f) {
+    into.m = other.m;
+    into.l = other.l;
+    std::copy(other.acc.begin(), other.acc.end(), into.acc.begin());
+    return;
+  }
+  const float m = std::max(into.m, other.m);
+  const float a = std::exp(into.m - m), b = std::exp(other.m - m);
+  into.l = into.l * a + other.l * b;
+  for (size_t c = 0; c < into.acc.size(); ++c) into.acc[c] = into.acc[c] * a + other.acc[c] * b;
+  into.m = m;
+}
+
+// ---- Task 4 -----------------------------------------------------------------------------------
+
+TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last) {
+  if (q_first < 0 || k_first < 0 || q_first > q_last || k_first > k_last) {
+    throw InvalidArgument("causal_tile_mask: need 0 <= first <= last, got queries " + std::to_string(q_first) +
+                          ".." + std::to_string(q_last) + ", keys " + std::to_string(k_first) + ".." +
+                          std::to_string(k_last));
+  }
+  if (k_first > q_last) return TileMask::Skip;  // the last query sees none of the tile
+  if (k_last <= q_first) return TileMask::Full;  // the first query sees all of it
+  return TileMask::Partial;
+}
+
+}  // namespace lio::cpu
