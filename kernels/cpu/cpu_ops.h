@@ -78,12 +78,12 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void embedding_row(const WeightMatrix& w, int64_t token, float* out);
 
 // ---- attention ------------------------------------------------------------------------------
-// The engine's CPU attention is one path: CpuBackend::attention runs every (row, query head) of
-// a batch, prefill and decode alike, through paged_decode_attention (chapter 04's Task 5) over
-// the row's block table, or through its f16 / int8 twin for a quantized pool. Chapter 01's
-// decode_attention (Task 4) runs in ch01_kv_cache, over the one contiguous block per sequence
-// that chapter's executable reserves. The naive reference all of them are tested against is
-// attention_reference.h.
+// The engine's CPU attention is chapter 07's tiled kernel (flash_attention.h) for every row, on
+// any pool dtype. With --attention-backend naive, decode rows go through paged_decode_attention
+// (chapter 04's Task 5) and prefill chunks through flash_attention.h's naive_attention (the
+// score matrix materialized). Chapter 01's decode_attention (Task 4) runs in ch01_kv_cache, over
+// the one contiguous block per sequence that chapter's executable reserves. The reference they
+// are all tested against is attention_reference.h.
 
 /// Task 5 (chapter 04 exercise point; defined in solutions|exercises/04_paged_attention/
 /// paged_decode_attention.cpp). Attention of ONE query head over positions 0 .. n_ctx-1 of a
@@ -98,33 +98,13 @@ void embedding_row(const WeightMatrix& w, int64_t token, float* out);
 ///   out = sum_j softmax_j(scale * q . k[j]) v[j]
 /// Equals decode_attention's result for that head on the gathered contiguous cache (to f32
 /// rounding). Single-threaded: the engine runs many (row, head) pairs in parallel. The engine's
-/// f32 CPU attention for every row (CpuBackend::attention).
+/// f32 CPU attention for decode rows under --attention-backend naive (CpuBackend::attention).
 /// Throws InvalidArgument if n_ctx < 1, block_size < 1, the table is too short, or scores
 /// holds fewer than n_ctx floats.
 void paged_decode_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                             std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
                             int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale,
                             std::span<float> scores);
-
-/// paged_decode_attention (the contract of Task 5, scores scratch included) over a pool stored
-/// in f16 (--kv-cache-dtype f16): k_pool, v_pool hold IEEE half bits, (n_slots, n_kv_heads,
-/// head_dim), each converted to f32 as it is read. Throws InvalidArgument as
-/// paged_decode_attention.
-void paged_decode_attention_f16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool,
-                                float* out, std::span<const int32_t> block_table, int64_t n_ctx,
-                                int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
-                                int64_t head_dim, float scale, std::span<float> scores);
-
-/// paged_decode_attention over a pool stored in int8 (--kv-cache-dtype int8): k_pool, v_pool
-/// (n_slots, n_kv_heads, head_dim) codes, k_scales, v_scales (n_slots, n_kv_heads), key =
-/// k_scale * code. Dequantized inside the loops: q . k[j] = k_scale[j] * (q . codes[j]), and
-/// p_j v[j] = (p_j v_scale[j]) codes[j], so no f32 copy of the cache is made. scores: as
-/// paged_decode_attention. Throws InvalidArgument as paged_decode_attention.
-void paged_decode_attention_int8(const float* q, const int8_t* k_pool, const float* k_scales,
-                                 const int8_t* v_pool, const float* v_scales, float* out,
-                                 std::span<const int32_t> block_table, int64_t n_ctx,
-                                 int64_t block_size, int64_t n_kv_heads, int64_t kv_head,
-                                 int64_t head_dim, float scale, std::span<float> scores);
 
 /// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
 /// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:

@@ -140,10 +140,13 @@ struct WorkItem {
 struct TileScratch {
   float* kt;       // (head_dim, Bc) K^T of the key tile
   float* v;        // (Bc, head_dim)
-  float* s;        // (n_vectors, Bc) scores
+  float* s;        // (n_vectors, Bc) scores; while a tile is gathered, (8, head_dim) staging
   float* split;    // (n_vectors, head_dim + 2) the current split's partials: acc, then m, l
   float* running;  // (n_vectors, head_dim + 2) the merged partials
-  static int64_t floats(int64_t n_vectors, int64_t d) { return 2 * d * kFlashKeyTile + n_vectors * kFlashKeyTile + 2 * n_vectors * (d + 2); }
+  static int64_t s_floats(int64_t n_vectors, int64_t d) { return std::max(n_vectors * kFlashKeyTile, 8 * d); }
+  static int64_t floats(int64_t n_vectors, int64_t d) {
+    return 2 * d * kFlashKeyTile + s_floats(n_vectors, d) + 2 * n_vectors * (d + 2);
+  }
 };
 
 /// A partial stored as (acc (d), m, l) at p.
@@ -190,6 +193,65 @@ void tile_scores(const float* const* qv, int64_t n_vectors, const float* kt, int
 #endif
 }
 
+/// Copies keys k0 .. k0 + nk - 1 of item's sequence and KV head into ts.kt (head_dim, Bc),
+/// transposed, and their values into ts.v (Bc, head_dim), as f32. Eight keys at a time: each
+/// key's row (straight from an f32 pool, else dequantized into ts.s as staging) goes through
+/// 8 x 8 register transposes. Pure data movement: the bits are the pool's.
+void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem& item, int64_t k0, int64_t nk,
+                 TileScratch& ts) {
+  const int64_t d = reader.head_dim, g = item.kv_head;
+  const bool f32 = reader.kv.element == KvElement::F32;
+  int64_t j = 0;
+#ifdef LIO_FLASH_AVX2
+  if (d % 8 == 0) {
+    for (; j + 8 <= nk; j += 8) {
+      const float* rows[8];
+      for (int64_t r = 0; r < 8; ++r) {
+        const int64_t slot = slot_of(b, item.seq, k0 + j + r);
+        if (f32) {
+          rows[r] = static_cast<const float*>(reader.kv.k) + slot * reader.kv_dim + g * d;
+        } else {
+          reader.read(true, slot, g, ts.s + r * d);  // the scores buffer is free while gathering
+          rows[r] = ts.s + r * d;
+        }
+        reader.read(false, slot, g, ts.v + (j + r) * d);
+      }
+      for (int64_t e = 0; e < d; e += 8) {
+        __m256 r0 = _mm256_loadu_ps(rows[0] + e), r1 = _mm256_loadu_ps(rows[1] + e), r2 = _mm256_loadu_ps(rows[2] + e),
+               r3 = _mm256_loadu_ps(rows[3] + e), r4 = _mm256_loadu_ps(rows[4] + e), r5 = _mm256_loadu_ps(rows[5] + e),
+               r6 = _mm256_loadu_ps(rows[6] + e), r7 = _mm256_loadu_ps(rows[7] + e);
+        const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                     t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                     t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        r0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+        r1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+        r2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+        r3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+        r4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+        r5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+        r6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+        r7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+        float* col = ts.kt + e * kFlashKeyTile + j;  // element e of keys j .. j + 7
+        _mm256_storeu_ps(col + 0 * kFlashKeyTile, _mm256_permute2f128_ps(r0, r4, 0x20));
+        _mm256_storeu_ps(col + 1 * kFlashKeyTile, _mm256_permute2f128_ps(r1, r5, 0x20));
+        _mm256_storeu_ps(col + 2 * kFlashKeyTile, _mm256_permute2f128_ps(r2, r6, 0x20));
+        _mm256_storeu_ps(col + 3 * kFlashKeyTile, _mm256_permute2f128_ps(r3, r7, 0x20));
+        _mm256_storeu_ps(col + 4 * kFlashKeyTile, _mm256_permute2f128_ps(r0, r4, 0x31));
+        _mm256_storeu_ps(col + 5 * kFlashKeyTile, _mm256_permute2f128_ps(r1, r5, 0x31));
+        _mm256_storeu_ps(col + 6 * kFlashKeyTile, _mm256_permute2f128_ps(r2, r6, 0x31));
+        _mm256_storeu_ps(col + 7 * kFlashKeyTile, _mm256_permute2f128_ps(r3, r7, 0x31));
+      }
+    }
+  }
+#endif
+  for (; j < nk; ++j) {  // the tile's last keys (or every key without AVX2)
+    const int64_t slot = slot_of(b, item.seq, k0 + j);
+    reader.read(true, slot, g, ts.s);
+    for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = ts.s[e];
+    reader.read(false, slot, g, ts.v + j * d);
+  }
+}
+
 /// Runs splits [c0, c1) of `item`: each split from an empty partial, through Tasks 4 and 2.
 /// With `fold`, each split is merged into ts.running (Task 3, in order); otherwise split c's
 /// partials are written to partials + (item.partial0 + c * n_vectors) * (d + 2).
@@ -213,16 +275,7 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       const TileMask mask = b.causal ? causal_tile_mask(item.pos0, pos_last, k0, k0 + nk - 1) : TileMask::Full;
       if (mask == TileMask::Skip) break;  // every later tile is further above the diagonal
       // Gather the tile (HBM -> SRAM on a GPU; DRAM -> L1/L2 here): K transposed, V as rows.
-      float krow[1024];
-      std::vector<float> krow_heap;
-      float* kr = krow;
-      if (d > 1024) krow_heap.resize(static_cast<size_t>(d)), kr = krow_heap.data();
-      for (int64_t j = 0; j < nk; ++j) {
-        const int64_t slot = slot_of(b, item.seq, k0 + j);
-        reader.read(true, slot, item.kv_head, kr);
-        for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = kr[e];
-        reader.read(false, slot, item.kv_head, ts.v + j * d);
-      }
+      gather_tile(reader, b, item, k0, nk, ts);
       const int64_t n_cols = (nk + 7) / 8 * 8;
       for (int64_t j = nk; j < n_cols; ++j)
         for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = 0.0f;
@@ -301,7 +354,7 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
   const auto scratch = [&](int tid) {
     float* base = ws.tiles.data() + static_cast<int64_t>(tid) * per_thread;
     TileScratch ts{base, base + d * kFlashKeyTile, base + 2 * d * kFlashKeyTile, nullptr, nullptr};
-    ts.split = ts.s + max_vectors * kFlashKeyTile;
+    ts.split = ts.s + TileScratch::s_floats(max_vectors, d);
     ts.running = ts.split + max_vectors * (d + 2);
     return ts;
   };

@@ -128,6 +128,8 @@ else
   echo "FAIL int8_token_activations_generate"; cat "$work/err"; ((fail++))
 fi
 expect_error bad_activations "--activations must be" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --activations int4
+expect_error bad_attention_backend "--attention-backend must be 'flash' or 'naive'" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention-backend fast
+expect_error bad_attention_backend_logits "--attention-backend must be" "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,2 --out "$work/logits.bin" --attention-backend Flash
 # The KV cache in int8 (one scale per token and KV head) and f16.
 for kv in int8 f16; do
   if "$bin/lio" generate --model "$m/tiny.gguf" --prompt "hello there" --max-tokens 6 --kv-cache-dtype $kv --json >"$work/out" 2>"$work/err" &&

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "flash_attention.h"
 #include "cpu_ops.h"
 #include "lio/error.h"
 #include "lio/kv_pool.h"
@@ -103,47 +104,48 @@ PoolLayer make_pool_layer(int64_t n_slots, int64_t n_kv, int64_t hd, uint32_t se
 }
 
 TEST(KvCacheDType, QuantizedAttentionIsF32AttentionOnTheDecodedValues) {
+  // One decode row at position 22 (23 keys) through the engine's CPU kernel (chapter 07's
+  // cpu::flash_attention), which dequantizes f16 / int8 tiles as it gathers them.
   const int64_t bs = 4, n_kv = 2, hd = 32, n_ctx = 23;
   const PoolLayer p = make_pool_layer(12 * bs, n_kv, hd, 5);
   const std::vector<int32_t> table = {7, 2, 11, 0, 5, 9};  // 6 blocks of 4 >= 23 positions
-  const std::vector<float> q = lio::testing::random_floats(static_cast<size_t>(hd), -1.0f, 1.0f, 9);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::vector<int32_t> qsl = {0, 1}, seq_lens = {static_cast<int32_t>(n_ctx)};
+  const std::vector<float> q = lio::testing::random_floats(static_cast<size_t>(n_kv * hd), -1.0f, 1.0f, 9);
+  const lio::cpu::AttentionShape shape{n_kv, n_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  const lio::cpu::AttentionBatch batch{qsl.data(), seq_lens.data(), table.data(), 1, 6, bs, true};
+  lio::cpu::FlashWorkspace ws;
+  const auto attend = [&](const lio::cpu::PagedKvLayer& kv) {
+    std::vector<float> out(static_cast<size_t>(n_kv * hd));
+    lio::cpu::flash_attention(q.data(), kv, out.data(), nullptr, batch, shape, ws);
+    return out;
+  };
+  using lio::cpu::KvElement;
+  const std::vector<float> ref16 = attend({KvElement::F32, p.k16f.data(), p.v16f.data(), nullptr, nullptr});
+  const std::vector<float> ref8 = attend({KvElement::F32, p.k8f.data(), p.v8f.data(), nullptr, nullptr});
+  const std::vector<float> ref = attend({KvElement::F32, p.k.data(), p.v.data(), nullptr, nullptr});
+  const std::vector<float> got16 = attend({KvElement::F16, p.k16.data(), p.v16.data(), nullptr, nullptr});
+  const std::vector<float> got8 = attend({KvElement::Int8, p.k8.data(), p.v8.data(), p.ks.data(), p.vs.data()});
   double worst16 = 0, worst8 = 0;
-  for (int64_t g = 0; g < n_kv; ++g) {
-    std::vector<float> ref16(hd), ref8(hd), ref(hd), got16(hd), got8(hd),
-        s(n_ctx);  // s: scores scratch
-    lio::cpu::paged_decode_attention(q.data(), p.k16f.data(), p.v16f.data(), ref16.data(), table,
-                                     n_ctx, bs, n_kv, g, hd, scale, s);
-    lio::cpu::paged_decode_attention(q.data(), p.k8f.data(), p.v8f.data(), ref8.data(), table,
-                                     n_ctx, bs, n_kv, g, hd, scale, s);
-    lio::cpu::paged_decode_attention(q.data(), p.k.data(), p.v.data(), ref.data(), table, n_ctx, bs,
-                                     n_kv, g, hd, scale, s);
-    lio::cpu::paged_decode_attention_f16(q.data(), p.k16.data(), p.v16.data(), got16.data(), table,
-                                         n_ctx, bs, n_kv, g, hd, scale, s);
-    lio::cpu::paged_decode_attention_int8(q.data(), p.k8.data(), p.ks.data(), p.v8.data(),
-                                          p.vs.data(), got8.data(), table, n_ctx, bs, n_kv, g, hd,
-                                          scale, s);
-    for (int64_t d = 0; d < hd; ++d) {
-      // Same values as the f32 kernel reads: equal up to the order of f32 operations.
-      ASSERT_NEAR(got16[d], ref16[d], 1e-5f) << "f16, head " << g << " dim " << d;
-      ASSERT_NEAR(got8[d], ref8[d], 1e-5f) << "int8, head " << g << " dim " << d;
-      worst16 = std::max(worst16, static_cast<double>(std::fabs(got16[d] - ref[d])));
-      worst8 = std::max(worst8, static_cast<double>(std::fabs(got8[d] - ref[d])));
-    }
+  for (size_t d = 0; d < ref.size(); ++d) {
+    // Same values as the f32 pool holds, widened the same way: the same bits.
+    ASSERT_EQ(got16[d], ref16[d]) << "f16, element " << d;
+    ASSERT_EQ(got8[d], ref8[d]) << "int8, element " << d;
+    worst16 = std::max(worst16, static_cast<double>(std::fabs(got16[d] - ref[d])));
+    worst8 = std::max(worst8, static_cast<double>(std::fabs(got8[d] - ref[d])));
   }
   // Against the unrounded cache: f16 is far closer than int8, and int8 is close.
   EXPECT_LT(worst16, 1e-3);
   EXPECT_LT(worst8, 2e-2);
   EXPECT_GT(worst8, worst16);
-  std::vector<float> out(hd), scores(n_ctx);
-  EXPECT_THROW(lio::cpu::paged_decode_attention_int8(
-                   q.data(), p.k8.data(), p.ks.data(), p.v8.data(), p.vs.data(), out.data(),
-                   std::span<const int32_t>(table).first(2), n_ctx, bs, n_kv, 0, hd, scale, scores),
-               lio::InvalidArgument);  // a table too short for n_ctx
-  EXPECT_THROW(lio::cpu::paged_decode_attention_f16(
-                   q.data(), p.k16.data(), p.v16.data(), out.data(), table, n_ctx, bs, n_kv, 0, hd,
-                   scale, std::span<float>(scores).first(n_ctx - 1)),
-               lio::InvalidArgument);  // a scores scratch shorter than n_ctx
+  std::vector<float> out(static_cast<size_t>(n_kv * hd));
+  lio::cpu::AttentionBatch short_table = batch;
+  short_table.max_blocks_per_seq = 2;  // a table too short for 23 positions
+  EXPECT_THROW(lio::cpu::flash_attention(q.data(), {KvElement::Int8, p.k8.data(), p.v8.data(), p.ks.data(), p.vs.data()},
+                                         out.data(), nullptr, short_table, shape, ws),
+               lio::InvalidArgument);
+  EXPECT_THROW(lio::cpu::flash_attention(q.data(), {KvElement::Int8, p.k8.data(), p.v8.data(), nullptr, nullptr},
+                                         out.data(), nullptr, batch, shape, ws),
+               lio::InvalidArgument);  // int8 without its scales
 }
 
 TEST(KvCacheDType, BlockCopyAndSwapRoundTripEveryByte) {

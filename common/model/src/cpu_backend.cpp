@@ -223,9 +223,45 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   if (attention_backend_ == AttentionBackend::Flash) {
     cpu::flash_attention(q, kv, out, nullptr, ab, shape, flash_workspace_);
-  } else {
-    cpu::naive_attention(q, kv, out, nullptr, ab, shape, naive_scores_);
+    return;
   }
+  // The naive twin: each sequence's score matrix S (n_heads, query_len, n_keys) materialized.
+  // For a decoding sequence on an f32 pool S is one row per head, which is exactly what chapter
+  // 04's paged_decode_attention (Task 5) holds in its scores scratch: those rows go through it.
+  std::vector<int64_t> decode_seqs;
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    const int64_t qlen = b.query_len(s);
+    if (qlen == 1 && kv.element == cpu::KvElement::F32) {
+      decode_seqs.push_back(s);
+    } else if (qlen > 0) {
+      const int32_t qsl[2] = {b.query_start_loc[static_cast<size_t>(s)], b.query_start_loc[static_cast<size_t>(s + 1)]};
+      const cpu::AttentionBatch one{qsl, b.seq_lens.data() + s, b.block_tables.data() + s * b.max_blocks_per_seq, 1,
+                                    b.max_blocks_per_seq, b.block_size, true};
+      cpu::naive_attention(q, kv, out, nullptr, one, shape, naive_scores_);
+    }
+  }
+  if (decode_seqs.empty()) return;
+  int64_t max_ctx = 1;
+  for (const int64_t s : decode_seqs) max_ctx = std::max<int64_t>(max_ctx, b.seq_lens[static_cast<size_t>(s)]);
+  const auto scratch_floats = static_cast<size_t>(omp_get_max_threads() * max_ctx);
+  if (attn_scores_.size() < scratch_floats) attn_scores_.resize(scratch_floats);
+  const int64_t n_pairs = static_cast<int64_t>(decode_seqs.size()) * c.n_heads, qd = c.q_dim();
+  FirstError error;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t pair = 0; pair < n_pairs; ++pair) {
+    const int64_t s = decode_seqs[static_cast<size_t>(pair / c.n_heads)], h = pair % c.n_heads;
+    const int64_t row = b.query_start_loc[static_cast<size_t>(s)];
+    const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
+                                         static_cast<size_t>(b.max_blocks_per_seq));
+    const std::span<float> scores(attn_scores_.data() + omp_get_thread_num() * max_ctx, static_cast<size_t>(max_ctx));
+    error.run([&] {
+      cpu::paged_decode_attention(q + row * qd + h * c.head_dim, static_cast<const float*>(kv.k),
+                                  static_cast<const float*>(kv.v), out + row * qd + h * c.head_dim, table,
+                                  b.seq_lens[static_cast<size_t>(s)], b.block_size, c.n_kv_heads, h / group, c.head_dim,
+                                  shape.scale, scores);
+    });
+  }
+  error.rethrow();
 }
 
 void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {

@@ -1,17 +1,20 @@
 // cpu_backend.h — the Backend on the CPU: kernels/cpu over weights in host memory.
 //
-// Attention is one path: every (row, query head) pair of a batch, prefill and decode alike,
-// reads its K/V through its sequence's block table with chapter 04's paged_decode_attention
-// (Task 5; the learner's code under LIO_EXERCISES=04), with the KV head chapter 02's Task 1
-// names. Each pair's result depends only on the row's own position and keys, never on what
-// else is in the batch, so batch invariance holds. K/V are appended with chapter 01's
-// KvCache::write (Task 3) on the pool's slots. Chapter 01's contiguous decode_attention
-// (Task 4) is not on this path: ch01_kv_cache runs it (chapters/01_kv_cache/
-// contiguous_attention.h); the naive reference is kernels/cpu/attention_reference.h.
+// Attention (chapter 07): every row of a batch, prefill and decode alike, goes through
+// cpu::flash_attention, which reads K/V through each sequence's block table a tile at a time
+// with the learner's online softmax, merge and tile rule (Tasks 2-4 under LIO_EXERCISES=07),
+// after checking chapter 02's Task 1 names the GQA grouping it uses. A row's result depends
+// only on its own position and keys, never on what else is in the batch, so batch invariance
+// holds. --attention-backend naive runs the naive twin instead: chapter 04's
+// paged_decode_attention (Task 5) for decode rows, cpu::naive_attention (the score matrix
+// materialized) for prefill chunks. K/V are appended with chapter 01's KvCache::write (Task 3)
+// on the pool's slots. Chapter 01's contiguous decode_attention (Task 4) is not on this path:
+// ch01_kv_cache runs it (chapters/01_kv_cache/contiguous_attention.h); the reference every
+// kernel is tested against is kernels/cpu/attention_reference.h.
 //
 // An f16 or int8 pool (--kv-cache-dtype, chapter 03) is written element by element (int8:
-// each (token, KV head) vector through chapter 03's quantize_row_int8, Task 6) and read by the
-// same loop through cpu::paged_decode_attention_f16 / _int8, which dequantize as they read.
+// each (token, KV head) vector through chapter 03's quantize_row_int8, Task 6) and dequantized
+// as the attention kernels gather each tile (naive: each sequence's K/V).
 #pragma once
 
 #include <array>
@@ -77,10 +80,9 @@ class CpuBackend final : public Backend {
   std::vector<float> naive_scores_;      ///< naive_attention's score matrix S
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
   std::vector<int32_t> row_seq_;     ///< (n_tokens) the sequence of each row
-  std::vector<float> attn_scores_;   ///< (n_threads, longest context) attention's scores scratch
+  std::vector<float> attn_scores_;   ///< naive decode rows: (n_threads, longest context) Task 5's scores
   std::vector<int8_t> token_codes_;  ///< Int8PerToken: (n_rows, cols) a matmul input's codes
   std::vector<float> token_scales_;  ///< Int8PerToken: (n_rows) their per-token scales
-  std::vector<int64_t> kv_head_;     ///< (n_heads) the KV head each query head reads (ch02 Task 1)
   std::vector<float> mla_latents_;   ///< MLA: each sequence's cached latent rows, gathered
   std::vector<float> mla_c_;         ///< MLA naive path: the latents' c_kv parts, contiguous
   std::vector<float> mla_k_, mla_v_; ///< MLA naive path: up-projected keys and values
