@@ -47,7 +47,7 @@ constexpr int kDecodeVectors = 8;                 // ... when max_query_len <= k
 constexpr int kMaxHeadDim = static_cast<int>(kFlashAttentionMaxHeadDim);
 constexpr int kSlotBytes = kKeyTile * static_cast<int>(sizeof(int64_t));  // the tile's slots
 constexpr int kMergeThreads = 128;
-static_assert(kMaxHeadDim % 64 == 0, "the kernels are instantiated for head_dim <= 64 and <= 128");
+static_assert(kMaxHeadDim == 128, "launch_flash instantiates accumulators for head_dim <= 64 and <= 128");
 static_assert(kSlotBytes % 16 == 0, "the float tiles after the slots stay 16-byte aligned");
 
 /// How a block of kFlashThreads threads divides kVectors query vectors and a key tile.
@@ -339,14 +339,21 @@ flash_merge_kernel(const float* partial_acc,  // (n_splits, n_vectors, head_dim)
 
 // ---- host launchers -----------------------------------------------------------------------------
 
+/// Dynamic shared memory a kernel may use without opting in (CUDA C++ Programming Guide,
+/// "Shared Memory": 48 KiB; sm_80 / sm_90 allow up to 163 / 227 KiB per block after opting in).
+constexpr size_t kDefaultSmemBytes = 48 * 1024;
+
 /// Launches flash_attention_kernel<kVectors, kMaxDim, split> on `grid`, opting in to more than
-/// 48 KiB of dynamic shared memory when the layout needs it.
+/// 48 KiB of dynamic shared memory when the layout needs it (the prefill tile at head_dim > 32;
+/// decode tiles stay under it, so the decode path makes no extra runtime call).
 template <int kVectors, int kMaxDim>
-void launch_flash(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
+void launch_flash_kernel(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
   const size_t smem_bytes = flash_smem_layout(kVectors, p.head_dim).bytes();
   const auto run = [&](auto kernel) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem_bytes)));
+    if (smem_bytes > kDefaultSmemBytes) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem_bytes)));
+    }
     kernel<<<grid, kFlashThreads, smem_bytes, stream>>>(p);
   };
   if (split) {
@@ -357,12 +364,13 @@ void launch_flash(const FlashParams& p, dim3 grid, bool split, cudaStream_t stre
   CUDA_CHECK(cudaGetLastError());
 }
 
+/// launch_flash_kernel with the register accumulator sized for head_dim (<= 64 or <= 128).
 template <int kVectors>
 void launch_flash(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
   if (p.head_dim <= 64) {
-    launch_flash<kVectors, 64>(p, grid, split, stream);
+    launch_flash_kernel<kVectors, 64>(p, grid, split, stream);
   } else {
-    launch_flash<kVectors, kMaxHeadDim>(p, grid, split, stream);
+    launch_flash_kernel<kVectors, kMaxHeadDim>(p, grid, split, stream);
   }
 }
 

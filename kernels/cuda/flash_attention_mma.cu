@@ -192,18 +192,20 @@ flash_attention_mma_kernel(const bf16* q,  // (n_heads, n, kHeadDim)
     m = m_new;
     __syncwarp();  // P is complete and S is read: the scratch may take P V
 
-    // 3. P V (16 x kHeadDim) into the scratch, then o = o * correction + P V.
+    // 3. P V (16 x kHeadDim) into the scratch, then o = o * correction + P V. P's fragments are
+    // loaded once for all kDimTiles column tiles.
+    wmma::fragment<wmma::matrix_a, kWmma, kWmma, kWmma, bf16, wmma::row_major> p_frag[kKeySubtiles];
+#pragma unroll
+    for (int kk = 0; kk < kKeySubtiles; ++kk) wmma::load_matrix_sync(p_frag[kk], p_w + kk * kWmma, Layout::kLdP);
 #pragma unroll
     for (int dt = 0; dt < kDimTiles; ++dt) {
       wmma::fragment<wmma::accumulator, kWmma, kWmma, kWmma, float> pv_frag;
       wmma::fill_fragment(pv_frag, 0.0f);
 #pragma unroll
       for (int kk = 0; kk < kKeySubtiles; ++kk) {
-        wmma::fragment<wmma::matrix_a, kWmma, kWmma, kWmma, bf16, wmma::row_major> p_frag;
         wmma::fragment<wmma::matrix_b, kWmma, kWmma, kWmma, bf16, wmma::row_major> v_frag;
-        wmma::load_matrix_sync(p_frag, p_w + kk * kWmma, Layout::kLdP);
         wmma::load_matrix_sync(v_frag, v_s + kk * kWmma * Layout::kLdQkv + dt * kWmma, Layout::kLdQkv);
-        wmma::mma_sync(pv_frag, p_frag, v_frag, pv_frag);
+        wmma::mma_sync(pv_frag, p_frag[kk], v_frag, pv_frag);
       }
       wmma::store_matrix_sync(s_w + dt * kWmma, pv_frag, Layout::kLdS, wmma::mem_row_major);
     }
