@@ -15,6 +15,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "cuda_runtime_info.h"
+#include "cuda_timing.h"
 #include "device_buffer.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
@@ -27,40 +28,19 @@ using cuda::DeviceBuffer;
 
 constexpr int64_t kBlockSize = 16;  // tokens per KV block of the paged pool
 
-/// A CUDA stream, destroyed with its owner.
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreate(&s)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-};
-
-/// A CUDA event, destroyed with its owner.
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { CUDA_CHECK(cudaEventCreate(&e)); }
-  ~Event() { cudaEventDestroy(e); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-};
-
 /// Median device time of `launch` (which queues work on `stream`) in ms: one warm-up (which also
 /// grows any workspace), then `repeats` runs each between two events.
 template <typename Launch>
 double median_ms(Launch&& launch, int repeats, cudaStream_t stream) {
-  Event start, stop;
+  cuda::CudaEvent start, stop;
   launch();
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> samples;
   for (int r = 0; r < repeats; ++r) {
-    CUDA_CHECK(cudaEventRecord(start.e, stream));
+    CUDA_CHECK(cudaEventRecord(start.get(), stream));
     launch();
-    CUDA_CHECK(cudaEventRecord(stop.e, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop.e));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));
-    samples.push_back(ms);
+    CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    samples.push_back(cuda::elapsed_ms(start, stop));
   }
   std::sort(samples.begin(), samples.end());
   const size_t mid = samples.size() / 2;
@@ -253,9 +233,9 @@ nlohmann::ordered_json cuda_attention_sweep(const std::vector<int64_t>& ns, int6
   result["block_size"] = kBlockSize;
   result["causal"] = true;
   result["repeats"] = repeats;
-  Stream stream;
+  cuda::CudaStream stream;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  for (const int64_t n : ns) rows.push_back(sweep_one(n, n_heads, n_kv_heads, head_dim, repeats, sm_count, stream.s));
+  for (const int64_t n : ns) rows.push_back(sweep_one(n, n_heads, n_kv_heads, head_dim, repeats, sm_count, stream.get()));
   result["rows"] = std::move(rows);
   return result;
 }
