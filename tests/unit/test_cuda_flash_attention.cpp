@@ -24,8 +24,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -36,19 +34,15 @@
 #include "device_buffer.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "paged_layout.h"
 #include "random_inputs.h"
 
 namespace {
 
 using lio::cuda::DeviceBuffer;
 using lio::testing::random_floats;
-
-/// One sequence of a test batch: `cached` positions before its `query_len` query rows (all of
-/// them already in the pool: the kernels read K/V only from the pool).
-struct SeqSpec {
-  int32_t cached;
-  int32_t query_len;
-};
+// `cached` positions before `query_len` query rows, all in the pool (the kernels read K/V only there)
+using lio::testing::SeqSpec;
 
 struct Case {
   std::string name;
@@ -56,46 +50,20 @@ struct Case {
   std::vector<SeqSpec> seqs;
 };
 
-/// The batch's host arrays and a random pool holding every position of every sequence.
-struct Batch {
-  int64_t n_tokens = 0, n_seqs = 0, max_blocks_per_seq = 0, n_slots = 0, kv_dim = 0, max_query_len = 0;
-  std::vector<int32_t> query_start_loc, seq_lens, block_tables;
+/// The batch's layout (scattered block tables) and a random pool holding every position of
+/// every sequence.
+struct Batch : lio::testing::PagedLayout {
+  int64_t kv_dim = 0;
   std::vector<float> q;               // (n_tokens, n_heads, head_dim)
   std::vector<float> k_pool, v_pool;  // (n_slots, kv_dim)
   float scale = 0.0f;
 };
 
-/// Builds the batch of `c`: blocks handed out in a shuffled order, a few left unused.
 Batch make_batch(const Case& c, uint32_t seed) {
   Batch b;
-  b.n_seqs = static_cast<int64_t>(c.seqs.size());
+  static_cast<lio::testing::PagedLayout&>(b) = lio::testing::scattered_layout(c.seqs, c.block_size, seed);
   b.kv_dim = c.n_kv_heads * c.head_dim;
   b.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  int64_t total_blocks = 0;
-  for (const SeqSpec& s : c.seqs) {
-    const int64_t blocks = (s.cached + s.query_len + c.block_size - 1) / c.block_size;
-    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, blocks);
-    b.max_query_len = std::max<int64_t>(b.max_query_len, s.query_len);
-    total_blocks += blocks;
-    b.n_tokens += s.query_len;
-  }
-  const int64_t n_blocks = total_blocks + 3;
-  b.n_slots = n_blocks * c.block_size;
-  std::vector<int32_t> order(static_cast<size_t>(n_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
-  b.block_tables.assign(static_cast<size_t>(b.n_seqs * b.max_blocks_per_seq), 0);
-  b.query_start_loc.push_back(0);
-  size_t next_block = 0;
-  for (int64_t s = 0; s < b.n_seqs; ++s) {
-    const SeqSpec& spec = c.seqs[static_cast<size_t>(s)];
-    const int32_t seq_len = spec.cached + spec.query_len;
-    for (int64_t j = 0; j < (seq_len + c.block_size - 1) / c.block_size; ++j) {
-      b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq + j)] = order[next_block++];
-    }
-    b.seq_lens.push_back(seq_len);
-    b.query_start_loc.push_back(b.query_start_loc.back() + spec.query_len);
-  }
   b.q = random_floats(static_cast<size_t>(b.n_tokens * c.n_heads * c.head_dim), -1.0f, 1.0f, seed + 1);
   b.k_pool = random_floats(static_cast<size_t>(b.n_slots * b.kv_dim), -1.0f, 1.0f, seed + 2);
   b.v_pool = random_floats(static_cast<size_t>(b.n_slots * b.kv_dim), -1.0f, 1.0f, seed + 3);
@@ -119,8 +87,7 @@ void host_attention(const Case& c, const Batch& b, bool causal, std::vector<floa
         std::vector<int64_t> at(static_cast<size_t>(n_keys));  // float offset of (slot, g)
         double max_score = -INFINITY;
         for (int64_t j = 0; j < n_keys; ++j) {
-          const int64_t block = b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq + j / c.block_size)];
-          at[static_cast<size_t>(j)] = (block * c.block_size + j % c.block_size) * b.kv_dim + (h / group) * hd;
+          at[static_cast<size_t>(j)] = b.slot(s, j) * b.kv_dim + (h / group) * hd;
           double dot = 0;
           for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * b.k_pool[static_cast<size_t>(at[static_cast<size_t>(j)] + d)];
           scores[static_cast<size_t>(j)] = dot * b.scale;
