@@ -15,7 +15,7 @@
 // Tolerances: f32 outputs are convex combinations of V rows (|v| < 1): |got - want| <= 1e-4 x
 // max(1, |want|), i.e. 1e-4 relative to the outputs' O(1) scale (f32 dot products of <= 128
 // terms and expf, summed in other orders). lse likewise 1e-4 x max(1, |lse|). Split vs no split:
-// 1e-5 absolute (the same scores, merged in another order). bf16: 2e-2 absolute on outputs (P is
+// 1e-5 by the same rule (the same scores, merged in another order). bf16: 2e-2 on outputs (P is
 // rounded to bf16, ~2^-9 relative per weight, before P V); its lse is f32 from exact bf16
 // products: 1e-3.
 #include <cuda_runtime.h>
