@@ -599,15 +599,20 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
 /// n_keys) (causal: -inf above the diagonal), softmaxed row by row in place (max subtracted),
 /// then out = P V. One thread per score, one block per softmax row, one thread per output
 /// element; three launches per sequence. `scores` is the caller's buffer for S, grown (after
-/// synchronizing `stream`) to n_heads x max_query_len x max_blocks_per_seq x block_size floats
-/// — the largest sequence this batch can hold. Returns that size in bytes: the O(N^2) memory
-/// FlashAttention avoids. Same preconditions and errors as flash_attention().
+/// synchronizing `stream`) to n_heads x max_scores_per_head floats, where max_scores_per_head is
+/// the largest query_len(s) x seq_lens[s] of the batch when the caller knows it (the host batch:
+/// CudaBackend), or 0 for the bound max_query_len x max_blocks_per_seq x block_size. A value
+/// below some sequence's query_len x seq_len overruns the buffer (not checked on the device, as
+/// the index arrays are not). Returns the bytes of S this call needed: the O(N^2) memory
+/// FlashAttention avoids. Same preconditions and errors as flash_attention(), plus
+/// InvalidArgument for max_scores_per_head < 0 or above the bound.
 int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                         float* lse, const int32_t* query_start_loc, const int32_t* seq_lens,
                         const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                         int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                         int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
-                        int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream);
+                        int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
+                        int64_t max_scores_per_head = 0);
 
 /// FlashAttention-2 forward on tensor cores, for the kernel benchmark: one sequence of n tokens,
 /// contiguous bf16 (uint16_t bits, as lio::f32_to_bf16) q (n_heads, n, head_dim) and k, v

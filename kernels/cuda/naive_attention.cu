@@ -7,7 +7,9 @@
 //      -inf above the diagonal when causal — one thread per score;
 //   2. each row softmaxed in place (max subtracted) and its lse written — one block per row;
 //   3. out[i, h] = sum_j P[h, i, j] v[s, j, g] — one thread per output element.
-// S needs n_heads x query_len x n_keys floats: the O(N^2) memory FlashAttention removes.
+// S needs n_heads x query_len x n_keys floats: the O(N^2) memory FlashAttention removes. One
+// buffer serves every sequence in turn, sized for the largest (the caller's bound, or
+// max_query_len x the longest context the block tables can hold).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -48,7 +50,7 @@ struct NaiveParams {
   bool causal;
 };
 
-/// Grid: ceil(n_heads x max_query_len x max_context / kNaiveThreads). One thread per score of
+/// Grid: ceil(n_heads x max(query_len x n_keys) / kNaiveThreads). One thread per score of
 /// sequence p.s: S[h, i, j] = scale q[i, h] . k[j, g], -inf above the diagonal when causal.
 __global__ void naive_scores_kernel(NaiveParams p) {
   const int q_start = p.query_start_loc[p.s];
@@ -130,7 +132,8 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                         const int32_t* query_start_loc, const int32_t* seq_lens, const int32_t* block_tables,
                         int64_t n_tokens, int64_t n_seqs, int64_t max_blocks_per_seq, int64_t block_size,
                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
-                        int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream) {
+                        int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
+                        int64_t max_scores_per_head) {
   const detail::PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   detail::check_paged_attention_args("naive_attention", q, k_pool, v_pool, out, query_start_loc, seq_lens,
                                      block_tables, shape, kFlashAttentionMaxHeadDim, scale);
@@ -141,7 +144,12 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
     throw InvalidArgument("cuda::naive_attention: the score matrix (n_heads x max_query_len x max_context) "
                           "overflows int64 bytes");
   }
-  const int64_t score_floats = n_heads * max_query_len * max_context;
+  const int64_t bound = max_query_len * max_context;  // per head
+  if (max_scores_per_head < 0 || max_scores_per_head > bound) {
+    throw InvalidArgument("cuda::naive_attention: max_scores_per_head must be in [0, max_query_len x max_context = " +
+                          std::to_string(bound) + "], got " + std::to_string(max_scores_per_head));
+  }
+  const int64_t score_floats = n_heads * (max_scores_per_head > 0 ? max_scores_per_head : bound);
   const int64_t score_blocks = ceil_div(score_floats, kNaiveThreads);
   const int64_t pv_blocks = ceil_div(max_query_len * n_heads * head_dim, kNaiveThreads);
   if (score_blocks > INT_MAX || pv_blocks > INT_MAX) {

@@ -155,13 +155,15 @@ Result run_flash(const Case& c, const Batch& b, bool causal, bool split_kv, lio:
   return {d.out.to_host(), d.lse.to_host()};
 }
 
-Result run_naive(const Case& c, const Batch& b, bool causal, int64_t* score_bytes) {
+/// naive_attention on `c`; max_scores_per_head as naive_attention takes it (0: the bound).
+Result run_naive(const Case& c, const Batch& b, bool causal, int64_t* score_bytes, int64_t max_scores_per_head = 0) {
   DeviceBatch d(c, b);
   DeviceBuffer<float> scores;
   *score_bytes = lio::cuda::naive_attention(d.q.data(), d.k.data(), d.v.data(), d.out.data(), d.lse.data(),
                                             d.qsl.data(), d.lens.data(), d.tables.data(), b.n_tokens, b.n_seqs,
                                             b.max_blocks_per_seq, c.block_size, c.n_heads, c.n_kv_heads,
-                                            c.head_dim, b.scale, causal, b.max_query_len, scores, nullptr);
+                                            c.head_dim, b.scale, causal, b.max_query_len, scores, nullptr,
+                                            max_scores_per_head);
   CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_GE(static_cast<int64_t>(scores.size_bytes()), *score_bytes);
   return {d.out.to_host(), d.lse.to_host()};
@@ -249,6 +251,9 @@ TEST(FlashAttentionArgs, RejectsBadShapesBeforeLaunching) {
   EXPECT_THROW(lio::cuda::naive_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 2, 256, 0.1f, true, 1,
                                           scores, nullptr),
                lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::naive_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 2, 64, 0.1f, true, 1,
+                                          scores, nullptr, /*max_scores_per_head=*/17),
+               lio::InvalidArgument);  // above max_query_len x max_context = 16
   EXPECT_THROW(lio::cuda::flash_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 3, 64, 0.1f, true, 1, ws,
                                           nullptr),
                lio::InvalidArgument);  // 4 heads over 3 KV heads
@@ -360,6 +365,26 @@ TEST(NaiveAttention, MatchesReferenceAndReportsScoreBytes) {
   host_attention(c, b, false, want_out, want_lse);
   expect_close(non_causal.out, want_out, 1e-4, "naive non-causal");
   expect_close(non_causal.lse, want_lse, 1e-4, "naive non-causal lse");
+}
+
+// With the host's exact bound (the largest query_len x seq_len, as CudaBackend passes it) S
+// shrinks to that sequence's size and the results are the same.
+TEST(NaiveAttention, ExactScoreBoundShrinksSAndChangesNothing) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Case c{"naive exact bound", 6, 2, 128, 16, {{0, 70}, {900, 1}, {16, 17}}};
+  const Batch b = make_batch(c, 601);
+  int64_t largest = 0;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    largest = std::max<int64_t>(largest, int64_t{c.seqs[s].query_len} * b.seq_lens[s]);
+  }
+  int64_t bound_bytes = 0, exact_bytes = 0;
+  const Result bound = run_naive(c, b, true, &bound_bytes);
+  const Result exact = run_naive(c, b, true, &exact_bytes, largest);
+  EXPECT_EQ(exact_bytes, c.n_heads * largest * 4);
+  EXPECT_LT(exact_bytes, bound_bytes);  // 70 x 70 < 70 x 912 (901 keys in whole blocks of 16)
+  expect_close(exact.out, bound.out, 0.0, "exact bound vs bound");
+  expect_close(exact.lse, bound.lse, 0.0, "exact bound vs bound lse");
+  expect_close(exact.out, cpu_reference(c, b), 1e-4, "exact bound vs paged_attention_reference");
 }
 
 // ---- flash_attention_bf16 (wmma) ----------------------------------------------------------------

@@ -143,8 +143,13 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
     });
     return;
   }
-  int64_t max_query_len = 0;  // sizes the kernels' grids without reading the device
-  for (int64_t s = 0; s < b.n_seqs(); ++s) max_query_len = std::max(max_query_len, b.query_len(s));
+  // Sizes the kernels' grids (and the naive S) from the host batch, without reading the device.
+  int64_t max_query_len = 0;
+  int64_t max_scores_per_head = 0;  // the largest sequence's S: query_len x seq_len
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    max_query_len = std::max(max_query_len, b.query_len(s));
+    max_scores_per_head = std::max(max_scores_per_head, b.query_len(s) * b.seq_lens[static_cast<size_t>(s)]);
+  }
   m.guarded([&] {
     if (m.attention_backend == AttentionBackend::Flash) {
       m.op("attention (flash)", [&] {
@@ -158,7 +163,7 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
         naive_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
                         batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
                         b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
-                        m.naive_scores, m.stream);
+                        m.naive_scores, m.stream, max_scores_per_head);
       });
     }
   });
