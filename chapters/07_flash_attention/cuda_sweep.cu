@@ -144,7 +144,7 @@ nlohmann::ordered_json sweep_one(int64_t n, int64_t n_heads, int64_t n_kv_heads,
           naive_bytes = cuda::naive_attention(q_d.data(), k_d.data(), v_d.data(), out_naive.data(), nullptr,
                                               prefill_qsl.data(), seq_lens.data(), table_d.data(), n, 1, n_blocks,
                                               kBlockSize, n_heads, n_kv_heads, head_dim, scale, true, n, scores,
-                                              stream);
+                                              stream, /*max_scores_per_head=*/n * n);
         },
         repeats, stream);
   } catch (const cuda::CudaError& e) {
