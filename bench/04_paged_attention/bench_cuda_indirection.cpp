@@ -28,47 +28,30 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "cuda_runtime_info.h"
+#include "cuda_timing.h"
 #include "device_buffer.h"
 #include "indirection_common.h"
 
 namespace {
 
 namespace ind = lio::bench::indirection;
+using lio::cuda::CudaEvent;
+using lio::cuda::CudaStream;
 using lio::cuda::DeviceBuffer;
-
-/// A CUDA stream, destroyed with its owner.
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreate(&s)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-};
-
-/// A CUDA event, destroyed with its owner.
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { CUDA_CHECK(cudaEventCreate(&e)); }
-  ~Event() { cudaEventDestroy(e); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-};
 
 /// Device-to-device copy rate in bytes/s (2 x bytes per copy: read + write), median of
 /// `repeats` copies of `bytes` after one warm-up, timed with CUDA events on `stream`.
 double measure_copy_bandwidth(int64_t bytes, int repeats, cudaStream_t stream) {
   DeviceBuffer<std::byte> a(bytes), b(bytes);
   CUDA_CHECK(cudaMemset(a.data(), 1, a.size_bytes()));
-  Event start, stop;
+  CudaEvent start, stop;
   std::vector<double> rates;
   for (int r = 0; r < repeats + 1; ++r) {
-    CUDA_CHECK(cudaEventRecord(start.e, stream));
+    CUDA_CHECK(cudaEventRecord(start.get(), stream));
     CUDA_CHECK(
         cudaMemcpyAsync(b.data(), a.data(), a.size_bytes(), cudaMemcpyDeviceToDevice, stream));
-    CUDA_CHECK(cudaEventRecord(stop.e, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop.e));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));
+    CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    const float ms = lio::cuda::elapsed_ms(start, stop);
     if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3));
   }
   return lio::bench::median(rates);
@@ -109,16 +92,14 @@ using Step = std::function<void(int64_t layer)>;
 /// turns within each repeat. `warmup` untimed samples of each run first.
 std::vector<double> time_steps(const std::vector<Step>& steps, int64_t n_layers, int iters,
                                int warmup, int repeats, cudaStream_t stream) {
-  Event start, stop;
+  CudaEvent start, stop;
   std::vector<std::vector<double>> samples(steps.size());
   for (int r = 0; r < warmup + repeats; ++r) {
     for (size_t v = 0; v < steps.size(); ++v) {
-      CUDA_CHECK(cudaEventRecord(start.e, stream));
+      CUDA_CHECK(cudaEventRecord(start.get(), stream));
       for (int i = 0; i < iters; ++i) steps[v](i % n_layers);
-      CUDA_CHECK(cudaEventRecord(stop.e, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop.e));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));
+      CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+      const float ms = lio::cuda::elapsed_ms(start, stop);
       if (r >= warmup) samples[v].push_back(1e3 * ms / iters);
     }
   }
@@ -202,8 +183,8 @@ int run(const ind::Options& o, int iters) {
   const ind::Shape shape;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  Stream stream;
-  const double copy_bw = measure_copy_bandwidth(int64_t{512} << 20, 10, stream.s);
+  CudaStream stream;
+  const double copy_bw = measure_copy_bandwidth(int64_t{512} << 20, 10, stream.get());
 
   std::printf(
       "bench_cuda_paged_indirection | %s, %d SMs, L2 %.0f MiB | device-to-device copy "
@@ -235,8 +216,8 @@ int run(const ind::Options& o, int iters) {
       d.paged.push_back(upload(ind::make_paged(c, n_ctx, /*scatter=*/false, rng)));
       for (int64_t bs : o.block_sizes) d.paged.push_back(upload(ind::make_paged(c, bs, true, rng)));
     }
-    batch_rows.push_back(measure(shape, o, iters, d, o.batch, stream.s));
-    single_rows.push_back(measure(shape, o, iters, d, 1, stream.s));
+    batch_rows.push_back(measure(shape, o, iters, d, o.batch, stream.get()));
+    single_rows.push_back(measure(shape, o, iters, d, 1, stream.get()));
     for (const ind::Row* r : {&batch_rows.back(), &single_rows.back()}) {
       for (double x : r->max_rel_diff) worst_diff = std::max(worst_diff, x);
     }

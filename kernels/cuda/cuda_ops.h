@@ -1,5 +1,6 @@
 // cuda_ops.h — the CUDA operators of the Llama forward pass. The helpers their callers need
-// live beside it: device_buffer.h (DeviceBuffer), cublas_handle.h (CublasHandle, for
+// live beside it: device_buffer.h (DeviceBuffer; included: chapter 07's workspaces hold
+// them), cublas_handle.h (CublasHandle, for
 // matmul()), cuda_runtime_info.h (is there a GPU), cuda_check.h (CUDA_CHECK, CudaError).
 //
 // Each operator mirrors the CPU one in kernels/cpu/cpu_ops.h (same name, shapes and
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "device_buffer.h"
 #include "lio/dtype.h"
 #include "lio/rope_style.h"
 
@@ -503,5 +505,135 @@ void repeat_penalty(float* logits, const int32_t* tokens, int64_t n_tokens, floa
 void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, float* y,
             int64_t n, bool accumulate, float* scratch, int64_t scratch_floats,
             cudaStream_t stream);
+
+// ---- chapter 07: FlashAttention ---------------------------------------------------------------
+// Attention without the N x N score matrix (Dao et al. 2022; FlashAttention-2, Dao 2023), its
+// split-KV decode (Flash-Decoding, Dao, Haziza, Massa, Sizov 2023), a tensor-core bf16 variant
+// for the kernel benchmark, and the naive twin that does materialize the scores. The CPU
+// contract of the same chapter is kernels/cpu/flash_attention.h (same semantics).
+
+/// Largest head_dim flash_attention() and naive_attention() accept: a thread of the flash kernel
+/// keeps its share of a row's head_dim accumulators in registers, and a query tile of
+/// head_dim-float rows lives in shared memory.
+inline constexpr int64_t kFlashAttentionMaxHeadDim = 128;
+
+/// Longest query (max_query_len) flash_attention() treats as decode: a block then holds 8
+/// (row, head) query vectors instead of 64, and the keys may be split across blocks
+/// (Flash-Decoding).
+inline constexpr int64_t kFlashDecodeMaxQueryLen = 4;
+
+/// Fewest keys one Flash-Decoding split walks (8 key tiles of 32): below that the partials'
+/// write and merge cost more than the parallelism gains.
+inline constexpr int64_t kFlashMinKeysPerSplit = 256;
+
+/// Most splits of one row's keys (bounds the workspace: n_splits x n_tokens x n_heads x
+/// (head_dim + 2) floats).
+inline constexpr int64_t kFlashMaxSplits = 64;
+
+/// Device scratch of flash_attention(), owned by the caller (one per backend or benchmark; no
+/// hidden allocation). The launcher grows it on demand (synchronizing `stream` first, since
+/// queued kernels may still read the old allocation) and never shrinks it.
+struct FlashWorkspace {
+  /// Flash-Decoding's split partials: accumulators (n_splits, n_tokens, n_heads, head_dim), then
+  /// (m, l) pairs (n_splits, n_tokens, n_heads, 2); empty until a call splits.
+  DeviceBuffer<float> partials;
+  /// Streaming multiprocessors of the current device, read on first use (the split rule's input).
+  int sm_count = 0;
+};
+
+/// Query rows (of one sequence) one flash_attention() block holds: 64 (prefill) or 8 (decode,
+/// max_query_len <= kFlashDecodeMaxQueryLen) query vectors, shared among the group's heads:
+/// vectors / min(group, vectors), group = n_heads / n_kv_heads. This is the query tile Br.
+/// Host-only arithmetic, no GPU needed. Throws InvalidArgument unless n_heads is a positive
+/// multiple of n_kv_heads > 0 and max_query_len >= 1.
+int64_t flash_attention_rows_per_block(int64_t max_query_len, int64_t n_heads, int64_t n_kv_heads);
+
+/// Number of Flash-Decoding splits flash_attention() uses. The rule: none (1) unless
+/// max_query_len <= kFlashDecodeMaxQueryLen. Otherwise the blocks without splits (n_seqs x query
+/// tiles x KV heads x head chunks) are multiplied until they fill every SM twice (2 x sm_count
+/// blocks: a full wave plus room to hide the tail), but each split keeps at least
+/// kFlashMinKeysPerSplit keys of max_context and there are at most kFlashMaxSplits:
+///   splits = clamp(ceil(2 sm_count / blocks), 1, min(kFlashMaxSplits, max_context / kFlashMinKeysPerSplit)).
+/// max_context: the longest context the batch can hold (max_blocks_per_seq x block_size).
+/// Host-only arithmetic, no GPU needed. Throws InvalidArgument for non-positive arguments or
+/// n_heads not a multiple of n_kv_heads.
+int64_t flash_attention_splits(int64_t max_query_len, int64_t n_seqs, int64_t max_context,
+                               int64_t n_heads, int64_t n_kv_heads, int64_t sm_count);
+
+/// FlashAttention-2 forward (Dao 2023, Algorithm 1) over the paged f32 pool, for a batch mixing
+/// prefill chunks and decode rows: the contract of paged_attention() (same q, pool, index arrays
+/// and GQA mapping) plus
+///   causal: row i at position p sees keys 0 .. p (true), or all seq_lens[s] keys (false);
+///   lse: (n_tokens, n_heads) each row's logsumexp m + log(l) of the scaled scores, natural log,
+///        or null (not written);
+///   max_query_len: the longest query_len(s) in the batch (host int: the grid is sized without
+///        reading the device); a smaller value leaves rows unwritten (not checked);
+///   workspace: the caller's scratch (split partials), grown on demand;
+///   split_kv: false forces one block per row's keys (no Flash-Decoding; the benchmark's
+///        "without").
+/// Work layout: grid (sequence, query tile x split, KV head x head chunk); a block of 128
+/// threads holds a query tile of Br = flash_attention_rows_per_block() rows times the group's
+/// heads (so each K/V tile is gathered through the block table into shared memory ONCE per
+/// group), walks key tiles of 32 with the online softmax per (row, head) (running m, l and a
+/// register accumulator), skips key tiles wholly above the diagonal (causal) and masks the rest
+/// per key. Decode (max_query_len <= kFlashDecodeMaxQueryLen): 8 query vectors per block, and
+/// each row's keys split into flash_attention_splits() chunks processed by different blocks
+/// (Flash-Decoding), each writing its partial (m, l, acc) to the workspace; a merge kernel then
+/// combines them per (row, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+/// Shared memory: (Q tile + K + V + P) floats, up to 73 KiB at head_dim 128 (opt-in beyond
+/// 48 KiB, sm_80+). f32 throughout, summed in another order than paged_attention_reference
+/// (test_cuda_flash_attention holds it to 1e-4 of the outputs' scale).
+/// Preconditions (throw InvalidArgument): paged_attention()'s, with 0 < head_dim <=
+/// kFlashAttentionMaxHeadDim; 1 <= max_query_len <= n_tokens when n_tokens > 0; n_kv_heads and
+/// the grid's other dimensions within 65535. Throws CudaError if a launch or allocation fails.
+void flash_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                     float* lse, const int32_t* query_start_loc, const int32_t* seq_lens,
+                     const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                     int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                     int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
+                     int64_t max_query_len, FlashWorkspace& workspace, cudaStream_t stream,
+                     bool split_kv = true);
+
+/// Standard attention, flash_attention()'s naive twin (Vaswani et al. 2017, eq. 1; "standard
+/// attention implementation", Dao et al. 2022, Algorithm 0), on the same arguments: for each
+/// sequence in turn, S = scale Q K^T is materialized in device memory as (n_heads, query_len,
+/// n_keys) (causal: -inf above the diagonal), softmaxed row by row in place (max subtracted),
+/// then out = P V. One thread per score, one block per softmax row, one thread per output
+/// element; three launches per sequence. `scores` is the caller's buffer for S, grown (after
+/// synchronizing `stream`) to n_heads x max_scores_per_head floats, where max_scores_per_head is
+/// the largest query_len(s) x seq_lens[s] of the batch when the caller knows it (the host batch:
+/// CudaBackend), or 0 for the bound max_query_len x max_blocks_per_seq x block_size. A value
+/// below some sequence's query_len x seq_len overruns the buffer (not checked on the device, as
+/// the index arrays are not). Returns the bytes of S this call needed: the O(N^2) memory
+/// FlashAttention avoids. Same preconditions and errors as flash_attention(), plus
+/// InvalidArgument for max_scores_per_head < 0 or above the bound.
+int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
+                        float* lse, const int32_t* query_start_loc, const int32_t* seq_lens,
+                        const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
+                        int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
+                        int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
+                        int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
+                        int64_t max_scores_per_head = 0);
+
+/// FlashAttention-2 forward on tensor cores, for the kernel benchmark: one sequence of n tokens,
+/// contiguous bf16 (uint16_t bits, as lio::f32_to_bf16) q (n_heads, n, head_dim) and k, v
+/// (n_kv_heads, n, head_dim); query head h reads KV head h / (n_heads / n_kv_heads). out:
+/// (n_heads, n, head_dim) f32 = softmax(scale q k^T [+ causal mask]) v; lse: (n_heads, n)
+/// natural-log logsumexp of the scaled scores, or null. Work layout: a block of 4 warps per
+/// (tile of 64 query rows, head), each warp 16 rows; K/V tiles of 64 keys in shared memory;
+/// S = Q K^T and O += P V with nvcuda::wmma 16x16x16 (bf16 in, f32 accumulate); the online
+/// softmax runs in f32 registers, P rounded to bf16 for the second product; causal tiles above
+/// the diagonal are skipped. Error vs f32: P's bf16 rounding (~2^-9 relative per weight).
+/// Preconditions (throw InvalidArgument): non-null, 16-byte-aligned q, k, v, out; 0 <= n <=
+/// INT32_MAX (0 launches nothing); head_dim 64 or 128;
+/// n_heads a positive multiple of n_kv_heads, n_heads <= 65535; scale finite. Throws
+/// UnsupportedError on a GPU older than sm_80, CudaError if the launch fails.
+void flash_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
+                          float* lse, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                          int64_t head_dim, float scale, bool causal, cudaStream_t stream);
+
+/// FLOPs of flash_attention_bf16() (the two matmuls, 2 FLOPs per multiply-add): 4 n^2 head_dim
+/// n_heads, halved when causal (FlashAttention-2's benchmark convention, Dao 2023, sec. 4.1).
+double flash_attention_bf16_flops(int64_t n, int64_t n_heads, int64_t head_dim, bool causal);
 
 }  // namespace lio::cuda

@@ -1,5 +1,5 @@
 // device_buffer.h — DeviceBuffer<T>: an owning, move-only array in device memory, for tests,
-// tools and the CUDA backend.
+// tools and the CUDA backend; ensure(): grow one on demand.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -116,5 +116,16 @@ class DeviceBuffer {
   T* data_ = nullptr;
   int64_t n_elems_ = 0;
 };
+
+/// Grows a device buffer to at least n elements (contents are not kept): the grow-only scratch
+/// of the CUDA backend and of chapter 07's attention launchers. Waits for `stream` first: queued
+/// kernels may still use the old allocation. Throws CudaError if the allocation fails.
+template <typename T>
+void ensure(DeviceBuffer<T>& buf, int64_t n, cudaStream_t stream) {
+  if (buf.n_elems() >= n) return;
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  buf = DeviceBuffer<T>();  // free first: peak memory stays one buffer
+  buf = DeviceBuffer<T>(n);
+}
 
 }  // namespace lio::cuda

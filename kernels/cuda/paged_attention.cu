@@ -41,6 +41,7 @@
 #include "cuda_ops.h"
 #include "lio/error.h"
 #include "online_softmax.cuh"
+#include "paged_args.h"
 #include "paged_index.cuh"
 #include "reduce.cuh"
 
@@ -59,7 +60,9 @@ static_assert(kMaxHeadDim % 4 == 0, "q is staged as float4");
 
 // ---- device helpers -----------------------------------------------------------------------------
 
+using detail::check_paged_attention_args;
 using detail::find_sequence;
+using detail::PagedShape;
 using detail::slot_of;
 
 /// q . k over head_dim floats, in index order. kVec4: head_dim % 4 == 0 and k 16-byte aligned.
@@ -311,46 +314,6 @@ __global__ void paged_attention_naive_kernel(const float* q, const float* k_pool
 }
 
 // ---- host launchers -----------------------------------------------------------------------------
-
-/// The shape arguments of both launchers, checked once.
-struct PagedShape {
-  int64_t n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim;
-};
-
-void check_paged_attention_args(const char* op, const float* q, const float* k_pool,
-                                const float* v_pool, const float* out,
-                                const int32_t* query_start_loc, const int32_t* seq_lens,
-                                const int32_t* block_tables, const PagedShape& p,
-                                int64_t max_head_dim, float scale) {
-  const std::string where = std::string("cuda::") + op + ": ";
-  if (q == nullptr || k_pool == nullptr || v_pool == nullptr || out == nullptr ||
-      query_start_loc == nullptr || seq_lens == nullptr || block_tables == nullptr) {
-    throw InvalidArgument(where + "null device pointer (q, k_pool, v_pool, out, query_start_loc, "
-                          "seq_lens or block_tables)");
-  }
-  if (p.n_tokens < 0 || p.n_tokens > INT_MAX || p.n_seqs < 0 || p.n_seqs > INT_MAX - 1 ||
-      (p.n_tokens > 0 && p.n_seqs < 1)) {
-    throw InvalidArgument(where + "need 0 <= n_tokens <= INT32_MAX and 1 <= n_seqs < INT32_MAX "
-                          "(when n_tokens > 0), got n_tokens=" + std::to_string(p.n_tokens) +
-                          " n_seqs=" + std::to_string(p.n_seqs));
-  }
-  if (p.block_size < 1 || p.max_blocks_per_seq < 1 ||
-      p.max_blocks_per_seq > INT_MAX / p.block_size) {
-    throw InvalidArgument(where + "need block_size >= 1, max_blocks_per_seq >= 1 and their "
-                          "product (positions per sequence) <= INT32_MAX, got block_size=" +
-                          std::to_string(p.block_size) + " max_blocks_per_seq=" +
-                          std::to_string(p.max_blocks_per_seq));
-  }
-  if (p.n_kv_heads <= 0 || p.n_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads > 65535 ||
-      p.head_dim <= 0 || p.head_dim > max_head_dim) {
-    throw InvalidArgument(where + "need n_heads a positive multiple of n_kv_heads > 0, n_heads <= "
-                          "65535 and 0 < head_dim <= " + std::to_string(max_head_dim) +
-                          ", got n_heads=" + std::to_string(p.n_heads) + " n_kv_heads=" +
-                          std::to_string(p.n_kv_heads) + " head_dim=" +
-                          std::to_string(p.head_dim));
-  }
-  if (!std::isfinite(scale)) throw InvalidArgument(where + "scale must be finite");
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

@@ -20,8 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -31,18 +29,14 @@
 #include "device_buffer.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "paged_layout.h"
 #include "random_inputs.h"
 
 namespace {
 
 using lio::cuda::DeviceBuffer;
 using lio::testing::random_floats;
-
-/// One sequence of a test batch: `cached` positions already in the pool, `query_len` new rows.
-struct SeqSpec {
-  int32_t cached;
-  int32_t query_len;
-};
+using lio::testing::SeqSpec;  // `cached` positions already in the pool, `query_len` new rows
 
 /// A whole test case: model shape, pool shape and the batch.
 struct PagedCase {
@@ -52,50 +46,26 @@ struct PagedCase {
   int64_t pool_offset_floats = 0;  ///< > 0 shifts the pool off 16-byte alignment (scalar path)
 };
 
-/// The batch's host arrays, a random pool holding every cached prefix, and the new rows' K/V.
-struct PagedBatch {
-  int64_t n_tokens = 0, n_seqs = 0, max_blocks_per_seq = 0, n_slots = 0, kv_dim = 0;
-  std::vector<int32_t> query_start_loc, seq_lens, block_tables, slot_mapping;
+/// The batch's layout (index arrays, scattered tables), a random pool holding every cached
+/// prefix, and the new rows' K/V.
+struct PagedBatch : lio::testing::PagedLayout {
+  int64_t kv_dim = 0;
+  std::vector<int32_t> slot_mapping;  // (n_tokens) the new rows' slots
   std::vector<float> q;               // (n_tokens, n_heads, head_dim)
   std::vector<float> k_new, v_new;    // (n_tokens, kv_dim)
   std::vector<float> k_pool, v_pool;  // (n_slots, kv_dim) before the append
 };
 
 /// Builds the batch of `c`: blocks handed out in a shuffled order (tables are not contiguous),
-/// some blocks left unused, every pool float random.
+/// some blocks left unused (lio::testing::scattered_layout), every pool float random.
 PagedBatch make_batch(const PagedCase& c, uint32_t seed) {
   PagedBatch b;
-  b.n_seqs = static_cast<int64_t>(c.seqs.size());
+  static_cast<lio::testing::PagedLayout&>(b) = lio::testing::scattered_layout(c.seqs, c.block_size, seed);
   b.kv_dim = c.n_kv_heads * c.head_dim;
-  int64_t total_blocks = 0;
-  for (const SeqSpec& s : c.seqs) {
-    const int64_t blocks = (s.cached + s.query_len + c.block_size - 1) / c.block_size;
-    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, blocks);
-    total_blocks += blocks;
-    b.n_tokens += s.query_len;
-  }
-  const int64_t n_blocks = total_blocks + 3;  // a few blocks nobody owns
-  b.n_slots = n_blocks * c.block_size;
-  std::vector<int32_t> order(static_cast<size_t>(n_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
-  b.block_tables.assign(static_cast<size_t>(b.n_seqs * b.max_blocks_per_seq), 0);
-  b.query_start_loc.push_back(0);
-  size_t next_block = 0;
   for (int64_t s = 0; s < b.n_seqs; ++s) {
-    const SeqSpec& spec = c.seqs[static_cast<size_t>(s)];
-    const int32_t seq_len = spec.cached + spec.query_len;
-    const int64_t blocks = (seq_len + c.block_size - 1) / c.block_size;
-    for (int64_t j = 0; j < blocks; ++j) {
-      b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq + j)] = order[next_block++];
+    for (int32_t p = c.seqs[static_cast<size_t>(s)].cached; p < b.seq_lens[static_cast<size_t>(s)]; ++p) {
+      b.slot_mapping.push_back(static_cast<int32_t>(b.slot(s, p)));
     }
-    for (int32_t p = spec.cached; p < seq_len; ++p) {
-      const int32_t block =
-          b.block_tables[static_cast<size_t>(s * b.max_blocks_per_seq + p / c.block_size)];
-      b.slot_mapping.push_back(static_cast<int32_t>(block * c.block_size + p % c.block_size));
-    }
-    b.seq_lens.push_back(seq_len);
-    b.query_start_loc.push_back(b.query_start_loc.back() + spec.query_len);
   }
   b.q = random_floats(static_cast<size_t>(b.n_tokens * c.n_heads * c.head_dim), -1.0f, 1.0f,
                       seed + 1);

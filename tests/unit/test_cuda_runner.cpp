@@ -245,6 +245,39 @@ TEST_F(CudaRunnerTest, MixedBatchMatchesCpu) {
   expect_mixed_batch_matches(*cpu, *gpu, "");
 }
 
+// Chapter 07: the attention backends on the GPU. AttentionBackend::Naive (cuda::naive_attention,
+// the materialized scores) and Flash (cuda::flash_attention) give the same logits
+// as each other and as the CPU on the mixed batch of
+// MixedBatchMatchesCpu (the CPU backend's default attention as the reference), and a 24-token
+// prefill then 4 decode steps through one sequence (naive vs flash).
+TEST_F(CudaRunnerTest, NaiveAndFlashAttentionMatch) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::LoadedModel m = load_tiny();
+  const auto make = [&](lio::Device device, lio::AttentionBackend attention, int64_t block_size, int64_t n_blocks) {
+    return std::make_unique<lio::ModelRunner>(
+        lio::make_backend(m, device, lio::ActivationPrecision::F32, attention),
+        lio::KvPoolConfig{block_size, n_blocks});
+  };
+  auto cpu = runner(m, lio::Device::Cpu, 4, 12);  // the CPU's default attention: the reference
+  auto naive = make(lio::Device::Cuda, lio::AttentionBackend::Naive, 4, 12);
+  auto flash = make(lio::Device::Cuda, lio::AttentionBackend::Flash, 4, 12);
+  expect_mixed_batch_matches(*cpu, *naive, "naive vs cpu");
+  auto cpu2 = runner(m, lio::Device::Cpu, 4, 12);
+  expect_mixed_batch_matches(*cpu2, *flash, "flash vs cpu");
+
+  auto naive_solo = make(lio::Device::Cuda, lio::AttentionBackend::Naive, 16, 8);
+  auto flash_solo = make(lio::Device::Cuda, lio::AttentionBackend::Flash, 16, 8);
+  lio::SoloSequence naive_seq(*naive_solo, 64), flash_seq(*flash_solo, 64);
+  const auto want = run(naive_seq, kLongPrompt, true);
+  const auto got = run(flash_seq, kLongPrompt, true);
+  ASSERT_EQ(got.size(), kLongPrompt.size() * size_t(m.config.vocab_size));
+  EXPECT_LT(max_rel_error(got, want), 1e-4) << "prefill";
+  for (const int32_t token : {7, 250, 33, 61}) {
+    EXPECT_LT(max_rel_error(run(flash_seq, {token}, false), run(naive_seq, {token}, false)), 1e-4)
+        << "decode token " << token;
+  }
+}
+
 // MLA (chapter 02): the tiny model converted to a rank-12 latent with 4 RoPE pairs per KV
 // head, both compute paths. A 9-token prefill, 4 decode steps and a 24-token chunk (whose
 // naive up-projection goes through cuBLAS) through blocks of 4 tokens, then the mixed batch

@@ -66,11 +66,13 @@ struct CudaBackend::Impl {
   DeviceBuffer<float> dequant_scratch;  // f32 copy of a quantized W for cuBLAS
   // ---- int8 activations (chapter 03): x's codes (n, cols) and scales (n, cols / 32)
   ActivationPrecision activations = ActivationPrecision::F32;
-  // ---- attention kernels (chapter 07): flash (default) or the naive twin
-  AttentionBackend attention_backend = AttentionBackend::Flash;
   DeviceBuffer<int8_t> act_codes;
   DeviceBuffer<float> act_scales;
   PinnedBuffer<float> to_host_h;
+  // ---- attention kernels (chapter 07): flash (default) or the naive twin, and their scratch
+  AttentionBackend attention_backend = AttentionBackend::Flash;
+  FlashWorkspace flash_workspace;     // cuda::flash_attention's split-KV partials
+  DeviceBuffer<float> naive_scores;   // cuda::naive_attention's S, the largest sequence's
   // ---- greedy sampling on the device
   DeviceBuffer<int32_t> penalty_tokens_d;  // every row's distinct ids, concatenated
   PinnedBuffer<int32_t> penalty_tokens_h;

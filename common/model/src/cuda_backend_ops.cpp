@@ -130,20 +130,42 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
                           std::to_string(pool.block_size()));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  m.guarded([&] {
-    m.op("attention (paged)", [&] {
-      if (pool.dtype() == KvCacheDType::F32) {
-        paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc,
-                        batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
-                        b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads, c.head_dim,
-                        scale, m.stream);
-      } else {  // chapter 03: K and V dequantized as they are read
+  if (pool.dtype() != KvCacheDType::F32) {
+    // Chapter 03's f16 / int8 pools: chapter 04's kernel with K and V dequantized as they are
+    // read, for both attention backends. Flash over a quantized pool is not done.
+    m.guarded([&] {
+      m.op("attention (paged, quantized)", [&] {
         paged_attention_quantized(q, static_cast<DeviceKvPool&>(pool).quantized_layer(layer), out,
                                   batch.query_start_loc, batch.seq_lens, batch.block_tables, b.n_tokens(),
                                   b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads,
                                   c.head_dim, scale, m.stream);
-      }
+      });
     });
+    return;
+  }
+  // Sizes the kernels' grids (and the naive S) from the host batch, without reading the device.
+  int64_t max_query_len = 0;
+  int64_t max_scores_per_head = 0;  // the largest sequence's S: query_len x seq_len
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    max_query_len = std::max(max_query_len, b.query_len(s));
+    max_scores_per_head = std::max(max_scores_per_head, b.query_len(s) * b.seq_lens[static_cast<size_t>(s)]);
+  }
+  m.guarded([&] {
+    if (m.attention_backend == AttentionBackend::Flash) {
+      m.op("attention (flash)", [&] {
+        flash_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
+                        batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
+                        b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
+                        m.flash_workspace, m.stream);
+      });
+    } else {
+      m.op("attention (naive)", [&] {
+        naive_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
+                        batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
+                        b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
+                        m.naive_scores, m.stream, max_scores_per_head);
+      });
+    }
   });
 }
 

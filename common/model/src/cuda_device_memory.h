@@ -1,5 +1,6 @@
 // cuda_device_memory.h — private to the CUDA backend: the memory it owns besides its weights
-// and KV pool — page-locked host staging (PinnedBuffer) and grow-only device scratch (ensure).
+// and KV pool — page-locked host staging (PinnedBuffer); grow-only device scratch is ensure() in
+// device_buffer.h.
 // The KV pool in device memory is DeviceKvPool (device_kv_pool.h).
 #pragma once
 
@@ -41,15 +42,5 @@ class PinnedBuffer {
   T* data_ = nullptr;
   int64_t capacity_ = 0;
 };
-
-/// Grows a device buffer to at least n elements (contents are not kept). Waits for `stream`
-/// first: queued kernels may still use the old allocation.
-template <typename T>
-void ensure(DeviceBuffer<T>& buf, int64_t n, cudaStream_t stream) {
-  if (buf.n_elems() >= n) return;
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  buf = DeviceBuffer<T>();  // free first: peak memory stays one buffer
-  buf = DeviceBuffer<T>(n);
-}
 
 }  // namespace lio::cuda

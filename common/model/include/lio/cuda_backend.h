@@ -5,8 +5,9 @@
 // the backend's stream, asynchronous until to_host() or greedy_argmax() waits. Matmuls pick
 // their kernel by the number of rows: one token = gemv, 2..16 = gemv_batched (both dequantize
 // the stored blocks in registers), more = cuBLAS SGEMM on a dequantized f32 copy. Attention is
-// paged (paged_attention over the pool's blocks), K/V go in with kv_append (vLLM's
-// reshape_and_cache).
+// paged (over the pool's blocks): flash_attention (chapter 07, the default) or its naive twin
+// naive_attention on an f32 pool, paged_attention_quantized on an f16 / int8 pool; K/V go in
+// with kv_append (vLLM's reshape_and_cache).
 // Everything lives in this object: the stream, the cuBLAS handle, the weights (uploaded once,
 // as stored or as converted by --dtype; a tied head shares the embedding's copy), the batch's
 // index arrays, the activation scratch and the pinned staging buffers. No globals.
@@ -95,8 +96,10 @@ class CudaBackend final : public Backend {
   /// InvalidArgument); an f16 / int8 pool: cuda::kv_append_quantized.
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
                  const BatchView& batch) override;
-  /// cuda::paged_attention (f16 / int8 pool: paged_attention_quantized) with scale
-  /// 1/sqrt(head_dim). Throws InvalidArgument if the pool is
+  /// Causal attention with scale 1/sqrt(head_dim) over an f32 pool: cuda::flash_attention
+  /// (AttentionBackend::Flash; split-KV for decode batches) or cuda::naive_attention (Naive),
+  /// their scratch kept in this backend; over an f16 / int8 pool: cuda::paged_attention_quantized
+  /// for both (flash on a quantized pool is not done). Throws InvalidArgument if the pool is
   /// not a device pool or the batch's block_size differs from the pool's.
   void attention(KvPool& pool, int64_t layer, const float* q, float* out,
                  const BatchView& batch) override;
