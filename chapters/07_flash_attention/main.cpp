@@ -169,7 +169,7 @@ json run_kernels(const KernelOptions& o) {
   json j;
   if (o.device == "cuda") {
 #ifdef LIO_CH07_CUDA_SWEEP
-    j = cuda_attention_sweep(o.ns, o.n_heads, o.n_kv_heads, o.head_dim, o.repeats);
+    j = lio::ch07::cuda_attention_sweep(o.ns, o.n_heads, o.n_kv_heads, o.head_dim, o.repeats);
 #else
     throw lio::UnsupportedError("--device cuda: this build has no CUDA kernels (configure with -DLIO_CUDA=ON)");
 #endif
