@@ -53,12 +53,29 @@ void online_softmax_update(AttentionPartial& row, std::span<float> scores, const
   float tile_sum = 0.0f;
   for (const float p : scores) tile_sum += p;
   row.l = row.l * alpha + tile_sum;
+  // acc = alpha acc + sum_j p_j v_j, 32 columns at a time so those 32 accumulators stay in
+  // registers across the tile's keys (each column still sums its terms in key order).
+  constexpr int64_t kCols = 32;
   float* acc = row.acc.data();
-  for (int64_t c = 0; c < d; ++c) acc[c] *= alpha;
-  for (size_t j = 0; j < scores.size(); ++j) {
-    const float p = scores[j];
-    const float* vj = v + static_cast<int64_t>(j) * v_stride;
-    for (int64_t c = 0; c < d; ++c) acc[c] += p * vj[c];
+  for (int64_t c0 = 0; c0 < d; c0 += kCols) {
+    const int64_t nc = std::min(kCols, d - c0);
+    if (nc == kCols) {
+      float a[kCols];
+      for (int64_t c = 0; c < kCols; ++c) a[c] = acc[c0 + c] * alpha;
+      for (size_t j = 0; j < scores.size(); ++j) {
+        const float p = scores[j];
+        const float* vj = v + static_cast<int64_t>(j) * v_stride + c0;
+        for (int64_t c = 0; c < kCols; ++c) a[c] += p * vj[c];
+      }
+      for (int64_t c = 0; c < kCols; ++c) acc[c0 + c] = a[c];
+    } else {
+      for (int64_t c = c0; c < d; ++c) acc[c] *= alpha;
+      for (size_t j = 0; j < scores.size(); ++j) {
+        const float p = scores[j];
+        const float* vj = v + static_cast<int64_t>(j) * v_stride;
+        for (int64_t c = c0; c < d; ++c) acc[c] += p * vj[c];
+      }
+    }
   }
   row.m = m_new;
 }
