@@ -19,7 +19,7 @@ The peer is built from the llama.cpp source vendored in the pinned llama-cpp-pyt
 bench/batched/build_llama_tools.sh --speculative (build-llama/, gitignored; it builds
 llama-bench). Its -fa flag takes 0|1 in older versions and on|off in newer ones: read from
 `llama-bench --help`. K/V elements: --kv-cache-dtype for both engines (LIO's --kv-cache-dtype,
-llama.cpp's -ctk/-ctv; default f32, LIO's own default).
+llama.cpp's -ctk/-ctv; default f16: the vendored llama-bench takes no f32 cache type).
 Writes bench/results/07_flash_attention_peer_cpu.{json,md}.
 """
 import argparse
@@ -90,6 +90,35 @@ def ratio_row(context, metric, pair, a, b):
             "min": min(per), "max": max(per), "tie": min(per) <= 1.0 <= max(per), "runs": per}
 
 
+# (name, numerator, denominator): LIO's default against llama.cpp's with flash attention and
+# against llama.cpp's faster setting on this machine, whichever it is; each engine's own switch.
+PAIRS = (("LIO flash / llama.cpp flash", "LIO flash", "llama.cpp -fa on"),
+         ("LIO flash / llama.cpp no flash", "LIO flash", "llama.cpp -fa off"),
+         ("LIO naive / llama.cpp no flash", "LIO naive", "llama.cpp -fa off"),
+         ("LIO flash / LIO naive", "LIO flash", "LIO naive"),
+         ("llama.cpp flash / no flash", "llama.cpp -fa on", "llama.cpp -fa off"))
+
+
+def context_ratios(context, runs):
+    """Every PAIRS ratio at one context from runs[label][metric] (per-repeat values, in order)."""
+    return [ratio_row(context, m, pair, runs[a][m], runs[b][m]) for m in METRICS for pair, a, b in PAIRS]
+
+
+def reaggregate(path):
+    """Recomputes a results file's ratios from the per-repeat runs it stores (after PAIRS grew)."""
+    with open(path + ".json") as f:
+        result = json.load(f)
+    result["ratios"] = []
+    for context in result["contexts"]:
+        runs = {r["label"]: r["runs"] for r in result["rows"] if r["context"] == context}
+        result["ratios"] += context_ratios(context, runs)
+    text = json.dumps(result, indent=1)
+    with open(path + ".json", "w") as f:
+        f.write(text + "\n")
+    with open(path + ".md", "w") as f:
+        f.write(markdown(result))
+
+
 def markdown(result):
     md = ["# Chapter 07: FlashAttention end to end, LIO vs llama.cpp (CPU, batch 1)", ""]
     md += provenance_lines(result["provenance"]) + [
@@ -114,15 +143,22 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--decode-tokens", type=int, default=32)
-    ap.add_argument("--kv-cache-dtype", choices=("f32", "f16"), default="f32",
-                    help="K/V elements in both engines")
+    ap.add_argument("--kv-cache-dtype", choices=("f32", "f16"), default="f16",
+                    help="K/V elements in both engines (f16: llama-bench's default; the vendored "
+                         "llama-bench rejects -ctk f32)")
     ap.add_argument("--model", default=Q4)
     ap.add_argument("--ch07", default=CH07, help="the chapter program")
     ap.add_argument("--llama-dir", default=LLAMA, help="folder holding llama-bench")
     ap.add_argument("--no-build", action="store_true", help="do not run build_llama_tools.sh")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "07_flash_attention_peer_cpu"))
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--reaggregate", action="store_true",
+                    help="run nothing: recompute --out's ratios from the per-repeat runs it stores")
     args = ap.parse_args()
+    if args.reaggregate:
+        reaggregate(args.out)
+        print(f"re-derived {os.path.relpath(args.out, ROOT)}.json, .md from their stored runs", file=sys.stderr)
+        return
     contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
     if not contexts or min(contexts) < 1 or args.repeats < 1 or args.decode_tokens < 1:
         sys.exit("peer.py: --contexts, --repeats and --decode-tokens need positive values")
@@ -153,12 +189,7 @@ def main():
             rows.append({"context": context, "engine": engine, "flash": flash, "label": label,
                          "prefill_tok_s": summary(runs[label]["prefill"]), "decode_tok_s": summary(runs[label]["decode"]),
                          "runs": runs[label]})
-        for m in METRICS:
-            for pair, a, b in (("LIO flash / llama.cpp flash", "LIO flash", "llama.cpp -fa on"),
-                               ("LIO naive / llama.cpp no flash", "LIO naive", "llama.cpp -fa off"),
-                               ("LIO flash / LIO naive", "LIO flash", "LIO naive"),
-                               ("llama.cpp flash / no flash", "llama.cpp -fa on", "llama.cpp -fa off")):
-                ratios.append(ratio_row(context, m, pair, runs[a][m], runs[b][m]))
+        ratios += context_ratios(context, runs)
     result = {"provenance": provenance(command="bench/07_flash_attention/peer.py " + " ".join(sys.argv[1:])),
               "model": os.path.basename(args.model), "threads": args.threads, "repeats": args.repeats,
               "decode_tokens": args.decode_tokens, "kv_cache_dtype": args.kv_cache_dtype, "llama_fa_values": list(fa),
