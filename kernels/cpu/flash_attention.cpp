@@ -169,6 +169,30 @@ inline void clear(float* p, int64_t d) { std::fill_n(p, d, 0.0f), p[d] = -INFINI
 
 /// S (n_vectors, Bc) = scale * Q K^T for the first n_cols (a multiple of 8 up to Bc) columns.
 /// qv[i]: query vector i (head_dim). Each score is one FMA chain over d = 0 .. head_dim-1.
+#ifdef LIO_FLASH_AVX2
+/// NR query vectors x 16 keys (8 when !two) of S, accumulators in registers (NR a compile-time
+/// count so the compiler can keep all 2 NR of them there). Each score: one FMA chain over d.
+template <int NR>
+inline void score_block(const float* const* qv, const float* kt, int64_t j, bool two, int64_t d, __m256 vscale,
+                        float* s) {
+  __m256 acc0[NR], acc1[NR];
+  for (int a = 0; a < NR; ++a) acc0[a] = acc1[a] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < d; ++c) {
+    const __m256 k0 = _mm256_loadu_ps(kt + c * kFlashKeyTile + j);
+    const __m256 k1 = two ? _mm256_loadu_ps(kt + c * kFlashKeyTile + j + 8) : k0;
+    for (int a = 0; a < NR; ++a) {
+      const __m256 qa = _mm256_set1_ps(qv[a][c]);
+      acc0[a] = _mm256_fmadd_ps(qa, k0, acc0[a]);
+      acc1[a] = _mm256_fmadd_ps(qa, k1, acc1[a]);
+    }
+  }
+  for (int a = 0; a < NR; ++a) {
+    _mm256_storeu_ps(s + a * kFlashKeyTile + j, _mm256_mul_ps(acc0[a], vscale));
+    if (two) _mm256_storeu_ps(s + a * kFlashKeyTile + j + 8, _mm256_mul_ps(acc1[a], vscale));
+  }
+}
+#endif
+
 void tile_scores(const float* const* qv, int64_t n_vectors, const float* kt, int64_t n_cols, int64_t d,
                  float scale, float* s) {
 #ifdef LIO_FLASH_AVX2
@@ -176,22 +200,14 @@ void tile_scores(const float* const* qv, int64_t n_vectors, const float* kt, int
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int64_t i0 = 0; i0 < n_vectors; i0 += kRows) {
     const int64_t nr = std::min(kRows, n_vectors - i0);
+    float* si = s + i0 * kFlashKeyTile;
     for (int64_t j = 0; j < n_cols; j += 16) {
       const bool two = j + 8 < n_cols;
-      __m256 acc[kRows][2];
-      for (int64_t a = 0; a < kRows; ++a) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
-      for (int64_t c = 0; c < d; ++c) {
-        const __m256 k0 = _mm256_loadu_ps(kt + c * kFlashKeyTile + j);
-        const __m256 k1 = two ? _mm256_loadu_ps(kt + c * kFlashKeyTile + j + 8) : k0;
-        for (int64_t a = 0; a < nr; ++a) {
-          const __m256 qa = _mm256_set1_ps(qv[i0 + a][c]);
-          acc[a][0] = _mm256_fmadd_ps(qa, k0, acc[a][0]);
-          acc[a][1] = _mm256_fmadd_ps(qa, k1, acc[a][1]);
-        }
-      }
-      for (int64_t a = 0; a < nr; ++a) {
-        _mm256_storeu_ps(s + (i0 + a) * kFlashKeyTile + j, _mm256_mul_ps(acc[a][0], vscale));
-        if (two) _mm256_storeu_ps(s + (i0 + a) * kFlashKeyTile + j + 8, _mm256_mul_ps(acc[a][1], vscale));
+      switch (nr) {
+        case 4: score_block<4>(qv + i0, kt, j, two, d, vscale, si); break;
+        case 3: score_block<3>(qv + i0, kt, j, two, d, vscale, si); break;
+        case 2: score_block<2>(qv + i0, kt, j, two, d, vscale, si); break;
+        default: score_block<1>(qv + i0, kt, j, two, d, vscale, si); break;
       }
     }
   }
