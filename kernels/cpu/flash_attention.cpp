@@ -25,8 +25,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <mutex>
 #include <string>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -34,32 +32,12 @@
 #define LIO_FLASH_AVX2 1
 #endif
 
+#include "first_error.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
 
 namespace lio::cpu {
 namespace {
-
-// ---- errors out of OpenMP regions (a learner's stub throws inside the loop) ---------------------
-class FirstError {
- public:
-  template <class F>
-  void run(F&& f) noexcept {
-    try {
-      f();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-  }
-  void rethrow() const {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::mutex mutex_;
-  std::exception_ptr error_;
-};
 
 // ---- shapes and the batch --------------------------------------------------------------------
 void check_call(const char* op, const float* q, const PagedKvLayer& kv, const float* out,

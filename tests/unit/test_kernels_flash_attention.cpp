@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "flash_attention.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
+#include "paged_layout.h"
 
 namespace {
 
@@ -42,26 +42,14 @@ struct Case {
        uint32_t seed = 7, int64_t bs = 16)
       : block_size(bs), seqs(std::move(s)) {
     shape = AttentionShape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+    std::vector<lio::testing::SeqSpec> specs;
+    for (auto [cached, fresh] : seqs) specs.push_back({static_cast<int32_t>(cached), static_cast<int32_t>(fresh)});
+    // Scattered: blocks handed out in a shuffled order, a few spare ones nobody owns.
+    const lio::testing::PagedLayout l = lio::testing::scattered_layout(specs, bs, seed);
+    qsl = l.query_start_loc, seq_lens = l.seq_lens, tables = l.block_tables;
+    max_blocks = l.max_blocks_per_seq, n_tokens = l.n_tokens, n_slots = l.n_slots;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    qsl.push_back(0);
-    int64_t total_blocks = 0;
-    for (auto [cached, fresh] : seqs) {
-      qsl.push_back(qsl.back() + static_cast<int32_t>(fresh));
-      seq_lens.push_back(static_cast<int32_t>(cached + fresh));
-      const int64_t nb = (cached + fresh + bs - 1) / bs;
-      max_blocks = std::max(max_blocks, nb);
-      total_blocks += nb;
-    }
-    n_tokens = qsl.back();
-    std::vector<int32_t> ids(static_cast<size_t>(total_blocks + 3));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);  // scattered: no sequence's blocks are adjacent
-    tables.assign(static_cast<size_t>(seqs.size() * max_blocks), 0);
-    size_t next = 0;
-    for (size_t i = 0; i < seqs.size(); ++i)
-      for (int64_t j = 0; j < (seq_lens[i] + bs - 1) / bs; ++j) tables[i * max_blocks + j] = ids[next++];
-    n_slots = static_cast<int64_t>(ids.size()) * bs;
     const int64_t kvd = n_kv_heads * head_dim;
     k.resize(static_cast<size_t>(n_slots * kvd));
     v.resize(k.size());

@@ -4,43 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <string>
 
 #include "cpu_ops.h"
+#include "first_error.h"
 #include "lio/error.h"
 #include "lio/gqa.h"
 #include "lio/mla.h"
 #include "lio/quantization.h"
 
 namespace lio {
-namespace {
-
-/// The first exception thrown by the iterations of an OpenMP loop, kept to rethrow after it:
-/// an exception must not leave a parallel region (the program would terminate), and a
-/// learner's exercise stub throws NotImplemented from inside these loops.
-class FirstError {
- public:
-  /// Runs f(); an exception it throws is kept if it is the first one.
-  template <class F>
-  void run(F&& f) noexcept {
-    try {
-      f();
-    } catch (...) {
-#pragma omp critical(lio_cpu_backend_first_error)
-      if (!error_) error_ = std::current_exception();
-    }
-  }
-  /// Rethrows the kept exception, if any (after the loop).
-  void rethrow() const {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::exception_ptr error_;
-};
-
-}  // namespace
 
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations,
                        AttentionBackend attention)
@@ -117,7 +90,7 @@ void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, b
   // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6), then integer dots.
   token_codes_.resize(static_cast<size_t>(n_rows * m.cols));
   token_scales_.resize(static_cast<size_t>(n_rows));
-  FirstError error;
+  cpu::FirstError error;
 #pragma omp parallel for schedule(static) if (n_rows > 1)
   for (int64_t r = 0; r < n_rows; ++r) {
     error.run([&] {
@@ -246,7 +219,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   const auto scratch_floats = static_cast<size_t>(omp_get_max_threads() * max_ctx);
   if (attn_scores_.size() < scratch_floats) attn_scores_.resize(scratch_floats);
   const int64_t n_pairs = static_cast<int64_t>(decode_seqs.size()) * c.n_heads, qd = c.q_dim();
-  FirstError error;
+  cpu::FirstError error;
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t pair = 0; pair < n_pairs; ++pair) {
     const int64_t s = decode_seqs[static_cast<size_t>(pair / c.n_heads)], h = pair % c.n_heads;
@@ -314,7 +287,7 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
   if (c.mla_absorbed) {
     // 3a. Absorbed (chapter 02, Task 4): attention in latent space, one (row, head) per call.
     const MlaHeadShape shape{dn, dr, dc, dv};
-    FirstError error;
+    cpu::FirstError error;
 #pragma omp parallel for schedule(dynamic, 4)
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
       const int64_t i = pair / H, h = pair % H, n_ctx = row_context(b, i);
