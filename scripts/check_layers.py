@@ -8,6 +8,7 @@ and those of the layers below it, never one above. From the bottom up:
     base      kernels/base     errors, dtypes and block layouts, weight views, RoPE style
     kernels   kernels/cpu, kernels/cuda
     formats   common/formats   mmap, GGUF, safetensors, tokenizer
+    parallel  common/parallel  communicators (single, MPI, NCCL), chapter 08's shard math
     model     common/model     config, loader, forward batch, KV pool, backends, model, runner
     engine    common/engine    blocks, prefix cache, sequence, scheduler, engine
     tools     common/tools     offline: quantize, calibration, GQA/MLA conversion, perplexity
@@ -37,6 +38,7 @@ LAYERS = {
     "base": ["kernels/base"],
     "kernels": ["kernels/cpu", "kernels/cuda"],
     "formats": ["common/formats"],
+    "parallel": ["common/parallel"],
     "model": ["common/model"],
     "engine": ["common/engine"],
     "tools": ["common/tools"],
@@ -47,16 +49,18 @@ ALLOWED = {
     "base": {"base"},
     "kernels": {"base", "kernels"},
     "formats": {"base", "formats"},
-    "model": {"base", "kernels", "formats", "model"},
-    "engine": {"base", "kernels", "formats", "model", "engine"},
-    "tools": {"base", "kernels", "formats", "model", "tools"},
-    "cli": {"base", "kernels", "formats", "model", "engine", "tools", "cli"},
+    "parallel": {"base", "parallel"},
+    "model": {"base", "kernels", "formats", "parallel", "model"},
+    "engine": {"base", "kernels", "formats", "parallel", "model", "engine"},
+    "tools": {"base", "kernels", "formats", "parallel", "model", "tools"},
+    "cli": {"base", "kernels", "formats", "parallel", "model", "engine", "tools", "cli"},
 }
 # where a layer's headers are found by a quoted include that is not beside the includer
 INCLUDE_DIRS = {
     "base": ["kernels/base/include"],
     "kernels": ["kernels/cpu", "kernels/cuda"],
     "formats": ["common/formats/include"],
+    "parallel": ["common/parallel/include"],
     "model": ["common/model/include"],
     "engine": ["common/engine/include"],
     "tools": ["common/tools/include"],

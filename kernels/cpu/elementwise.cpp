@@ -1,4 +1,5 @@
 // elementwise.cpp — the CPU's one-value-at-a-time operators: SwiGLU and the embedding lookup.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -32,6 +33,10 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void embedding_row(const WeightMatrix& w, int64_t token, float* out) {
+  if (token == -1 && out != nullptr) {  // a token another tensor-parallel rank embeds (chapter 08)
+    std::fill(out, out + w.cols, 0.0f);
+    return;
+  }
   if (token < 0 || token >= w.rows) {
     throw InvalidArgument("cpu::embedding_row: token id " + std::to_string(token) +
                           " outside [0, " + std::to_string(w.rows) + ") of '" + w.name + "'");

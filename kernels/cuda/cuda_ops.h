@@ -96,7 +96,8 @@ inline constexpr int64_t kGemvMaxSharedCols = 48 * 1024 / 4;
 /// Q5_0, Q5_1, Q4_K, Q6_K);
 /// tokens: (n_tokens) int32 device pointer; out: (n_tokens, table.cols) device pointer.
 /// Token ids are NOT range-checked on the device (the caller checks them on the host, as
-/// Model::forward does); an id outside [0, table.rows) reads out of bounds.
+/// Model::forward does); an id outside [0, table.rows) reads out of bounds, except -1, which gives
+/// a row of zeros (a token another tensor-parallel rank embeds; chapter 08).
 /// Dequantization evaluates lio::dequantize_row's formula in f32 and is exact: d (f16, 11
 /// significant bits) times q (<= 8 bits) fits f32's 24 (Q6_K's d * scale * (q - 32): 11 + 7 + 5
 /// bits), so Q4_1's d*q + m rounds once whether or

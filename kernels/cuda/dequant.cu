@@ -34,8 +34,12 @@ gather_rows_kernel(const std::byte* w,     // (n_src_rows, row_bytes) in kType
                    float* out) {           // (n_out_rows, cols)
   const int64_t r = blockIdx.x;
   const int64_t src = rows != nullptr ? rows[r] : r;
-  const std::byte* row = w + src * row_bytes;
   float* out_row = out + r * cols;
+  if (src < 0) {  // a token another tensor-parallel rank embeds (chapter 08): zeros
+    for (int c = threadIdx.x; c < cols; c += kRowThreads) out_row[c] = 0.0f;
+    return;
+  }
+  const std::byte* row = w + src * row_bytes;
   for (int c = threadIdx.x; c < cols; c += kRowThreads) {
     out_row[c] = detail::load_element<kType>(row, c);
   }

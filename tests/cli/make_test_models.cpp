@@ -1,6 +1,9 @@
 // make_test_models — writes the model files the bad-input CLI tests feed to the programs:
 // one valid tiny model and one file per way a model file can be wrong.
 //   make_test_models OUT_DIR
+//   make_test_models --smollm2-8-heads PATH   a random-weight Q4_1 model of SmolLM2-135M's size
+//       (30 layers, d_model 512, d_ff 1536) with 8 query / 2 KV heads, so tensor parallelism at
+//       2, 4 and 8 ranks splits it (chapter 08's benchmark: TP 2 on 2 cores, not oversubscribed)
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -57,6 +60,21 @@ std::vector<std::byte> one_tensor_gguf(uint32_t ggml_type, uint64_t offset) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--smollm2-8-heads") {
+    lio::testing::TinyModelSpec spec;
+    spec.n_layers = 30;
+    spec.d_model = 512;
+    spec.n_heads = 8;
+    spec.n_kv_heads = 2;
+    spec.head_dim = 64;
+    spec.d_ff = 1536;
+    spec.context_length = 2048;
+    spec.weight_dtype = lio::DType::Q4_1;
+    spec.embd_dtype = lio::DType::Q4_1;
+    spec.init_std = 0.05f;
+    lio::testing::write_tiny_gguf(argv[2], spec);
+    return 0;
+  }
   if (argc != 2) {
     std::cerr << "usage: make_test_models OUT_DIR\n";
     return 2;

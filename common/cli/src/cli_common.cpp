@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "lio/error.h"
@@ -39,6 +40,16 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
                  "Matmul activations (quantized weights): f32; int8 (rounded per 32-element block, integer dot "
                  "products: faster on batches, slightly less exact); int8-token (W8A8: one scale "
                  "per token, chapter 03)")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel-size", o.parallel.tensor_parallel_size,
+                 "Ranks each layer is split over (chapter 08; Megatron-LM column/row parallel, vLLM's flag); "
+                 "run under scripts/mpirun.sh -n TP*PP")
+      ->capture_default_str();
+  app.add_option("--pipeline-parallel-size", o.parallel.pipeline_parallel_size,
+                 "Pipeline stages the layers are split over (chapter 08)")
+      ->capture_default_str();
+  app.add_option("--all-reduce", o.all_reduce,
+                 "All-reduce over MPI (chapter 08): library (MPI_Allreduce) or ring (chapter 08's Task 2)")
       ->capture_default_str();
 }
 
@@ -135,8 +146,29 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
   const ActivationPrecision activations = parse_activation_precision(o.activations);
   const AttentionBackend attention = parse_attention_backend(o.attention_backend);
   check_kv_pool_options(pool);  // before the backend: a GPU backend uploads the weights
-  std::unique_ptr<Backend> backend = make_backend(m, device, activations, attention);
-  return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);
+  const AllReduceAlgorithm algorithm = parse_all_reduce_algorithm(o.all_reduce);
+  if (o.parallel.world_size() == 1 && world_size() == 1) {
+    std::unique_ptr<Backend> backend = make_backend(m, device, activations, attention);
+    return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);
+  }
+  // The workers serve one runner's commands: a second runner over the ranks (a draft model's,
+  // say) would meet them in the wrong collective and hang.
+  static bool grid_runner_made = false;
+  if (grid_runner_made) {
+    throw UnsupportedError("over several ranks a program runs one model (chapter 08); this one asked for a second "
+                           "runner (a draft model?): run it without mpirun");
+  }
+  grid_runner_made = true;
+  std::unique_ptr<ModelRunner> runner =
+      make_parallel_runner(m, o.parallel, algorithm, device, pool, activations, attention, wrap);
+  if (!runner->is_driver()) {  // a worker: serve the driver's steps, then leave quietly
+    runner->serve_worker();
+    runner.reset();
+    finalize_parallel();
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  return runner;
 }
 
 nlohmann::ordered_json generate_result_json(const GenerateResult& r) {
@@ -187,16 +219,24 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Chapter 08: under mpirun every rank runs this program; an error on one ends them all.
+  const auto fail = [&](const char* kind, const char* what, int code) {
+    std::fflush(stdout);
+    const std::string rank = world_size() > 1 ? "[rank " + std::to_string(world_rank()) + "] " : "";
+    std::cerr << rank << app.get_name() << ": " << kind << what << "\n";
+    std::cerr.flush();
+    abort_world(code);
+    return code;
+  };
   try {
-    return body();
+    init_parallel(&argc, &argv);
+    const int code = body();
+    finalize_parallel();
+    return code;
   } catch (const Error& e) {
-    std::fflush(stdout);
-    std::cerr << app.get_name() << ": error: " << e.what() << "\n";
-    return 1;
+    return fail("error: ", e.what(), 1);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::cerr << app.get_name() << ": internal error: " << e.what() << "\n";
-    return 3;
+    return fail("internal error: ", e.what(), 3);
   }
 }
 

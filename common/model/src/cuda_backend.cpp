@@ -228,6 +228,22 @@ void CudaBackend::to_host(const float* src, int64_t n_floats, float* host) {
   });
 }
 
+void CudaBackend::from_host(const float* host, int64_t n_floats, float* dst) {
+  Impl& m = *impl_;
+  if (n_floats < 0 || (n_floats > 0 && (host == nullptr || dst == nullptr))) {
+    throw InvalidArgument("CudaBackend::from_host: need n_floats >= 0 and non-null pointers, got " +
+                          std::to_string(n_floats));
+  }
+  if (n_floats == 0) return;
+  m.guarded([&] {
+    m.op("from_host", [&] {
+      CUDA_CHECK(cudaMemcpyAsync(dst, host, static_cast<size_t>(n_floats) * sizeof(float), cudaMemcpyHostToDevice,
+                                 m.stream));
+    });
+    m.wait();  // the caller may reuse `host` on return
+  });
+}
+
 // ---- profiling --------------------------------------------------------------------------------
 
 void CudaBackend::set_profiling(bool on) { impl_->profiling = on; }

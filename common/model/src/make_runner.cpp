@@ -1,6 +1,8 @@
 // make_runner.cpp — the one place that knows which backends this build has.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lio/cpu_backend.h"
 #include "lio/error.h"
@@ -71,6 +73,57 @@ std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<Backend> backend,
                           " bytes)");
   }
   return std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
+}
+
+std::unique_ptr<ModelRunner> make_parallel_runner(
+    const LoadedModel& model, const ParallelConfig& parallel, AllReduceAlgorithm algorithm, Device device,
+    const KvPoolOptions& pool, ActivationPrecision activations, AttentionBackend attention,
+    const std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>& wrap) {
+  return make_parallel_runner(model, parallel, world_communicator(algorithm), device, pool, activations, attention,
+                              wrap);
+}
+
+std::unique_ptr<ModelRunner> make_parallel_runner(
+    const LoadedModel& model, const ParallelConfig& parallel, std::unique_ptr<Communicator> world, Device device,
+    const KvPoolOptions& pool, ActivationPrecision activations, AttentionBackend attention,
+    const std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>& wrap) {
+  check_kv_pool_options(pool);
+  if (world->algorithm() == AllReduceAlgorithm::Nccl && device != Device::Cuda) {
+    throw InvalidArgument("--all-reduce nccl runs on GPUs: add --device cuda (one rank per GPU)");
+  }
+  if (world->size() != parallel.world_size()) {
+    throw CommError("the job has " + std::to_string(world->size()) + " rank(s), but --tensor-parallel-size " +
+                    std::to_string(parallel.tensor_parallel_size) + " x --pipeline-parallel-size " +
+                    std::to_string(parallel.pipeline_parallel_size) + " needs " +
+                    std::to_string(parallel.world_size()) +
+                    (parallel.world_size() > 1 ? ": start it with scripts/mpirun.sh -n " + std::to_string(parallel.world_size())
+                                               : ": run it without mpirun (or with -n 1)"));
+  }
+  if (parallel.world_size() == 1) {
+    std::unique_ptr<Backend> backend = make_backend(model, device, activations, attention);
+    return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);
+  }
+  const RankPlan plan = make_rank_plan(model.config, model.weights, parallel, world->rank());
+  auto shard = std::make_unique<LoadedModel>(shard_model(model, plan));
+  std::unique_ptr<Backend> backend = make_backend(*shard, device, activations, attention);
+  if (wrap) backend = wrap(std::move(backend));
+  // Every rank's pool has the same block ids (the driver's BlockManager hands them out): the
+  // smallest count any rank's budget allows (pipeline stages may hold different layer counts).
+  const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
+  const int64_t mine = kv_blocks_for_budget(backend->config(), pool.block_size, mib << 20, pool.dtype);
+  std::vector<float> all(static_cast<size_t>(world->size()));
+  const float mine_f = static_cast<float>(std::min<int64_t>(mine, 1 << 24));
+  world->all_gather(&mine_f, all.data(), 1);
+  const auto n_blocks = static_cast<int64_t>(*std::min_element(all.begin(), all.end()));
+  if (n_blocks < 1) {
+    throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
+                          std::to_string(pool.block_size) + " tokens on some rank");
+  }
+  auto runner = std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
+  std::unique_ptr<ParallelContext> ctx = make_parallel_context(plan, model.config, std::move(world));
+  ctx->shard = std::move(shard);
+  runner->set_parallel(std::move(ctx));
+  return runner;
 }
 
 }  // namespace lio

@@ -1,6 +1,8 @@
 #include "lio/model.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "lio/error.h"
 
@@ -8,21 +10,40 @@ namespace lio {
 
 float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   Backend& be = backend_;
-  const ModelConfig& c = be.config();
-  batch.validate(c.vocab_size, c.context_length, pool.n_blocks());
+  const ModelConfig& c = be.config();  // this rank's shard (the whole model on one rank)
+  const ModelConfig& full = config();
+  batch.validate(full.vocab_size, full.context_length, pool.n_blocks());
   if (batch.block_size != pool.block_size()) {
     throw InvalidArgument("forward: the batch uses blocks of " + std::to_string(batch.block_size) +
                           " tokens, the pool " + std::to_string(pool.block_size()));
   }
-  if (batch.n_layers < 0 || batch.n_layers > c.n_layers) {
+  if (batch.n_layers < 0 || batch.n_layers > full.n_layers) {
     throw InvalidArgument("forward: the batch asks for " + std::to_string(batch.n_layers) + " layers; the model has " +
-                          std::to_string(c.n_layers) + " (0 = all)");
+                          std::to_string(full.n_layers) + " (0 = all)");
+  }
+  // ---- chapter 08: this rank's part of the grid (one rank: tp = pp = 1)
+  ParallelContext* par = parallel_;
+  const RankPlan plan = par ? par->plan : RankPlan{};
+  const bool tp = plan.tp_size > 1;
+  const bool pp = plan.pp_size > 1;
+  if (pp && batch.n_layers != 0) {
+    throw UnsupportedError("forward: early exit (" + std::to_string(batch.n_layers) +
+                           " layers) under pipeline parallelism is not supported");
   }
   const int64_t n_run = batch.n_layers == 0 ? c.n_layers : batch.n_layers;  // early exit: fewer
   const int64_t n = batch.n_tokens();
   const int64_t n_out = batch.n_logits();
   const int64_t d = c.d_model;
-  const BatchView view = be.upload(batch);
+  const ForwardBatch* run = &batch;
+  if (tp) {  // vocabulary-parallel embedding: ids outside this rank's shard become -1 (a zero row)
+    local_batch_ = batch;
+    for (int32_t& id : local_batch_.token_ids) {
+      id = id >= plan.vocab_begin && id < plan.vocab_begin + plan.vocab_local ? static_cast<int32_t>(id - plan.vocab_begin)
+                                                                              : -1;
+    }
+    run = &local_batch_;
+  }
+  const BatchView view = be.upload(*run);
   float* x = be.scratch(Scratch::X, n * d);           // (n, d_model) residual stream
   float* xn = be.scratch(Scratch::Xn, n * d);         // (n, d_model) normalized
   float* q = be.scratch(Scratch::Q, n * c.q_dim());   // (n, n_heads * head_dim)
@@ -33,7 +54,33 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   float* gate = be.scratch(Scratch::Gate, n * c.d_ff);  // (n, d_ff)
   float* up = be.scratch(Scratch::Up, n * c.d_ff);
 
-  be.embedding(view.token_ids, n, x);
+  if (plan.first_stage()) {
+    be.embedding(view.token_ids, n, x);
+  } else {  // pipeline: the residual stream from the stage before, same tensor-parallel rank
+    staging_.resize(static_cast<size_t>(n * d));
+    const double t0 = comm_clock_seconds();
+    par->world->send_recv(nullptr, 0, -1, staging_.data(), n * d,
+                          static_cast<int>(plan.world_rank_of(plan.pp_rank - 1, plan.tp_rank)));
+    par->send_recv.add(n * d * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
+    be.from_host(staging_.data(), n * d, x);
+  }
+  // Row-parallel layers: y = x + sum over ranks of W_r h_r. Rank 0 adds its partial to x, the
+  // others start from zero, and one all-reduce sums them (Megatron-LM's g operator).
+  const bool accumulate = !tp || plan.tp_rank == 0;
+  const auto wait_for_group = [&] {  // measurement mode: the ranks' imbalance apart from the collective
+    if (!par->split_wait) return;
+    if (!be.host_memory()) be.to_host(x, 0, nullptr);  // this rank's kernels are done before it waits
+    const double t0 = comm_clock_seconds();
+    par->tp->barrier();
+    par->wait.add(0, comm_clock_seconds() - t0);
+  };
+  const auto all_reduce = [&](float* buf, int64_t count) {  // timed: chapter 08's compute/communication split
+    wait_for_group();
+    const double t0 = comm_clock_seconds();
+    be.all_reduce(*par->tp, buf, count);
+    par->all_reduce.add(count * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
+  };
+  if (tp && plan.first_stage()) all_reduce(x, n * d);  // each token's embedding row came from one rank's shard
   for (int64_t l = 0; l < n_run; ++l) {
     // ---- attention: K/V of every row into the pool, then each row over its sequence
     be.rmsnorm(x, {WeightKind::AttnNorm, l}, xn, n);
@@ -46,21 +93,32 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
       be.mla_attention(pool, l, q, k, attn, view);
       be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);
     } else {
-      be.matmul({WeightKind::Wq, l}, xn, q, n, false);
+      be.matmul({WeightKind::Wq, l}, xn, q, n, false);  // column-parallel: this rank's heads
       be.matmul({WeightKind::Wk, l}, xn, k, n, false);
       be.matmul({WeightKind::Wv, l}, xn, v, n, false);
       be.rope(q, view.positions, n, c.n_heads);
       be.rope(k, view.positions, n, c.n_kv_heads);
       be.kv_append(pool, l, k, v, view);
       be.attention(pool, l, q, attn, view);
-      be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);  // x += W_o attn
+      be.matmul({WeightKind::Wo, l}, attn, x, n, accumulate);  // x += W_o attn (row-parallel)
+      if (tp) all_reduce(x, n * d);                              // all-reduce 1 of 2
     }
     // ---- SwiGLU MLP
     be.rmsnorm(x, {WeightKind::FfnNorm, l}, xn, n);
-    be.matmul({WeightKind::Gate, l}, xn, gate, n, false);
+    be.matmul({WeightKind::Gate, l}, xn, gate, n, false);  // column-parallel: this rank's features
     be.matmul({WeightKind::Up, l}, xn, up, n, false);
     be.swiglu(gate, up, gate, n * c.d_ff);
-    be.matmul({WeightKind::Down, l}, gate, x, n, /*accumulate=*/true);  // x += W_down h
+    be.matmul({WeightKind::Down, l}, gate, x, n, accumulate);  // x += W_down h (row-parallel)
+    if (tp) all_reduce(x, n * d);                                // all-reduce 2 of 2
+  }
+  if (!plan.last_stage()) {  // pipeline: on to the next stage
+    staging_.resize(static_cast<size_t>(n * d));
+    be.to_host(x, n * d, staging_.data());
+    const double t0 = comm_clock_seconds();
+    par->world->send_recv(staging_.data(), n * d, static_cast<int>(plan.world_rank_of(plan.pp_rank + 1, plan.tp_rank)),
+                          nullptr, 0, -1);
+    par->send_recv.add(n * d * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
+    return nullptr;
   }
   // Only the rows whose logits are wanted go through the (vocab x d_model) head.
   float* logits = be.scratch(Scratch::Logits, n_out * c.vocab_size);
@@ -68,18 +126,59 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   float* rows = be.scratch(Scratch::Rows, n_out * d);
   be.gather_rows(x, view.logits_rows, n_out, d, rows);
   be.rmsnorm(rows, {WeightKind::OutputNorm}, rows, n_out);
-  be.matmul({WeightKind::Output}, rows, logits, n_out, false);
-  return logits;
+  be.matmul({WeightKind::Output}, rows, logits, n_out, false);  // vocabulary-parallel: this rank's columns
+  if (!tp) return logits;
+  float* gathered = be.scratch(Scratch::Gathered, plan.tp_size * n_out * c.vocab_size);
+  wait_for_group();
+  const double t0 = comm_clock_seconds();
+  be.all_gather(*par->tp, logits, gathered, n_out * c.vocab_size);  // (tp, n_out, vocab / tp)
+  par->all_gather.add(n_out * c.vocab_size * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
+  return gathered;
 }
 
 void Model::forward(const ForwardBatch& batch, KvPool& pool, std::span<float> logits) {
-  const int64_t n_floats = batch.n_logits() * config().vocab_size;
-  if (static_cast<int64_t>(logits.size()) != n_floats) {
+  const int64_t n_out = batch.n_logits();
+  const int64_t vocab = config().vocab_size;
+  const int64_t n_floats = n_out * vocab;
+  const ParallelContext* par = parallel_;
+  const bool receives = par == nullptr || par->driver();
+  if (receives && static_cast<int64_t>(logits.size()) != n_floats) {
     throw InvalidArgument("forward: logits buffer holds " + std::to_string(logits.size()) + " floats, " +
                           std::to_string(n_floats) + " needed");
   }
   const float* device_logits = forward_device(batch, pool);
-  backend_.to_host(device_logits, n_floats, logits.data());
+  if (par == nullptr || par->plan.tp_size * par->plan.pp_size == 1) {
+    backend_.to_host(device_logits, n_floats, logits.data());
+    return;
+  }
+  const RankPlan& plan = par->plan;
+  const int64_t last_leader = plan.world_rank_of(plan.pp_size - 1, 0);  // gathers for the driver
+  if (plan.last_stage() && plan.tp_rank == 0 && n_floats > 0) {
+    // (tp, n_out, vocab_local) -> (n_out, vocab): rank r's columns are [r * vocab_local, ...).
+    const int64_t vl = plan.vocab_local;
+    staging_.resize(static_cast<size_t>(plan.tp_size * n_out * vl));
+    backend_.to_host(device_logits, static_cast<int64_t>(staging_.size()), staging_.data());
+    std::vector<float> ordered;
+    float* out = logits.data();
+    if (!par->driver()) {
+      ordered.resize(static_cast<size_t>(n_floats));
+      out = ordered.data();
+    }
+    if (plan.tp_size == 1) {
+      std::copy(staging_.begin(), staging_.end(), out);
+    } else {
+      for (int64_t r = 0; r < plan.tp_size; ++r) {
+        const int64_t cols = std::min(vl, vocab - r * vl);  // the last shard's padding is dropped
+        for (int64_t i = 0; i < n_out && cols > 0; ++i) {
+          const float* src = staging_.data() + (r * n_out + i) * vl;
+          std::copy(src, src + cols, out + i * vocab + r * vl);
+        }
+      }
+    }
+    if (!par->driver()) par->world->send_recv(out, n_floats, 0, nullptr, 0, -1);
+  } else if (par->driver() && n_floats > 0) {  // pipeline: the logits come from the last stage
+    par->world->send_recv(nullptr, 0, -1, logits.data(), n_floats, static_cast<int>(last_leader));
+  }
 }
 
 }  // namespace lio

@@ -1,5 +1,6 @@
 #include "lio/model_runner.h"
 
+#include <cstring>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,39 @@ std::vector<ArgmaxRow> Backend::greedy_argmax(float*, std::span<const int32_t>,
   throw UnsupportedError("this backend has no device argmax");
 }
 
+void Backend::from_host(const float* host, int64_t n_floats, float* dst) {
+  if (n_floats < 0 || (n_floats > 0 && (host == nullptr || dst == nullptr))) {
+    throw InvalidArgument("Backend::from_host: need n_floats >= 0 and non-null pointers");
+  }
+  if (n_floats > 0) std::memcpy(dst, host, static_cast<size_t>(n_floats) * sizeof(float));
+}
+
+void Backend::all_reduce(Communicator& comm, float* x, int64_t n) {
+  if (comm.size() == 1 || n == 0) return;
+  const bool device_comm = comm.memory_kind() == CommMemory::Device;
+  if (host_memory() != device_comm) {  // CPU + MPI, or GPU + NCCL: the buffer is the comm's
+    if (!host_memory()) to_host(x, 0, nullptr);  // waits for the kernels that wrote x
+    return comm.all_reduce_sum(x, n);
+  }
+  std::vector<float> staged(static_cast<size_t>(n));  // GPU + MPI: through host memory
+  to_host(x, n, staged.data());
+  comm.all_reduce_sum(staged.data(), n);
+  from_host(staged.data(), n, x);
+}
+
+void Backend::all_gather(Communicator& comm, const float* in, float* out, int64_t n) {
+  const bool device_comm = comm.memory_kind() == CommMemory::Device;
+  if (host_memory() != device_comm) {
+    if (!host_memory()) to_host(in, 0, nullptr);
+    return comm.all_gather(in, out, n);
+  }
+  std::vector<float> mine(static_cast<size_t>(n));
+  std::vector<float> all(static_cast<size_t>(n) * static_cast<size_t>(comm.size()));
+  to_host(in, n, mine.data());
+  comm.all_gather(mine.data(), all.data(), n);
+  from_host(all.data(), static_cast<int64_t>(all.size()), out);
+}
+
 void Backend::mla_rope(float*, float*, const int32_t*, int64_t) {
   throw UnsupportedError(device_description() + ": this backend has no MLA kernels yet (MLA models run with --device cpu)");
 }
@@ -35,20 +69,147 @@ void Backend::mla_attention(KvPool&, int64_t, const float*, const float*, float*
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config)
     : backend_(std::move(backend)), pool_(backend_->make_kv_pool(pool_config)), model_(*backend_) {}
 
+ModelRunner::~ModelRunner() {
+  try {
+    stop_workers();
+  } catch (...) {  // a destructor does not throw; a dead job ends through mpirun anyway
+  }
+}
+
+// ---- chapter 08: the driver and its workers ------------------------------------------------
+
+namespace {
+
+/// The driver's commands to the workers (the first int of each message).
+enum Command : int32_t { kForward = 1, kCopyBlocks = 2, kSwapOut = 3, kSwapIn = 4, kStop = 5 };
+
+void append(std::vector<int32_t>& out, const std::vector<int32_t>& v) {
+  out.push_back(static_cast<int32_t>(v.size()));
+  out.insert(out.end(), v.begin(), v.end());
+}
+
+/// A ForwardBatch as ints: block_size, max_blocks_per_seq, n_layers, then each array with its length.
+std::vector<int32_t> serialize(const ForwardBatch& b) {
+  std::vector<int32_t> out{static_cast<int32_t>(b.block_size), static_cast<int32_t>(b.max_blocks_per_seq),
+                           static_cast<int32_t>(b.n_layers)};
+  for (const std::vector<int32_t>* v : {&b.token_ids, &b.positions, &b.slot_mapping, &b.query_start_loc, &b.seq_lens,
+                                        &b.block_tables, &b.logits_rows}) {
+    append(out, *v);
+  }
+  return out;
+}
+
+ForwardBatch deserialize(const std::vector<int32_t>& in) {
+  size_t at = 0;
+  auto next = [&]() -> int32_t {
+    if (at >= in.size()) throw CommError("worker: a forward batch from the driver ends early");
+    return in[at++];
+  };
+  ForwardBatch b(next());
+  b.max_blocks_per_seq = next();
+  b.n_layers = next();
+  for (std::vector<int32_t>* v : {&b.token_ids, &b.positions, &b.slot_mapping, &b.query_start_loc, &b.seq_lens,
+                                  &b.block_tables, &b.logits_rows}) {
+    const int32_t len = next();
+    if (len < 0 || static_cast<size_t>(len) > in.size() - at) throw CommError("worker: a forward batch from the driver is malformed");
+    v->assign(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at) + len);
+    at += static_cast<size_t>(len);
+  }
+  return b;
+}
+
+std::vector<int32_t> serialize(std::span<const BlockCopy> copies) {
+  std::vector<int32_t> out;
+  for (const BlockCopy& c : copies) out.insert(out.end(), {c.src, c.dst});
+  return out;
+}
+
+std::vector<BlockCopy> copies_of(const std::vector<int32_t>& in) {
+  std::vector<BlockCopy> out;
+  for (size_t i = 0; i + 1 < in.size(); i += 2) out.push_back({in[i], in[i + 1]});
+  return out;
+}
+
+}  // namespace
+
+void ModelRunner::set_parallel(std::unique_ptr<ParallelContext> parallel) {
+  if (parallel_) throw InvalidArgument("ModelRunner::set_parallel: the runner already has a grid");
+  parallel_ = std::move(parallel);
+  model_.set_parallel(parallel_.get());
+}
+
+void ModelRunner::broadcast_command(int32_t cmd, const std::vector<int32_t>& payload) {
+  if (!parallel_ || parallel_->world->size() == 1 || !parallel_->driver()) return;
+  int64_t header[2] = {cmd, static_cast<int64_t>(payload.size())};
+  parallel_->world->broadcast(header, sizeof(header), 0);
+  if (!payload.empty()) {
+    parallel_->world->broadcast(const_cast<int32_t*>(payload.data()),
+                                static_cast<int64_t>(payload.size() * sizeof(int32_t)), 0);
+  }
+}
+
+void ModelRunner::stop_workers() {
+  if (workers_stopped_ || !parallel_ || !parallel_->driver() || !mpi_active()) return;
+  workers_stopped_ = true;
+  broadcast_command(kStop, {});
+}
+
+void ModelRunner::serve_worker() {
+  if (is_driver()) throw InvalidArgument("ModelRunner::serve_worker: the driver (world rank 0) does not serve");
+  Communicator& world = *parallel_->world;
+  std::vector<int32_t> payload;
+  for (;;) {
+    int64_t header[2] = {0, 0};
+    world.broadcast(header, sizeof(header), 0);
+    if (header[1] < 0 || header[1] > (int64_t{1} << 31)) throw CommError("worker: a message of bad length from the driver");
+    payload.resize(static_cast<size_t>(header[1]));
+    if (!payload.empty()) world.broadcast(payload.data(), static_cast<int64_t>(payload.size() * sizeof(int32_t)), 0);
+    switch (header[0]) {
+      case kForward: {
+        const ForwardBatch batch = deserialize(payload);
+        model_.forward(batch, *pool_, {});
+        break;
+      }
+      case kCopyBlocks: copy_blocks(copies_of(payload)); break;
+      case kSwapOut:
+      case kSwapIn: {
+        const std::vector<BlockCopy> copies = copies_of(payload);
+        int64_t host_blocks = 0;
+        for (const BlockCopy& c : copies) host_blocks = std::max<int64_t>(host_blocks, 1 + (header[0] == kSwapOut ? c.dst : c.src));
+        const auto need = static_cast<size_t>(host_blocks * pool_->block_floats());
+        if (worker_swap_.size() < need) worker_swap_.resize(need);
+        if (header[0] == kSwapOut) swap_out(copies, worker_swap_.data());
+        else swap_in(copies, worker_swap_.data());
+        break;
+      }
+      case kStop: return;
+      default: throw CommError("worker: unknown command " + std::to_string(header[0]) + " from the driver");
+    }
+  }
+}
+
 void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
+  if (!copies.empty()) broadcast_command(kCopyBlocks, serialize(copies));
   for (const BlockCopy& c : copies) pool_->copy_block(c.src, c.dst);
 }
 
 void ModelRunner::swap_out(std::span<const BlockCopy> copies, float* host) {
+  if (!copies.empty()) broadcast_command(kSwapOut, serialize(copies));
   for (const BlockCopy& c : copies) pool_->copy_block_to_host(c.src, host + c.dst * pool_->block_floats());
 }
 
 void ModelRunner::swap_in(std::span<const BlockCopy> copies, const float* host) {
+  if (!copies.empty()) broadcast_command(kSwapIn, serialize(copies));
   for (const BlockCopy& c : copies) pool_->copy_block_from_host(host + c.src * pool_->block_floats(), c.dst);
 }
 
 std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));
+  if (parallel_ && parallel_->world->size() > 1) {
+    // Checked before the workers see it: a bad batch is the caller's error, not the job's end.
+    batch.validate(config().vocab_size, config().context_length, pool_->n_blocks());
+    broadcast_command(kForward, serialize(batch));
+  }
   model_.forward(batch, *pool_, logits_);
   return logits_;
 }
@@ -65,7 +226,7 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
   std::vector<int32_t> greedy;
   std::vector<std::vector<int32_t>> penalty_tokens;
   std::vector<float> penalties;
-  if (backend_->has_device_argmax()) {
+  if (backend_->has_device_argmax() && !parallel_) {  // over ranks the logits are gathered on the host
     for (int64_t i = 0; i < n_out; ++i) {
       const SamplerConfig& sc = rows[static_cast<size_t>(i)].sampler->config();
       // The device path knows the repetition penalty only, and returns no logits row.

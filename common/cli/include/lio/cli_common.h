@@ -31,6 +31,8 @@ struct CommonOptions {
   std::string attention = "gqa";  ///< --attention mha|gqa|mqa|gqa:N (KV heads, chapter 02)
   std::string attention_backend = "flash";  ///< --attention-backend flash|naive (kernels, chapter 07)
   int threads = 0;              ///< --threads (0 = all cores)
+  ParallelConfig parallel;      ///< --tensor-parallel-size, --pipeline-parallel-size (chapter 08)
+  std::string all_reduce = "library";  ///< --all-reduce library|ring (chapter 08)
   KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib (its dtype: from kv_cache_dtype)
   std::string kv_cache_dtype = "f32";  ///< --kv-cache-dtype f32|f16|int8, parsed by runner_from_options
   bool json = false;            ///< --json: one machine-readable summary on stdout
@@ -47,8 +49,9 @@ struct DraftRunner {
 
 /// --model, --dtype, --threads, --json.
 void add_model_flags(CLI::App& app, CommonOptions& o);
-/// --device cpu|cuda, --activations, --attention and --attention-backend (programs that run
-/// the forward pass).
+/// --device cpu|cuda, --activations, --attention, --attention-backend, and chapter 08's
+/// --tensor-parallel-size, --pipeline-parallel-size and --all-reduce (programs that run the
+/// forward pass).
 void add_device_flag(CLI::App& app, CommonOptions& o);
 /// --block-size, --kv-cache-mib and --kv-cache-dtype (the paged KV pool).
 void add_kv_pool_flags(CLI::App& app, CommonOptions& o);
@@ -86,6 +89,10 @@ using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Ba
 /// describes in o.kv_cache_dtype's elements. A non-empty `wrap` gets the backend before the
 /// pool is made on it: how a chapter runs its own operator inside the one forward pass
 /// (ch01_kv_cache: attention over its contiguous cache with chapter 01's decode_attention).
+/// Over several ranks (chapter 08: --tensor-parallel-size x --pipeline-parallel-size under
+/// mpirun) each rank builds its shard's runner (make_parallel_runner); on every rank but the
+/// driver (world rank 0) this call does not return: the rank serves the driver's steps
+/// (ModelRunner::serve_worker) and exits with status 0 when the driver's runner is gone.
 /// Throws InvalidArgument for an unknown device, KV dtype or a bad pool size, UnsupportedError
 /// when CUDA is asked for and unavailable, or for an f16 / int8 KV cache on CUDA or with an MLA
 /// model (see make_runner), and what `wrap` throws.
@@ -111,6 +118,8 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const CommonOptions& o)
 
 /// Runs `body` and turns every exception into one line on stderr and a non-zero exit:
 /// CLI11 parse errors -> CLI11's exit code (usage), lio::Error -> 1, anything else -> 3.
+/// Under mpirun (chapter 08) it initializes MPI first; an error on any rank is printed with the
+/// rank ("[rank 2] ...") and ends every rank of the job (abort_world), so none is left waiting.
 int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 }  // namespace lio

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lio/communicator.h"
 #include "lio/forward_batch.h"
 #include "lio/kv_pool.h"
 #include "lio/model_config.h"
@@ -63,7 +64,8 @@ enum class ActivationPrecision { F32, Int8, Int8PerToken };
 enum class AttentionBackend { Naive, Flash };
 
 /// Activation buffers the forward pass asks its backend for (see Backend::scratch).
-enum class Scratch { X, Xn, Q, K, V, Attn, Gate, Up, Rows, Logits, kCount };
+/// Gathered: the tensor-parallel LM head's logits of every rank, (tp, n_logits, vocab / tp).
+enum class Scratch { X, Xn, Q, K, V, Attn, Gate, Up, Rows, Logits, Gathered, kCount };
 
 /// A ForwardBatch's index arrays in the backend's memory, valid until the next upload().
 /// Pointers as ForwardBatch's fields (same shapes); `host` is the batch itself.
@@ -115,7 +117,8 @@ class Backend {
   virtual float* scratch(Scratch id, int64_t n_floats) = 0;
 
   /// out (n, d_model) = rows token_ids of TokenEmbd, dequantized. Ids are checked beforehand
-  /// (ForwardBatch::validate).
+  /// (ForwardBatch::validate); an id of -1 gives a row of zeros (chapter 08: a token whose row
+  /// another tensor-parallel rank's vocabulary shard holds).
   virtual void embedding(const int32_t* token_ids, int64_t n, float* out) = 0;
   /// out (n_rows, d_model) = RMSNorm(x) * weight `norm` (AttnNorm, FfnNorm or OutputNorm);
   /// may alias. Zhang & Sennrich 2019, eq. 4.
@@ -152,6 +155,21 @@ class Backend {
                            float* out) = 0;
   /// Copies n_floats device floats to `host` and waits for the pass to finish.
   virtual void to_host(const float* src, int64_t n_floats, float* host) = 0;
+
+  /// Copies n_floats host floats into device memory `dst` (queued on the backend's stream; the
+  /// host buffer may be reused on return). CPU: memcpy.
+  virtual void from_host(const float* host, int64_t n_floats, float* dst);
+  /// True when this backend's "device pointers" are host memory (the CPU).
+  virtual bool host_memory() const { return true; }
+
+  // ---- communication between ranks (chapter 08) ---------------------------------------------
+  /// x (n floats, device memory) = the sum of x over `comm`'s ranks: the all-reduce after a
+  /// row-parallel layer (Megatron-LM's g operator). When the communicator's memory differs from
+  /// this backend's (MPI and a GPU), x goes through host memory. Throws as the communicator.
+  virtual void all_reduce(Communicator& comm, float* x, int64_t n);
+  /// out (comm.size() * n floats, device memory) = every rank's `in` (n floats), rank 0 first:
+  /// the vocabulary-parallel LM head's logits. Throws as the communicator.
+  virtual void all_gather(Communicator& comm, const float* in, float* out, int64_t n);
 
   /// True when greedy_argmax() runs on this device (worth it where copying the logits row
   /// back costs more than the argmax: a GPU).

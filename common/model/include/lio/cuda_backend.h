@@ -116,6 +116,8 @@ class CudaBackend final : public Backend {
                    float* out) override;
   /// Device -> pinned (async), wait for the stream, pinned -> `host`.
   void to_host(const float* src, int64_t n_floats, float* host) override;
+  void from_host(const float* host, int64_t n_floats, float* dst) override;
+  bool host_memory() const override { return false; }
 
   bool has_device_argmax() const override { return true; }
   /// Per requested row: the repetition penalty (cuda::repeat_penalty, skipped when 1) over its

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 #include "lio/kv_pool.h"
 #include "lio/model.h"
 #include "lio/model_loader.h"
+#include "lio/parallel.h"
 #include "lio/sampler.h"
 
 namespace lio {
@@ -42,9 +44,35 @@ class ModelRunner {
   /// Takes `backend` and allocates a pool of `pool_config` on it. Throws as
   /// Backend::make_kv_pool.
   ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config);
+  /// The driver (world rank 0) of a grid tells the other ranks to stop (see serve_worker).
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
-  /// The model's hyper-parameters.
-  const ModelConfig& config() const { return backend_->config(); }
+  // ---- chapter 08: one rank of a tensor x pipeline parallel grid ----------------------------
+  /// Makes this runner one rank of `parallel`'s grid (taken; the backend must hold the shard
+  /// parallel->plan describes). vLLM's driver and workers: on the driver (world rank 0) every
+  /// forward(), copy_blocks(), swap_out() and swap_in() is first broadcast to the other ranks,
+  /// which run the same call on their shard from serve_worker(). Throws InvalidArgument if
+  /// called twice.
+  void set_parallel(std::unique_ptr<ParallelContext> parallel);
+  /// The grid this runner is a rank of, or null (one process).
+  const ParallelContext* parallel() const { return parallel_.get(); }
+  /// The grid, to change its measurement settings (ParallelContext::split_wait; every rank must
+  /// set the same), or null.
+  ParallelContext* parallel() { return parallel_.get(); }
+  /// True unless this runner is a non-driver rank of a grid.
+  bool is_driver() const { return !parallel_ || parallel_->driver(); }
+  /// A worker rank's loop: receives the driver's commands and runs them, until the driver's
+  /// runner is destroyed (or stop_workers() is called). Throws InvalidArgument on the driver,
+  /// CommError when the driver's messages make no sense, and what the commands throw (the caller
+  /// then ends the job: abort_world).
+  void serve_worker();
+  /// Driver: tells the workers to return from serve_worker(); idempotent. The destructor calls it.
+  void stop_workers();
+
+  /// The model's hyper-parameters (the whole model's, also on one rank of a grid).
+  const ModelConfig& config() const { return model_.config(); }
   /// The device in words.
   std::string device_description() const { return backend_->device_description(); }
   /// The backend (for its op timings or weight bytes).
@@ -75,10 +103,15 @@ class ModelRunner {
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows);
 
  private:
+  /// Driver: sends command `cmd` with `payload` to the workers (no-op without a grid).
+  void broadcast_command(int32_t cmd, const std::vector<int32_t>& payload);
+  std::unique_ptr<ParallelContext> parallel_;  ///< chapter 08's grid, or null (first: owns the shard the backend reads)
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvPool> pool_;
   Model model_;
   std::vector<float> logits_;  ///< (n_logits, vocab_size) host copy
+  std::vector<float> worker_swap_;  ///< a worker's host blocks for swap preemption
+  bool workers_stopped_ = false;
 };
 
 /// One sequence run straight on a runner, without an Engine: it owns blocks 0 .. of the
@@ -149,6 +182,27 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device,
 std::unique_ptr<ModelRunner> make_runner(const LoadedModel& model, Device device,
                                          const KvPoolOptions& pool = {},
                                          ActivationPrecision activations = ActivationPrecision::F32);
+
+/// Chapter 08: the runner of this process's rank in a tensor x pipeline parallel grid over
+/// world_communicator(algorithm): the rank's plan (make_rank_plan), its shard of `model`
+/// (shard_model; `model` must outlive the runner only until this returns — the shard is owned by
+/// the runner), a backend on it (wrapped by `wrap` when given), a KV pool of as many blocks on
+/// every rank (the budget pool.kv_cache_mib per rank, the smallest rank's block count; each
+/// rank's blocks hold only its KV heads and layers) and the ParallelContext (ModelRunner::
+/// set_parallel). With a grid of one rank it is make_runner(). Collective: every rank of the job
+/// must call it. Throws CommError when the job's rank count differs from tp x pp, and as
+/// make_rank_plan / make_runner.
+std::unique_ptr<ModelRunner> make_parallel_runner(
+    const LoadedModel& model, const ParallelConfig& parallel, AllReduceAlgorithm algorithm, Device device,
+    const KvPoolOptions& pool, ActivationPrecision activations, AttentionBackend attention,
+    const std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>& wrap = {});
+
+/// make_parallel_runner() over `world` (taken) instead of the job's world: how tests run a grid
+/// on part of the ranks (Communicator::split).
+std::unique_ptr<ModelRunner> make_parallel_runner(
+    const LoadedModel& model, const ParallelConfig& parallel, std::unique_ptr<Communicator> world, Device device,
+    const KvPoolOptions& pool, ActivationPrecision activations, AttentionBackend attention,
+    const std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>& wrap = {});
 
 /// Throws InvalidArgument if pool.block_size < 1 or pool.kv_cache_mib < 0 (the checks
 /// make_runner() makes before it builds a backend).

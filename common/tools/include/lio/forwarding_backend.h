@@ -47,6 +47,10 @@ class ForwardingBackend : public Backend {
     inner_->gather_rows(x, r, n, dim, out);
   }
   void to_host(const float* src, int64_t n, float* host) override { inner_->to_host(src, n, host); }
+  void from_host(const float* host, int64_t n, float* dst) override { inner_->from_host(host, n, dst); }
+  bool host_memory() const override { return inner_->host_memory(); }
+  void all_reduce(Communicator& c, float* x, int64_t n) override { inner_->all_reduce(c, x, n); }
+  void all_gather(Communicator& c, const float* in, float* out, int64_t n) override { inner_->all_gather(c, in, out, n); }
 
  private:
   std::unique_ptr<Backend> inner_;

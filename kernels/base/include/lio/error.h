@@ -49,6 +49,13 @@ class NotImplemented : public Error {
   using Error::Error;
 };
 
+/// Communication between ranks failed (chapter 08): an MPI or NCCL call returned an error, or
+/// the ranks of a job disagree (world size, model, step). The message names the call and ranks.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// An internal invariant failed: a bug in LIO, not in the input. Carries file:line.
 class InternalError : public Error {
  public:

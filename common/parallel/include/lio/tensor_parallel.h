@@ -1,0 +1,123 @@
+// tensor_parallel.h — chapter 08's exercise points: how a Llama layer is split over ranks
+// (Megatron-LM's column- and row-parallel linear layers), the ring all-reduce that sums the
+// row-parallel halves back together, and the two numbers a deployment is planned with: the
+// memory each rank holds and the bytes each layer sends.
+//
+// Sources: Shoeybi et al. 2019, "Megatron-LM", sec. 3 (Figure 3: the MLP's A column-split, B
+// row-split, one all-reduce g after B; self-attention split by heads, one all-reduce after the
+// output projection); vLLM's `vllm/model_executor/layers/linear.py` (ColumnParallelLinear,
+// RowParallelLinear, QKVParallelLinear's KV-head replication when tp_size > num_kv_heads);
+// Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations"
+// (the ring: reduce-scatter then all-gather, 2 (n - 1) / n of the data sent per rank);
+// nccl-tests' doc/PERFORMANCE.md (bus bandwidth = algorithm bandwidth x 2 (n - 1) / n).
+//
+// Definitions: exercises/08_tensor_parallel/tensor_parallel.cpp (the learner's) and
+// solutions/08_tensor_parallel/tensor_parallel.cpp; lesson docs/08_tensor_parallel.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "lio/communicator.h"
+
+namespace lio {
+
+/// How a linear layer y = x W^T with W (rows = out_features, cols = in_features) is split.
+enum class ParallelStyle {
+  Column,  ///< split W's rows (output features): each rank computes its slice of y, no communication
+  Row,     ///< split W's columns (input features): each rank computes a partial y, summed by all-reduce
+};
+
+/// The block of W (row-major (rows, cols)) one rank holds: rows [row_begin, row_end) and
+/// columns [col_begin, col_end).
+struct ShardSlice {
+  int64_t row_begin = 0;  ///< first output feature held
+  int64_t row_end = 0;    ///< one past the last output feature held
+  int64_t col_begin = 0;  ///< first input feature held
+  int64_t col_end = 0;    ///< one past the last input feature held
+
+  /// Rows held.
+  int64_t n_rows() const { return row_end - row_begin; }
+  /// Columns held.
+  int64_t n_cols() const { return col_end - col_begin; }
+  bool operator==(const ShardSlice&) const = default;
+};
+
+/// Task 1a: the slice of W (rows, cols) that rank `rank` of `tp_size` holds under `style`:
+/// the split dimension (rows for Column, cols for Row) cut into tp_size equal contiguous
+/// pieces, rank r taking piece r; the other dimension whole. Every piece must be a whole
+/// number of `unit`s (head_dim for a split by heads: Q/K/V rows, o_proj columns; 1 for the MLP;
+/// the quantization block for a row split of block-quantized weights).
+/// Throws InvalidArgument if rows, cols or unit < 1, tp_size < 1, rank outside [0, tp_size),
+/// or the split dimension is not a multiple of tp_size * unit (the message names it).
+ShardSlice shard_linear(int64_t rows, int64_t cols, ParallelStyle style, int64_t unit, int64_t tp_size,
+                        int64_t rank);
+
+/// The KV heads one rank holds: [begin, end).
+struct KvHeadRange {
+  int64_t begin = 0;  ///< first KV head
+  int64_t end = 0;    ///< one past the last KV head
+  bool operator==(const KvHeadRange&) const = default;
+};
+
+/// Task 1b: which KV heads rank `rank` of `tp_size` holds, as vLLM's QKVParallelLinear decides.
+/// tp_size <= n_kv_heads: n_kv_heads / tp_size heads each, contiguous (n_kv_heads % tp_size == 0).
+/// tp_size > n_kv_heads: one head each, replicated on tp_size / n_kv_heads consecutive ranks
+/// (tp_size % n_kv_heads == 0): rank r holds head r / (tp_size / n_kv_heads) — the KV head its
+/// query heads read, since query head h reads KV head h / (n_heads / n_kv_heads).
+/// Throws InvalidArgument if n_kv_heads or tp_size < 1, rank outside [0, tp_size), or tp_size
+/// neither divides nor is a multiple of n_kv_heads.
+KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank);
+
+/// Task 2: ring all-reduce (Patarasuk & Yuan 2009) over `comm`'s send_recv only: on return,
+/// data (n floats) on every rank = the element-wise sum over all ranks. Cut data into size()
+/// chunks (the last may be shorter or empty); n - 1 reduce-scatter steps (rank r sends chunk
+/// (r - s) mod n to rank r + 1, receives chunk (r - s - 1) mod n from r - 1 and adds it) leave
+/// rank r holding the full sum of chunk (r + 1) mod n; n - 1 all-gather steps pass the summed
+/// chunks around. Each rank sends 2 (n - 1) / n of the data. Every rank must end with the same
+/// bits (each chunk is summed once, by one rank, then copied). World size 1: data unchanged.
+/// Throws InvalidArgument if n < 0, as send_recv otherwise.
+void ring_all_reduce(float* data, int64_t n, Communicator& comm);
+
+/// One rank's memory under tensor parallelism (decimal units: bytes).
+struct RankMemory {
+  double weight_bytes = 0;         ///< weights held by one rank
+  double kv_bytes_per_token = 0;   ///< KV cache bytes one token costs on one rank, all layers
+  double kv_budget_bytes = 0;      ///< what is left for the KV cache: usable memory - weights (< 0: does not fit)
+  int64_t max_kv_tokens = 0;       ///< floor(kv_budget_bytes / kv_bytes_per_token), 0 when nothing fits
+};
+
+/// What a model and a card are (inputs of Task 3).
+struct TpMemoryInputs {
+  double n_params = 0;              ///< parameters of the model
+  double bits_per_weight = 16;      ///< storage bits per weight, scales included (AWQ 4-bit g128: 4.25)
+  int64_t n_layers = 0;             ///< decoder layers
+  int64_t n_kv_heads = 0;           ///< KV heads of the model (before sharding)
+  int64_t head_dim = 0;             ///< dimension of one head
+  double kv_bytes_per_element = 2;  ///< bytes of one cached K or V element (fp16: 2)
+  double gpu_bytes = 0;             ///< memory of one card (bytes; "40 GB" = 40e9)
+  double memory_utilization = 0.9;  ///< vLLM's gpu_memory_utilization: the share LIO may use
+  int64_t tp_size = 1;              ///< ranks the model is split over
+};
+
+/// Task 3: one rank's weights (n_params x bits / 8, split evenly over tp_size ranks), its KV bytes
+/// per token (2 x n_layers x KV heads held x head_dim x kv_bytes_per_element, the KV heads held
+/// per kv_heads_for_rank), the KV budget left (gpu_bytes x memory_utilization - weights) and the
+/// tokens it holds. Lecture note 000's deployment: Llama 3.1 70B in AWQ on two A100 40 GB with
+/// TP 2. Throws InvalidArgument for a non-positive count or size, utilization outside (0, 1], or
+/// as kv_heads_for_rank.
+RankMemory tp_rank_memory(const TpMemoryInputs& in);
+
+/// What one decoder layer sends for `n_tokens` tokens under tensor parallelism (bytes).
+struct LayerCommVolume {
+  int64_t all_reduce_bytes = 0;  ///< the messages all-reduced: 2 per layer (after o_proj, after down_proj), each n_tokens x d_model x bytes
+  double bytes_sent_per_rank = 0;  ///< what a ring sends per rank for them: all_reduce_bytes x 2 (n - 1) / n (0 at tp 1)
+};
+
+/// Task 4: the communication volume of one layer for n_tokens tokens of width d_model at
+/// bytes_per_element, over tp_size ranks (Megatron-LM sec. 3: two all-reduces per layer in the
+/// forward pass; Patarasuk & Yuan: a ring all-reduce of M bytes sends 2 (n - 1) / n M per rank).
+/// Throws InvalidArgument if n_tokens < 0, or d_model, bytes_per_element or tp_size < 1.
+LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t bytes_per_element, int64_t tp_size);
+
+}  // namespace lio

@@ -1,0 +1,133 @@
+// Chapter 08, Tasks 1-4 — YOUR implementation: the column/row shard of a linear layer and the KV
+// heads a rank holds, the ring all-reduce over point-to-point sends, one rank's memory under
+// tensor parallelism, and the bytes a layer sends. Declarations and contracts:
+// common/parallel/include/lio/tensor_parallel.h. Lesson: docs/08_tensor_parallel.md.
+// Grade: ctest -R ch08_task_K (K = 1..4), or scripts/grade.sh 08 (Task 2 runs 3 ranks under
+// scripts/mpirun.sh). Built with -DLIO_EXERCISES=08, the engine shards the model with your Task 1
+// (lio generate --tensor-parallel-size N under scripts/mpirun.sh) and `--all-reduce ring` sums
+// with your Task 2.
+#include "lio/tensor_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lio/error.h"
+
+namespace lio {
+
+namespace {
+
+// Given (not a task; the solution has the same helper): the rank check Tasks 1 and 3 share.
+void check_rank(int64_t tp_size, int64_t rank, const char* what) {
+  if (tp_size < 1 || rank < 0 || rank >= tp_size) {
+    throw InvalidArgument(std::string(what) + ": rank " + std::to_string(rank) + " of tp_size " +
+                          std::to_string(tp_size) + " (need tp_size >= 1 and 0 <= rank < tp_size)");
+  }
+}
+
+}  // namespace
+
+// ---- Task 1 -----------------------------------------------------------------------------------
+
+ShardSlice shard_linear(int64_t rows, int64_t cols, ParallelStyle style, int64_t unit, int64_t tp_size,
+                        int64_t rank) {
+  // TODO(Task 1): the block of W (rows = out_features, cols = in_features, row-major) that rank
+  //   `rank` of `tp_size` holds. Column: cut the ROWS (output features) into tp_size equal
+  //   contiguous pieces, rank r takes piece r, all columns. Row: cut the COLUMNS (input
+  //   features) the same way, all rows. Ranges are half-open [begin, end).
+  //   Careful: "column-parallel" splits W's rows (y's columns) — the name is about y = x W^T,
+  //   not about W's storage. Each piece must be a whole number of `unit`s (head_dim when Q/K/V
+  //   or o_proj are split by heads: a head is never cut in two).
+  //   Must hold: SmolLM2-135M's q_proj (576, 576) at TP 3, unit 64: rank 1 holds rows [192, 384).
+  //   Throw InvalidArgument if rows, cols or unit < 1, tp_size < 1, rank outside [0, tp_size)
+  //   (check_rank above does that part), or the split dimension is not a multiple of
+  //   tp_size * unit (say which dimension in the message).
+  //   Lesson: docs/08_tensor_parallel.md, "Task 1" (Megatron-LM, sec. 3, Figure 3).
+  (void)rows, (void)cols, (void)style, (void)unit, (void)tp_size, (void)rank, (void)check_rank;
+  throw NotImplemented(
+      "Task 1 (exercises/08_tensor_parallel/tensor_parallel.cpp): shard_linear — "
+      "Column cuts the output features (rows), Row the input features (cols); "
+      "see docs/08_tensor_parallel.md, Task 1");
+}
+
+KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank) {
+  // TODO(Task 1): the KV heads [begin, end) rank `rank` of `tp_size` holds, as vLLM's
+  //   QKVParallelLinear decides. tp_size <= n_kv_heads: n_kv_heads / tp_size contiguous heads
+  //   each. tp_size > n_kv_heads: there are not enough heads to go round, so each rank holds ONE
+  //   head, replicated on tp_size / n_kv_heads consecutive ranks — the head its query heads read
+  //   (8 query / 2 KV heads at TP 4: ranks 0, 1 hold head 0; ranks 2, 3 hold head 1).
+  //   Throw InvalidArgument if n_kv_heads or tp_size < 1, rank outside [0, tp_size) (check_rank
+  //   above), or tp_size neither divides nor is a multiple of n_kv_heads (3 KV heads, 2 ranks).
+  //   Lesson: docs/08_tensor_parallel.md, "Task 1".
+  (void)n_kv_heads, (void)tp_size, (void)rank, (void)check_rank;
+  throw NotImplemented(
+      "Task 1 (exercises/08_tensor_parallel/tensor_parallel.cpp): kv_heads_for_rank — "
+      "past n_kv_heads ranks, heads are replicated, not cut; "
+      "see docs/08_tensor_parallel.md, Task 1");
+}
+
+// ---- Task 2 -----------------------------------------------------------------------------------
+
+void ring_all_reduce(float* data, int64_t n, Communicator& comm) {
+  // TODO(Task 2): on return, data (n floats) on every rank = the element-wise sum of every
+  //   rank's data, using only comm.send_recv. With p = comm.size(), rank r sends to (r + 1) mod p
+  //   and receives from (r - 1) mod p. Cut data into p chunks of ceil(n / p) floats (the last
+  //   may be shorter, and some EMPTY when n < p: send and receive 0 floats then).
+  //   Reduce-scatter, p - 1 steps: at step s rank r sends chunk (r - s) mod p, receives chunk
+  //   (r - s - 1) mod p into a scratch buffer and adds it in; rank r then holds the full sum of
+  //   chunk (r + 1) mod p. All-gather, p - 1 steps: pass the finished chunks around, copying
+  //   (not adding).
+  //   Careful: C++'s % of a negative number is negative. Never receive into the chunk you are
+  //   sending in the same step. Every rank must end with the SAME bits: each chunk is summed
+  //   once, by one rank, then copied. World size 1 or n == 0: return with data unchanged.
+  //   Throw InvalidArgument if n < 0. Lesson: docs/08_tensor_parallel.md, "Task 2"
+  //   (Patarasuk & Yuan 2009).
+  (void)data, (void)n, (void)comm;
+  throw NotImplemented(
+      "Task 2 (exercises/08_tensor_parallel/tensor_parallel.cpp): ring_all_reduce — "
+      "reduce-scatter then all-gather, size() - 1 send_recv steps each; "
+      "see docs/08_tensor_parallel.md, Task 2");
+}
+
+// ---- Task 3 -----------------------------------------------------------------------------------
+
+RankMemory tp_rank_memory(const TpMemoryInputs& in) {
+  // TODO(Task 3): one rank's memory under tensor parallelism, in bytes (decimal: "40 GB" = 40e9).
+  //   weight_bytes = n_params x bits_per_weight / 8, split evenly over tp_size ranks.
+  //   kv_bytes_per_token = 2 (K and V) x n_layers x the KV heads ONE rank holds (Task 1's
+  //   kv_heads_for_rank: heads replicated past n_kv_heads ranks do not shrink further) x
+  //   head_dim x kv_bytes_per_element.
+  //   kv_budget_bytes = gpu_bytes x memory_utilization - weight_bytes (negative: does not fit).
+  //   max_kv_tokens = floor(budget / kv_bytes_per_token), 0 when the budget is not positive.
+  //   Must hold: lecture note 000's Llama 3.1 70B in AWQ (4.25 bits) does not fit one A100
+  //   40 GB, and fits two with TP 2.
+  //   Throw InvalidArgument for a non-positive count or size, memory_utilization outside (0, 1],
+  //   or as kv_heads_for_rank. Lesson: docs/08_tensor_parallel.md, "Task 3".
+  (void)in;
+  throw NotImplemented(
+      "Task 3 (exercises/08_tensor_parallel/tensor_parallel.cpp): tp_rank_memory — "
+      "weights split by tp_size, KV heads as kv_heads_for_rank holds them; "
+      "see docs/08_tensor_parallel.md, Task 3");
+}
+
+// ---- Task 4 -----------------------------------------------------------------------------------
+
+LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t bytes_per_element, int64_t tp_size) {
+  // TODO(Task 4): what one decoder layer sends for n_tokens tokens over tp_size ranks.
+  //   all_reduce_bytes: the messages all-reduced in the forward pass — two per layer (after
+  //   o_proj, after down_proj; Megatron-LM sec. 3), each n_tokens x d_model x bytes_per_element.
+  //   bytes_sent_per_rank: what a ring all-reduce (Task 2) sends per rank for them,
+  //   all_reduce_bytes x 2 (n - 1) / n — 0 at TP 1, where there is nothing to sum.
+  //   Must hold: SmolLM2-135M (d_model 576), f32, one token: 4,608 bytes all-reduced.
+  //   Throw InvalidArgument if n_tokens < 0, or d_model, bytes_per_element or tp_size < 1.
+  //   Lesson: docs/08_tensor_parallel.md, "Task 4".
+  (void)n_tokens, (void)d_model, (void)bytes_per_element, (void)tp_size;
+  throw NotImplemented(
+      "Task 4 (exercises/08_tensor_parallel/tensor_parallel.cpp): layer_comm_volume — "
+      "two all-reduces of the activations per layer, a ring sends 2 (n - 1) / n of each; "
+      "see docs/08_tensor_parallel.md, Task 4");
+}
+
+}  // namespace lio
