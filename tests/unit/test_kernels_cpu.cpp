@@ -4,6 +4,7 @@
 // Inputs are random with fixed seeds (std::mt19937), never all zeros. Tolerances are stated
 // per test and derived from the float operations each op performs (FLT_EPSILON ~ 1.19e-7).
 // matmul and attention are tested elsewhere.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -346,9 +347,13 @@ TEST(CpuEmbeddingRow, RejectsTokenOutOfRange) {
   w.row_bytes = 16;
   w.data = reinterpret_cast<const std::byte*>(table.data());
   std::vector<float> out(4);
-  EXPECT_THROW(lio::cpu::embedding_row(w, -1, out.data()), lio::InvalidArgument);
+  EXPECT_THROW(lio::cpu::embedding_row(w, -2, out.data()), lio::InvalidArgument);
   EXPECT_THROW(lio::cpu::embedding_row(w, 3, out.data()), lio::InvalidArgument);
   EXPECT_NO_THROW(lio::cpu::embedding_row(w, 2, out.data()));
+  // -1: a token another tensor-parallel rank's vocabulary shard holds (chapter 08): zeros.
+  std::fill(out.begin(), out.end(), 7.0f);
+  EXPECT_NO_THROW(lio::cpu::embedding_row(w, -1, out.data()));
+  EXPECT_EQ(out, std::vector<float>(4, 0.0f));
 }
 
 }  // namespace
