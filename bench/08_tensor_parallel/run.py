@@ -12,7 +12,8 @@ the median over rounds of its per-run medians, with the min-max over rounds. Con
 - tp1_2t:   one process, 2 x T threads (the same cores the 3 ranks share here)
 - tp3:      3 ranks x T threads, --tensor-parallel-size 3 (MPI_Allreduce)
 - tp3_ring: the same with --all-reduce ring (chapter 08's Task 2)
-- pp2:      2 ranks x T threads, --pipeline-parallel-size 2
+- pp2:      2 ranks x T threads, --pipeline-parallel-size 2 (2 micro-batches per step)
+- pp2_mb1:  the same with --micro-batches 1 (one stage works at a time: the whole bubble)
 Every run reports prefill and decode step time with the driver's communication split out and the
 cost model's prediction of its all-reduce time (alpha and bus bandwidth read off the run's own
 sweep, Task 4's volume); tp3 and pp2 runs also sweep the all-reduce from 4 KiB to 64 MiB (MPI's
@@ -52,6 +53,7 @@ def configs(threads):
         ("smollm2", "tp3", 3, ["--threads", t, "--tensor-parallel-size", "3"]),
         ("smollm2", "tp3_ring", 3, ["--threads", t, "--tensor-parallel-size", "3", "--all-reduce", "ring", "--no-sweep"]),
         ("smollm2", "pp2", 2, ["--threads", t, "--pipeline-parallel-size", "2", "--no-sweep"]),
+        ("smollm2", "pp2_mb1", 2, ["--threads", t, "--pipeline-parallel-size", "2", "--micro-batches", "1", "--no-sweep"]),
         ("random8h", "tp1", 1, ["--threads", t, "--no-sweep"]),
         ("random8h", "tp1_2t", 1, ["--threads", t2, "--no-sweep"]),
         ("random8h", "tp2", 2, ["--threads", t, "--tensor-parallel-size", "2"]),

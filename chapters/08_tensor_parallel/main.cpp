@@ -205,6 +205,7 @@ int main(int argc, char** argv) {
   int repeats = 3;
   bool skip_sweep = false;
   bool no_split_wait = false;
+  int64_t micro_batches = 0;
   lio::add_model_flags(app, o);
   lio::add_device_flag(app, o);
   lio::add_kv_pool_flags(app, o);
@@ -213,6 +214,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", decode_steps, "Decode steps timed after each prefill")->capture_default_str();
   app.add_option("--repeats", repeats, "Prefill + decode rounds")->capture_default_str();
   app.add_flag("--no-sweep", skip_sweep, "Skip the all-reduce bandwidth sweep");
+  app.add_option("--micro-batches", micro_batches,
+                 "Pipeline micro-batches per step (0 = auto: as many as stages for steps of >= 64 rows per stage; "
+                 "1 = none: one stage works at a time)")
+      ->capture_default_str();
   app.add_flag("--no-split-wait", no_split_wait,
                "Time the collectives with the ranks' imbalance inside (no barrier before each; serving's setting)");
   CLI::App* project = app.add_subcommand("project", "The cost model for 7B and 70B on 2/4/8 GPUs (a projection)");
@@ -251,7 +256,11 @@ int main(int argc, char** argv) {
     std::unique_ptr<lio::ModelRunner> runner = lio::make_parallel_runner(
         m, o.parallel, algorithm, lio::parse_device(o.device), pool, lio::parse_activation_precision(o.activations),
         lio::parse_attention_backend(o.attention_backend));
-    if (runner->parallel() != nullptr) runner->parallel()->split_wait = !no_split_wait;
+    if (micro_batches < 0) throw lio::InvalidArgument("--micro-batches must be >= 0");
+    if (runner->parallel() != nullptr) {
+      runner->parallel()->split_wait = !no_split_wait;
+      runner->parallel()->micro_batches = micro_batches;
+    }
     std::unique_ptr<lio::Communicator> world = lio::world_communicator(algorithm);
     const int n_ranks = world->size();
     const lio::RankPlan plan = runner->parallel() ? runner->parallel()->plan : lio::RankPlan{};
@@ -408,6 +417,7 @@ int main(int argc, char** argv) {
              {"device", runner->device_description()},
              {"threads_per_rank", o.threads},
              {"split_wait", !no_split_wait},
+             {"micro_batches", micro_batches},
              {"batch", batch},
              {"prompt_tokens", prompt_tokens},
              {"decode_steps", decode_steps},

@@ -130,6 +130,11 @@ fi
 expect_error bad_activations "--activations must be" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --activations int4
 expect_error bad_attention_backend "--attention-backend must be 'flash' or 'naive'" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention-backend fast
 expect_error bad_attention_backend_logits "--attention-backend must be" "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,2 --out "$work/logits.bin" --attention-backend Flash
+# Chapter 08's flags without mpirun: a clear error, never a hang waiting for ranks.
+expect_error bad_all_reduce "--all-reduce: unknown algorithm" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --all-reduce tree
+expect_error bad_tp_size "must be >= 1" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --tensor-parallel-size 0
+expect_error tp_without_mpirun "start it with scripts/mpirun.sh -n 2" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --tensor-parallel-size 2
+expect_error nccl_on_cpu "--all-reduce nccl runs on GPUs" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --tensor-parallel-size 2 --all-reduce nccl
 # The KV cache in int8 (one scale per token and KV head) and f16.
 for kv in int8 f16; do
   if "$bin/lio" generate --model "$m/tiny.gguf" --prompt "hello there" --max-tokens 6 --kv-cache-dtype $kv --json >"$work/out" 2>"$work/err" &&

@@ -104,6 +104,8 @@ void check_grids(const LoadedModel& model, const std::vector<GridCase>& grids, d
     std::unique_ptr<ModelRunner> runner = make_parallel_runner(
         model, ParallelConfig{g.tp, g.pp}, std::move(group), Device::Cpu, KvPoolOptions{4, 8, KvCacheDType::F32},
         ActivationPrecision::F32, AttentionBackend::Flash);
+    // Pipelines cut each step into micro-batches (the decode steps' two sequences go one by one).
+    if (runner->parallel() != nullptr && g.pp > 1) runner->parallel()->micro_batches = 2;
     // Measured on each rank: its backend's weight bytes and its pool's bytes per block.
     const std::vector<float> held = gather_bytes(*runner->parallel()->world, *runner);
     if (!runner->is_driver()) {

@@ -79,6 +79,14 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
     const LoadedModel& model, const ParallelConfig& parallel, AllReduceAlgorithm algorithm, Device device,
     const KvPoolOptions& pool, ActivationPrecision activations, AttentionBackend attention,
     const std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>& wrap) {
+  if (parallel.tensor_parallel_size < 1 || parallel.pipeline_parallel_size < 1) {
+    throw InvalidArgument("--tensor-parallel-size " + std::to_string(parallel.tensor_parallel_size) +
+                          " and --pipeline-parallel-size " + std::to_string(parallel.pipeline_parallel_size) +
+                          " must be >= 1");
+  }
+  if (algorithm == AllReduceAlgorithm::Nccl && device != Device::Cuda) {
+    throw InvalidArgument("--all-reduce nccl runs on GPUs: add --device cuda (one rank per GPU)");
+  }
   return make_parallel_runner(model, parallel, world_communicator(algorithm), device, pool, activations, attention,
                               wrap);
 }

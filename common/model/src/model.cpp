@@ -140,44 +140,66 @@ void Model::forward(const ForwardBatch& batch, KvPool& pool, std::span<float> lo
   const int64_t n_out = batch.n_logits();
   const int64_t vocab = config().vocab_size;
   const int64_t n_floats = n_out * vocab;
-  const ParallelContext* par = parallel_;
+  ParallelContext* par = parallel_;
   const bool receives = par == nullptr || par->driver();
   if (receives && static_cast<int64_t>(logits.size()) != n_floats) {
     throw InvalidArgument("forward: logits buffer holds " + std::to_string(logits.size()) + " floats, " +
                           std::to_string(n_floats) + " needed");
   }
-  const float* device_logits = forward_device(batch, pool);
   if (par == nullptr || par->plan.tp_size * par->plan.pp_size == 1) {
+    const float* device_logits = forward_device(batch, pool);
     backend_.to_host(device_logits, n_floats, logits.data());
     return;
   }
   const RankPlan& plan = par->plan;
   const int64_t last_leader = plan.world_rank_of(plan.pp_size - 1, 0);  // gathers for the driver
-  if (plan.last_stage() && plan.tp_rank == 0 && n_floats > 0) {
-    // (tp, n_out, vocab_local) -> (n_out, vocab): rank r's columns are [r * vocab_local, ...).
-    const int64_t vl = plan.vocab_local;
-    staging_.resize(static_cast<size_t>(plan.tp_size * n_out * vl));
-    backend_.to_host(device_logits, static_cast<int64_t>(staging_.size()), staging_.data());
-    std::vector<float> ordered;
-    float* out = logits.data();
-    if (!par->driver()) {
-      ordered.resize(static_cast<size_t>(n_floats));
-      out = ordered.data();
-    }
-    if (plan.tp_size == 1) {
-      std::copy(staging_.begin(), staging_.end(), out);
-    } else {
+  const bool gathers = plan.last_stage() && plan.tp_rank == 0;
+  std::vector<float> ordered;
+  float* out = logits.data();
+  if (gathers && !par->driver()) {
+    ordered.resize(static_cast<size_t>(n_floats));
+    out = ordered.data();
+  }
+  // Pipeline: micro-batches one after another through the stages; every rank cuts the batch the
+  // same way. The blocking sends pace the stages: stage s sends micro-batch j once stage s + 1
+  // has taken j - 1, and computes j + 1 while s + 1 computes j.
+  const int64_t n_micro = plan.pp_size == 1       ? 1
+                          : par->micro_batches > 0 ? par->micro_batches
+                          : batch.n_tokens() >= 64 * plan.pp_size ? plan.pp_size
+                                                                  : 1;
+  const std::vector<ForwardBatch> parts =
+      n_micro > 1 ? split_micro_batches(batch, n_micro) : std::vector<ForwardBatch>{};
+  const int64_t n_parts = parts.empty() ? 1 : static_cast<int64_t>(parts.size());
+  int64_t row0 = 0;
+  for (int64_t j = 0; j < n_parts; ++j) {
+    const ForwardBatch& part = parts.empty() ? batch : parts[static_cast<size_t>(j)];
+    const float* device_logits = forward_device(part, pool);
+    const int64_t part_out = part.n_logits();
+    if (gathers && part_out > 0) {
+      // (tp, part_out, vocab_local) -> (part_out, vocab): rank r's columns are [r * vocab_local, ...).
+      const int64_t vl = plan.vocab_local;
+      staging_.resize(static_cast<size_t>(plan.tp_size * part_out * vl));
+      backend_.to_host(device_logits, static_cast<int64_t>(staging_.size()), staging_.data());
+      float* dst = out + row0 * vocab;
       for (int64_t r = 0; r < plan.tp_size; ++r) {
         const int64_t cols = std::min(vl, vocab - r * vl);  // the last shard's padding is dropped
-        for (int64_t i = 0; i < n_out && cols > 0; ++i) {
-          const float* src = staging_.data() + (r * n_out + i) * vl;
-          std::copy(src, src + cols, out + i * vocab + r * vl);
+        for (int64_t i = 0; i < part_out && cols > 0; ++i) {
+          const float* src = staging_.data() + (r * part_out + i) * vl;
+          std::copy(src, src + cols, dst + i * vocab + r * vl);
         }
       }
     }
-    if (!par->driver()) par->world->send_recv(out, n_floats, 0, nullptr, 0, -1);
-  } else if (par->driver() && n_floats > 0) {  // pipeline: the logits come from the last stage
+    row0 += part_out;
+  }
+  if (n_floats == 0 || last_leader == 0) return;
+  const double t0 = comm_clock_seconds();
+  if (gathers) {  // pipeline: the logits go from the last stage to the driver
+    par->world->send_recv(out, n_floats, 0, nullptr, 0, -1);
+  } else if (par->driver()) {
     par->world->send_recv(nullptr, 0, -1, logits.data(), n_floats, static_cast<int>(last_leader));
+  }
+  if (gathers || par->driver()) {
+    par->send_recv.add(n_floats * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
   }
 }
 

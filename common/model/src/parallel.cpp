@@ -220,6 +220,41 @@ std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, con
   return ctx;
 }
 
+std::vector<ForwardBatch> split_micro_batches(const ForwardBatch& batch, int64_t n) {
+  if (n < 1) throw InvalidArgument("split_micro_batches: n must be >= 1, got " + std::to_string(n));
+  const int64_t n_seqs = batch.n_seqs();
+  const int64_t parts = std::max<int64_t>(1, std::min(n, n_seqs));
+  std::vector<ForwardBatch> out;
+  const auto& qsl = batch.query_start_loc;
+  int64_t seq = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    // Sequences [seq, end): stop once this part holds its share of the rows (at least one sequence,
+    // and leave one for every later part).
+    const int64_t target = batch.n_tokens() * (p + 1) / parts;
+    int64_t end = seq + 1;
+    while (end < n_seqs - (parts - p - 1) && qsl[static_cast<size_t>(end)] < target) ++end;
+    if (p == parts - 1) end = n_seqs;
+    ForwardBatch b(batch.block_size);
+    b.max_blocks_per_seq = batch.max_blocks_per_seq;
+    b.n_layers = batch.n_layers;
+    const int32_t r0 = qsl[static_cast<size_t>(seq)], r1 = qsl[static_cast<size_t>(end)];
+    b.token_ids.assign(batch.token_ids.begin() + r0, batch.token_ids.begin() + r1);
+    b.positions.assign(batch.positions.begin() + r0, batch.positions.begin() + r1);
+    b.slot_mapping.assign(batch.slot_mapping.begin() + r0, batch.slot_mapping.begin() + r1);
+    b.query_start_loc.clear();  // the constructor's {0}
+    for (int64_t s = seq; s <= end; ++s) b.query_start_loc.push_back(qsl[static_cast<size_t>(s)] - r0);
+    b.seq_lens.assign(batch.seq_lens.begin() + seq, batch.seq_lens.begin() + end);
+    b.block_tables.assign(batch.block_tables.begin() + seq * batch.max_blocks_per_seq,
+                          batch.block_tables.begin() + end * batch.max_blocks_per_seq);
+    for (int32_t row : batch.logits_rows) {
+      if (row >= r0 && row < r1) b.logits_rows.push_back(row - r0);
+    }
+    out.push_back(std::move(b));
+    seq = end;
+  }
+  return out;
+}
+
 double comm_clock_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lio/communicator.h"
+#include "lio/forward_batch.h"
 #include "lio/model_config.h"
 #include "lio/model_loader.h"
 
@@ -101,6 +102,14 @@ struct ParallelContext {
   /// round trip).
   bool split_wait = false;
   CommStats wait;        ///< barrier time before the collectives when split_wait
+  /// Pipeline parallelism: micro-batches one step's batch is cut into (by sequence; at most one
+  /// per sequence), sent through the stages one after another so that stage s works on
+  /// micro-batch j + 1 while stage s + 1 works on j (GPipe's schedule within a step; Huang et al.
+  /// 2019). 0 = auto: as many as stages when the step has at least 64 rows per stage (prefill
+  /// chunks, where each stage's matmuls are compute-bound), else 1 — a decode step's matmuls are
+  /// bound by reading the weights, and two micro-batches read them twice (measured in
+  /// bench/results/08_tensor_parallel_cpu.md: pp2 vs pp2_mb1).
+  int64_t micro_batches = 0;
 
   /// True on the driver: world rank 0 (the scheduler, the tokenizer, the server).
   bool driver() const { return plan.world_rank() == 0; }
@@ -111,6 +120,12 @@ struct ParallelContext {
 /// world->size() != plan.tp_size * plan.pp_size.
 std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, const ModelConfig& full_config,
                                                        std::unique_ptr<Communicator> world);
+
+/// `batch` cut into at most `n` micro-batches of whole sequences, contiguous and in order, with
+/// about as many rows each (rows, slots, block tables and logits rows re-based; their logits rows
+/// concatenated are the batch's). Fewer when the batch has fewer sequences. Throws InvalidArgument
+/// if n < 1.
+std::vector<ForwardBatch> split_micro_batches(const ForwardBatch& batch, int64_t n);
 
 /// Seconds since an arbitrary epoch (steady clock), for CommStats.
 double comm_clock_seconds();

@@ -1,0 +1,78 @@
+// test_parallel_plan.cpp — chapter 08's bookkeeping without MPI: a batch cut into pipeline
+// micro-batches keeps every row, slot, block table and logits row, re-based; the rank plan's
+// pipeline stages cover the layers once.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "lio/error.h"
+#include "lio/parallel.h"
+#include "tiny_model.h"
+
+namespace lio {
+namespace {
+
+ForwardBatch three_sequences() {
+  ForwardBatch b(4);
+  b.add_sequence(std::vector<int32_t>{1, 2, 3, 4, 5}, 0, std::vector<int32_t>{0, 1}, 5);  // prefill, all logits
+  b.add_sequence(std::vector<int32_t>{6}, 7, std::vector<int32_t>{2, 3});                 // decode
+  b.add_sequence(std::vector<int32_t>{7, 8}, 2, std::vector<int32_t>{4}, 1);               // chunk
+  return b;
+}
+
+TEST(SplitMicroBatches, KeepsEveryRowInOrder) {
+  const ForwardBatch b = three_sequences();
+  for (int64_t n : {1, 2, 3, 8}) {
+    const std::vector<ForwardBatch> parts = split_micro_batches(b, n);
+    ASSERT_EQ(static_cast<int64_t>(parts.size()), std::min<int64_t>(n, 3)) << n;
+    std::vector<int32_t> tokens, slots, positions, logits_rows, tables;
+    int32_t row0 = 0;
+    for (const ForwardBatch& p : parts) {
+      EXPECT_NO_THROW(p.validate(100, 64, 8));
+      tokens.insert(tokens.end(), p.token_ids.begin(), p.token_ids.end());
+      slots.insert(slots.end(), p.slot_mapping.begin(), p.slot_mapping.end());
+      positions.insert(positions.end(), p.positions.begin(), p.positions.end());
+      tables.insert(tables.end(), p.block_tables.begin(), p.block_tables.end());
+      for (int32_t r : p.logits_rows) logits_rows.push_back(r + row0);
+      row0 += static_cast<int32_t>(p.n_tokens());
+    }
+    EXPECT_EQ(tokens, b.token_ids);
+    EXPECT_EQ(slots, b.slot_mapping);
+    EXPECT_EQ(positions, b.positions);
+    EXPECT_EQ(tables, b.block_tables);
+    EXPECT_EQ(logits_rows, b.logits_rows);
+  }
+  EXPECT_THROW(split_micro_batches(b, 0), InvalidArgument);
+}
+
+TEST(SplitMicroBatches, BalancesRows) {
+  ForwardBatch b(4);
+  for (int i = 0; i < 8; ++i) b.add_sequence(std::vector<int32_t>{int32_t(i)}, 3, std::vector<int32_t>{i});
+  const std::vector<ForwardBatch> parts = split_micro_batches(b, 2);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].n_tokens(), 4);
+  EXPECT_EQ(parts[1].n_tokens(), 4);
+}
+
+TEST(RankPlan, PipelineStagesCoverTheLayersOnce) {
+  const std::string dir = testing::make_temp_dir("lio_plan");
+  testing::TinyModelSpec spec;
+  spec.n_layers = 7;
+  testing::write_tiny_gguf(dir + "/m.gguf", spec);
+  const LoadedModel m = load_model(dir + "/m.gguf", WeightMode::AsStored);
+  for (int64_t pp : {1, 2, 3, 7}) {
+    int64_t next = 0;
+    for (int64_t r = 0; r < pp; ++r) {
+      const RankPlan p = make_rank_plan(m.config, m.weights, {1, pp}, r);
+      EXPECT_EQ(p.layer_begin, next);
+      EXPECT_GE(p.layer_end - p.layer_begin, 7 / pp);
+      next = p.layer_end;
+    }
+    EXPECT_EQ(next, 7) << "pp " << pp;
+  }
+  EXPECT_THROW(make_rank_plan(m.config, m.weights, {1, 8}, 0), InvalidArgument);
+  EXPECT_THROW(make_rank_plan(m.config, m.weights, {0, 1}, 0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace lio
