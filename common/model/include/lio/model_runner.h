@@ -46,7 +46,9 @@ class ModelRunner {
   ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config);
   /// The driver (world rank 0) of a grid tells the other ranks to stop (see serve_worker).
   ~ModelRunner();
+  /// Not copyable: it owns a device's weights and pool.
   ModelRunner(const ModelRunner&) = delete;
+  /// Not copyable.
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   // ---- chapter 08: one rank of a tensor x pipeline parallel grid ----------------------------

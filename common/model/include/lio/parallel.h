@@ -35,12 +35,18 @@ struct ParallelConfig {
 
 /// What one rank of the grid holds.
 struct RankPlan {
-  int64_t tp_rank = 0, tp_size = 1;    ///< place in the tensor-parallel group
-  int64_t pp_rank = 0, pp_size = 1;    ///< pipeline stage, stages
-  int64_t layer_begin = 0, layer_end = 0;  ///< decoder layers of this stage: [begin, end)
-  int64_t head_begin = 0, head_end = 0;    ///< query heads held
-  int64_t kv_head_begin = 0, kv_head_end = 0;  ///< KV heads held (kv_heads_for_rank)
-  int64_t ff_begin = 0, ff_end = 0;        ///< MLP intermediate features held
+  int64_t tp_rank = 0;        ///< place in the tensor-parallel group
+  int64_t tp_size = 1;        ///< ranks in the tensor-parallel group
+  int64_t pp_rank = 0;        ///< pipeline stage
+  int64_t pp_size = 1;        ///< pipeline stages
+  int64_t layer_begin = 0;    ///< first decoder layer of this stage
+  int64_t layer_end = 0;      ///< one past the stage's last decoder layer
+  int64_t head_begin = 0;     ///< first query head held
+  int64_t head_end = 0;       ///< one past the last query head held
+  int64_t kv_head_begin = 0;  ///< first KV head held (kv_heads_for_rank)
+  int64_t kv_head_end = 0;    ///< one past the last KV head held
+  int64_t ff_begin = 0;       ///< first MLP intermediate feature held
+  int64_t ff_end = 0;         ///< one past the last MLP intermediate feature held
   int64_t vocab_begin = 0;  ///< first vocabulary row held; the shard has vocab_local rows
   int64_t vocab_local = 0;  ///< rows of the embedding / LM head shard: ceil(vocab / tp) (the last shard zero-padded)
   int64_t vocab_size = 0;   ///< the whole vocabulary

@@ -40,6 +40,7 @@ struct ShardSlice {
   int64_t n_rows() const { return row_end - row_begin; }
   /// Columns held.
   int64_t n_cols() const { return col_end - col_begin; }
+  /// Same four bounds.
   bool operator==(const ShardSlice&) const = default;
 };
 
@@ -57,6 +58,7 @@ ShardSlice shard_linear(int64_t rows, int64_t cols, ParallelStyle style, int64_t
 struct KvHeadRange {
   int64_t begin = 0;  ///< first KV head
   int64_t end = 0;    ///< one past the last KV head
+  /// Same bounds.
   bool operator==(const KvHeadRange&) const = default;
 };
 
