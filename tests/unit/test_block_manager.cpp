@@ -56,3 +56,27 @@ TEST(BlockManager, RejectsBadShapes) {
 }
 
 }  // namespace
+
+// Lecture note 003's worked example (its PagedKVCacheManager, section 3): a pool of 1,000 blocks of
+// 16 tokens; requests of 200, 500 and 100 tokens take ceil(n / 16) = 13, 32 and 7 blocks, leaving
+// 987, 955 and 948 free; when request 1 finishes, its 13 blocks come back: 961 free. The same
+// numbers through LIO's BlockManager (docs/04_paged_attention.md, section 2).
+TEST(BlockManager, LectureNote003WorkedExample) {
+  lio::BlockManager bm(1000, 16);
+  std::vector<int32_t> r1, r2, r3;
+  ASSERT_TRUE(bm.allocate(r1, 200));
+  EXPECT_EQ(r1.size(), 13u);
+  EXPECT_EQ(bm.n_free_blocks(), 987);
+  ASSERT_TRUE(bm.allocate(r2, 500));
+  EXPECT_EQ(r2.size(), 32u);
+  EXPECT_EQ(bm.n_free_blocks(), 955);
+  ASSERT_TRUE(bm.allocate(r3, 100));
+  EXPECT_EQ(r3.size(), 7u);
+  EXPECT_EQ(bm.n_free_blocks(), 948);
+  bm.free(r1);
+  EXPECT_EQ(bm.n_free_blocks(), 961);
+  // The note sizes blocks for the prompt only; decoding request 2 past 512 tokens needs a 33rd.
+  ASSERT_TRUE(bm.allocate(r2, 513));
+  EXPECT_EQ(r2.size(), 33u);
+  EXPECT_EQ(bm.n_free_blocks(), 960);
+}
