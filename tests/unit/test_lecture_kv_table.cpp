@@ -39,4 +39,12 @@ TEST(LectureNote000KvTable, CorrectedWithTheKvHeads) {
   EXPECT_GT(lio::kv_cache_bytes(l8b, k128, 1, lio::KvDtype::F16), static_cast<int64_t>(8.03e9 * 2));
 }
 
+// Lecture note 001's LLaMA-7B example: 2,048 tokens in fp16 take 1,073,741,824 bytes (1.07 GB = 1 GiB)
+// per sequence, 34.4 GB at batch 32.
+TEST(LectureNote001KvExample, LlamaSevenBAt2048Tokens) {
+  const lio::ModelConfig l7b = llama(32, 32, 32);
+  EXPECT_EQ(lio::kv_cache_bytes(l7b, 2048, 1, lio::KvDtype::F16), 1073741824);
+  EXPECT_NEAR(static_cast<double>(lio::kv_cache_bytes(l7b, 2048, 32, lio::KvDtype::F16)) / 1e9, 34.36, 0.01);
+}
+
 }  // namespace
