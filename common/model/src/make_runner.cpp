@@ -99,14 +99,7 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
   if (world->algorithm() == AllReduceAlgorithm::Nccl && device != Device::Cuda) {
     throw InvalidArgument("--all-reduce nccl runs on GPUs: add --device cuda (one rank per GPU)");
   }
-  if (world->size() != parallel.world_size()) {
-    throw CommError("the job has " + std::to_string(world->size()) + " rank(s), but --tensor-parallel-size " +
-                    std::to_string(parallel.tensor_parallel_size) + " x --pipeline-parallel-size " +
-                    std::to_string(parallel.pipeline_parallel_size) + " needs " +
-                    std::to_string(parallel.world_size()) +
-                    (parallel.world_size() > 1 ? ": start it with scripts/mpirun.sh -n " + std::to_string(parallel.world_size())
-                                               : ": run it without mpirun (or with -n 1)"));
-  }
+  check_world_size(world->size(), parallel);
   if (parallel.world_size() == 1) {
     std::unique_ptr<Backend> backend = make_backend(model, device, activations, attention);
     return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);

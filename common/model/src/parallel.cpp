@@ -20,10 +20,10 @@ int64_t block_elems(const WeightMatrix& w) { return dtype_info(w.dtype).block_el
 
 /// The largest quantization block among the row-parallel matrices (W_o, W_down) of any layer:
 /// a row-parallel shard must start and end on a block boundary.
-int64_t row_parallel_unit(const Weights& weights, const char* which) {
+int64_t row_parallel_unit(const Weights& weights, WeightMatrix LayerWeights::*matrix) {
   int64_t unit = 1;
   for (const LayerWeights& L : weights.layers) {
-    unit = std::max(unit, block_elems(std::strcmp(which, "wo") == 0 ? L.wo : L.w_down));
+    unit = std::max(unit, block_elems(L.*matrix));
   }
   return unit;
 }
@@ -74,8 +74,8 @@ WeightMatrix cols_of(const WeightMatrix& w, int64_t c0, int64_t c1, Weights& out
 std::vector<int64_t> valid_tensor_parallel_sizes(const ModelConfig& c, const Weights& weights) {
   std::vector<int64_t> sizes;
   if (c.is_mla()) return {1};
-  const int64_t wo_unit = row_parallel_unit(weights, "wo");
-  const int64_t down_unit = row_parallel_unit(weights, "down");
+  const int64_t wo_unit = row_parallel_unit(weights, &LayerWeights::wo);
+  const int64_t down_unit = row_parallel_unit(weights, &LayerWeights::w_down);
   for (int64_t t = 1; t <= c.n_heads; ++t) {
     if (c.n_heads % t != 0 || c.d_ff % t != 0) continue;
     if (c.n_kv_heads % t != 0 && t % c.n_kv_heads != 0) continue;
@@ -200,15 +200,19 @@ LoadedModel shard_model(const LoadedModel& full, const RankPlan& p) {
   return out;
 }
 
+void check_world_size(int world_size, const ParallelConfig& parallel) {
+  const int64_t need = parallel.world_size();
+  if (world_size == need) return;
+  throw CommError("the job has " + std::to_string(world_size) + " rank(s), but --tensor-parallel-size " +
+                  std::to_string(parallel.tensor_parallel_size) + " x --pipeline-parallel-size " +
+                  std::to_string(parallel.pipeline_parallel_size) + " needs " + std::to_string(need) +
+                  (need > 1 ? ": start it with scripts/mpirun.sh -n " + std::to_string(need)
+                            : ": run it without mpirun (or with -n 1)"));
+}
+
 std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, const ModelConfig& full_config,
                                                        std::unique_ptr<Communicator> world) {
-  const int64_t need = plan.tp_size * plan.pp_size;
-  if (world->size() != need) {
-    throw CommError("the job has " + std::to_string(world->size()) + " rank(s), but --tensor-parallel-size " +
-                    std::to_string(plan.tp_size) + " x --pipeline-parallel-size " + std::to_string(plan.pp_size) +
-                    " needs " + std::to_string(need) + (need > 1 ? ": start it with mpirun -n " + std::to_string(need)
-                                                                 : ": run it without mpirun, or with -n 1"));
-  }
+  check_world_size(world->size(), ParallelConfig{plan.tp_size, plan.pp_size});
   auto ctx = std::make_unique<ParallelContext>();
   ctx->plan = plan;
   ctx->full_config = full_config;

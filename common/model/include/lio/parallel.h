@@ -121,6 +121,10 @@ struct ParallelContext {
   bool driver() const { return plan.world_rank() == 0; }
 };
 
+/// Throws CommError, saying how to start the job, when a job of `world_size` ranks cannot hold
+/// `parallel`'s grid (world_size != tp x pp).
+void check_world_size(int world_size, const ParallelConfig& parallel);
+
 /// Builds the context for `plan` over `world` (taken): splits the TP group (color pp_rank, key
 /// tp_rank). Every rank must call it (MPI_Comm_split is collective). Throws CommError when
 /// world->size() != plan.tp_size * plan.pp_size.
