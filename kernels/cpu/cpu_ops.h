@@ -36,20 +36,17 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
 enum class MatmulActivations { F32, Int8, Int8PerToken };
 
 /// y = x W^T for a batch of rows, or y += x W^T when `accumulate`: x (n, w.cols),
-/// y (n, w.rows), no overlap. Any supported weight dtype; quantized blocks are decoded in
-/// registers (never expanded to an f32 matrix), each block once per group of 8 rows.
-/// Batch-invariant: every output element is computed by the same sequence of operations
-/// whatever n is (see matmul.cpp), so a row's result is bitwise identical alone or in a batch.
-/// Threads: OpenMP over tiles of weight rows. Throws InvalidArgument on a null pointer, n <= 0,
-/// or a quantized weight whose cols is not a whole number of its blocks (32 elements; 256 for
-/// the K-quants Q4_K and Q6_K, decoded one 32-element sub-block at a time). Q5_0, Q5_1, Q4_K,
-/// Q6_K and LIO's packed Q3_0 / Q3_1 give bit for bit the output of their dequantized f32 matrix.
-/// `activations`: F32 multiplies f32 x by the decoded weights; Int8 first rounds each
-/// 32-element block of x to int8 with its own scale (ggml's Q8 activations) and runs the block
-/// dot products in integers (AVX2 maddubs), for every block-quantized dtype
-/// (F32 / F16 / BF16 use f32 activations). Int8 is faster where the matmul is compute-bound (batches, prefill) and adds the
-/// activation rounding error; see docs/engine.md for the measured trade. Int8PerToken throws
-/// InvalidArgument (use matmul_int8).
+/// y (n, w.rows), no overlap, w as stored (any dtype LIO reads). Runs the packed kernels
+/// (packed_matmul.h) on a copy of w packed for this call: for tests, tools and one-off
+/// products — the engine packs its weights once at load. Batch-invariant and the same on every
+/// instruction set: each output element is one fixed sequence of operations (packed_matmul.h);
+/// F32 activations multiply the exact dequantized weights, so a quantized matrix gives bit for
+/// bit the output of its dequantized f32 copy. `activations`: F32, or Int8 (each 32-element
+/// block of x rounded to int8 with its own scale, ggml's Q8 activations, and integer block dot
+/// products) on block-quantized weights (F32 / F16 / BF16 always use f32 activations); see
+/// docs/engine.md for the measured trade. Throws InvalidArgument on a null pointer, n <= 0,
+/// Int8PerToken (use matmul_int8), or a quantized weight whose cols is not a whole number of
+/// its blocks (32 elements; 256 for the K-quants Q4_K and Q6_K).
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n, bool accumulate = false,
             MatmulActivations activations = MatmulActivations::F32);
 
@@ -64,8 +61,8 @@ bool has_int8_kernel(const WeightMatrix& w);
 /// (+ the minimum of Q4_1 / Q5_1 / Q4_K or the -8 / -16 offset of Q4_0 / Q5_0 times
 /// sx[r] * sum qx; Q6_K scales each 16-element half). With a per-channel grid (every block
 /// of a row holding the same d_w) this is sx[r] * d_w[j] * (int dot of the whole rows),
-/// chapter 03's int8_dot. qx: (n, w.cols) int8; sx: (n) scales; y: (n, w.rows).
-/// Batch-invariant like matmul. Throws InvalidArgument on a null pointer, n <= 0, cols not a
+/// chapter 03's int8_dot. qx: (n, w.cols) int8 in [-127, 127]; sx: (n) scales; y: (n, w.rows).
+/// Batch-invariant like matmul (the packed kernels, on a copy of w packed for this call). Throws InvalidArgument on a null pointer, n <= 0, cols not a
 /// whole number of w's blocks, or weights without an integer kernel (has_int8_kernel).
 void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n,
                  bool accumulate = false);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "cpu_ops.h"
@@ -15,15 +16,59 @@
 
 namespace lio {
 
+namespace {
+
+/// The per-layer matrices, in packed-slot order.
+constexpr WeightKind kPackedKinds[] = {WeightKind::Wq,   WeightKind::Wk,   WeightKind::Wv,   WeightKind::Wo,
+                                       WeightKind::Gate, WeightKind::Up,   WeightKind::Down, WeightKind::WkvA,
+                                       WeightKind::WkB,  WeightKind::WvB};
+constexpr int64_t kPackedPerLayer = std::size(kPackedKinds);
+
+int64_t packed_slot(WeightRef w, int64_t n_layers) {
+  if (w.kind == WeightKind::Output) return n_layers * kPackedPerLayer;
+  for (int64_t i = 0; i < kPackedPerLayer; ++i)
+    if (kPackedKinds[i] == w.kind) return w.layer * kPackedPerLayer + i;
+  return -1;
+}
+
+}  // namespace
+
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations,
-                       AttentionBackend attention)
-    : config_(config), weights_(weights), activations_(activations), attention_backend_(attention) {}
+                       AttentionBackend attention, cpu::CpuIsa isa)
+    : config_(config), weights_(weights), activations_(activations), attention_backend_(attention), isa_(isa) {
+  const auto n_layers = static_cast<int64_t>(weights_.layers.size());
+  packed_.resize(static_cast<size_t>(n_layers * kPackedPerLayer + 1));
+  // Everything one forward pass reads: each matrix packed, the embedding table, the norms. The
+  // tied LM head is packed apart from the embedding rows it shares bytes with.
+  weight_bytes_ = weights_.token_embd.size_bytes() + static_cast<int64_t>(weights_.output_norm.size() * sizeof(float));
+  const auto add = [&](WeightRef ref, const WeightMatrix& m) {
+    if (m.data == nullptr || m.rows == 0) return;  // absent: MLA's wk / wv, a GQA model's MLA slots
+    auto& slot = packed_[static_cast<size_t>(packed_slot(ref, n_layers))];
+    slot = std::make_unique<cpu::PackedMatrix>(m);
+    weight_bytes_ += slot->size_bytes();
+  };
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+    for (const WeightKind k : kPackedKinds) add({k, l}, matrix({k, l}));
+    weight_bytes_ += static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
+  }
+  add({WeightKind::Output}, weights_.output);
+}
 
 std::string CpuBackend::device_description() const {
   const char* act = activations_ == cpu::MatmulActivations::Int8           ? ", int8 activations per 32 block)"
                     : activations_ == cpu::MatmulActivations::Int8PerToken ? ", int8 activations per token)"
                                                                            : ")";
-  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads" + act;
+  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads, " + std::string(cpu::cpu_isa_name(isa_)) + act;
+}
+
+const cpu::PackedMatrix& CpuBackend::packed(WeightRef w) const {
+  const int64_t slot = packed_slot(w, static_cast<int64_t>(weights_.layers.size()));
+  const cpu::PackedMatrix* m = slot < 0 ? nullptr : packed_[static_cast<size_t>(slot)].get();
+  if (m == nullptr) {
+    throw InternalError("CpuBackend: this model has no matrix of kind " + std::to_string(static_cast<int>(w.kind)));
+  }
+  return *m;
 }
 
 std::unique_ptr<KvPool> CpuBackend::make_kv_pool(const KvPoolConfig& config) {
@@ -81,26 +126,59 @@ void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows
   cpu::rmsnorm(x, norm(w).data(), out, n_rows, config_.d_model, config_.rms_norm_eps);
 }
 
-void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
-  const WeightMatrix& m = matrix(w);
-  if (activations_ != cpu::MatmulActivations::Int8PerToken) return cpu::matmul(m, x, y, n_rows, accumulate, activations_);
-  // f32 weights stay W32A32; the LM head keeps f32 activations, as W8A8 recipes leave lm_head
-  // out (llm-compressor's W8A8 example: ignore=["lm_head"]).
-  if (!cpu::has_int8_kernel(m) || w.kind == WeightKind::Output) return cpu::matmul(m, x, y, n_rows, accumulate);
-  // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6), then integer dots.
-  token_codes_.resize(static_cast<size_t>(n_rows * m.cols));
+void CpuBackend::round_tokens(const float* x, int64_t n_rows, int64_t cols) {
+  // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6).
+  token_codes_.resize(static_cast<size_t>(n_rows * cols));
   token_scales_.resize(static_cast<size_t>(n_rows));
   cpu::FirstError error;
 #pragma omp parallel for schedule(static) if (n_rows > 1)
   for (int64_t r = 0; r < n_rows; ++r) {
     error.run([&] {
       token_scales_[static_cast<size_t>(r)] =
-          quantize_row_int8(std::span<const float>(x + r * m.cols, static_cast<size_t>(m.cols)),
-                            std::span<int8_t>(token_codes_.data() + r * m.cols, static_cast<size_t>(m.cols)));
+          quantize_row_int8(std::span<const float>(x + r * cols, static_cast<size_t>(cols)),
+                            std::span<int8_t>(token_codes_.data() + r * cols, static_cast<size_t>(cols)));
     });
   }
   error.rethrow();
-  cpu::matmul_int8(m, token_codes_.data(), token_scales_.data(), y, n_rows, accumulate);
+}
+
+bool CpuBackend::per_token_int8(WeightRef w, bool has_int8_kernel) const {
+  // Per-token int8 only where there is an integer kernel, and never for the LM head (W8A8
+  // recipes leave lm_head in f32: llm-compressor's W8A8 example, ignore=["lm_head"]).
+  return activations_ == cpu::MatmulActivations::Int8PerToken && w.kind != WeightKind::Output && has_int8_kernel;
+}
+
+cpu::MatmulActivations CpuBackend::block_activations() const {
+  return activations_ == cpu::MatmulActivations::Int8 ? activations_ : cpu::MatmulActivations::F32;
+}
+
+void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
+  const cpu::PackedMatrix& m = packed(w);
+  const cpu::PackedTarget t{&m, y, accumulate};
+  if (per_token_int8(w, m.has_int8_kernel())) {
+    round_tokens(x, n_rows, m.cols());
+    return cpu::packed_matmul_int8({&t, 1}, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
+  }
+  cpu::packed_matmul({&t, 1}, x, n_rows, block_activations(), isa_, packed_scratch_);
+}
+
+void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
+  // One packed call for all outputs (one fork/join, x rounded once) when they all take the same
+  // activations; else one matmul each.
+  std::vector<cpu::PackedTarget> targets;
+  size_t n_per_token = 0;
+  for (const MatmulOut& o : outs) {
+    const cpu::PackedMatrix& m = packed(o.w);
+    n_per_token += per_token_int8(o.w, m.has_int8_kernel()) ? 1 : 0;
+    targets.push_back({&m, o.y, false});
+  }
+  if (targets.empty()) return;
+  if (n_per_token == targets.size()) {
+    round_tokens(x, n_rows, targets[0].w->cols());
+    return cpu::packed_matmul_int8(targets, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
+  }
+  if (n_per_token == 0) return cpu::packed_matmul(targets, x, n_rows, block_activations(), isa_, packed_scratch_);
+  for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {
@@ -310,8 +388,8 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
   for (int64_t j = 0; j < first.back(); ++j) std::copy_n(mla_latents_.data() + j * row, dc, mla_c_.data() + j * dc);
   mla_k_.resize(static_cast<size_t>(first.back() * H * dn));
   mla_v_.resize(static_cast<size_t>(first.back() * H * dv));
-  cpu::matmul(L.wk_b, mla_c_.data(), mla_k_.data(), first.back());  // (n_ctx, H * d_nope)
-  cpu::matmul(L.wv_b, mla_c_.data(), mla_v_.data(), first.back());  // (n_ctx, H * d_v)
+  matmul({WeightKind::WkB, layer}, mla_c_.data(), mla_k_.data(), first.back(), false);  // (n_ctx, H * d_nope)
+  matmul({WeightKind::WvB, layer}, mla_c_.data(), mla_v_.data(), first.back(), false);  // (n_ctx, H * d_v)
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t pair = 0; pair < n_pairs; ++pair) {
     const int64_t i = pair / H, h = pair % H, n_ctx = row_context(b, i);

@@ -93,9 +93,8 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
       be.mla_attention(pool, l, q, k, attn, view);
       be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);
     } else {
-      be.matmul({WeightKind::Wq, l}, xn, q, n, false);  // column-parallel: this rank's heads
-      be.matmul({WeightKind::Wk, l}, xn, k, n, false);
-      be.matmul({WeightKind::Wv, l}, xn, v, n, false);
+      const MatmulOut qkv[] = {{{WeightKind::Wq, l}, q}, {{WeightKind::Wk, l}, k}, {{WeightKind::Wv, l}, v}};
+      be.matmul_many(qkv, xn, n);  // column-parallel: this rank's heads
       be.rope(q, view.positions, n, c.n_heads);
       be.rope(k, view.positions, n, c.n_kv_heads);
       be.kv_append(pool, l, k, v, view);
@@ -105,8 +104,8 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
     }
     // ---- SwiGLU MLP
     be.rmsnorm(x, {WeightKind::FfnNorm, l}, xn, n);
-    be.matmul({WeightKind::Gate, l}, xn, gate, n, false);  // column-parallel: this rank's features
-    be.matmul({WeightKind::Up, l}, xn, up, n, false);
+    const MatmulOut gate_up[] = {{{WeightKind::Gate, l}, gate}, {{WeightKind::Up, l}, up}};
+    be.matmul_many(gate_up, xn, n);  // column-parallel: this rank's features
     be.swiglu(gate, up, gate, n * c.d_ff);
     be.matmul({WeightKind::Down, l}, gate, x, n, accumulate);  // x += W_down h (row-parallel)
     if (tp) all_reduce(x, n * d);                                // all-reduce 2 of 2

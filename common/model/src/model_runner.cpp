@@ -30,6 +30,10 @@ void Backend::from_host(const float* host, int64_t n_floats, float* dst) {
   if (n_floats > 0) std::memcpy(dst, host, static_cast<size_t>(n_floats) * sizeof(float));
 }
 
+void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
+  for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
+}
+
 void Backend::all_reduce(Communicator& comm, float* x, int64_t n) {
   if (comm.size() == 1 || n == 0) return;
   const bool device_comm = comm.memory_kind() == CommMemory::Device;

@@ -67,6 +67,12 @@ enum class AttentionBackend { Naive, Flash };
 /// Gathered: the tensor-parallel LM head's logits of every rank, (tp, n_logits, vocab / tp).
 enum class Scratch { X, Xn, Q, K, V, Attn, Gate, Up, Rows, Logits, Gathered, kCount };
 
+/// One output of Backend::matmul_many: y (n_rows, w.rows) = x W^T.
+struct MatmulOut {
+  WeightRef w;          ///< the weight
+  float* y = nullptr;   ///< device memory, (n_rows, rows of w)
+};
+
 /// A ForwardBatch's index arrays in the backend's memory, valid until the next upload().
 /// Pointers as ForwardBatch's fields (same shapes); `host` is the batch itself.
 struct BatchView {
@@ -125,6 +131,11 @@ class Backend {
   virtual void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) = 0;
   /// y (n_rows, w.rows) = x (n_rows, w.cols) W^T, or y += x W^T when `accumulate`.
   virtual void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) = 0;
+  /// The matmuls of several weights that read the same x (n_rows, cols): Q, K and V of a layer,
+  /// its gate and up. Same results as calling matmul(out.w, x, out.y, n_rows, false) for each
+  /// out, which is what the default does (and what a ForwardingBackend that watches matmul
+  /// sees); a backend may run them as one launch.
+  virtual void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows);
   /// RoPE in place on x (n_tokens, n_heads, head_dim) at `positions` (n_tokens).
   virtual void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) = 0;
   /// Writes each row's K and V (n_tokens, kv_dim) into `layer` of the pool at the row's slot

@@ -24,6 +24,7 @@
 
 #include "cpu_ops.h"
 #include "flash_attention.h"
+#include "packed_matmul.h"
 #include "lio/backend.h"
 #include "lio/model_loader.h"
 
@@ -31,27 +32,37 @@ namespace lio {
 
 /// Backend on the host CPU (Eigen-free hand kernels + OpenMP). Keeps references to `config`
 /// and `weights`, which must outlive it.
+///
+/// Matmuls: at construction every matrix is repacked into 16-row panels (cpu::PackedMatrix,
+/// about the source's bytes again; the tied LM head gets its own copy, the embedding still
+/// reads token_embd's rows), and cpu::packed_matmul runs them on the instruction set `isa`
+/// picks.
 class CpuBackend final : public Backend {
  public:
-  /// `activations`: precision of x inside the matmuls; F32 by default. Int8 is cpu::matmul's
-  /// per-32-block rounding; Int8PerToken rounds each token's row with chapter 03's
-  /// quantize_row_int8 (Task 6) and runs cpu::matmul_int8 (W8A8 on Q8_0 weights, W4A8 on
-  /// Q4_0 / Q4_1; f32 / f16 weights and the LM head keep f32 activations).
+  /// `activations`: precision of x inside the matmuls; F32 by default. Int8 is
+  /// cpu::packed_matmul's per-32-block rounding; Int8PerToken rounds each token's row with
+  /// chapter 03's quantize_row_int8 (Task 6) and runs cpu::packed_matmul_int8 (W8A8 on Q8_0,
+  /// W4A8 on 4-bit weights; float weights and the LM head keep f32 activations).
   /// `attention` (chapter 07): Flash runs cpu::flash_attention (the default), Naive the
   /// materialized-scores twin cpu::naive_attention.
+  /// `isa`: the packed kernels' instruction set (results are bitwise the same on each);
+  /// default cpu::default_cpu_isa(). Throws as cpu::PackedMatrix for a malformed matrix.
   CpuBackend(const ModelConfig& config, const Weights& weights,
              cpu::MatmulActivations activations = cpu::MatmulActivations::F32,
-             AttentionBackend attention = AttentionBackend::Flash);
+             AttentionBackend attention = AttentionBackend::Flash, cpu::CpuIsa isa = cpu::default_cpu_isa());
 
   const ModelConfig& config() const override { return config_; }
   std::string device_description() const override;
-  int64_t weight_bytes() const override { return weights_.size_bytes(); }
+  /// The packed matrices, token_embd and the norms.
+  int64_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) override;
   BatchView upload(const ForwardBatch& batch) override;
   float* scratch(Scratch id, int64_t n_floats) override;
   void embedding(const int32_t* token_ids, int64_t n, float* out) override;
   void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
   void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
+  /// One OpenMP region for all outputs (x rounded to int8 once).
+  void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) override;
   void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
                  const BatchView& batch) override;
@@ -67,6 +78,15 @@ class CpuBackend final : public Backend {
 
  private:
   const WeightMatrix& matrix(WeightRef w) const;
+  /// The packed copy of w. Throws InternalError for a matrix the model does not have.
+  const cpu::PackedMatrix& packed(WeightRef w) const;
+  /// Rounds x (n_rows, cols) one token at a time with chapter 03's Task 6 (Int8PerToken) into
+  /// token_codes_ / token_scales_.
+  void round_tokens(const float* x, int64_t n_rows, int64_t cols);
+  /// Whether w's matmul takes per-token int8 rows (Int8PerToken, an integer kernel, not the head).
+  bool per_token_int8(WeightRef w, bool has_int8_kernel) const;
+  /// The activations of a per-32-block matmul: Int8 under Int8, else F32.
+  cpu::MatmulActivations block_activations() const;
   const std::vector<float>& norm(WeightRef w) const;
   /// Fills row_seq_ for `b`: row i belongs to sequence row_seq_[i].
   void map_rows_to_sequences(const ForwardBatch& b);
@@ -76,6 +96,12 @@ class CpuBackend final : public Backend {
   const Weights& weights_;
   cpu::MatmulActivations activations_;
   AttentionBackend attention_backend_;
+  cpu::CpuIsa isa_;
+  /// Packed matrices: per layer kPackedPerLayer slots (Wq, Wk, Wv, Wo, Gate, Up, Down, WkvA,
+  /// WkB, WvB), then the LM head; null where the model has no such matrix.
+  std::vector<std::unique_ptr<cpu::PackedMatrix>> packed_;
+  cpu::PackedScratch packed_scratch_;
+  int64_t weight_bytes_ = 0;
   cpu::FlashWorkspace flash_workspace_;  ///< flash_attention's tiles and split partials
   std::vector<float> naive_scores_;      ///< naive_attention's score matrix S
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> scratch_;
