@@ -15,6 +15,7 @@
 #include "bench_util.h"
 #include "lio/cli_common.h"
 #include "lio/cpu_backend.h"
+#include "lio/error.h"
 #include "lio/model_runner.h"
 #include "lio/model.h"
 #include "lio/sampler.h"
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
   int64_t prompt_tokens = 128, decode_tokens = 64;
   int repeats = 5;
   double bw_gib = 1.0;
+  app.add_option("--activations", o.activations,
+                 "Matmul activations of quantized weights: f32 (exact) or int8 (per 32-element block)")
+      ->capture_default_str();
   app.add_option("--prompt-tokens", prompt_tokens, "Prefill length (tokens)")->capture_default_str();
   app.add_option("--decode-tokens", decode_tokens, "Decode steps per repeat (tokens)")->capture_default_str();
   app.add_option("--repeats", repeats, "Repeats; medians are reported")->capture_default_str();
@@ -41,7 +45,9 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> prompt = lio::bench::repeat_to_length(
         m.tokenizer->encode(lio::bench::kPromptText, false, false), prompt_tokens);
 
-    lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(c, m.weights),
+    if (o.activations != "f32" && o.activations != "int8") throw lio::InvalidArgument("--activations must be f32 or int8");
+    const auto act = o.activations == "int8" ? lio::cpu::MatmulActivations::Int8 : lio::cpu::MatmulActivations::F32;
+    lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(c, m.weights, act),
                             lio::KvPoolConfig{16, (prompt_tokens + decode_tokens + 15) / 16});
     lio::SoloSequence cache(runner, prompt_tokens + decode_tokens);
     std::vector<double> prefill_tps, decode_tps;
@@ -62,12 +68,16 @@ int main(int argc, char** argv) {
       decode_tps.push_back(static_cast<double>(decode_tokens) / t_decode);
     }
     const double dec = lio::bench::median(decode_tps), pre = lio::bench::median(prefill_tps);
-    const double bytes = static_cast<double>(m.weights.size_bytes());
+    // What one decode step reads: every matrix the backend holds (packed), not the embedding
+    // table it reads one row of.
+    const double bytes = static_cast<double>(runner.backend().weight_bytes() - m.weights.token_embd.size_bytes());
     nlohmann::ordered_json j{{"engine", "lio"},
                              {"cpu", lio::bench::cpu_name()},
                              {"threads", omp_get_max_threads()},
                              {"model", lio::bench::local_path_free(m.path)},
                              {"dtype_mode", o.dtype},
+                             {"activations", o.activations},
+                             {"isa", std::string(lio::cpu::cpu_isa_name(lio::cpu::default_cpu_isa()))},
                              {"weight_bytes", bytes},
                              {"prompt_tokens", prompt_tokens},
                              {"decode_tokens", decode_tokens},

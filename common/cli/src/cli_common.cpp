@@ -38,7 +38,7 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--activations", o.activations,
                  "Matmul activations (quantized weights): f32 (exact: the weights as stored); int8 (x rounded "
-                 "per 32-element block, integer dot products, the LM head in f32: about twice as fast, at "
+                 "per 32-element block, integer dot products, as llama.cpp does: about twice as fast, at "
                  "llama.cpp's own accuracy); int8-token (W8A8: one scale per token, chapter 03)")
       ->capture_default_str();
   app.add_option("--tensor-parallel-size", o.parallel.tensor_parallel_size,

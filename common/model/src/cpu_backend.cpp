@@ -148,13 +148,11 @@ bool CpuBackend::per_token_int8(WeightRef w, bool has_int8_kernel) const {
   return activations_ == cpu::MatmulActivations::Int8PerToken && w.kind != WeightKind::Output && has_int8_kernel;
 }
 
-cpu::MatmulActivations CpuBackend::block_activations(WeightRef w) const {
-  // The LM head keeps f32 activations: its rounding would land on the logits directly (W8A8
-  // recipes leave lm_head out too). Measured on the shipped Q4_1 file: mean KL from the F32 model
-  // 0.0041 with the head in int8, 0.0033 in f32 against llama.cpp's 0.0039, for a head that
-  // costs little at batch 1 (bench/results/cpu_activations_kl.md).
-  return activations_ == cpu::MatmulActivations::Int8 && w.kind != WeightKind::Output ? activations_
-                                                                                       : cpu::MatmulActivations::F32;
+cpu::MatmulActivations CpuBackend::block_activations() const {
+  // Int8 rounds every matmul's x, the LM head's too, as llama.cpp does (its Q8_0 head takes Q8_0
+  // activations). Keeping the head in f32 measured better (mean KL from the F32 model 0.0033 vs
+  // 0.0041, llama.cpp 0.0039) but cost 15-20% of batch-1 decode: int8 is the fast setting.
+  return activations_ == cpu::MatmulActivations::Int8 ? activations_ : cpu::MatmulActivations::F32;
 }
 
 void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
@@ -164,7 +162,7 @@ void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, b
     round_tokens(x, n_rows, m.cols());
     return cpu::packed_matmul_int8({&t, 1}, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
   }
-  cpu::packed_matmul({&t, 1}, x, n_rows, block_activations(w), isa_, packed_scratch_);
+  cpu::packed_matmul({&t, 1}, x, n_rows, block_activations(), isa_, packed_scratch_);
 }
 
 void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
@@ -182,11 +180,7 @@ void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, in
     round_tokens(x, n_rows, targets[0].w->cols());
     return cpu::packed_matmul_int8(targets, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
   }
-  bool same = true;
-  for (const MatmulOut& o : outs) same = same && block_activations(o.w) == block_activations(outs[0].w);
-  if (n_per_token == 0 && same) {
-    return cpu::packed_matmul(targets, x, n_rows, block_activations(outs[0].w), isa_, packed_scratch_);
-  }
+  if (n_per_token == 0) return cpu::packed_matmul(targets, x, n_rows, block_activations(), isa_, packed_scratch_);
   for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }
 

@@ -48,8 +48,8 @@ struct WeightRef {
 
 /// Precision of the activations in the matmuls of quantized weights (--activations): F32;
 /// Int8 (each 32-element block of x rounded to int8 with its own scale, integer dot products,
-/// the LM head in f32 on the CPU: about llama.cpp's own accuracy, bench/results/
-/// cpu_activations_kl.md, and why it is not the default); or Int8PerToken (W8A8:
+/// as llama.cpp does: its accuracy, and why it is not the default, in bench/results/
+/// cpu_activations_kl.md); or Int8PerToken (W8A8:
 /// one scale per token — on the CPU rounded by chapter 03's Task 6 — with the LM head left in
 /// f32 activations; docs/03_quantization.md). Both backends run all three; f32 / f16 / bf16
 /// weights always multiply f32 activations.

@@ -40,7 +40,7 @@ namespace lio {
 class CpuBackend final : public Backend {
  public:
   /// `activations`: precision of x inside the matmuls; F32 by default. Int8 is
-  /// cpu::packed_matmul's per-32-block rounding (the LM head stays f32); Int8PerToken rounds each token's row with
+  /// cpu::packed_matmul's per-32-block rounding (ggml's Q8 activations); Int8PerToken rounds each token's row with
   /// chapter 03's quantize_row_int8 (Task 6) and runs cpu::packed_matmul_int8 (W8A8 on Q8_0,
   /// W4A8 on 4-bit weights; float weights and the LM head keep f32 activations).
   /// `attention` (chapter 07): Flash runs cpu::flash_attention (the default), Naive the
@@ -85,8 +85,8 @@ class CpuBackend final : public Backend {
   void round_tokens(const float* x, int64_t n_rows, int64_t cols);
   /// Whether w's matmul takes per-token int8 rows (Int8PerToken, an integer kernel, not the head).
   bool per_token_int8(WeightRef w, bool has_int8_kernel) const;
-  /// The activations of w's per-32-block matmul: Int8 under Int8 (not for the LM head), else F32.
-  cpu::MatmulActivations block_activations(WeightRef w) const;
+  /// The activations of a per-32-block matmul: Int8 under Int8, else F32.
+  cpu::MatmulActivations block_activations() const;
   const std::vector<float>& norm(WeightRef w) const;
   /// Fills row_seq_ for `b`: row i belongs to sequence row_seq_[i].
   void map_rows_to_sequences(const ForwardBatch& b);
