@@ -259,12 +259,23 @@ void any_f32_rows(const View& w, int64_t p0, const float* x, int64_t r0, const O
   }
 }
 
-/// The f32 kernel on panels [p0, p1) of kind K, kMaxGroup at a time.
+/// Panels walked together for n x rows: enough for independent chains at small n, one at a
+/// time once a pass of that one panel fills its rows (the decoded or loaded weights reused most).
+template <Kind K>
+constexpr int64_t group_for(int64_t n) {
+  constexpr bool kFloat = K == Kind::F32 || K == Kind::F16 || K == Kind::BF16;
+  if (n >= (kFloat ? 6 : 4)) return 1;
+  if (n >= (kFloat ? 3 : 2)) return 2;
+  return kMaxGroup;
+}
+
+/// The f32 kernel on panels [p0, p1) of kind K, group_for(rows) at a time.
 template <Kind K, bool kF16, Second kSecond>
 void f32_panels_of(const View& w, int64_t p0, int64_t p1, const float* x, int64_t r0, int64_t r1,
                    const Out& out) {
-  for (int64_t p = p0; p < p1; p += kMaxGroup)
-    with_count<kMaxGroup>(p1 - p < kMaxGroup ? p1 - p : kMaxGroup, [&]<int G>() {
+  const int64_t group = group_for<K>(r1 - r0);
+  for (int64_t p = p0; p < p1; p += group)
+    with_count<kMaxGroup>(p1 - p < group ? p1 - p : group, [&]<int G>() {
       for_row_passes<kRowsFor<K, G>>(
           r0, r1, [&]<int R>(int64_t r) { any_f32_rows<K, kF16, kSecond, G, R>(w, p, x, r, out); });
     });
