@@ -22,6 +22,8 @@
 # Env (defaults): BUILD_DIR (build), LIO_SERVER and BENCH_SERVE (BUILD_DIR/bin/...),
 #   LLAMA_BUILD_DIR (build-llama), MODEL (the default model),
 #   SLOTS (32), NUM_PROMPTS (64), INPUT_LEN (256), OUTPUT_LEN (128), RATES (1,2,4,inf),
+#   LIO_ARGS (more lio-server flags, e.g. "--activations int8 --kv-cache-dtype f16": llama-server
+#   rounds activations to 8 bits for quantized weights and keeps an f16 KV cache by default),
 #   MAX_CONCURRENCY (= SLOTS), SLO_TTFT_MS (3000), SLO_TPOT_MS (200), SEED (0).
 # Needs: BUILD_DIR/bin/lio-server and bench_serve (cmake --build build); llama-server is built
 # once by scripts/build_llama_server.sh when missing (long on 2 cores).
@@ -105,8 +107,9 @@ mkdir -p "$logs" bench/results
 per_seq=$(( ( (input_len * 3 / 2 + output_len * 3 / 2 + 64) + 255) / 256 * 256 ))
 
 lio_port="$(free_port)"
+read -ra lio_args <<<"${LIO_ARGS:-}"
 "$lio_server" --model "$model" --port "$lio_port" --max-num-seqs "$slots" --device "$device" \
-  --slo-ttft-ms "${SLO_TTFT_MS:-3000}" --slo-tpot-ms "${SLO_TPOT_MS:-200}" >"$logs/lio-server.log" 2>&1 &
+  --slo-ttft-ms "${SLO_TTFT_MS:-3000}" --slo-tpot-ms "${SLO_TPOT_MS:-200}" "${lio_args[@]}" >"$logs/lio-server.log" 2>&1 &
 pids+=($!)
 wait_up lio-server "http://127.0.0.1:$lio_port" "$logs/lio-server.log" "${pids[-1]}"
 targets=(--target "lio=http://127.0.0.1:$lio_port")
@@ -120,7 +123,7 @@ if ((llama)); then
 fi
 
 out="bench/results/$name"
-flags="" servers="lio-server --max-num-seqs $slots --device $device"
+flags="" servers="lio-server --max-num-seqs $slots --device $device${LIO_ARGS:+ $LIO_ARGS}"
 ((quick)) && flags=" --quick"
 flags="$flags --repeats $repeats"
 ((llama)) || flags="$flags --no-llama"
