@@ -76,6 +76,37 @@ def ratio_cell(pairs):
     return (f"tie ({text})" if lo <= 1.0 <= hi else text), (m, lo, hi)
 
 
+def write_plot(path, rows):
+    """Bars of tok/s, LIO settings beside llama.cpp, prefill and decode; min-max as error bars."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, (key, title) in zip(axes, (("pp", f"prefill pp{PREFILL_TOKENS}"), ("tg", f"decode tg{DECODE_TOKENS}@d{DEPTH}"))):
+        labels, values, lows, highs, colors = [], [], [], [], []
+        for weights in dict.fromkeys(r["weights"] for r in rows):
+            group = [r for r in rows if r["weights"] == weights]
+            for r in group:
+                m, lo, hi = r[f"lio_{key}"]
+                labels.append(f"{weights}\nLIO {r['activations']}")
+                values.append(m), lows.append(m - lo), highs.append(hi - m), colors.append("C0")
+            m, lo, hi = group[0][f"llama_{key}"]
+            labels.append(f"{weights}\nllama.cpp")
+            values.append(m), lows.append(m - lo), highs.append(hi - m), colors.append("C1")
+        ax.bar(range(len(values)), values, yerr=[lows, highs], color=colors, capsize=3)
+        ax.set_xticks(range(len(values)), labels, fontsize=8)
+        ax.set_ylabel("tok/s (median, min-max)")
+        ax.set_title(title)
+    fig.suptitle("Batch-1 CPU prefill and decode, 2 threads: LIO vs llama-bench")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -85,7 +116,12 @@ def main():
                     help=f"interleaved rounds per file (COURSE.md: >= {MIN_REPEATS})")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/cpu_decode"))
+    ap.add_argument("--plot-only", action="store_true", help="redraw OUT.png from OUT.json")
     a = ap.parse_args()
+    if a.plot_only:
+        with open(a.out + ".json") as f:
+            write_plot(a.out + ".png", json.load(f)["rows"])
+        return
     if not os.path.exists(a.llama_bench):
         sys.exit(f"no {a.llama_bench}: run bench/batched/build_llama_tools.sh --speculative")
     below_rule = a.repeats < MIN_REPEATS
@@ -155,7 +191,7 @@ def main():
             summary.append({"weights": res["weights"], "activations": act, "lio_pp": spread(pp), "llama_pp": spread(llama_pp),
                             "pp_ratio": pp_ratio, "lio_tg": spread(tg), "llama_tg": spread(llama_tg),
                             "tg_ratio": tg_ratio, "decode_bytes": mb, "lio_decode_gbs": gbs, "read_bw_gbs": bw})
-    lines.append("")
+    lines += ["", f"![batch-1 prefill and decode]({os.path.basename(a.out)}.png)", ""]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out + ".json", "w") as f:
         json.dump({"provenance": prov, "threads": a.threads, "prefill_tokens": PREFILL_TOKENS, "depth": DEPTH,
@@ -179,6 +215,7 @@ def main():
                     r["pp_ratio"][0], r["lio_tg"][0], r["llama_tg"][0], r["tg_ratio"][0], r["lio_decode_gbs"],
                     llama_gbs, 100 * r["lio_decode_gbs"] / r["read_bw_gbs"], 100 * llama_gbs / r["read_bw_gbs"]]
             f.write(",".join(v if isinstance(v, str) else f"{v:.4g}" for v in vals) + "\n")
+    write_plot(a.out + ".png", summary)
     print(f"wrote {a.out}.json, .md and .csv")
 
 

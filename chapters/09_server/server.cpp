@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,8 @@ namespace {
 
 /// How long an HTTP thread waits for engine output before it looks at its connection again.
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
+/// Connections the kernel may hold for the accept thread (see OpenAiServer::bind).
+constexpr int kListenBacklog = 1024;
 
 /// What a validated generation request turned into.
 struct Generation {
@@ -71,6 +74,7 @@ struct OpenAiServer::Impl {
   ServerMetrics metrics;
   httplib::Server http;
   int bound_port = -1;
+  int listen_fd = -1;  ///< the listening socket (a POSIX fd), once bound
 
   EngineLoop loop;
 
@@ -384,6 +388,12 @@ OpenAiServer::OpenAiServer(Engine& engine, const Tokenizer& tokenizer, const Mod
   impl_->http.new_task_queue = [n_threads] {
     return new httplib::ThreadPool(static_cast<size_t>(n_threads));
   };
+  // The listening socket: httplib's defaults (SO_REUSEADDR), and its fd kept so that bind() can
+  // widen the accept queue (below).
+  impl_->http.set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    impl_->listen_fd = sock;
+  });
   impl_->http.set_payload_max_length(size_t{32} << 20);
   impl_->http.set_keep_alive_max_count(1000);
   impl_->setup_routes();
@@ -403,6 +413,12 @@ void OpenAiServer::bind() {
                           std::to_string(s.config.port) +
                           " (address in use, or not an address of this machine?)");
   }
+  // The Debian build of cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG,
+  // compiled into the library). A burst of streaming requests against a busy engine overflows
+  // that queue while the accept thread waits for a core; the dropped handshakes then time out as
+  // failed reads on the client (measured: 8-15 of 64 requests sent at once). listen() again on a
+  // listening socket only changes its backlog: the kernel's limit (somaxconn) caps it.
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, kListenBacklog);
 }
 
 int OpenAiServer::port() const { return impl_->bound_port; }

@@ -307,7 +307,7 @@ enum class ActivationGroup {
 /// Rounds x (n_rows, cols) to int8 codes qx (n_rows, cols) with scales dx (n_rows, cols / 32),
 /// x ~ dx[r][c / 32] * qx[r][c]:
 ///   Block32: d = max|x_block| / 127, qx = rint(x * (1 / d)) (half to even; 0 when d == 0) —
-///            cpu::matmul's Int8 rounding (kernels/cpu/matmul.cpp, quantize_rows);
+///            cpu::packed_matmul's Int8 rounding (kernels/cpu/packed_matmul.cpp, quantize_rows);
 ///   Token:   s = max|x_row| / 127, qx = round(x / s) (half away from zero; 0 when s == 0) —
 ///            chapter 03's quantize_row_int8, the CPU's Int8PerToken; dx repeats s per block.
 /// So the CPU and CUDA backends round the same x to the same codes. One warp per 32-element

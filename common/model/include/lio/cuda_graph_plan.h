@@ -1,0 +1,43 @@
+// cuda_graph_plan.h — which decode batches a CUDA graph can replay, and how a batch is padded to
+// one (issue 32). Host logic only: it builds and tests without a GPU.
+//
+// A CUDA graph (CUDA Programming Guide, "CUDA Graphs": stream capture, then cudaGraphLaunch)
+// replays a fixed sequence of kernels with fixed arguments, so it serves one batch shape. As
+// vLLM does (`cudagraph_capture_sizes`, `CUDAGraphRunner`), the runner captures the decode
+// forward pass once per bucket size at start-up, with every per-step input (token ids,
+// positions, slot mapping, block tables, sequence lengths) in fixed device buffers, and pads a
+// decode batch of n sequences up to the smallest bucket >= n: the padding rows compute, write no
+// K/V (slot kPadSlotId) and ask for no logits. Prefill chunks, speculative verification and
+// batches past the largest bucket run eagerly.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lio/forward_batch.h"
+
+namespace lio {
+
+/// The bucket sizes for max_num_seqs: 1, 2, 4, 8, then every 8 up to 32, every 16 up to 64, every
+/// 32 beyond, and max_num_seqs itself as the last (so every decode batch the scheduler can form
+/// fits one). Ascending, no duplicates. Throws InvalidArgument if max_num_seqs < 1.
+std::vector<int64_t> graph_capture_sizes(int64_t max_num_seqs);
+
+/// The smallest size in `sizes` (ascending) that holds n sequences, or -1 when n exceeds the
+/// largest (the batch runs eagerly). Throws InvalidArgument if n < 1.
+int64_t graph_bucket(std::span<const int64_t> sizes, int64_t n);
+
+/// Whether `b` is a batch a decode graph replays: at least one sequence, each with exactly one
+/// query row that gets logits, every layer run (n_layers == 0). Speculative verification (k + 1
+/// rows), prefill chunks and early exit are not.
+bool is_graph_decode_batch(const ForwardBatch& b);
+
+/// Appends bucket - n_seqs padding sequences to the decode batch `b`: one row each, token 0 at
+/// position 0, slot kPadSlotId (no K/V written), seq_len 1, a block table row of block 0 (read,
+/// never written: the row's result is discarded), no logits. The real rows, their logits rows
+/// and their order are unchanged, so their results are too (rows are independent in every
+/// operator). Throws InvalidArgument if !is_graph_decode_batch(b) or bucket < b.n_seqs().
+void pad_decode_batch(ForwardBatch& b, int64_t bucket);
+
+}  // namespace lio
