@@ -60,24 +60,6 @@ def greedy_answers(args, f32_llm, q_llm):
     return answers
 
 
-def lio_logits_act(lio, model, ids, threads, activations):
-    """lio logits with --activations (check_logits.lio_logits runs the default)."""
-    import subprocess
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(suffix=".f32", delete=False) as f:
-        out = f.name
-    try:
-        cmd = [lio, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out,
-               "--activations", activations]
-        if threads:
-            cmd += ["--threads", str(threads)]
-        subprocess.run(cmd, check=True, stdout=subprocess.PIPE)
-        return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
-    finally:
-        os.unlink(out)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lio", default=os.path.join(ROOT, "build", "bin", "lio"))
@@ -109,8 +91,8 @@ def main():
         ref = teacher_forced(ref_llm, ids)
         candidates = {
             "llama.cpp Q4_1": teacher_forced(q_llm, ids),
-            "LIO Q4_1, --activations f32": lio_logits_act(args.lio, args.model, ids, args.threads, "f32"),
-            "LIO Q4_1, --activations int8": lio_logits_act(args.lio, args.model, ids, args.threads, "int8"),
+            "LIO Q4_1, --activations f32": lio_logits(args.lio, args.model, ids, args.threads, activations="f32"),
+            "LIO Q4_1, --activations int8": lio_logits(args.lio, args.model, ids, args.threads, activations="int8"),
             "LIO F32": lio_logits(args.lio, args.f32_model, ids, args.threads),
         }
         for name, logits in candidates.items():

@@ -59,12 +59,12 @@ PROMPTS = [
 ]
 
 
-def lio_logits(lio, model, ids, threads, device="cpu"):
+def lio_logits(lio, model, ids, threads, device="cpu", activations=None):
     with tempfile.NamedTemporaryFile(suffix=".f32", delete=False) as f:
         out = f.name
     try:
         cmd = [lio, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out,
-               "--device", device]
+               "--device", device] + (["--activations", activations] if activations else [])
         if threads:
             cmd += ["--threads", str(threads)]
         subprocess.run(cmd, check=True, stdout=subprocess.PIPE)
