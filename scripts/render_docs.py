@@ -6,8 +6,8 @@ measured number is typed by hand (COURSE.md, "Performance method").
     python3 scripts/render_docs.py --check    # exit 1 and print a unified diff if any block is stale
     python3 scripts/render_docs.py --self-test
 
-Files: README.md and docs/*.md (or the paths given), relative to the repository root
-(--root). Standard library only: CI runs it under plain python3.
+Files: README.md, docs/*.md and bench/results/*.md (or the paths given), relative to the
+repository root (--root). Standard library only: CI runs it under plain python3.
 
 Markers
 -------
@@ -318,7 +318,7 @@ def render_text(text, path, root, cache):
 
 def default_files(root):
     return [p for p in [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
-            if os.path.isfile(p)]
+            + sorted(glob.glob(os.path.join(root, "bench", "results", "*.md"))) if os.path.isfile(p)]
 
 
 def run(root, files, check):
@@ -438,7 +438,7 @@ def self_test():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
+    ap.add_argument("files", nargs="*", help="Markdown files (default: README.md, docs/*.md and bench/results/*.md)")
     ap.add_argument("--root", default=ROOT, help="repository root; sources and files are relative to it")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 with a diff if a block is stale")
     ap.add_argument("--self-test", action="store_true", help="check that --check catches a stale block")

@@ -44,6 +44,27 @@ TEST(Ch03Task1, DoesA13bModelFitIn16GB) {
   EXPECT_FALSE(model_fits(70 * kGB, 4, 0, 16 * kGB));         // 35 GB even at 4 bits
 }
 
+TEST(Ch03Task1, LectureScenarioCFits45SequencesNot60) {
+  // Lecture note 001, exercise 3, scenario C: a 13B model at 4 bits on 2 x A100 80 GB "runs a
+  // batch of ~60 sequences". With Llama-2-13B's shape (40 layers, 40 KV heads, head_dim 128),
+  // fp16 K and V and 4,096-token sequences, each sequence caches
+  //   2 x 40 x 40 x 128 x 2 bytes = 819,200 bytes per token, x 4096 = 3,355,443,200 bytes,
+  // and the KV cache of n sequences is the overhead beside the weights.
+  constexpr int64_t kv_per_seq_f16 = int64_t{2} * 40 * 40 * 128 * 2 * 4096;
+  EXPECT_EQ(kv_per_seq_f16, 3355443200);
+  const int64_t budget = 160 * kGB;
+  EXPECT_TRUE(model_fits(13 * kGB, 4, 45 * kv_per_seq_f16, budget));   // 6.5 + 151.0 GB
+  EXPECT_FALSE(model_fits(13 * kGB, 4, 46 * kv_per_seq_f16, budget));  // 6.5 + 154.4 GB
+  EXPECT_FALSE(model_fits(13 * kGB, 4, 60 * kv_per_seq_f16, budget));  // the note's ~60
+  // FP16 weights leave room for 39: 4-bit weights buy 6 sequences.
+  EXPECT_TRUE(model_fits(13 * kGB, 16, 39 * kv_per_seq_f16, budget));
+  EXPECT_FALSE(model_fits(13 * kGB, 16, 40 * kv_per_seq_f16, budget));
+  // An int8 KV cache with one f32 scale per (token, head) vector (lesson section 5) fits 88.
+  constexpr int64_t kv_per_seq_int8 = int64_t{2} * 40 * 40 * (128 + 4) * 4096;
+  EXPECT_TRUE(model_fits(13 * kGB, 4, 88 * kv_per_seq_int8, budget));
+  EXPECT_FALSE(model_fits(13 * kGB, 4, 89 * kv_per_seq_int8, budget));
+}
+
 TEST(Ch03Task1, RejectsBadInput) {
   EXPECT_THROW(weight_bytes(-1, 4), InvalidArgument);
   EXPECT_THROW(weight_bytes(10, 0), InvalidArgument);
