@@ -26,6 +26,10 @@ import server_harness as h
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright's own downloads are not used
 QUESTION = "What is the capital of France?"
+# Greedy, 24 tokens: long enough that the decode rate is measured over many SSE reads, never
+# one read that happened to bring every token at once.
+STORY = "Tell me a short story about a cat."
+GREEDY_MAX_TOKENS = 24
 
 
 def missing_browser():
@@ -141,16 +145,16 @@ class ChatPage(h.ServerTestCase):
         self.assertEqual(self.page.get_by_test_id("model-name").text_content(), h.SERVED_MODEL)
 
     def test_greedy_answer_equals_api_and_shows_speed(self):
-        self.set_fields(temperature=0, max_tokens=12)
-        body = self.send(QUESTION)
+        self.set_fields(temperature=0, max_tokens=GREEDY_MAX_TOKENS)
+        body = self.send(STORY)
         state = self.wait_answer_over()
         self.page.screenshot(path=SCREENSHOT, full_page=True)
         print(f"screenshot: {SCREENSHOT}", flush=True)
         self.assertEqual(state, "done", self.page.get_by_test_id("error").text_content())
         self.assertEqual(body["temperature"], 0)
-        self.assertEqual(body["max_tokens"], 12)
+        self.assertEqual(body["max_tokens"], GREEDY_MAX_TOKENS)
         self.assertTrue(body["stream"])
-        self.assertEqual(body["messages"], [{"role": "user", "content": QUESTION}])
+        self.assertEqual(body["messages"], [{"role": "user", "content": STORY}])
 
         # Greedy decoding must be deterministic for the comparison to mean anything.
         s1, first, _ = self.api(body)
