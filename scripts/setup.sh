@@ -12,8 +12,9 @@
 #                                  (or the --target given). An existing build/ is reused as
 #                                  configured (a full setup's build keeps its tests and CUDA).
 #   scripts/setup.sh            everything (scripts/test.sh calls this): the above plus
-#                               GoogleTest, Google Benchmark, Doxygen; the Python tooling venv
-#                               .venv (scripts/requirements.txt: oracles, plots; llama-cpp-python
+#                               GoogleTest, Google Benchmark, Doxygen, Chromium; the Python
+#                               tooling venv .venv (scripts/requirements.txt: oracles, plots,
+#                               Playwright for the chat page's test; llama-cpp-python
 #                               compiles llama.cpp, a few minutes); the F32 copy of the model;
 #                               the whole build (preset "default": tests, benchmarks, CUDA
 #                               kernels when nvcc is found).
@@ -46,7 +47,9 @@ sudo_cmd=()
 run_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-pip python3-venv
           libeigen3-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev
           openmpi-bin libopenmpi-dev)
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz)
+# chromium: the chat page's browser test (tests/server/test_web_page.py drives Debian's browser
+# through Playwright; no browser is downloaded)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz chromium)
 apt_pkgs=("${run_pkgs[@]}")
 ((run_only)) || apt_pkgs+=("${test_pkgs[@]}")
 missing=()

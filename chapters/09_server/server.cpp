@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 
+#include "chat_page_html.h"  // generated from web/index.html (see CMakeLists.txt)
 #include "connection.h"
 #include "engine_loop.h"
 #include "lio/error.h"
@@ -344,6 +345,9 @@ struct OpenAiServer::Impl {
           send_error(res, ApiError(500, "internal error: " + what, "", "", "server_error"));
         });
 
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {  // the chat page
+      res.set_content(kChatPageHtml.data(), kChatPageHtml.size(), "text/html; charset=utf-8");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(loop.stopped() ? R"({"status":"stopping"})" : R"({"status":"ok"})",
                       "application/json");

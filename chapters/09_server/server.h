@@ -6,7 +6,8 @@
 // answers — whole, or streamed as server-sent events. A client that goes away has its
 // request aborted (Engine::abort_request), which frees its KV blocks at the next step.
 // Endpoints: GET /v1/models, GET /v1/models/{id}, POST /v1/completions,
-// POST /v1/chat/completions, GET /health, GET /metrics.
+// POST /v1/chat/completions, GET /health, GET /metrics, and GET / (a chat page over the same API,
+// chapters/09_server/web/index.html, compiled in).
 #pragma once
 
 #include <cstdint>
