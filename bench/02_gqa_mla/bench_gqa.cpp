@@ -79,7 +79,6 @@ int main(int argc, char** argv) {
       lio::LoadedModel m = lio::load_model(stored.path, lio::parse_weight_mode(o.dtype));
       const int64_t n_kv = lio::parse_attention_variant(name, m.config);
       lio::apply_kv_head_variant(m, n_kv);
-      const lio::AttentionShape shape{lio::AttentionKind::GQA, c.n_layers, c.n_heads, n_kv, c.head_dim, 0, 0};
       const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref);
       std::fprintf(stderr, "bench_gqa: %s: KL %.5f, top-1 %.1f%%, ppl %.3f\n", name.c_str(), q.mean_kl,
                    100 * q.top1_agreement, q.perplexity);
@@ -95,8 +94,8 @@ int main(int argc, char** argv) {
       }
       jv.push_back(json{{"variant", name},
                         {"n_kv_heads", n_kv},
-                        {"kv_bytes_per_token_f32", lio::kv_bytes_per_token(shape, 4)},
-                        {"kv_bytes_per_token_f16", lio::kv_bytes_per_token(shape, 2)},
+                        {"kv_bytes_per_token_f32", m.config.kv_bytes_per_token(4)},
+                        {"kv_bytes_per_token_f16", m.config.kv_bytes_per_token(2)},
                         {"mean_kl", q.mean_kl},
                         {"top1_agreement", q.top1_agreement},
                         {"perplexity", q.perplexity},

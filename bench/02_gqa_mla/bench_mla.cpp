@@ -178,9 +178,7 @@ int main(int argc, char** argv) {
       agree += std::max_element(la.begin() + static_cast<long>(r), la.begin() + static_cast<long>(r) + sc.vocab_size) - la.begin() ==
                std::max_element(ln.begin() + static_cast<long>(r), ln.begin() + static_cast<long>(r) + sc.vocab_size) - ln.begin();
     }
-    const lio::AttentionShape mla_shape{lio::AttentionKind::MLA, sc.n_layers, sc.n_heads, 0, 0, sc.kv_lora_rank,
-                                        sc.qk_rope_head_dim};
-    const int64_t mla_bytes = lio::kv_bytes_per_token(mla_shape, 2);
+    const int64_t mla_bytes = lio::mla_latent_bytes_per_token(sc, 2);
     // MHA with the same heads caches each head's key (nope + rope) and value.
     const int64_t mha_bytes = sc.n_layers * sc.n_heads * (sc.qk_nope_head_dim + sc.qk_rope_head_dim + sc.v_head_dim) * 2;
     std::fprintf(stderr, "bench_mla: naive vs absorbed: max |logit diff| %.2e (max |logit| %.2f), top-1 %lld/64\n",
@@ -226,8 +224,7 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> text = lio::ch02::eval_text_tokens(stored, eval_tokens);
     const lio::ch02::ReferenceLogprobs ref = lio::ch02::reference_logprobs(stored, text);
     const std::vector<int32_t> calib = lio::ch02::calibration_text_tokens(stored, 512);
-    const lio::AttentionShape gqa_shape{lio::AttentionKind::GQA, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0};
-    const int64_t gqa_bytes = lio::kv_bytes_per_token(gqa_shape, 2);
+    const int64_t gqa_bytes = c.kv_bytes_per_token(2);  // chapter 01's formula
     md << "\n## B. The course model converted GQA -> MLA, by latent rank\n\n"
        << "- Model: " << lio::bench::local_path_free(stored.path) << "; conversion: MHA2MLA's partial RoPE (each KV head keeps its " << rope_pairs
        << " highest-frequency pairs: d_R = " << c.n_kv_heads * 2 * rope_pairs << ") and joint SVD of the no-RoPE "
@@ -253,8 +250,7 @@ int main(int argc, char** argv) {
         lio::convert_to_mla(m, {r, rope_pairs, pca ? calib : std::vector<int32_t>{}});
         m.config.mla_absorbed = false;
         const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref);
-        const lio::AttentionShape s{lio::AttentionKind::MLA, c.n_layers, c.n_heads, 0, 0, r, m.config.qk_rope_head_dim};
-        bytes = lio::kv_bytes_per_token(s, 2);
+        bytes = lio::mla_latent_bytes_per_token(m.config, 2);
         std::fprintf(stderr, "bench_mla: rank %lld %s: KL %.5f, top-1 %.1f%%, ppl %.3f\n", (long long)r,
                      pca ? "pca" : "svd", q.mean_kl, 100 * q.top1_agreement, q.perplexity);
         cells += " | " + fmt(q.mean_kl, 5) + " | " + fmt(100 * q.top1_agreement, 1) + "% | " + fmt(q.perplexity, 3);

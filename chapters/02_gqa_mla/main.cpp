@@ -18,6 +18,7 @@
 
 #include "lio/cli_common.h"
 #include "lio/kv_head_variants.h"
+#include "lio/mla.h"
 #include "lio/mla_conversion.h"
 #include "variant_eval.h"
 
@@ -80,20 +81,21 @@ int main(int argc, char** argv) {
     for (const std::string& r : lio::ch02::split_commas(mla_ranks)) names.push_back("mla:" + r);
     for (const std::string& name : names) {
       lio::LoadedModel m = lio::load_model(stored.path, lio::parse_weight_mode(o.dtype));
-      // Task 2's formula: GQA with this many KV heads (MHA and MQA are its ends), or MLA.
-      lio::AttentionShape shape{lio::AttentionKind::GQA, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0};
+      // Bytes per token: chapter 01's formula with this many KV heads (MHA and MQA are its ends),
+      // or Task 2's MLA latent.
       int64_t n_kv = 0;
       if (name.rfind("mla:", 0) == 0) {
         lio::convert_to_mla(m, {std::stoll(name.substr(4)), rope_pairs, calib});
-        shape = {lio::AttentionKind::MLA, c.n_layers, c.n_heads, 0, 0, m.config.kv_lora_rank,
-                 m.config.qk_rope_head_dim};
       } else {
         n_kv = lio::parse_attention_variant(name, m.config);
         lio::apply_kv_head_variant(m, n_kv);
-        shape.n_kv_heads = n_kv;
       }
-      const int64_t bytes_f32 = lio::kv_bytes_per_token(shape, 4);
-      const double mib_4k_f16 = static_cast<double>(lio::kv_bytes_per_token(shape, 2) * 4096) / (1 << 20);
+      auto kv_bytes = [&](int64_t bytes_per_elem) {
+        return m.config.is_mla() ? lio::mla_latent_bytes_per_token(m.config, bytes_per_elem)
+                                 : m.config.kv_bytes_per_token(bytes_per_elem);
+      };
+      const int64_t bytes_f32 = kv_bytes(4);
+      const double mib_4k_f16 = static_cast<double>(kv_bytes(2) * 4096) / (1 << 20);
       const lio::ch02::Quality q = lio::ch02::evaluate_quality(m, ref);
       const double tps = lio::ch02::decode_tokens_per_s(m, context, batch, steps, device);
       if (!o.json) {

@@ -25,15 +25,17 @@ double kv_tokens_per_gib(const ModelConfig& config, KvDtype dtype) {
                        "2^30 / bytes per token");
 }
 
-int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype,
-                               int64_t budget_bytes, int64_t weight_bytes) {
-  // TODO(Task 2): the weights take weight_bytes; what is left holds whole sequences of
-  //   seq_len tokens each. Return how many fit (round down; 0 if none). Both arguments are
-  //   bytes: the caller chose GiB (gib(40)) or GB (gb(40)); the answers differ (13 vs 12 for
-  //   LLaMA-7B at 4096 tokens). Reject negative sizes or seq_len <= 0 with InvalidArgument.
-  (void)config, (void)seq_len, (void)dtype, (void)budget_bytes, (void)weight_bytes;
+int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype, MemorySize budget,
+                               MemorySize weights) {
+  // TODO(Task 2): budget and weights arrive as a person wrote them: a value and a unit
+  //   (lio/kv_sizing.h, MemoryUnit). Turn each into whole bytes yourself: which units are
+  //   powers of ten and which powers of two? (Lesson, "Memory budgeting".) The weights take
+  //   theirs; what is left holds whole sequences of seq_len tokens each. Return how many fit
+  //   (0 if none). Throw InvalidArgument for seq_len <= 0, a negative or non-finite value, a
+  //   unit outside MemoryUnit, or more bytes than an int64_t holds.
+  (void)config, (void)seq_len, (void)dtype, (void)budget, (void)weights;
   throw NotImplemented("Task 2 (exercises/01_kv_cache/kv_sizing.cpp): max_batch_under_budget — "
-                       "(budget - weights) / bytes per sequence, rounded down");
+                       "budget and weights to bytes (GB or GiB?), then free bytes / bytes per sequence");
 }
 
 }  // namespace lio

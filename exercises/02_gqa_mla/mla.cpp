@@ -1,6 +1,6 @@
-// Chapter 02, Task 4 — YOUR implementation: MLA's absorbed attention step.
+// Chapter 02, Tasks 2 and 4 — YOUR implementation: MLA's cache per token and its absorbed attention step.
 // Declarations and contracts: common/model/include/lio/mla.h.
-// Grade: ctest -R ch02_task_4
+// Grade: ctest -R ch02_task_2 / ch02_task_4
 #include "lio/mla.h"
 
 #include <algorithm>
@@ -12,6 +12,19 @@
 #include "lio/error.h"
 
 namespace lio {
+// ---- Task 2 -----------------------------------------------------------------------------------
+
+int64_t mla_latent_bytes_per_token(const ModelConfig& config, int64_t bytes_per_elem) {
+  // TODO(Task 2): what does one token leave in an MLA layer's cache? Read section 5 of the
+  //   lesson: which of the config's MLA widths are cached, which are rebuilt from the cache on
+  //   every step, and is anything stored once per head? Every layer caches its own. Throw
+  //   InvalidArgument for a config that is not MLA (kv_lora_rank < 1), n_layers < 1,
+  //   qk_rope_head_dim < 0 (0 is allowed) or bytes_per_elem < 1.
+  (void)config, (void)bytes_per_elem;
+  throw NotImplemented("Task 2 (exercises/02_gqa_mla/mla.cpp): mla_latent_bytes_per_token — "
+                       "layers x values one token caches per MLA layer x bytes");
+}
+
 // ---- Task 4 -----------------------------------------------------------------------------------
 
 void mla_absorbed_attention_head(std::span<const float> q_nope, std::span<const float> q_pe,

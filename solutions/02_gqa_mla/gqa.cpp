@@ -1,4 +1,4 @@
-// Chapter 02, Tasks 1-3 — reference solution. Declarations: common/model/include/lio/gqa.h.
+// Chapter 02, Tasks 1 and 3 — reference solution. Declarations: common/model/include/lio/gqa.h.
 #include "lio/gqa.h"
 
 #include <string>
@@ -17,33 +17,6 @@ int64_t kv_head_for_query_head(int64_t h, int64_t n_heads, int64_t n_kv_heads) {
   }
   // Consecutive query heads share a KV head: a group of n_heads / n_kv_heads of them.
   return h / (n_heads / n_kv_heads);
-}
-
-// ---- Task 2 -----------------------------------------------------------------------------------
-
-int64_t kv_bytes_per_token(const AttentionShape& s, int64_t bytes_per_elem) {
-  auto need = [](int64_t v, const char* what) {
-    if (v < 1) throw InvalidArgument(std::string("kv_bytes_per_token: ") + what + " must be >= 1, got " + std::to_string(v));
-  };
-  need(bytes_per_elem, "bytes_per_elem");
-  need(s.n_layers, "n_layers");
-  switch (s.kind) {
-    case AttentionKind::MHA:
-      need(s.n_heads, "n_heads"), need(s.head_dim, "head_dim");
-      return 2 * s.n_layers * s.n_heads * s.head_dim * bytes_per_elem;
-    case AttentionKind::GQA:
-      need(s.n_kv_heads, "n_kv_heads"), need(s.head_dim, "head_dim");
-      return 2 * s.n_layers * s.n_kv_heads * s.head_dim * bytes_per_elem;
-    case AttentionKind::MQA:
-      need(s.head_dim, "head_dim");
-      return 2 * s.n_layers * s.head_dim * bytes_per_elem;
-    case AttentionKind::MLA:
-      need(s.kv_lora_rank, "kv_lora_rank");
-      if (s.qk_rope_head_dim < 0) need(s.qk_rope_head_dim, "qk_rope_head_dim");
-      // One latent serves as K and V (no factor 2), plus the one RoPE key all heads share.
-      return s.n_layers * (s.kv_lora_rank + s.qk_rope_head_dim) * bytes_per_elem;
-  }
-  throw InvalidArgument("kv_bytes_per_token: unknown attention kind");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------

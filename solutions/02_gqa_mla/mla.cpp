@@ -1,4 +1,4 @@
-// Chapter 02, Task 4 — reference solution. Declarations: common/model/include/lio/mla.h.
+// Chapter 02, Tasks 2 and 4 — reference solution. Declarations: common/model/include/lio/mla.h.
 #include "lio/mla.h"
 
 #include <algorithm>
@@ -10,6 +10,21 @@
 #include "lio/error.h"
 
 namespace lio {
+// ---- Task 2 -----------------------------------------------------------------------------------
+
+int64_t mla_latent_bytes_per_token(const ModelConfig& config, int64_t bytes_per_elem) {
+  if (!config.is_mla() || config.n_layers < 1 || config.qk_rope_head_dim < 0 || bytes_per_elem < 1) {
+    throw InvalidArgument("mla_latent_bytes_per_token: need an MLA config (kv_lora_rank >= 1), n_layers >= 1, "
+                          "qk_rope_head_dim >= 0 and bytes_per_elem >= 1, got kv_lora_rank " +
+                          std::to_string(config.kv_lora_rank) + ", n_layers " + std::to_string(config.n_layers) +
+                          ", qk_rope_head_dim " + std::to_string(config.qk_rope_head_dim) + ", bytes_per_elem " +
+                          std::to_string(bytes_per_elem));
+  }
+  // One latent per layer serves as every head's K and V (no factor 2, no head count), plus the
+  // one RoPE key all heads share (RoPE cannot be absorbed, so it stays outside the latent).
+  return config.n_layers * (config.kv_lora_rank + config.qk_rope_head_dim) * bytes_per_elem;
+}
+
 // ---- Task 4 -----------------------------------------------------------------------------------
 
 void mla_absorbed_attention_head(std::span<const float> q_nope, std::span<const float> q_pe,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lio/error.h"
+#include "lio/mla.h"
 
 namespace lio {
 
@@ -31,6 +32,9 @@ int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype) {
 }
 
 int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype) {
+  // MLA: one latent row per token and layer, sized by chapter 02's Task 2 (stored as two halves
+  // of kv_dim() floats, so the same bytes as the formula below; the latent pool is f32 only).
+  if (config.is_mla()) return block_size * mla_latent_bytes_per_token(config, kv_elem_bytes(dtype));
   return 2 * config.n_layers * block_size * kv_slot_bytes(config, dtype);
 }
 

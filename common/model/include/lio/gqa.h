@@ -1,14 +1,12 @@
-// gqa.h — chapter 02: the KV-head axis (MHA, GQA, MQA) and the KV bytes each attention
-// variant caches per token, including DeepSeek's MLA.
+// gqa.h — chapter 02: the KV-head axis (MHA, GQA, MQA).
 //
 // Multi-head attention (Vaswani et al. 2017) gives every query head its own key/value head.
 // Multi-query attention (Shazeer 2019) shares one K/V head among all query heads; grouped-query
 // attention (Ainslie et al. 2023) shares each of n_kv_heads K/V heads among a group of
-// n_heads / n_kv_heads query heads. Multi-head latent attention (DeepSeek-AI 2024,
-// DeepSeek-V2 sec. 2.1) caches a latent c_kv of kv_lora_rank floats plus one shared RoPE key
-// of qk_rope_head_dim floats per token and layer, whatever the number of heads.
+// n_heads / n_kv_heads query heads. Bytes per token follow chapter 01's formula with
+// n_kv_heads; multi-head latent attention, which caches no heads at all, is in lio/mla.h.
 //
-// Tasks 1-3 of chapter 02 are declared here and defined in exercises/02_gqa_mla/gqa.cpp
+// Tasks 1 and 3 of chapter 02 are declared here and defined in exercises/02_gqa_mla/gqa.cpp
 // (yours) or solutions/02_gqa_mla/gqa.cpp (the reference); the engine calls them.
 #pragma once
 
@@ -32,37 +30,6 @@ namespace lio {
 /// Throws InvalidArgument unless 0 <= h < n_heads, n_kv_heads >= 1 and n_heads is a multiple
 /// of n_kv_heads.
 int64_t kv_head_for_query_head(int64_t h, int64_t n_heads, int64_t n_kv_heads);
-
-// ---- Task 2 -------------------------------------------------------------------------------
-
-/// The attention variants whose KV cache chapter 02 sizes.
-enum class AttentionKind {
-  MHA,  ///< one K and one V head per query head: n_heads heads
-  GQA,  ///< n_kv_heads shared K/V heads
-  MQA,  ///< a single shared K/V head
-  MLA,  ///< DeepSeek's latent: kv_lora_rank + qk_rope_head_dim floats, K and V together
-};
-
-/// The shape numbers that decide how many values an attention layer caches per token.
-struct AttentionShape {
-  AttentionKind kind = AttentionKind::GQA;  ///< which variant
-  int64_t n_layers = 0;          ///< decoder layers (each caches its own K/V)
-  int64_t n_heads = 0;           ///< query heads (MHA caches this many K and V heads)
-  int64_t n_kv_heads = 0;        ///< K/V heads (GQA only)
-  int64_t head_dim = 0;          ///< per-head K and V width (MHA/GQA/MQA)
-  int64_t kv_lora_rank = 0;      ///< MLA latent width d_c (DeepSeek-V2: 512)
-  int64_t qk_rope_head_dim = 0;  ///< MLA shared RoPE key width d_h^R (DeepSeek-V2: 64)
-};
-
-/// KV-cache bytes one token occupies over all layers, at `bytes_per_elem` bytes per value
-/// (2 for f16/bf16, 4 for f32):
-///   MHA: 2 * n_layers * n_heads * head_dim * b;  GQA: 2 * n_layers * n_kv_heads * head_dim * b;
-///   MQA: 2 * n_layers * head_dim * b;  MLA: n_layers * (kv_lora_rank + qk_rope_head_dim) * b
-/// (the latent serves as both K and V: no factor 2). DeepSeek-V2 (60 layers, 128 heads of 128,
-/// rank 512, RoPE 64) at f16: MHA 3,932,160 bytes, MLA 69,120 bytes per token.
-/// Throws InvalidArgument if bytes_per_elem < 1 or a count the variant uses is < 1 (MLA's
-/// qk_rope_head_dim may be 0).
-int64_t kv_bytes_per_token(const AttentionShape& shape, int64_t bytes_per_elem);
 
 // ---- Task 3 -------------------------------------------------------------------------------
 

@@ -53,7 +53,8 @@ struct KvPoolConfig {
 };
 
 /// Bytes of one block, K and V of every layer: 2 * n_layers * block_size *
-/// kv_slot_bytes(dtype) (f32: 2 * n_layers * block_size * kv_dim * 4).
+/// kv_slot_bytes(dtype) (f32: 2 * n_layers * block_size * kv_dim * 4). An MLA model's block
+/// holds latent rows: block_size * mla_latent_bytes_per_token (chapter 02, Task 2, lio/mla.h).
 int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype = KvCacheDType::F32);
 
 /// How many blocks of `block_size` fit in `budget_bytes` (rounded down). Throws

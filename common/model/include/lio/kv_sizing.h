@@ -7,8 +7,10 @@
 // (Pope et al. 2022, "Efficiently Scaling Transformer Inference", sec. 2.1; with GQA the
 // count is n_kv_heads, not n_heads — Ainslie et al. 2023).
 //
-// Units are explicit: every size is an int64_t count of bytes, and gib()/gb() convert from
-// the two units people mix up — GiB = 2^30 bytes, GB = 10^9 bytes.
+// Units are explicit. Task 1 answers in int64_t counts of bytes; Task 2 takes its memory
+// budget as people write it, a number with a unit (MemorySize: "40 GB" from a spec sheet,
+// "14 GiB" from a formula), and converts it itself: GB = 10^9 bytes, GiB = 2^30 bytes, the
+// two units people mix up. gib()/gb() are the same conversions for the tests' byte counts.
 #pragma once
 
 #include <cstdint>
@@ -46,12 +48,29 @@ int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, int64_t batch
 /// real number: 2^30 / (bytes per token). LLaMA-7B fp16: 2048 tokens per GiB.
 double kv_tokens_per_gib(const ModelConfig& config, KvDtype dtype);
 
+/// Unit of a MemorySize. Decimal units (SI, what spec sheets and drive labels use):
+/// MB = 10^6 bytes, GB = 10^9 bytes. Binary units (IEC 80000-13, what allocators and the KV
+/// formula produce): MiB = 2^20 bytes, GiB = 2^30 bytes.
+enum class MemoryUnit { Bytes, MB, MiB, GB, GiB };
+
+/// A memory size as written by a person: `value` of `unit` ({40, MemoryUnit::GB} is 40 GB =
+/// 4 x 10^10 bytes; {14, MemoryUnit::GiB} is 14 GiB = 15,032,385,536 bytes).
+struct MemorySize {
+  double value = 0.0;                    ///< how many units (may be fractional: 15.5 GiB)
+  MemoryUnit unit = MemoryUnit::Bytes;   ///< which unit `value` counts
+};
+
 /// Task 2. The largest batch of `seq_len`-token sequences whose KV cache fits beside the
-/// weights: max b with weight_bytes + kv_cache_bytes(config, seq_len, b, dtype) <= budget_bytes.
-/// Returns 0 when not even one sequence fits. Both sizes are in bytes: pass gib(40) or gb(40)
-/// and see the difference (LLaMA-7B fp16, seq 4096: 13 with gib(40)/gib(14), 12 with gb(40)/gb(14)).
-/// Throws InvalidArgument if budget_bytes or weight_bytes is negative or seq_len <= 0.
-int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype,
-                               int64_t budget_bytes, int64_t weight_bytes);
+/// weights: max b with bytes(weights) + kv_cache_bytes(config, seq_len, b, dtype) <=
+/// bytes(budget), where bytes({v, unit}) = v x (bytes per unit), rounded down to whole bytes:
+/// 1 for Bytes, 10^6 for MB, 2^20 for MiB, 10^9 for GB, 2^30 for GiB. Returns 0 when not even
+/// one sequence fits. LLaMA-7B fp16, seq 4096 (2 GiB per sequence): 13 for a {40, GiB} budget
+/// beside {14, GiB} of weights, 12 for {40, GB} beside {14, GB} (26 x 10^9 bytes is 12.1
+/// sequences); a GB read as a GiB gives 13 for both.
+/// Throws InvalidArgument if seq_len <= 0, a value is negative or not finite, a unit is not one
+/// of MemoryUnit's values, or a size does not fit in int64_t bytes (8 EiB).
+/// Units: SI prefixes (kilo = 10^3, mega, giga) and IEC 80000-13's binary ones (Mi = 2^20, Gi = 2^30).
+int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype, MemorySize budget,
+                               MemorySize weights);
 
 }  // namespace lio

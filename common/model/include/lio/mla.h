@@ -6,16 +6,33 @@
 // up-projects K and V from every cached latent; the absorbed path folds W_UK,i into the query
 // (q_lat = W_UK,i^T q_nope) and W_UV,i into the output, and attends over the latents directly.
 //
-// Task 4 is declared here and defined in exercises/02_gqa_mla/mla.cpp (yours) or
-// solutions/02_gqa_mla/mla.cpp (the reference); the CPU backend's absorbed path calls it.
+// Tasks 2 and 4 are declared here and defined in exercises/02_gqa_mla/mla.cpp (yours) or
+// solutions/02_gqa_mla/mla.cpp (the reference): the KV pool sizes an MLA model's blocks with
+// Task 2 (kv_block_bytes), and the CPU backend's absorbed path calls Task 4.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "lio/model_config.h"
 
 namespace lio {
+
+// ---- Task 2 -------------------------------------------------------------------------------
+
+/// KV-cache bytes one token of an MLA model occupies over all layers, at `bytes_per_elem`
+/// bytes per cached value (4 for the engine's f32 pool, 2 for f16/bf16). Per layer MLA caches
+/// the compressed latent c_kv (kv_lora_rank = d_c values), from which every head's key and
+/// value are rebuilt, and the decoupled RoPE key k_pe (qk_rope_head_dim = d_h^R values), which
+/// all heads share: (d_c + d_h^R) * n_layers values per token, whatever n_heads, n_kv_heads,
+/// head_dim, qk_nope_head_dim or v_head_dim (DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1.4 and
+/// Table 1). DeepSeek-V2 (60 layers, d_c 512, d_h^R 64) at 2 bytes: 69,120 bytes, what GQA with
+/// 2.25 groups of head_dim 128 would cache (2 * 2.25 * 128 = 576 = 512 + 64), 1/56.9 of MHA's
+/// 2 * 128 heads * 128 * 60 layers * 2 bytes = 3,932,160.
+/// Throws InvalidArgument if the config is not MLA (kv_lora_rank < 1), n_layers < 1,
+/// qk_rope_head_dim < 0 (0 is allowed: no RoPE key) or bytes_per_elem < 1.
+int64_t mla_latent_bytes_per_token(const ModelConfig& config, int64_t bytes_per_elem);
 
 /// Widths of one MLA head's computation.
 struct MlaHeadShape {
