@@ -14,6 +14,7 @@
 #include "engine_loop.h"
 #include "lio/error.h"
 #include "openai_response.h"
+#include "sse.h"
 
 namespace lio::server {
 
@@ -258,7 +259,7 @@ struct OpenAiServer::Impl {
     }
 
     bool finish(httplib::DataSink& sink) {
-      if (!write(sink, std::string("data: [DONE]\n\n"))) return cancel();
+      if (!write(sink, sse_done_event())) return cancel();
       done = true;
       sink.done();
       return true;
