@@ -40,7 +40,13 @@ struct Generation {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(dump_json(error_body(e)), "application/json");
+  try {
+    res.set_content(dump_json(error_body(e)), "application/json");
+  } catch (const std::exception& failed) {  // error_body is chapter 09's Task 3: it may be a stub
+    res.status = 500;
+    res.set_content(e.what() + std::string("\n(error_body failed: ") + failed.what() + ")\n",
+                    "text/plain");
+  }
 }
 
 /// The method a known path answers ("GET" / "POST"), or nullptr for an unknown path.
