@@ -128,7 +128,8 @@ RunResult run_one(const ServeTarget& target, const ServeDataset& d, double rate,
 json summarize(const ServeTarget& target, const std::string& rate, const RunResult& r,
                const ServeDataset& d, const Settings& s) {
   std::vector<double> ttft, tpot, itl, e2e;
-  int64_t completed = 0, failed = 0, out_tokens = 0, in_tokens = 0, good = 0, short_outputs = 0,
+  std::vector<lio::server::RequestLatency> latencies;  // of the completed requests, for goodput
+  int64_t completed = 0, failed = 0, out_tokens = 0, in_tokens = 0, short_outputs = 0,
           prompt_count_mismatch = 0;
   json errors = json::array();
   for (size_t i = 0; i < r.outcomes.size(); ++i) {
@@ -149,10 +150,9 @@ json summarize(const ServeTarget& target, const std::string& rate, const RunResu
     e2e.push_back(o.e2e_ms);
     if (o.output_tokens > 1) tpot.push_back(o.tpot_ms);
     itl.insert(itl.end(), o.itl_ms.begin(), o.itl_ms.end());
-    const bool ttft_ok = s.slo_ttft_ms <= 0 || o.ttft_ms <= s.slo_ttft_ms;
-    const bool tpot_ok = s.slo_tpot_ms <= 0 || o.output_tokens <= 1 || o.tpot_ms <= s.slo_tpot_ms;
-    if (ttft_ok && tpot_ok) ++good;
+    latencies.push_back(o.latency);
   }
+  const lio::server::SloTargets slo{s.slo_ttft_ms / 1e3, s.slo_tpot_ms / 1e3};
   auto mean = [](const std::vector<double>& v) -> double {
     if (v.empty()) return NAN;
     double sum = 0;
@@ -172,7 +172,7 @@ json summarize(const ServeTarget& target, const std::string& rate, const RunResu
               {"request_throughput", static_cast<double>(completed) / r.wall_s},
               {"output_throughput", static_cast<double>(out_tokens) / r.wall_s},
               {"total_token_throughput", static_cast<double>(out_tokens + in_tokens) / r.wall_s},
-              {"goodput", static_cast<double>(good) / r.wall_s}};
+              {"goodput", lio::server::goodput(latencies, slo, r.wall_s)}};
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"ttft", &ttft},
                                 {"tpot", &tpot},
                                 {"itl", &itl},

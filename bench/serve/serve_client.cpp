@@ -74,8 +74,7 @@ RequestOutcome stream_completion(const ServeTarget& target, const std::string& p
   SseReader sse;
   std::string raw;  // the body when the status is not 200
   bool done = false;
-  int64_t n_text_chunks = 0;
-  double last_token_s = 0;
+  std::vector<double> text_chunk_s;  // when each chunk with text arrived (steady clock, s)
   double t_send = 0;
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     if (raw.size() < 4096) raw.append(data, std::min<size_t>(n, 4096 - raw.size()));
@@ -105,15 +104,7 @@ RequestOutcome stream_completion(const ServeTarget& target, const std::string& p
       if (!chunk.contains("choices") || !chunk["choices"].is_array()) return;
       for (const json& choice : chunk["choices"]) {
         const std::string text = choice.value("text", std::string());
-        if (!text.empty()) {
-          const double t = now_s();
-          if (n_text_chunks == 0)
-            out.ttft_ms = (t - t_send) * 1e3;
-          else
-            out.itl_ms.push_back((t - last_token_s) * 1e3);
-          last_token_s = t;
-          ++n_text_chunks;
-        }
+        if (!text.empty()) text_chunk_s.push_back(now_s());
         if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
           out.finish_reason = choice["finish_reason"].get<std::string>();
       }
@@ -126,8 +117,6 @@ RequestOutcome stream_completion(const ServeTarget& target, const std::string& p
   t_send = now_s();
   out.start_s = t_send - run_t0_s;
   const bool sent = cli.send(req, res, err);
-  const double t_end = now_s();
-  out.e2e_ms = (t_end - t_send) * 1e3;
   out.http_status = sent ? res.status : 0;
   if (!sent) {
     out.error = "transport: " + httplib::to_string(err);
@@ -137,13 +126,19 @@ RequestOutcome stream_completion(const ServeTarget& target, const std::string& p
     out.error = "HTTP " + std::to_string(res.status) + ": " + raw.substr(0, 300);
     return out;
   }
+  const auto n_text_chunks = static_cast<int64_t>(text_chunk_s.size());
   if (!out.usage_reported) out.output_tokens = n_text_chunks;
   if (out.error.empty() && !done) out.error = "the stream ended without [DONE]";
   if (out.error.empty() && out.finish_reason.empty()) out.error = "no finish_reason";
   if (out.error.empty() && n_text_chunks == 0) out.error = "no text";
   out.ok = out.error.empty();
-  if (out.output_tokens > 1)
-    out.tpot_ms = (out.e2e_ms - out.ttft_ms) / static_cast<double>(out.output_tokens - 1);
+  if (n_text_chunks > 0) {
+    out.latency = lio::server::request_latency(t_send, text_chunk_s, out.output_tokens);
+    out.ttft_ms = out.latency.ttft_s * 1e3;
+    out.e2e_ms = out.latency.e2e_s * 1e3;
+    out.tpot_ms = out.latency.tpot_s.value_or(0.0) * 1e3;
+    for (const double itl : out.latency.itl_s) out.itl_ms.push_back(itl * 1e3);
+  }
   return out;
 }
 

@@ -1,10 +1,11 @@
 // serve_client.h — one streamed OpenAI /v1/completions request, timed token by token, the way
-// vLLM's benchmark client (benchmarks/backend_request_func.py) times it:
+// vLLM's benchmark client (benchmarks/backend_request_func.py) times it; the arithmetic is
+// chapter 09's Task 2 (request_latency, chapters/09_server/request_metrics.h):
 //   TTFT  send -> first chunk with text
 //   ITL   gaps between successive chunks with text (one per token when the server streams
 //         token by token; a chunk holding several tokens counts once, as in vLLM)
 //   TPOT  (E2E - TTFT) / (output tokens - 1)
-//   E2E   send -> the end of the stream
+//   E2E   send -> the last chunk with text (vLLM's `latency`)
 // Output tokens: the server's usage.completion_tokens when it reports one, else the number of
 // chunks with text. Works against any OpenAI-compatible server (lio-server, llama-server, vLLM).
 #pragma once
@@ -12,6 +13,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "request_metrics.h"
 
 namespace lio::bench {
 
@@ -38,6 +41,8 @@ struct RequestOutcome {
   double e2e_ms = 0;
   double tpot_ms = 0;          ///< 0 when there was a single output token
   std::vector<double> itl_ms;  ///< (chunks with text - 1) gaps
+  /// The same latencies in seconds, as goodput reads them (set when any chunk had text).
+  lio::server::RequestLatency latency;
 };
 
 /// Sends `prompt` to target's /v1/completions with stream, ignore_eos, max_tokens and

@@ -110,15 +110,28 @@ void ServerMetrics::on_output(const RequestOutput& out) {
   }
   if (!out.finished) return;
   e2e_s_.observe(out.e2e_ms / 1e3);
-  for (const double itl : out.itl_ms) itl_s_.observe(itl / 1e3);
-  switch (out.finish_reason.value_or(FinishReason::Abort)) {
+  const FinishReason reason = out.finish_reason.value_or(FinishReason::Abort);
+  switch (reason) {
     case FinishReason::Stop: finished_stop_ += 1; break;
     case FinishReason::Length: finished_length_ += 1; break;
-    case FinishReason::Abort: finished_abort_ += 1; return;  // never goodput
+    case FinishReason::Abort: finished_abort_ += 1; break;
   }
-  const bool ttft_ok = slo_.ttft_ms <= 0 || out.ttft_ms <= slo_.ttft_ms;
-  const bool tpot_ok = slo_.tpot_ms <= 0 || out.tpot_ms <= slo_.tpot_ms;
-  if (ttft_ok && tpot_ok) goodput_ += 1;
+  // TTFT, TPOT and ITL from the token timestamps (chapter 09 Task 2); none before a first token.
+  if (out.token_times_ms.empty()) {
+    if (reason != FinishReason::Abort) goodput_ += 1;  // no token: no latency missed
+    return;
+  }
+  std::vector<double> times_s;
+  times_s.reserve(out.token_times_ms.size());
+  for (const double t : out.token_times_ms) times_s.push_back(t / 1e3);
+  try {
+    const RequestLatency latency = request_latency(0.0, times_s, out.n_generated_tokens);
+    for (const double itl : latency.itl_s) itl_s_.observe(itl);
+    const bool good = meets_slo(latency, SloTargets{slo_.ttft_ms / 1e3, slo_.tpot_ms / 1e3});
+    if (good && reason != FinishReason::Abort) goodput_ += 1;  // aborts never count
+  } catch (const std::exception& e) {  // a metric must not take the engine thread down
+    std::fprintf(stderr, "lio-server: request metrics failed: %s\n", e.what());
+  }
 }
 
 void ServerMetrics::set_engine_gauges(const EngineGauges& gauges) {
@@ -153,8 +166,8 @@ std::string ServerMetrics::render() const {
   scalar(out, "lio:num_preemptions_total", "Sequences preempted (KV blocks reclaimed) so far.",
          "counter", static_cast<double>(gauges_.n_preemptions));
   // Speculative decoding (chapter 06), vLLM's counter names under lio:.
-  scalar(out, "lio:spec_decode_num_drafts_total", "Verification rounds that carried drafts.", "counter",
-         static_cast<double>(gauges_.spec_num_drafts));
+  scalar(out, "lio:spec_decode_num_drafts_total", "Verification rounds that carried drafts.",
+         "counter", static_cast<double>(gauges_.spec_num_drafts));
   scalar(out, "lio:spec_decode_num_draft_tokens_total", "Draft tokens verified.", "counter",
          static_cast<double>(gauges_.spec_num_draft_tokens));
   scalar(out, "lio:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "counter",

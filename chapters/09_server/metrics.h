@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lio/engine.h"
+#include "request_metrics.h"
 
 namespace lio::server {
 
@@ -75,8 +76,9 @@ class ServerMetrics {
 
   /// Records one engine output: generated tokens; on a sequence's first token its TTFT and
   /// queue time (and, for sample 0, the prompt's tokens); when it finishes its e2e latency,
-  /// inter-token latencies, finish reason and whether it met the SLOs (aborted sequences
-  /// never count as goodput).
+  /// finish reason, and from its token timestamps (request_latency, chapter 09 Task 2) its
+  /// inter-token latencies and whether it met the SLOs (meets_slo; aborted sequences never
+  /// count as goodput).
   void on_output(const RequestOutput& out);
   /// Replaces the engine gauges.
   void set_engine_gauges(const EngineGauges& gauges);

@@ -9,33 +9,15 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "api_error.h"
 #include "lio/sequence.h"
 #include "lio/tokenizer.h"
 
 namespace lio::server {
-
-/// A request the server refuses: an HTTP status and OpenAI's error body
-/// `{"error": {"message", "type", "param", "code"}}`. `param` names the offending field ("" ->
-/// null), `code` is OpenAI's machine-readable code ("" -> null).
-class ApiError : public std::runtime_error {
- public:
-  /// `status` is the HTTP status (4xx for the client's fault, 5xx for the server's).
-  ApiError(int status, const std::string& message, std::string param = "", std::string code = "",
-           std::string type = "invalid_request_error");
-  int status;         ///< HTTP status
-  std::string param;  ///< offending field, "" = none
-  std::string code;   ///< e.g. "model_not_found", "invalid_api_key"; "" = none
-  std::string type;   ///< "invalid_request_error", "server_error", ...
-};
-
-/// The error body of `e`: {"error": {"message", "type", "param", "code"}} (null for empty
-/// param / code).
-nlohmann::ordered_json error_body(const ApiError& e);
 
 /// Which endpoint a request came to.
 enum class Endpoint { Completions, ChatCompletions };
@@ -69,6 +51,30 @@ struct GenerationRequest {
   bool include_usage = false;  ///< stream_options.include_usage: a final usage chunk
   bool echo = false;           ///< completions: the prompt text precedes each choice's text
 };
+
+// ---- Chapter 09, Task 3 (solutions/09_server/request_validation.cpp) --------------------------
+// Both parsers below call these two; each throws ApiError 400 whose `param` names the first
+// offending field (e.g. "messages[2].role", "stop[1]"), with the message the field readers of
+// json_fields.h word. Lesson: docs/09_server.md, "Task 3".
+
+/// Reads the fields both endpoints share from `body` (a JSON object) into `request`: model
+/// (string); temperature [0, 2] (default 1, OpenAI's); top_p (0, 1]; top_k (-1 or 0 = off, up to
+/// INT32_MAX); min_p [0, 1]; presence_penalty / frequency_penalty [-2, 2]; repetition_penalty
+/// (0, 1e6]; seed (any int64; sets seed_given); n [1, limits.max_n]; best_of [1, limits.max_n]
+/// and equal to 1 or n; stop (a string, or a list of at most 4 strings); ignore_eos, stream
+/// (booleans); stream_options (an object, only with stream true; include_usage a boolean);
+/// logit_bias (an object, and empty); user (a string, unused). A null field counts as absent;
+/// unknown fields are ignored. Source: OpenAI API reference (Completions, Chat Completions),
+/// with vLLM's protocol.py for top_k, min_p and repetition_penalty.
+void parse_common_fields(const nlohmann::json& body, GenerationRequest& request,
+                         const RequestLimits& limits);
+
+/// The chat conversation of `body`: "messages" must be a non-empty list of objects, each with
+/// a role "system", "developer" (returned as "system"), "user" or "assistant", and a content
+/// that is a string or a list of {"type": "text", "text": string} parts (their texts joined by
+/// "\n"); content may be absent or null only for an assistant turn (then ""). Roles and
+/// contents in order, one ChatMessage per message.
+std::vector<ChatMessage> parse_messages(const nlohmann::json& body);
 
 /// Parses a request body into JSON. Throws ApiError 400 if it is not valid UTF-8 or not JSON,
 /// or if the top level is not an object.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "sse.h"
+
 namespace lio::server {
 
 using json = nlohmann::ordered_json;
@@ -170,6 +172,6 @@ std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string sse_event(const json& j) { return sse_data_event(dump_json(j)); }
 
 }  // namespace lio::server

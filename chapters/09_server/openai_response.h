@@ -81,8 +81,9 @@ nlohmann::ordered_json chunk_json(const ResponseMeta& meta, int64_t index, const
 nlohmann::ordered_json usage_chunk_json(const ResponseMeta& meta, int64_t prompt_tokens,
                                         int64_t completion_tokens);
 
-/// `j` as one server-sent event: "data: " + compact JSON + "\n\n". Invalid UTF-8 in strings is
-/// replaced by U+FFFD rather than throwing.
+/// `j` as one server-sent event: sse_data_event (chapter 09 Task 1, sse.h) of its compact JSON,
+/// which holds no line break, so "data: " + JSON + "\n\n". Invalid UTF-8 in strings is replaced
+/// by U+FFFD rather than throwing.
 std::string sse_event(const nlohmann::ordered_json& j);
 
 /// `j` as compact JSON text, invalid UTF-8 replaced by U+FFFD (never throws for it).

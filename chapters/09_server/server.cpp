@@ -15,6 +15,7 @@
 #include "engine_loop.h"
 #include "lio/error.h"
 #include "openai_response.h"
+#include "sse.h"
 
 namespace lio::server {
 
@@ -40,7 +41,13 @@ struct Generation {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(dump_json(error_body(e)), "application/json");
+  try {
+    res.set_content(dump_json(error_body(e)), "application/json");
+  } catch (const std::exception& failed) {  // error_body is chapter 09's Task 3: it may be a stub
+    res.status = 500;
+    res.set_content(e.what() + std::string("\n(error_body failed: ") + failed.what() + ")\n",
+                    "text/plain");
+  }
 }
 
 /// The method a known path answers ("GET" / "POST"), or nullptr for an unknown path.
@@ -259,7 +266,7 @@ struct OpenAiServer::Impl {
     }
 
     bool finish(httplib::DataSink& sink) {
-      if (!write(sink, std::string("data: [DONE]\n\n"))) return cancel();
+      if (!write(sink, sse_done_event())) return cancel();
       done = true;
       sink.done();
       return true;

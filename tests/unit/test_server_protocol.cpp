@@ -462,12 +462,14 @@ TEST(ServerMetrics, OutputsFeedCountersAndGoodput) {
   last.tpot_ms = 40;
   last.e2e_ms = 120;
   last.itl_ms = {40};
+  last.token_times_ms = {80, 120};  // what TTFT, TPOT and ITL are computed from
   m.on_output(last);
   lio::RequestOutput slow = last;  // another sequence: one token, too late
   slow.request_id = 2;
   slow.new_token_ids = {6};
   slow.n_generated_tokens = 1;
   slow.ttft_ms = 500;
+  slow.token_times_ms = {500, 540};  // two timestamps: one inter-token gap
   slow.finish_reason = lio::FinishReason::Length;
   m.on_output(slow);
   lio::RequestOutput aborted;  // aborted before its first token

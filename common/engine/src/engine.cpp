@@ -111,6 +111,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   }
   for (size_t i = 1; i < seq.token_times.size(); ++i)
     out.itl_ms.push_back(ms_between(seq.token_times[i - 1], seq.token_times[i]));
+  for (const auto& t : seq.token_times) out.token_times_ms.push_back(ms_between(seq.arrival_time, t));
   if (prefix_cache_ && !seq.block_table.empty()) {  // what it computed stays findable
     prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, true);
   }

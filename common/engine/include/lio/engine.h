@@ -59,6 +59,9 @@ struct RequestOutput {
   /// Inter-token latencies, ms: the gaps between consecutive sampled tokens (when finished;
   /// n_generated - 1 of them, one more if it stopped at EOS). TPOT is their mean.
   std::vector<double> itl_ms;
+  /// Arrival -> each sampled token (EOS included), ms (when finished): the timestamps the
+  /// server's metrics derive TTFT, TPOT and ITL from (chapter 09, Task 2).
+  std::vector<double> token_times_ms;
   int64_t n_preemptions = 0;           ///< times this request was preempted
   int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
   /// With params.sampler.logprobs >= 0: one entry per new_token_ids entry, in order.
