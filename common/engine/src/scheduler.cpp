@@ -41,18 +41,18 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks, Prefix
 
 void Scheduler::add(Sequence* seq) {
   seq->status = SequenceStatus::Waiting;
-  waiting_.push_back(seq);
+  queues_.waiting.push_back(seq);
 }
 
 void Scheduler::add_front(Sequence* seq) {
   seq->status = SequenceStatus::Waiting;
-  waiting_.push_front(seq);
+  queues_.waiting.push_front(seq);
 }
 
 void Scheduler::remove(Sequence* seq) {
-  std::erase(waiting_, seq);
-  const bool was_running = std::erase(running_, seq) > 0;
-  std::erase(swapped_, seq);
+  std::erase(queues_.waiting, seq);
+  const bool was_running = std::erase(queues_.running, seq) > 0;
+  std::erase(queues_.swapped, seq);
   if (was_running && config_.policy == SchedulingPolicy::Static && config_.static_padding &&
       seq->num_computed_tokens > 0 && !seq->block_table.empty()) {
     // HF generate: the finished row stays in the batch, decoding padding, until the batch ends.
@@ -63,7 +63,7 @@ void Scheduler::remove(Sequence* seq) {
   blocks_.free(seq->block_table);
   if (swap_space_ != nullptr) swap_space_->free(seq->host_block_table);
   seq->host_block_table.clear();
-  if (running_.empty() && swapped_.empty()) release_padding();  // the batch has ended
+  if (queues_.running.empty() && queues_.swapped.empty()) release_padding();  // the batch has ended
 }
 
 void Scheduler::release_padding() {
@@ -71,155 +71,113 @@ void Scheduler::release_padding() {
   padding_.clear();
 }
 
-void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
-  std::erase(running_, seq);
-  out.preempted.push_back(seq);
-  if (config_.preemption == PreemptionMode::Swap && swap_space_ != nullptr && seq->num_computed_tokens > 0) {
-    // Swap: copy the blocks holding its K/V to host blocks; it resumes where it stopped.
-    std::vector<int32_t> host;
-    if (swap_space_->allocate(host, seq->num_computed_tokens)) {
-      for (size_t k = 0; k < host.size(); ++k) out.swap_out.push_back({seq->block_table[k], host[k]});
-      blocks_.free(seq->block_table);
-      seq->host_block_table = std::move(host);
-      seq->status = SequenceStatus::Swapped;
-      seq->n_preemptions += 1;
-      swapped_.push_back(seq);
-      return;
-    }  // swap space full: recompute instead
-  }
-  blocks_.free(seq->block_table);
-  requeue_for_recompute(*seq, waiting_);  // Task 3
-}
+// ---- the block operations schedule_step (Task 5) may use ------------------------------------
 
-void Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
-  std::vector<Sequence*> scheduled;  // this step's, so never a victim
-  auto index_of = [&](Sequence* s) { return static_cast<size_t>(std::find(running_.begin(), running_.end(), s) - running_.begin()); };
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence* seq = running_[i];
-    const int64_t remaining = seq->n_tokens() - seq->num_computed_tokens;
-    int64_t n_new = prefill_chunk(remaining, budget, config_.enable_chunked_prefill);  // Task 1
-    // Speculative decoding (chapter 06): a decoding sequence's drafts ride in the same step, as
-    // many as the budget leaves room for; they are rows like any other.
-    if (remaining == 1 && n_new == 1) n_new += std::clamp<int64_t>(seq->num_lookahead_slots, 0, budget - 1);
-    if (n_new == 0) {  // static batching's not-yet-fitting prompt: later
-      ++i;
-      continue;
-    }
-    // Make room: preempt the latest arrival until this sequence's slots fit.
-    bool fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
-    if (!fits && !padding_.empty()) {  // padding rows give their blocks up before anyone is preempted
-      release_padding();
-      fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
-    }
-    while (!fits) {
-      std::vector<Sequence*> candidates;
-      for (Sequence* s : running_)
-        if (s != seq && std::find(scheduled.begin(), scheduled.end(), s) == scheduled.end()) candidates.push_back(s);
-      Sequence* victim = choose_victim(candidates);  // Task 3
-      if (victim == nullptr) break;
-      preempt(victim, out);
-      fits = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, n_new, out.copies);
-    }
-    if (!fits) {
-      if (scheduled.empty()) {  // alone and still no room: it can never grow in this pool
-        std::erase(running_, seq);
-        blocks_.free(seq->block_table);
-        out.unfittable.push_back(seq);
-      } else {
-        preempt(seq, out);  // the others already hold the blocks this step; retry it later
-      }
-      i = 0;  // positions shifted; the scheduled ones are skipped below
-      while (i < running_.size() && std::find(scheduled.begin(), scheduled.end(), running_[i]) != scheduled.end()) ++i;
-      continue;
-    }
-    out.scheduled.push_back({seq, n_new});
-    scheduled.push_back(seq);
-    out.n_tokens += n_new;
-    budget -= n_new;
-    i = index_of(seq) + 1;
-  }
-}
+/// SchedulerOps over one Scheduler for one schedule() call: the copies and the preempted and
+/// unfittable sequences go to `out`. Prefix-cache statistics count the sequences that matched
+/// and were admitted (commit_prefix_stats, after the step).
+class Scheduler::StepOps final : public SchedulerOps {
+ public:
+  StepOps(Scheduler& s, SchedulerOutput& out) : s_(s), out_(out) {}
 
-void Scheduler::resume_swapped(SchedulerOutput& out, int64_t& budget) {
-  // Oldest preemption first, while its blocks fit: copy its K/V back and run on.
-  while (!swapped_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    Sequence* seq = swapped_.front();
-    const int64_t n_new = prefill_chunk(seq->n_tokens() - seq->num_computed_tokens, budget, true);
+  int64_t n_available_blocks() const override { return s_.blocks_.n_available_blocks(); }
+
+  int64_t blocks_needed(const Sequence& seq, int64_t n_new) const override {
+    return std::max<int64_t>(0, s_.blocks_.blocks_for(seq.num_computed_tokens + n_new) -
+                                    static_cast<int64_t>(seq.block_table.size()));
+  }
+
+  bool can_allocate(const Sequence& seq, int64_t n_tokens) const override {
+    return s_.blocks_.can_allocate(seq.block_table, n_tokens);
+  }
+
+  bool append_slots(Sequence& seq, int64_t n_new) override {
+    bool fits = s_.blocks_.append_slots(seq.block_table, seq.num_computed_tokens, n_new, out_.copies);
+    if (!fits && !s_.padding_.empty()) {  // padding rows give their blocks up before anyone is preempted
+      s_.release_padding();
+      fits = s_.blocks_.append_slots(seq.block_table, seq.num_computed_tokens, n_new, out_.copies);
+    }
+    return fits;
+  }
+
+  void preempt(Sequence& seq) override {
+    std::erase(s_.queues_.running, &seq);
+    out_.preempted.push_back(&seq);
+    if (s_.config_.preemption == PreemptionMode::Swap && s_.swap_space_ != nullptr && seq.num_computed_tokens > 0) {
+      // Swap: copy the blocks holding its K/V to host blocks; it resumes where it stopped.
+      std::vector<int32_t> host;
+      if (s_.swap_space_->allocate(host, seq.num_computed_tokens)) {
+        for (size_t k = 0; k < host.size(); ++k) out_.swap_out.push_back({seq.block_table[k], host[k]});
+        s_.blocks_.free(seq.block_table);
+        seq.host_block_table = std::move(host);
+        seq.status = SequenceStatus::Swapped;
+        seq.n_preemptions += 1;
+        s_.queues_.swapped.push_back(&seq);
+        return;
+      }  // swap space full: recompute instead
+    }
+    s_.blocks_.free(seq.block_table);
+    requeue_for_recompute(seq, s_.queues_.waiting);  // Task 3
+  }
+
+  bool swap_in(Sequence& seq, int64_t n_new) override {
     std::vector<int32_t> table;
-    if (n_new == 0 || !blocks_.allocate(table, seq->num_computed_tokens + n_new)) break;
-    for (size_t k = 0; k < seq->host_block_table.size(); ++k) out.swap_in.push_back({seq->host_block_table[k], table[k]});
-    swap_space_->free(seq->host_block_table);
-    seq->block_table = std::move(table);
-    seq->status = SequenceStatus::Running;
-    swapped_.pop_front();
-    running_.push_back(seq);
-    out.scheduled.push_back({seq, n_new});
-    out.n_tokens += n_new;
-    budget -= n_new;
+    if (s_.swap_space_ == nullptr || !s_.blocks_.allocate(table, seq.num_computed_tokens + n_new)) return false;
+    for (size_t k = 0; k < seq.host_block_table.size(); ++k) out_.swap_in.push_back({seq.host_block_table[k], table[k]});
+    s_.swap_space_->free(seq.host_block_table);
+    seq.block_table = std::move(table);
+    return true;
   }
-}
 
-void Scheduler::admit_waiting(SchedulerOutput& out, int64_t& budget, int64_t n_running_at_start) {
-  // No new admissions after a preemption, or while preempted sequences wait in swap.
-  if (!out.preempted.empty() || !swapped_.empty()) return;
-  const bool is_static = config_.policy == SchedulingPolicy::Static;
-  for (int64_t n_admitted = 0; !waiting_.empty();) {
-    if (is_static && !static_may_admit(n_running_at_start, n_admitted, config_.max_num_seqs)) break;  // Task 4
-    Sequence* seq = waiting_.front();
-    if (!config_.enable_chunked_prefill && seq->n_tokens() - seq->num_computed_tokens > config_.max_num_batched_tokens) {
-      waiting_.pop_front();  // without chunking no step can ever hold it
-      blocks_.free(seq->block_table);
-      out.unfittable.push_back(seq);
-      continue;
-    }
-    // Prefix caching: a sequence with nothing computed starts from the longest cached prefix.
-    const bool lookup = cache_ != nullptr && seq->num_computed_tokens == 0 && seq->block_table.empty();
-    const int64_t n_hit = lookup ? cache_->match(seq->token_ids(), seq->block_table) : 0;
-    seq->num_computed_tokens = std::max(seq->num_computed_tokens, n_hit);
-    const int64_t chunk = prefill_chunk(seq->n_tokens() - seq->num_computed_tokens, budget,
-                                        config_.enable_chunked_prefill);  // Task 1
-    const int64_t blocks_needed = std::max<int64_t>(
-        0, blocks_.blocks_for(seq->num_computed_tokens + chunk) - static_cast<int64_t>(seq->block_table.size()));
-    bool ok = can_admit({static_cast<int64_t>(running_.size()), config_.max_num_seqs, chunk, blocks_needed,
-                         blocks_.n_available_blocks()});  // Task 2
-    if (is_static && chunk == 0) ok = static_cast<int64_t>(running_.size()) < config_.max_num_seqs;  // joins, runs later
-    if (ok && chunk > 0) ok = blocks_.append_slots(seq->block_table, seq->num_computed_tokens, chunk, out.copies);
-    if (!ok) {
-      if (lookup) {  // give the hits back; look up again next time
-        blocks_.free(seq->block_table);
-        seq->num_computed_tokens = 0;
-      }
-      if (running_.empty() && out.scheduled.empty() &&
-          !blocks_.can_allocate(seq->block_table, seq->num_computed_tokens + std::max<int64_t>(chunk, 1))) {
-        waiting_.pop_front();  // nothing runs and the pool cannot hold it: it would wait forever
-        blocks_.free(seq->block_table);
-        out.unfittable.push_back(seq);
-        continue;
-      }
-      break;
-    }
-    if (lookup) {
-      cache_->stats.queries += seq->n_tokens();
-      cache_->stats.hits += n_hit;
-    }
-    waiting_.pop_front();
-    seq->status = SequenceStatus::Running;
-    running_.push_back(seq);
-    ++n_admitted;
-    if (chunk == 0) continue;
-    out.scheduled.push_back({seq, chunk});
-    out.n_tokens += chunk;
-    budget -= chunk;
+  bool match_cached_prefix(Sequence& seq) override {
+    if (s_.cache_ == nullptr || seq.num_computed_tokens != 0 || !seq.block_table.empty()) return false;
+    const int64_t n_hit = s_.cache_->match(seq.token_ids(), seq.block_table);
+    seq.num_computed_tokens = n_hit;
+    matched_.push_back({&seq, n_hit});
+    return true;
   }
-}
+
+  void unmatch_cached_prefix(Sequence& seq) override {
+    if (std::erase_if(matched_, [&](const Match& m) { return m.seq == &seq; }) == 0) return;  // not matched
+    s_.blocks_.free(seq.block_table);  // give the hits back; it looks up again next time
+    seq.num_computed_tokens = 0;
+  }
+
+  void drop_unfittable(Sequence& seq) override {
+    std::erase_if(matched_, [&](const Match& m) { return m.seq == &seq; });
+    std::erase(s_.queues_.waiting, &seq);
+    std::erase(s_.queues_.running, &seq);
+    std::erase(s_.queues_.swapped, &seq);
+    s_.blocks_.free(seq.block_table);
+    out_.unfittable.push_back(&seq);
+  }
+
+  /// Counts the prefix-cache lookups of the sequences admitted this step.
+  void commit_prefix_stats() {
+    for (const Match& m : matched_) {
+      s_.cache_->stats.queries += m.seq->n_tokens();
+      s_.cache_->stats.hits += m.n_hit;
+    }
+    matched_.clear();
+  }
+
+ private:
+  struct Match {
+    Sequence* seq;
+    int64_t n_hit;
+  };
+  Scheduler& s_;
+  SchedulerOutput& out_;
+  std::vector<Match> matched_;  ///< matched this step and not given back
+};
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
-  int64_t budget = config_.max_num_batched_tokens;
-  const auto n_running_at_start = static_cast<int64_t>(running_.size() + swapped_.size());
-  schedule_running(out, budget);  // decodes and prompt chunks of running sequences first
-  if (out.preempted.empty()) resume_swapped(out, budget);
-  admit_waiting(out, budget, n_running_at_start);
+  StepOps ops(*this, out);
+  out.scheduled = schedule_step(config_, queues_, ops);  // Task 5
+  ops.commit_prefix_stats();
+  for (const ScheduledSequence& s : out.scheduled) out.n_tokens += s.n_new_tokens;
+  int64_t budget = config_.max_num_batched_tokens - out.n_tokens;
   for (const PaddingRow& row : padding_) {  // static batching's finished rows, as budget allows
     if (budget <= 0) break;
     out.padding.push_back(row);

@@ -120,4 +120,23 @@ inline EngineRun run_engine(ModelRunner& runner, const Tokenizer& tok, const Eng
   return r;
 }
 
+/// Six greedy requests (prompts of 10 .. 25 tokens, 24 tokens each) run twice through one
+/// engine configuration: in a pool of 128 blocks of 8, where they never run out, and in one of
+/// 16 blocks (128 slots for six sequences growing to 34 .. 49 tokens), where they must.
+struct PoolRuns {
+  EngineRun unconstrained, small_pool;
+};
+inline PoolRuns run_in_large_and_small_pool(const TinyModel& tiny, EngineConfig cfg) {
+  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back({prompt_of(i, 10 + 3 * i), exactly(24)});
+  cfg.scheduler.max_num_seqs = 6;
+  PoolRuns r;
+  auto large = tiny.runner(8, 128);
+  r.unconstrained = run_engine(*large, *tiny.model().tokenizer, cfg, reqs);
+  EXPECT_EQ(r.unconstrained.stats.n_preemptions, 0);
+  auto small = tiny.runner(8, 16);
+  r.small_pool = run_engine(*small, *tiny.model().tokenizer, cfg, reqs);
+  return r;
+}
+
 }  // namespace lio::grade

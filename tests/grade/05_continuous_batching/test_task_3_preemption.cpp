@@ -47,17 +47,9 @@ TEST(Ch05Task3, ARecomputedVictimGoesToTheFrontWithNothingComputed) {
 
 TEST(Ch05Task3, APreemptedRequestGivesTheTokensOfAnUnpreemptedRun) {
   grade::TinyModel tiny;
-  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> reqs;
-  for (int i = 0; i < 6; ++i) reqs.push_back({grade::prompt_of(i, 10 + 3 * i), grade::exactly(24)});
-  EngineConfig cfg;
-  cfg.scheduler.max_num_seqs = 6;
-  auto big = tiny.runner(8, 128);
-  const grade::EngineRun want = grade::run_engine(*big, *tiny.model().tokenizer, cfg, reqs);
-  EXPECT_EQ(want.stats.n_preemptions, 0);
-  auto small = tiny.runner(8, 16);  // 128 slots for six sequences growing to 34 .. 49 tokens
-  const grade::EngineRun got = grade::run_engine(*small, *tiny.model().tokenizer, cfg, reqs);
-  EXPECT_GT(got.stats.n_preemptions, 0) << "the pool was meant to run out";
-  EXPECT_EQ(got.tokens, want.tokens);
+  const grade::PoolRuns r = grade::run_in_large_and_small_pool(tiny, EngineConfig{});
+  EXPECT_GT(r.small_pool.stats.n_preemptions, 0) << "the pool was meant to run out";
+  EXPECT_EQ(r.small_pool.tokens, r.unconstrained.tokens);
 }
 
 }  // namespace

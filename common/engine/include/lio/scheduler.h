@@ -18,8 +18,10 @@
 // Speculative decoding (chapter 06): a decoding sequence with num_lookahead_slots > 0 gets up to
 // that many extra rows (its drafts) in the same step, as far as the token budget allows, and
 // slots for them (vLLM's lookahead slots); the engine gives back the rejected ones after the pass.
-// The decisions are chapter 05's exercise points (lio/scheduler_policy.h); the copies decided
-// here are carried out by the Engine before the forward pass.
+// The step itself and the decisions inside it are chapter 05's exercise points
+// (lio/scheduler_policy.h: schedule_step, Task 5, asking Tasks 1-4); this class owns the queues
+// and lends the step its block operations. The copies decided here are carried out by the
+// Engine before the forward pass.
 #pragma once
 
 #include <cstdint>
@@ -101,6 +103,13 @@ struct SchedulerOutput {
   int64_t n_tokens = 0;  ///< total rows scheduled, padding included
 };
 
+/// The Scheduler's three queues, as schedule_step (Task 5) sees them (front = first in line).
+struct SchedulerQueues {
+  std::deque<Sequence*> waiting;  ///< new, or preempted to be recomputed (those at the front)
+  std::deque<Sequence*> running;  ///< holding KV blocks, in admission order
+  std::deque<Sequence*> swapped;  ///< K/V in the host swap space, oldest preemption first
+};
+
 /// FCFS scheduler over a BlockManager. Holds non-owning Sequence pointers. Not thread-safe.
 class Scheduler {
  public:
@@ -118,35 +127,36 @@ class Scheduler {
   /// Static batching with `static_padding`: a running sequence's blocks stay held by a
   /// PaddingRow until the last sequence of its batch is removed.
   void remove(Sequence* seq);
-  /// Picks the next step's sequences and allocates their slots.
+  /// Picks the next step's sequences and allocates their slots: schedule_step (Task 5,
+  /// solutions|exercises/05_continuous_batching/schedule_step.cpp) over this scheduler's queues
+  /// and blocks, then static batching's padding rows as the budget allows.
   SchedulerOutput schedule();
 
   /// True while a sequence waits, runs or is swapped out.
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
+  bool has_unfinished() const {
+    return !queues_.waiting.empty() || !queues_.running.empty() || !queues_.swapped.empty();
+  }
   /// Sequences waiting (new, or preempted and to be recomputed).
-  int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t n_waiting() const { return static_cast<int64_t>(queues_.waiting.size()); }
   /// Sequences holding KV blocks.
-  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t n_running() const { return static_cast<int64_t>(queues_.running.size()); }
   /// Sequences whose K/V are in the host swap space.
-  int64_t n_swapped() const { return static_cast<int64_t>(swapped_.size()); }
+  int64_t n_swapped() const { return static_cast<int64_t>(queues_.swapped.size()); }
+  /// The queues, front first (read-only: add, add_front and remove change them).
+  const SchedulerQueues& queues() const { return queues_; }
   /// Static batching's padding rows (finished requests whose batch still runs).
   int64_t n_padding() const { return static_cast<int64_t>(padding_.size()); }
   /// The limits and policies.
   const SchedulerConfig& config() const { return config_; }
 
  private:
-  void preempt(Sequence* seq, SchedulerOutput& out);
-  void schedule_running(SchedulerOutput& out, int64_t& budget);
-  void resume_swapped(SchedulerOutput& out, int64_t& budget);
-  void admit_waiting(SchedulerOutput& out, int64_t& budget, int64_t n_running_at_start);
+  class StepOps;  // SchedulerOps over this scheduler, for one schedule() call
   void release_padding();
   SchedulerConfig config_;
   BlockManager& blocks_;
   PrefixCache* cache_;
   BlockManager* swap_space_;
-  std::deque<Sequence*> waiting_;
-  std::deque<Sequence*> running_;
-  std::deque<Sequence*> swapped_;  ///< oldest preemption first
+  SchedulerQueues queues_;
   std::vector<PaddingRow> padding_;  ///< static batching's finished rows
 };
 
