@@ -170,6 +170,19 @@ def without_local_paths(value):
     return local_path_free(value) if isinstance(value, str) else value
 
 
+def write_results(out_base, result, markdown):
+    """Writes `result` (a dict with "provenance") as OUT_BASE.json with local paths taken out,
+    and markdown(result as written) as OUT_BASE.md; returns the result as written (what a plot
+    should draw)."""
+    text = local_path_free(json.dumps(result, indent=1))
+    with open(out_base + ".json", "w") as f:
+        f.write(text + "\n")
+    written = json.loads(text)
+    with open(out_base + ".md", "w") as f:
+        f.write(markdown(written))
+    return written
+
+
 def stamp(path, command):
     """Adds provenance (first key) to the JSON object at `path` unless it has one, and takes
     local paths out of its strings; rewrites the file."""
