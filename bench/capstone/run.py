@@ -48,7 +48,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines, write_results  # noqa: E402
+from results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs, write_results  # noqa: E402
 
 F32 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.F32.gguf")
 AWQ = os.path.join(ROOT, "build", "capstone", "SmolLM2-135M-Instruct.Q4_1-awq.gguf")
@@ -238,7 +238,10 @@ def markdown(result):
     lines += [f"Workload: {w['requests']} chat requests ({w['description']}), all queued at once, {w['max_tokens']} "
               f"output tokens each (greedy, EOS ignored); SmolLM2-135M-Instruct; {w['threads']} threads. "
               f"{result['repeats']} repeats, steps interleaved; median [min-max] over repeats; speedups are "
-              "medians of per-repeat ratios.", ""]
+              "medians of per-repeat ratios. Decode weight GB/s = weight bytes in memory x decode steps/s "
+              "(each step reads every weight once); the machine's read bandwidth, measured in the same run "
+              "(bench_decode's probe): " + (f"{result['read_bandwidth_gbs']:.1f} GB/s." if result.get("read_bandwidth_gbs")
+                                            else "not measured (no bench_decode)."), ""]
     if result.get("quick"):
         lines += ["**A smoke run** (`--quick`: fewer requests and repeats, on a shared machine): it shows the "
                   "script works; its numbers are not the chapter's.", ""]
@@ -327,10 +330,11 @@ def main():
         sys.exit("run.py: models/SmolLM2-135M-Instruct.F32.gguf is missing (run scripts/setup.sh)")
     awq_s = ensure_awq(args)
     cmds, runs, failed = measure(args)
+    bandwidth = read_bandwidth_gbs(args.bin, F32, args.threads)
     # --bin may name another checkout's build of the same commit: record it as BIN, not a local path.
     argv = ["BIN" if os.path.abspath(a) == os.path.abspath(args.bin) else a for a in sys.argv[1:]]
     result = {"provenance": provenance(command="bench/capstone/run.py " + " ".join(argv)),
-              "quick": args.quick, "repeats": args.repeats,
+              "quick": args.quick, "repeats": args.repeats, "read_bandwidth_gbs": bandwidth,
               "workload": {"requests": args.requests, "max_tokens": args.max_tokens, "threads": args.threads,
                            "description": "half rewrite a paragraph of chapters/02_gqa_mla/eval_text.txt, "
                                           "half write a short story", "model": "SmolLM2-135M-Instruct",
