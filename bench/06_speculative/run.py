@@ -26,7 +26,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from results_meta import provenance, provenance_lines, write_results  # noqa: E402
 
 BIN = os.path.join(ROOT, "build", "bin")
 MODELS = os.path.join(ROOT, "models")
@@ -171,12 +171,7 @@ def main():
     result["batch1"] = ch06(args, ["--draft-model", Q4])
     result["batch1_q3"] = ch06(args, ["--draft-model", Q3, "--methods", "draft"])
     result["batch_sweep"] = batch_sweep(args)
-    text = local_path_free(json.dumps(result, indent=1))
-    with open(args.out + ".json", "w") as f:
-        f.write(text + "\n")
-    result = json.loads(text)
-    with open(args.out + ".md", "w") as f:
-        f.write(markdown(result))
+    result = write_results(args.out, result, markdown)
     plot(result, args.out + ".png")
     print(f"wrote {os.path.relpath(args.out, ROOT)}.json, .md, .png", file=sys.stderr)
 

@@ -41,7 +41,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs  # noqa: E402
 
 TARGET_C = 32            # the concurrency the targets are stated at
 TARGET_VS_C1 = 3.0       # LIO decode throughput at TARGET_C >= this x its C=1
@@ -97,21 +97,6 @@ def make_prompts(lio, model, n_requests, n_tokens, path):
         for i in range(n_requests):
             start = (i * 64) % (len(ids) - n_tokens + 1)
             f.write(json.dumps({"prompt_token_ids": ids[start:start + n_tokens]}) + "\n")
-
-
-def read_bandwidth_gbs(bin_dir, model, threads):
-    """Read bandwidth (GB/s) from bench_decode's probe (a short run), or None if unavailable."""
-    exe = os.path.join(bin_dir, "bench_decode")
-    if not os.path.exists(exe):
-        return None
-    try:
-        out = subprocess.run([exe, "--model", model, "--json", "--prompt-tokens", "8", "--decode-tokens", "4",
-                              "--repeats", "1", "--threads", str(threads)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True,
-                             timeout=300).stdout
-        return json.loads(out)["read_bandwidth_gbs"]
-    except (subprocess.SubprocessError, ValueError, KeyError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ Shell producers call it:
         # a JSON a program wrote (ch03_quantization --json > OUT.json): adds "provenance" first
         # (unless the program wrote one) and takes local paths out of every string
 
+read_bandwidth_gbs(bin_dir, model, threads) measures the machine's read bandwidth in the same run
+(bench_decode's probe), for the "achieved GB/s against a measured figure" the method asks for.
+
 Standard library only. Each field that cannot be found says so ("not recorded: ...") rather
 than guessing.
 """
@@ -168,6 +171,34 @@ def without_local_paths(value):
     if isinstance(value, list):
         return [without_local_paths(v) for v in value]
     return local_path_free(value) if isinstance(value, str) else value
+
+
+def read_bandwidth_gbs(bin_dir, model, threads):
+    """Read bandwidth (GB/s) from bench_decode's probe (a short run), or None if unavailable."""
+    exe = os.path.join(bin_dir, "bench_decode")
+    if not os.path.exists(exe):
+        return None
+    try:
+        out = subprocess.run([exe, "--model", model, "--json", "--prompt-tokens", "8", "--decode-tokens", "4",
+                              "--repeats", "1", "--threads", str(threads)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True,
+                             timeout=300).stdout
+        return json.loads(out)["read_bandwidth_gbs"]
+    except (subprocess.SubprocessError, ValueError, KeyError):
+        return None
+
+
+def write_results(out_base, result, markdown):
+    """Writes `result` (a dict with "provenance") as OUT_BASE.json with local paths taken out,
+    and markdown(result as written) as OUT_BASE.md; returns the result as written (what a plot
+    should draw)."""
+    text = local_path_free(json.dumps(result, indent=1))
+    with open(out_base + ".json", "w") as f:
+        f.write(text + "\n")
+    written = json.loads(text)
+    with open(out_base + ".md", "w") as f:
+        f.write(markdown(written))
+    return written
 
 
 def stamp(path, command):
