@@ -663,6 +663,33 @@ TEST_F(EngineTest, StaticBatchingPadsFinishedRowsUntilTheBatchEnds) {
   EXPECT_EQ(padded.n_decode_tokens, unpadded.n_decode_tokens) << "padding rows are not decode tokens";
 }
 
+TEST_F(EngineTest, StaticBatchWithSwapPreemptionFinishes) {
+  // A static batch whose rows finish (and pad, holding their blocks) while others are swapped
+  // out: nothing runs, and the swapped rows must get the padding's blocks back, or the engine
+  // steps forever (found with lio batch --scheduling static --preemption swap on a small pool).
+  auto serve = [&](lio::SchedulingPolicy policy, int64_t n_blocks, lio::EngineStats* stats) {
+    auto r = runner(8, n_blocks);
+    lio::EngineConfig cfg;
+    cfg.scheduler.max_num_seqs = 4;
+    cfg.scheduler.policy = policy;
+    cfg.scheduler.static_padding = true;
+    cfg.scheduler.preemption = lio::PreemptionMode::Swap;
+    cfg.swap_space_mib = 4;
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    const int64_t max_tokens[] = {40, 8, 12, 40, 30, 6, 40, 20};
+    for (int i = 0; i < 8; ++i) e.add_request(prompt(i % 4), greedy(max_tokens[i]));
+    Samples out = run_samples(e);
+    *stats = e.stats();
+    EXPECT_EQ(e.n_free_blocks(), n_blocks);
+    return out;
+  };
+  lio::EngineStats big, small;
+  const Samples want = serve(lio::SchedulingPolicy::Continuous, 128, &big);
+  EXPECT_EQ(serve(lio::SchedulingPolicy::Static, 14, &small), want);
+  EXPECT_GT(small.n_blocks_swapped_out, 0) << "the pool must be small enough to swap";
+  EXPECT_GT(small.n_padding_tokens, 0) << "and rows must pad while others are swapped out";
+}
+
 TEST_F(EngineTest, TimingsFollowVllmDefinitions) {
   auto r = runner(16, 64);
   lio::Engine e(*r, *model_->tokenizer);

@@ -122,7 +122,13 @@ class Scheduler::StepOps final : public SchedulerOps {
 
   bool swap_in(Sequence& seq, int64_t n_new) override {
     std::vector<int32_t> table;
-    if (s_.swap_space_ == nullptr || !s_.blocks_.allocate(table, seq.num_computed_tokens + n_new)) return false;
+    if (s_.swap_space_ == nullptr) return false;
+    bool fits = s_.blocks_.allocate(table, seq.num_computed_tokens + n_new);
+    if (!fits && !s_.padding_.empty()) {  // as in append_slots: padding rows go first. Without
+      s_.release_padding();               // this a static batch whose rows all finished or were
+      fits = s_.blocks_.allocate(table, seq.num_computed_tokens + n_new);  // swapped out waits forever
+    }
+    if (!fits) return false;
     for (size_t k = 0; k < seq.host_block_table.size(); ++k) out_.swap_in.push_back({seq.host_block_table[k], table[k]});
     s_.swap_space_->free(seq.host_block_table);
     seq.block_table = std::move(table);
