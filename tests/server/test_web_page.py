@@ -73,7 +73,8 @@ class ChatPage(h.ServerTestCase):
         cls.pw = sync_playwright().start()
         # Chromium's sandbox cannot start as root (containers, CI); it is only a second wall
         # around a page we wrote ourselves and load from 127.0.0.1.
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        # --disable-dev-shm-usage: containers often give /dev/shm 64 MB, too little for Chromium.
+        args = ["--disable-dev-shm-usage"] + (["--no-sandbox"] if os.geteuid() == 0 else [])
         cls.browser = cls.pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
 
     @classmethod
