@@ -92,12 +92,8 @@ class Scheduler::StepOps final : public SchedulerOps {
   }
 
   bool append_slots(Sequence& seq, int64_t n_new) override {
-    bool fits = s_.blocks_.append_slots(seq.block_table, seq.num_computed_tokens, n_new, out_.copies);
-    if (!fits && !s_.padding_.empty()) {  // padding rows give their blocks up before anyone is preempted
-      s_.release_padding();
-      fits = s_.blocks_.append_slots(seq.block_table, seq.num_computed_tokens, n_new, out_.copies);
-    }
-    return fits;
+    return allocate_before_padding(
+        [&] { return s_.blocks_.append_slots(seq.block_table, seq.num_computed_tokens, n_new, out_.copies); });
   }
 
   void preempt(Sequence& seq) override {
@@ -122,13 +118,9 @@ class Scheduler::StepOps final : public SchedulerOps {
 
   bool swap_in(Sequence& seq, int64_t n_new) override {
     std::vector<int32_t> table;
-    if (s_.swap_space_ == nullptr) return false;
-    bool fits = s_.blocks_.allocate(table, seq.num_computed_tokens + n_new);
-    if (!fits && !s_.padding_.empty()) {  // as in append_slots: padding rows go first. Without
-      s_.release_padding();               // this a static batch whose rows all finished or were
-      fits = s_.blocks_.allocate(table, seq.num_computed_tokens + n_new);  // swapped out waits forever
-    }
-    if (!fits) return false;
+    if (s_.swap_space_ == nullptr ||
+        !allocate_before_padding([&] { return s_.blocks_.allocate(table, seq.num_computed_tokens + n_new); }))
+      return false;
     for (size_t k = 0; k < seq.host_block_table.size(); ++k) out_.swap_in.push_back({seq.host_block_table[k], table[k]});
     s_.swap_space_->free(seq.host_block_table);
     seq.block_table = std::move(table);
@@ -168,6 +160,18 @@ class Scheduler::StepOps final : public SchedulerOps {
   }
 
  private:
+  /// Runs `allocate` (a block allocation returning whether it fit); if it did not and static
+  /// batching's padding rows hold blocks, releases them and tries once more. Padding gives its
+  /// blocks up before anyone is preempted, and before a swapped-out row waits for them: a
+  /// static batch whose rows all finished or were swapped out would otherwise wait forever.
+  template <class Allocate>
+  bool allocate_before_padding(Allocate&& allocate) {
+    if (allocate()) return true;
+    if (s_.padding_.empty()) return false;
+    s_.release_padding();
+    return allocate();
+  }
+
   struct Match {
     Sequence* seq;
     int64_t n_hit;
