@@ -210,7 +210,7 @@ nlohmann::ordered_json sweep_one(int64_t n, int64_t n_heads, int64_t n_kv_heads,
   row["decode_split_ms"] = decode(true);
   row["decode_nosplit_ms"] = decode(false);
   row["decode_splits"] =
-      cuda::flash_attention_splits(1, 1, n_blocks * kBlockSize, n_heads, n_kv_heads, sm_count);
+      cuda::flash_attention_splits(1, 1, n_heads, n_kv_heads, head_dim, sm_count);
   row["decode_workspace_bytes"] = static_cast<int64_t>(decode_ws.partials.size_bytes());
   return row;
 }

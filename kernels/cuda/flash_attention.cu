@@ -21,6 +21,9 @@
 // splits walked by different blocks (grid y = query tile x split); each block writes its partial
 // (m, l, acc) and flash_merge_kernel combines them per (row, head):
 //   M = max_s m_s,  out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),  lse = M + log(...).
+// The host picks how many splits (to fill the card, from the batch's shape alone); each block
+// cuts the keys its tile sees into that many whole-tile ranges (flash_split.cuh), so the grid
+// does not depend on the context length: a decode step launches the same grid at every length.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +34,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "flash_split.cuh"
 #include "lio/error.h"
 #include "paged_args.h"
 #include "paged_index.cuh"
@@ -41,13 +45,19 @@ namespace lio::cuda {
 namespace {
 
 constexpr int kFlashThreads = 128;                // 4 warps
-constexpr int kKeyTile = 32;                      // Bc: keys per shared-memory tile
-constexpr int kPrefillVectors = 64;               // (row, head) query vectors per block
-constexpr int kDecodeVectors = 8;                 // ... when max_query_len <= kFlashDecodeMaxQueryLen
+constexpr int kKeyTile = static_cast<int>(kFlashKeyTile);  // Bc: keys per shared-memory tile
+// (row, head) query vectors per block: prefill 64 (32 past head_dim 128, so a thread's share of a
+// row's accumulators stays in registers and the Q tile in shared memory), decode 8 (4 when the
+// group's heads times the rows fit in 4: a decode row of a GQA-3 or MQA-4 model fills 3-4 of the
+// block's vectors, so 4 vectors of a warp each keep 3/4 of the threads busy instead of 3/8).
+constexpr int kPrefillVectors = 64;
+constexpr int kPrefillVectorsWide = 32;
+constexpr int kDecodeVectors = 8;
+constexpr int kDecodeVectorsSmall = 4;
 constexpr int kMaxHeadDim = static_cast<int>(kFlashAttentionMaxHeadDim);
 constexpr int kSlotBytes = kKeyTile * static_cast<int>(sizeof(int64_t));  // the tile's slots
 constexpr int kMergeThreads = 128;
-static_assert(kMaxHeadDim == 128, "launch_flash instantiates accumulators for head_dim <= 64 and <= 128");
+static_assert(kMaxHeadDim == 256, "launch_flash instantiates accumulators for head_dim <= 64, 128 and 256");
 static_assert(kSlotBytes % 16 == 0, "the float tiles after the slots stay 16-byte aligned");
 
 /// How a block of kFlashThreads threads divides kVectors query vectors and a key tile.
@@ -129,8 +139,7 @@ struct FlashParams {
   int heads_per_block;  // query heads of one KV head's group in a block: min(group, kVectors)
   int head_chunks;      // blocks per group: ceil(group / heads_per_block)
   int rows_per_block;   // Br = kVectors / heads_per_block
-  int n_splits;         // key splits (1: none)
-  int keys_per_split;   // a multiple of kKeyTile; split s walks keys [s, s + 1) x this
+  int n_splits;         // key splits (1: none); each block cuts its keys with flash_split_range
   float scale;
   bool causal;
 };
@@ -141,8 +150,9 @@ struct FlashParams {
 /// Dynamic shared memory: flash_smem_layout(kVectors, head_dim).bytes().
 /// Vector r = threadIdx.x / kThreadsPerVector is (row r / heads_per_block, head r % heads_per_block)
 /// of the tile: a row's heads are adjacent, as in q, so the Q tile loads coalesce.
-/// kMaxDim (64 or 128) >= head_dim bounds the register accumulator. kSplit: write the partial
-/// (m, l, acc) of keys [split * keys_per_split, +keys_per_split) instead of out and lse.
+/// kMaxDim (64, 128 or 256) >= head_dim bounds the register accumulator. kSplit: write the
+/// partial (m, l, acc) of split `split`'s keys (detail::flash_split_range of the keys the tile
+/// sees) instead of out and lse; a split with no keys writes only m = -inf.
 template <int kVectors, int kMaxDim, bool kSplit>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashParams p) {
   using Config = FlashConfig<kVectors>;
@@ -188,8 +198,18 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
   const int row_key_end = p.causal ? pos + 1 : seq_len;  // this vector sees keys < row_key_end
   // Keys any row of the tile sees: tiles past the last row's position are skipped (causal).
   const int block_key_end = p.causal ? pos_first + rows_here : seq_len;
-  const int key_begin = kSplit ? split * p.keys_per_split : 0;
-  const int key_end = kSplit ? min(block_key_end, key_begin + p.keys_per_split) : block_key_end;
+  int key_begin = 0;
+  int key_end = block_key_end;
+  if constexpr (kSplit) {
+    detail::flash_split_range(block_key_end, p.n_splits, split, kKeyTile, &key_begin, &key_end);
+    if (key_begin >= key_end) {  // past the last key (block-uniform): nothing to load or add
+      if (valid && sub == 0) {
+        const int64_t vec = static_cast<int64_t>(q_start + row0 + row_local) * p.n_heads + h_first + h_local;
+        p.partial_ml[2 * (static_cast<int64_t>(split) * p.n_tokens * p.n_heads + vec)] = -INFINITY;
+      }
+      return;
+    }
+  }
 
   for (int idx = threadIdx.x; idx < kVectors * head_dim; idx += kFlashThreads) {
     const int v = idx / head_dim;
@@ -310,8 +330,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
 }
 
 /// Grid: (n_tokens * n_heads). Block: kMergeThreads. Flash-Decoding's reduction of one (row, head)
-/// over its n_splits partials; a split that saw no key has m = -inf, l = 0 and weight 0. Split 0
-/// always holds key 0, so M is finite.
+/// over its n_splits partials; a split that saw no key has m = -inf and weight 0, and is skipped
+/// (an empty split writes only m). Split 0 always holds key 0, so M is finite.
 __global__ void __launch_bounds__(kMergeThreads)
 flash_merge_kernel(const float* partial_acc,  // (n_splits, n_vectors, head_dim)
                    const float* partial_ml,   // (n_splits, n_vectors, 2)
@@ -324,13 +344,15 @@ flash_merge_kernel(const float* partial_acc,  // (n_splits, n_vectors, head_dim)
   float big_l = 0.0f;
   for (int sp = 0; sp < n_splits; ++sp) {
     const int64_t part = sp * n_vectors + vec;
-    big_l += partial_ml[2 * part + 1] * expf(partial_ml[2 * part] - big_m);
+    const float m = partial_ml[2 * part];
+    if (m != -INFINITY) big_l += partial_ml[2 * part + 1] * expf(m - big_m);
   }
   for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
     float o = 0.0f;
     for (int sp = 0; sp < n_splits; ++sp) {
       const int64_t part = sp * n_vectors + vec;
-      o += partial_acc[part * head_dim + d] * expf(partial_ml[2 * part] - big_m);
+      const float m = partial_ml[2 * part];
+      if (m != -INFINITY) o += partial_acc[part * head_dim + d] * expf(m - big_m);
     }
     out[vec * head_dim + d] = o / big_l;
   }
@@ -343,43 +365,83 @@ flash_merge_kernel(const float* partial_acc,  // (n_splits, n_vectors, head_dim)
 /// "Shared Memory": 48 KiB; sm_80 / sm_90 allow up to 163 / 227 KiB per block after opting in).
 constexpr size_t kDefaultSmemBytes = 48 * 1024;
 
-/// Launches flash_attention_kernel<kVectors, kMaxDim, split> on `grid`, opting in to more than
-/// 48 KiB of dynamic shared memory when the layout needs it (the prefill tile at head_dim > 32;
-/// decode tiles stay under it, so the decode path makes no extra runtime call).
+/// Every (vectors, accumulator width) the launcher instantiates, with the head_dims it serves.
+/// Prefill: 64 vectors up to head_dim 128, 32 beyond; decode: 4 or 8 vectors at every width.
+template <int kVectors, int kMaxDim>
+constexpr bool kFlashInstantiated = (kVectors == kPrefillVectors && kMaxDim <= 128) ||
+                                    (kVectors == kPrefillVectorsWide && kMaxDim == 256) ||
+                                    kVectors == kDecodeVectors || kVectors == kDecodeVectorsSmall;
+
+/// Opts kernel<kVectors, kMaxDim, *> in to the dynamic shared memory of its widest head_dim (a
+/// function attribute, set once per workspace by configure_flash_kernels, never per launch).
+template <int kVectors, int kMaxDim>
+void opt_in_smem(FlashWorkspace& ws, int device_max_bytes) {
+  if constexpr (kFlashInstantiated<kVectors, kMaxDim>) {
+    const size_t bytes = flash_smem_layout(kVectors, kMaxDim).bytes();
+    if (bytes <= kDefaultSmemBytes) return;
+    if (bytes > static_cast<size_t>(device_max_bytes)) {
+      throw UnsupportedError("cuda::flash_attention: a tile of " + std::to_string(kVectors) +
+                             " query vectors at head_dim " + std::to_string(kMaxDim) + " needs " +
+                             std::to_string(bytes) + " bytes of shared memory; this GPU allows " +
+                             std::to_string(device_max_bytes) + " per block");
+    }
+    for (const auto kernel : {flash_attention_kernel<kVectors, kMaxDim, true>,
+                              flash_attention_kernel<kVectors, kMaxDim, false>}) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+      ++ws.attribute_sets;
+    }
+  }
+}
+
+/// First use of a workspace (or configure_flash_attention): reads the device's SM count (the
+/// split rule's input) and sets the shared-memory attribute of every kernel that needs more than
+/// 48 KiB, so no launch (and no step a CUDA graph captures) calls cudaFuncSetAttribute.
+void configure_flash_kernels(FlashWorkspace& ws) {
+  if (ws.configured) return;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&ws.sm_count, cudaDevAttrMultiProcessorCount, device));
+  int max_smem = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  opt_in_smem<kPrefillVectors, 64>(ws, max_smem);
+  opt_in_smem<kPrefillVectors, 128>(ws, max_smem);
+  opt_in_smem<kPrefillVectorsWide, 256>(ws, max_smem);
+  opt_in_smem<kDecodeVectors, 64>(ws, max_smem);
+  opt_in_smem<kDecodeVectors, 128>(ws, max_smem);
+  opt_in_smem<kDecodeVectors, 256>(ws, max_smem);
+  opt_in_smem<kDecodeVectorsSmall, 64>(ws, max_smem);
+  opt_in_smem<kDecodeVectorsSmall, 128>(ws, max_smem);
+  opt_in_smem<kDecodeVectorsSmall, 256>(ws, max_smem);
+  ws.configured = true;
+}
+
+/// Launches flash_attention_kernel<kVectors, kMaxDim, split> on `grid` (the attribute it may
+/// need was set by configure_flash_kernels).
 template <int kVectors, int kMaxDim>
 void launch_flash_kernel(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
+  static_assert(kFlashInstantiated<kVectors, kMaxDim>, "launch_flash picks only configured kernels");
   const size_t smem_bytes = flash_smem_layout(kVectors, p.head_dim).bytes();
-  const auto run = [&](auto kernel) {
-    if (smem_bytes > kDefaultSmemBytes) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem_bytes)));
-    }
-    kernel<<<grid, kFlashThreads, smem_bytes, stream>>>(p);
-  };
   if (split) {
-    run(flash_attention_kernel<kVectors, kMaxDim, true>);
+    flash_attention_kernel<kVectors, kMaxDim, true><<<grid, kFlashThreads, smem_bytes, stream>>>(p);
   } else {
-    run(flash_attention_kernel<kVectors, kMaxDim, false>);
+    flash_attention_kernel<kVectors, kMaxDim, false><<<grid, kFlashThreads, smem_bytes, stream>>>(p);
   }
   CUDA_CHECK(cudaGetLastError());
 }
 
-/// launch_flash_kernel with the register accumulator sized for head_dim (<= 64 or <= 128).
+/// launch_flash_kernel with the register accumulator sized for head_dim (<= 64, 128 or 256).
 template <int kVectors>
 void launch_flash(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
   if (p.head_dim <= 64) {
     launch_flash_kernel<kVectors, 64>(p, grid, split, stream);
+  } else if (p.head_dim <= 128) {
+    launch_flash_kernel<kVectors, 128>(p, grid, split, stream);
   } else {
-    launch_flash_kernel<kVectors, kMaxHeadDim>(p, grid, split, stream);
+    launch_flash_kernel<kVectors, 256>(p, grid, split, stream);
   }
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/// The query vectors a block holds for this max_query_len.
-int64_t vectors_per_block(int64_t max_query_len) {
-  return max_query_len <= kFlashDecodeMaxQueryLen ? kDecodeVectors : kPrefillVectors;
-}
 
 void check_heads(const char* op, int64_t n_heads, int64_t n_kv_heads) {
   if (n_kv_heads <= 0 || n_heads <= 0 || n_heads % n_kv_heads != 0) {
@@ -388,34 +450,67 @@ void check_heads(const char* op, int64_t n_heads, int64_t n_kv_heads) {
   }
 }
 
-}  // namespace
-
-int64_t flash_attention_rows_per_block(int64_t max_query_len, int64_t n_heads, int64_t n_kv_heads) {
-  check_heads("flash_attention_rows_per_block", n_heads, n_kv_heads);
-  if (max_query_len < 1) {
-    throw InvalidArgument("cuda::flash_attention_rows_per_block: max_query_len must be >= 1, got " +
-                          std::to_string(max_query_len));
+void check_rule_args(const char* op, int64_t max_query_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  check_heads(op, n_heads, n_kv_heads);
+  if (max_query_len < 1 || head_dim < 1 || head_dim > kFlashAttentionMaxHeadDim) {
+    throw InvalidArgument(std::string("cuda::") + op + ": need max_query_len >= 1 and 0 < head_dim <= " +
+                          std::to_string(kFlashAttentionMaxHeadDim) + ", got " + std::to_string(max_query_len) +
+                          " and " + std::to_string(head_dim));
   }
-  const int64_t vectors = vectors_per_block(max_query_len);
-  return vectors / std::min(n_heads / n_kv_heads, vectors);
 }
 
-int64_t flash_attention_splits(int64_t max_query_len, int64_t n_seqs, int64_t max_context, int64_t n_heads,
-                               int64_t n_kv_heads, int64_t sm_count) {
-  check_heads("flash_attention_splits", n_heads, n_kv_heads);
-  if (max_query_len < 1 || n_seqs < 1 || max_context < 1 || sm_count < 1) {
-    throw InvalidArgument("cuda::flash_attention_splits: max_query_len, n_seqs, max_context and sm_count must be >= 1");
+/// The tiling of one launch, from the batch's shape alone.
+struct FlashTiling {
+  int64_t vectors, heads_per_block, head_chunks, rows_per_block;
+};
+
+FlashTiling flash_tiling(int64_t max_query_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  FlashTiling t{};
+  t.vectors = flash_attention_vectors_per_block(max_query_len, n_heads, n_kv_heads, head_dim);
+  const int64_t group = n_heads / n_kv_heads;
+  t.heads_per_block = std::min(group, t.vectors);
+  t.head_chunks = ceil_div(group, t.heads_per_block);
+  t.rows_per_block = t.vectors / t.heads_per_block;
+  return t;
+}
+
+}  // namespace
+
+void configure_flash_attention(FlashWorkspace& workspace) { configure_flash_kernels(workspace); }
+
+int64_t flash_attention_vectors_per_block(int64_t max_query_len, int64_t n_heads, int64_t n_kv_heads,
+                                          int64_t head_dim) {
+  check_rule_args("flash_attention_vectors_per_block", max_query_len, n_heads, n_kv_heads, head_dim);
+  if (max_query_len <= kFlashDecodeMaxQueryLen) {
+    return (n_heads / n_kv_heads) * max_query_len <= kDecodeVectorsSmall ? kDecodeVectorsSmall : kDecodeVectors;
+  }
+  return head_dim > 128 ? kPrefillVectorsWide : kPrefillVectors;
+}
+
+int64_t flash_attention_rows_per_block(int64_t max_query_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  check_rule_args("flash_attention_rows_per_block", max_query_len, n_heads, n_kv_heads, head_dim);
+  return flash_tiling(max_query_len, n_heads, n_kv_heads, head_dim).rows_per_block;
+}
+
+int64_t flash_attention_splits(int64_t max_query_len, int64_t n_seqs, int64_t n_heads, int64_t n_kv_heads,
+                               int64_t head_dim, int64_t sm_count) {
+  check_rule_args("flash_attention_splits", max_query_len, n_heads, n_kv_heads, head_dim);
+  if (n_seqs < 1 || sm_count < 1) {
+    throw InvalidArgument("cuda::flash_attention_splits: n_seqs and sm_count must be >= 1, got " +
+                          std::to_string(n_seqs) + " and " + std::to_string(sm_count));
   }
   if (max_query_len > kFlashDecodeMaxQueryLen) return 1;
-  const int64_t vectors = vectors_per_block(max_query_len);
-  const int64_t group = n_heads / n_kv_heads;
-  const int64_t heads_per_block = std::min(group, vectors);
-  const int64_t rows_per_block = vectors / heads_per_block;
-  const int64_t blocks =
-      n_seqs * ceil_div(max_query_len, rows_per_block) * n_kv_heads * ceil_div(group, heads_per_block);
-  const int64_t wanted = ceil_div(2 * sm_count, blocks);
-  const int64_t most = std::min(kFlashMaxSplits, max_context / kFlashMinKeysPerSplit);
-  return std::max<int64_t>(1, std::min(wanted, most));
+  const FlashTiling t = flash_tiling(max_query_len, n_heads, n_kv_heads, head_dim);
+  const int64_t blocks = n_seqs * ceil_div(max_query_len, t.rows_per_block) * n_kv_heads * t.head_chunks;
+  return std::clamp<int64_t>(ceil_div(2 * sm_count, blocks), 1, kFlashMaxSplits);
+}
+
+int64_t flash_attention_workspace_floats(int64_t n_splits, int64_t n_tokens, int64_t n_heads, int64_t head_dim) {
+  if (n_splits < 1 || n_tokens < 0 || n_heads < 1 || head_dim < 1) {
+    throw InvalidArgument("cuda::flash_attention_workspace_floats: need n_splits, n_heads, head_dim >= 1 and "
+                          "n_tokens >= 0");
+  }
+  return n_splits > 1 ? n_splits * n_tokens * n_heads * (head_dim + 2) : 0;
 }
 
 void flash_attention(const float* q, const float* k_pool, const float* v_pool, float* out, float* lse,
@@ -429,31 +524,16 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
   detail::check_flash_attention_args("flash_attention", shape, max_query_len);
   if (n_tokens == 0) return;
 
-  const int64_t vectors = vectors_per_block(max_query_len);
-  const int64_t group = n_heads / n_kv_heads;
-  const int64_t heads_per_block = std::min(group, vectors);
-  const int64_t head_chunks = ceil_div(group, heads_per_block);
-  const int64_t rows_per_block = vectors / heads_per_block;
-  const int64_t n_tiles = ceil_div(max_query_len, rows_per_block);
-  const int64_t max_context = max_blocks_per_seq * block_size;
-
-  int64_t n_splits = 1;
-  int64_t keys_per_split = max_context;
-  if (split_kv && max_query_len <= kFlashDecodeMaxQueryLen) {
-    if (workspace.sm_count == 0) {
-      int device = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&workspace.sm_count, cudaDevAttrMultiProcessorCount, device));
-    }
-    n_splits = flash_attention_splits(max_query_len, n_seqs, max_context, n_heads, n_kv_heads, workspace.sm_count);
-    // Whole key tiles per split; rounding up may leave fewer splits than asked for.
-    keys_per_split = ceil_div(ceil_div(max_context, n_splits), kKeyTile) * kKeyTile;
-    n_splits = ceil_div(max_context, keys_per_split);
-  }
-  if (n_tiles * n_splits > 65535 || n_kv_heads * head_chunks > 65535) {
+  configure_flash_kernels(workspace);
+  const FlashTiling t = flash_tiling(max_query_len, n_heads, n_kv_heads, head_dim);
+  const int64_t n_tiles = ceil_div(max_query_len, t.rows_per_block);
+  const int64_t n_splits = split_kv ? flash_attention_splits(max_query_len, n_seqs, n_heads, n_kv_heads, head_dim,
+                                                             workspace.sm_count)
+                                    : 1;
+  if (n_tiles * n_splits > 65535 || n_kv_heads * t.head_chunks > 65535) {
     throw InvalidArgument("cuda::flash_attention: the grid's y (query tiles x splits = " +
                           std::to_string(n_tiles * n_splits) + ") or z (KV heads x head chunks = " +
-                          std::to_string(n_kv_heads * head_chunks) + ") exceeds 65535");
+                          std::to_string(n_kv_heads * t.head_chunks) + ") exceeds 65535");
   }
 
   FlashParams p{};
@@ -471,26 +551,41 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
   p.n_heads = static_cast<int>(n_heads);
   p.n_kv_heads = static_cast<int>(n_kv_heads);
   p.head_dim = static_cast<int>(head_dim);
-  p.heads_per_block = static_cast<int>(heads_per_block);
-  p.head_chunks = static_cast<int>(head_chunks);
-  p.rows_per_block = static_cast<int>(rows_per_block);
+  p.heads_per_block = static_cast<int>(t.heads_per_block);
+  p.head_chunks = static_cast<int>(t.head_chunks);
+  p.rows_per_block = static_cast<int>(t.rows_per_block);
   p.n_splits = static_cast<int>(n_splits);
-  p.keys_per_split = static_cast<int>(keys_per_split);
   p.scale = scale;
   p.causal = causal;
   const bool split = n_splits > 1;
   const int64_t n_vectors = n_tokens * n_heads;
   if (split) {
-    ensure(workspace.partials, n_splits * n_vectors * (head_dim + 2), stream);
+    // Sized at start-up by the owner (CudaBackend::reserve) so a step does not allocate; grows
+    // here (synchronizing the stream) only past that size.
+    const int64_t floats = flash_attention_workspace_floats(n_splits, n_tokens, n_heads, head_dim);
+    if (workspace.partials.n_elems() < floats) ++workspace.grows;
+    ensure(workspace.partials, floats, stream);
     p.partial_acc = workspace.partials.data();
     p.partial_ml = p.partial_acc + n_splits * n_vectors * head_dim;
   }
   const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(n_tiles * n_splits),
-                  static_cast<unsigned>(n_kv_heads * head_chunks));
-  if (vectors == kDecodeVectors) {
-    launch_flash<kDecodeVectors>(p, grid, split, stream);
-  } else {
-    launch_flash<kPrefillVectors>(p, grid, split, stream);
+                  static_cast<unsigned>(n_kv_heads * t.head_chunks));
+  switch (t.vectors) {
+    case kDecodeVectorsSmall:
+      launch_flash<kDecodeVectorsSmall>(p, grid, split, stream);
+      break;
+    case kDecodeVectors:
+      launch_flash<kDecodeVectors>(p, grid, split, stream);
+      break;
+    case kPrefillVectorsWide:
+      launch_flash_kernel<kPrefillVectorsWide, 256>(p, grid, split, stream);
+      break;
+    default:
+      if (head_dim <= 64) {
+        launch_flash_kernel<kPrefillVectors, 64>(p, grid, split, stream);
+      } else {
+        launch_flash_kernel<kPrefillVectors, 128>(p, grid, split, stream);
+      }
   }
   if (split) {
     flash_merge_kernel<<<static_cast<unsigned>(n_vectors), kMergeThreads, 0, stream>>>(

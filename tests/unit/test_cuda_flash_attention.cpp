@@ -3,8 +3,9 @@
 //   cuda::flash_attention (f32, paged): query tiles at the edges (query_len 1, Br - 1, Br, Br + 1
 //     for each GQA group), a 1000-row prefill after a cached prefix, decode rows up to 8192 keys
 //     with and without Flash-Decoding's split, short verification chunks (query_len 2-4), mixed
-//     prefill + decode batches, head_dim 64 and 128, GQA groups 1, 3 and 8, causal and not;
-//   cuda::naive_attention (its twin) on the same batches;
+//     prefill + decode batches, head_dim 64, 128 and 256 (Gemma 3's), GQA groups 1, 3, 4 and 8,
+//     causal and not;
+//   cuda::naive_attention (its twin) on the same batches, head_dim 256 too;
 //   cuda::flash_attention_bf16 (wmma) against a host f32 computation on the bf16-rounded inputs.
 // References: causal outputs against lio::cpu::paged_attention_reference (f32, running max) and
 // every output and lse against a double-precision host loop (non-causal outputs only there).
@@ -191,36 +192,49 @@ void check_flash_causal(const Case& c, uint32_t seed) {
   expect_close(got.lse, want_lse, 1e-4, c.name + " lse vs host");
 }
 
-/// The prefill tile Br for this group (max_query_len past the decode limit).
-int64_t prefill_rows(int64_t n_heads, int64_t n_kv_heads) {
-  return lio::cuda::flash_attention_rows_per_block(lio::cuda::kFlashDecodeMaxQueryLen + 1, n_heads, n_kv_heads);
+/// The prefill tile Br for this group and head_dim (max_query_len past the decode limit).
+int64_t prefill_rows(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  return lio::cuda::flash_attention_rows_per_block(lio::cuda::kFlashDecodeMaxQueryLen + 1, n_heads, n_kv_heads,
+                                                   head_dim);
 }
 
 // ---- host-side rules and argument checks (no GPU) ----------------------------------------------
 
-TEST(FlashAttentionRules, QueryTileRowsFollowTheGroup) {
+TEST(FlashAttentionRules, QueryTileRowsFollowTheGroupAndHeadDim) {
   using lio::cuda::flash_attention_rows_per_block;
-  EXPECT_EQ(flash_attention_rows_per_block(100, 8, 8), 64);  // prefill: 64 vectors / group 1
-  EXPECT_EQ(flash_attention_rows_per_block(100, 9, 3), 21);  // 64 / 3, rounded down
-  EXPECT_EQ(flash_attention_rows_per_block(100, 32, 4), 8);
-  EXPECT_EQ(flash_attention_rows_per_block(1, 8, 8), 8);     // decode: 8 vectors
-  EXPECT_EQ(flash_attention_rows_per_block(4, 32, 4), 1);
-  EXPECT_EQ(flash_attention_rows_per_block(4, 64, 1), 1);    // group 64 > 8: head chunks
-  EXPECT_THROW(flash_attention_rows_per_block(0, 8, 8), lio::InvalidArgument);
-  EXPECT_THROW(flash_attention_rows_per_block(4, 9, 2), lio::InvalidArgument);
+  using lio::cuda::flash_attention_vectors_per_block;
+  EXPECT_EQ(flash_attention_rows_per_block(100, 8, 8, 64), 64);    // prefill: 64 vectors / group 1
+  EXPECT_EQ(flash_attention_rows_per_block(100, 9, 3, 64), 21);    // 64 / 3, rounded down
+  EXPECT_EQ(flash_attention_rows_per_block(100, 32, 4, 128), 8);
+  EXPECT_EQ(flash_attention_vectors_per_block(100, 4, 1, 256), 32);  // head_dim 256: 32 vectors
+  EXPECT_EQ(flash_attention_rows_per_block(100, 4, 1, 256), 8);      // Gemma 3 270M: MQA 4/1
+  EXPECT_EQ(flash_attention_vectors_per_block(1, 8, 8, 64), 4);      // decode, group 1: 4 vectors
+  EXPECT_EQ(flash_attention_rows_per_block(1, 8, 8, 64), 4);
+  EXPECT_EQ(flash_attention_vectors_per_block(1, 9, 3, 64), 4);      // SmolLM2's decode row: 3 of 4 busy
+  EXPECT_EQ(flash_attention_vectors_per_block(2, 9, 3, 64), 8);      // 2 rows x 3 heads: 6 of 8
+  EXPECT_EQ(flash_attention_rows_per_block(4, 32, 4, 128), 1);       // group 8: 8 vectors
+  EXPECT_EQ(flash_attention_rows_per_block(4, 64, 1, 64), 1);        // group 64 > 8: head chunks
+  EXPECT_THROW(flash_attention_rows_per_block(0, 8, 8, 64), lio::InvalidArgument);
+  EXPECT_THROW(flash_attention_rows_per_block(4, 9, 2, 64), lio::InvalidArgument);
+  EXPECT_THROW(flash_attention_rows_per_block(4, 8, 8, 257), lio::InvalidArgument);
 }
 
-TEST(FlashAttentionRules, SplitsOnlyShortQueriesWithLongContexts) {
+TEST(FlashAttentionRules, SplitsFillTheCardFromTheBatchShapeAlone) {
   using lio::cuda::flash_attention_splits;
-  // One decode row, 4 KV heads of group 8, 8192 keys, 132 SMs: 4 blocks want 66 splits, capped
-  // by 8192 / 256 = 32 keys-per-split chunks.
-  EXPECT_EQ(flash_attention_splits(1, 1, 8192, 32, 4, 132), 32);
-  EXPECT_EQ(flash_attention_splits(1, 1, 1 << 20, 32, 4, 132), lio::cuda::kFlashMaxSplits);
-  EXPECT_EQ(flash_attention_splits(1, 1, 200, 32, 4, 132), 1);       // too short to split
-  EXPECT_EQ(flash_attention_splits(1, 264, 8192, 32, 4, 132), 1);    // enough blocks already
-  EXPECT_EQ(flash_attention_splits(1, 16, 8192, 32, 4, 132), 5);     // ceil(264 / 64)
-  EXPECT_EQ(flash_attention_splits(5, 1, 8192, 32, 4, 132), 1);      // prefill never splits
-  EXPECT_THROW(flash_attention_splits(1, 1, 8192, 32, 4, 0), lio::InvalidArgument);
+  // One decode row of SmolLM2 (9 heads over 3 KV heads, one block per KV head) on 132 SMs:
+  // 3 blocks want ceil(264 / 3) = 88 splits, capped at 64 — whatever the context length.
+  EXPECT_EQ(flash_attention_splits(1, 1, 9, 3, 64, 132), lio::cuda::kFlashMaxSplits);
+  // 4 KV heads of group 8, one block each: ceil(264 / 4) = 66, capped.
+  EXPECT_EQ(flash_attention_splits(1, 1, 32, 4, 128, 132), lio::cuda::kFlashMaxSplits);
+  EXPECT_EQ(flash_attention_splits(1, 8, 32, 4, 128, 132), 9);       // 32 blocks: ceil(264 / 32)
+  EXPECT_EQ(flash_attention_splits(1, 264, 32, 4, 128, 132), 1);     // enough blocks already
+  EXPECT_EQ(flash_attention_splits(1, 16, 32, 4, 128, 132), 5);      // ceil(264 / 64)
+  EXPECT_EQ(flash_attention_splits(1, 64, 9, 3, 64, 132), 2);        // SmolLM2 at batch 64: ceil(264 / 192)
+  EXPECT_EQ(flash_attention_splits(5, 1, 32, 4, 128, 132), 1);       // prefill never splits
+  EXPECT_THROW(flash_attention_splits(1, 1, 32, 4, 128, 0), lio::InvalidArgument);
+  EXPECT_THROW(flash_attention_splits(1, 0, 32, 4, 128, 132), lio::InvalidArgument);
+  EXPECT_EQ(lio::cuda::flash_attention_workspace_floats(64, 1, 9, 64), 64 * 9 * 66);
+  EXPECT_EQ(lio::cuda::flash_attention_workspace_floats(1, 100, 9, 64), 0);  // no split, no partials
 }
 
 TEST(FlashAttentionRules, Bf16FlopsAreFourNSquaredDHalvedWhenCausal) {
@@ -241,14 +255,14 @@ TEST(FlashAttentionArgs, RejectsBadShapesBeforeLaunching) {
                                ws, nullptr);
   };
   try {
-    flash(256, 1);
-    FAIL() << "head_dim 256 accepted";
+    flash(257, 1);
+    FAIL() << "head_dim 257 accepted";
   } catch (const lio::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("128"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
   }
   EXPECT_THROW(flash(64, 0), lio::InvalidArgument);  // max_query_len < 1
   EXPECT_THROW(flash(64, 2), lio::InvalidArgument);  // max_query_len > n_tokens
-  EXPECT_THROW(lio::cuda::naive_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 2, 256, 0.1f, true, 1,
+  EXPECT_THROW(lio::cuda::naive_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 2, 257, 0.1f, true, 1,
                                           scores, nullptr),
                lio::InvalidArgument);
   EXPECT_THROW(lio::cuda::naive_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 2, 64, 0.1f, true, 1,
@@ -271,10 +285,10 @@ TEST(FlashAttentionArgs, RejectsBadShapesBeforeLaunching) {
 TEST(FlashAttention, QueryTileEdgesMatchReference) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   uint32_t seed = 100;
-  for (const int64_t head_dim : {64, 128}) {
-    for (const int64_t group : {1, 3, 8}) {
+  for (const int64_t head_dim : {64, 128, 256}) {
+    for (const int64_t group : {1, 3, 4, 8}) {
       const int64_t n_kv_heads = 2, n_heads = group * n_kv_heads;
-      const auto br = static_cast<int32_t>(prefill_rows(n_heads, n_kv_heads));
+      const auto br = static_cast<int32_t>(prefill_rows(n_heads, n_kv_heads, head_dim));
       const Case c{"edges d=" + std::to_string(head_dim) + " group=" + std::to_string(group) + " Br=" +
                        std::to_string(br),
                    n_heads, n_kv_heads, head_dim, 16, {{37, 1}, {0, br - 1}, {5, br}, {100, br + 1}}};
@@ -289,23 +303,24 @@ TEST(FlashAttention, LongPrefillScatteredBlocksMatchesReference) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   check_flash_causal({"long prefill group 3", 9, 3, 64, 16, {{37, 1000}, {3, 20}}}, 200);
   check_flash_causal({"long prefill group 8 d=128", 16, 2, 128, 16, {{0, 300}}}, 201);
+  check_flash_causal({"long prefill MQA 4/1 d=256 (Gemma 3)", 4, 1, 256, 16, {{37, 600}, {0, 9}}}, 202);
 }
 
 // Decode rows from 1 to 8192 keys, and verification chunks of 2-4 rows: split (Flash-Decoding)
 // and unsplit results agree within 1e-5 and both match the references. The batch must split.
+// Short rows (1, 33 keys) leave most splits empty: the merge must skip them.
 TEST(FlashAttention, DecodeSplitMatchesNoSplitAndReference) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   int sm_count = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   uint32_t seed = 300;
-  for (const int64_t head_dim : {64, 128}) {
-    for (const auto& [n_heads, n_kv_heads] : {std::pair<int64_t, int64_t>{8, 1}, {4, 4}, {9, 3}}) {
+  for (const int64_t head_dim : {64, 128, 256}) {
+    for (const auto& [n_heads, n_kv_heads] : {std::pair<int64_t, int64_t>{8, 1}, {4, 4}, {9, 3}, {4, 1}}) {
       const Case c{"decode d=" + std::to_string(head_dim) + " heads " + std::to_string(n_heads) + "/" +
                        std::to_string(n_kv_heads),
                    n_heads, n_kv_heads, head_dim, 16, {{0, 1}, {32, 1}, {999, 1}, {8191, 1}, {5000, 3}, {700, 4}}};
       const Batch b = make_batch(c, seed++);
-      ASSERT_GT(lio::cuda::flash_attention_splits(b.max_query_len, b.n_seqs, b.max_blocks_per_seq * c.block_size,
-                                                  n_heads, n_kv_heads, sm_count),
+      ASSERT_GT(lio::cuda::flash_attention_splits(b.max_query_len, b.n_seqs, n_heads, n_kv_heads, head_dim, sm_count),
                 1)
           << c.name << ": the batch does not split; the test would not test Flash-Decoding";
       lio::cuda::FlashWorkspace ws;
@@ -348,6 +363,29 @@ TEST(FlashAttention, NonCausalMatchesHostLoop) {
   }
 }
 
+// The workspace's first use sets every kernel's shared-memory attribute; later launches set none
+// (a step a CUDA graph captures must not call cudaFuncSetAttribute), and partials reserved up
+// front from flash_attention_workspace_floats are never grown (growing synchronizes the stream).
+TEST(FlashAttention, WorkspaceConfiguresOnceAndReservedPartialsNeverGrow) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Case c{"reserved decode d=256", 4, 1, 256, 16, {{3000, 1}, {10, 1}}};
+  const Batch b = make_batch(c, 350);
+  lio::cuda::FlashWorkspace ws;
+  int sm_count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t splits = lio::cuda::flash_attention_splits(1, b.n_seqs, c.n_heads, c.n_kv_heads, c.head_dim, sm_count);
+  ASSERT_GT(splits, 1);
+  ws.partials = DeviceBuffer<float>(lio::cuda::flash_attention_workspace_floats(splits, b.n_tokens, c.n_heads, c.head_dim));
+  const Result first = run_flash(c, b, true, true, ws);
+  EXPECT_TRUE(ws.configured);
+  EXPECT_GT(ws.attribute_sets, 0) << "head_dim 256 tiles need more than 48 KiB: some kernel must opt in";
+  const int64_t sets = ws.attribute_sets;
+  const Result second = run_flash(c, b, true, true, ws);
+  EXPECT_EQ(ws.attribute_sets, sets) << "attributes set again on a later launch";
+  EXPECT_EQ(ws.grows, 0) << "reserved partials grew";
+  expect_close(second.out, first.out, 0.0, "same launch twice");
+}
+
 // ---- naive_attention (the twin) -----------------------------------------------------------------
 
 TEST(NaiveAttention, MatchesReferenceAndReportsScoreBytes) {
@@ -365,6 +403,19 @@ TEST(NaiveAttention, MatchesReferenceAndReportsScoreBytes) {
   host_attention(c, b, false, want_out, want_lse);
   expect_close(non_causal.out, want_out, 1e-4, "naive non-causal");
   expect_close(non_causal.lse, want_lse, 1e-4, "naive non-causal lse");
+}
+
+// head_dim 256 (Gemma 3): the twin takes every head_dim flash takes.
+TEST(NaiveAttention, HeadDim256MatchesReference) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Case c{"naive d=256 MQA", 4, 1, 256, 16, {{0, 40}, {300, 1}, {7, 9}}};
+  const Batch b = make_batch(c, 602);
+  int64_t score_bytes = 0;
+  const Result got = run_naive(c, b, true, &score_bytes);
+  std::vector<float> want_out, want_lse;
+  host_attention(c, b, true, want_out, want_lse);
+  expect_close(got.out, cpu_reference(c, b), 1e-4, "naive d=256 vs paged_attention_reference");
+  expect_close(got.lse, want_lse, 1e-4, "naive d=256 lse vs host");
 }
 
 // With the host's exact bound (the largest query_len x seq_len, as CudaBackend passes it) S
