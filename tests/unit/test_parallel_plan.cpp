@@ -3,8 +3,11 @@
 // pipeline stages cover the layers once.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "lio/communicator.h"
 #include "lio/error.h"
 #include "lio/parallel.h"
 #include "tiny_model.h"
@@ -72,6 +75,43 @@ TEST(RankPlan, PipelineStagesCoverTheLayersOnce) {
   }
   EXPECT_THROW(make_rank_plan(m.config, m.weights, {1, 8}, 0), InvalidArgument);
   EXPECT_THROW(make_rank_plan(m.config, m.weights, {0, 1}, 0), InvalidArgument);
+}
+
+// Each rank of a host takes its own GPU (one per rank: what NCCL needs); with fewer GPUs than
+// ranks MPI's host-memory collectives may share them round-robin, NCCL may not.
+TEST(CudaDeviceForRank, OneGpuPerLocalRankAndNcclRefusesSharing) {
+  EXPECT_EQ(cuda_device_for_rank(0, 1, 1, true), 0);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_for_rank(r, 4, 8, true), r);
+  EXPECT_EQ(cuda_device_for_rank(3, 4, 2, false), 1);  // MPI: ranks 0, 2 on GPU 0; 1, 3 on GPU 1
+  try {
+    cuda_device_for_rank(1, 4, 2, true);
+    FAIL() << "NCCL with 4 ranks on 2 GPUs was accepted";
+  } catch (const UnsupportedError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("4 ranks"), std::string::npos) << what;
+    EXPECT_NE(what.find("2 GPU"), std::string::npos) << what;
+  }
+  EXPECT_THROW(cuda_device_for_rank(0, 1, 0, false), UnsupportedError);  // no GPU
+  EXPECT_THROW(cuda_device_for_rank(4, 4, 8, true), InvalidArgument);   // rank outside the host's
+  EXPECT_THROW(cuda_device_for_rank(-1, 4, 8, true), InvalidArgument);
+}
+
+// Without mpirun the process is rank 0 of 1 on its host; Open MPI's environment is read when set.
+TEST(LocalRank, FromTheLaunchersEnvironment) {
+  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("MPI_LOCALRANKID");
+  unsetenv("MPI_LOCALNRANKS");
+  EXPECT_EQ(local_rank(), 0);
+  EXPECT_EQ(local_size(), 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(local_rank(), 2);
+  EXPECT_EQ(local_size(), 4);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);  // garbage: ignored
+  EXPECT_EQ(local_rank(), 0);
+  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 
 }  // namespace

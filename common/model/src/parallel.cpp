@@ -210,8 +210,23 @@ void check_world_size(int world_size, const ParallelConfig& parallel) {
                             : ": run it without mpirun (or with -n 1)"));
 }
 
+int cuda_device_for_rank(int local_rank, int local_size, int n_devices, bool nccl) {
+  if (local_size < 1 || local_rank < 0 || local_rank >= local_size) {
+    throw InvalidArgument("cuda_device_for_rank: local rank " + std::to_string(local_rank) + " outside [0, " +
+                          std::to_string(local_size) + ")");
+  }
+  if (n_devices < 1) throw UnsupportedError("--device cuda: this rank sees no CUDA device");
+  if (local_size > n_devices && nccl) {
+    throw UnsupportedError("--all-reduce nccl needs one GPU per rank: this host runs " + std::to_string(local_size) +
+                           " ranks and has " + std::to_string(n_devices) +
+                           " GPU(s) (NCCL refuses two ranks on one GPU); start fewer ranks per host or use "
+                           "--all-reduce library");
+  }
+  return local_rank % n_devices;
+}
+
 std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, const ModelConfig& full_config,
-                                                       std::unique_ptr<Communicator> world) {
+                                                       std::unique_ptr<Communicator> world, int cuda_device) {
   check_world_size(world->size(), ParallelConfig{plan.tp_size, plan.pp_size});
   auto ctx = std::make_unique<ParallelContext>();
   ctx->plan = plan;
@@ -219,7 +234,7 @@ std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, con
   ctx->tp = world->split(static_cast<int>(plan.pp_rank), static_cast<int>(plan.tp_rank));
   // --all-reduce nccl: the tensor-parallel group's all-reduces and gathers run on the GPUs; the
   // driver's commands and the pipeline's sends stay on MPI (host memory).
-  if (world->algorithm() == AllReduceAlgorithm::Nccl) ctx->tp = make_nccl_communicator(*ctx->tp);
+  if (world->algorithm() == AllReduceAlgorithm::Nccl) ctx->tp = make_nccl_communicator(*ctx->tp, cuda_device);
   ctx->world = std::move(world);
   return ctx;
 }

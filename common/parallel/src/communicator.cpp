@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "lio/error.h"
 #include "lio/tensor_parallel.h"
@@ -54,6 +55,28 @@ bool launched_by_mpi() {
   }
   return false;
 }
+
+namespace {
+
+/// The local rank and size the launcher put in the environment, or {-1, -1}.
+std::pair<int, int> local_rank_from_environment() {
+  for (const auto& [rank_var, size_var] : {std::pair{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                                           std::pair{"MPI_LOCALRANKID", "MPI_LOCALNRANKS"}}) {
+    const char* r = std::getenv(rank_var);
+    const char* n = std::getenv(size_var);
+    if (r == nullptr || n == nullptr) continue;
+    char* end_r = nullptr;
+    char* end_n = nullptr;
+    const long rank = std::strtol(r, &end_r, 10);
+    const long size = std::strtol(n, &end_n, 10);
+    if (*r != '\0' && *end_r == '\0' && *n != '\0' && *end_n == '\0' && size >= 1 && rank >= 0 && rank < size) {
+      return {static_cast<int>(rank), static_cast<int>(size)};
+    }
+  }
+  return {-1, -1};
+}
+
+}  // namespace
 
 #if LIO_HAVE_MPI
 
@@ -170,6 +193,28 @@ std::unique_ptr<Communicator> world_communicator(AllReduceAlgorithm algorithm) {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, algorithm);
 }
 
+namespace {
+
+/// This rank's place among the ranks on its host: the environment's, else MPI's shared-memory
+/// split of the world (collective).
+std::pair<int, int> host_local_rank() {
+  if (const auto env = local_rank_from_environment(); env.first >= 0) return env;
+  if (!mpi_active()) return {0, 1};
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int rank = 0, size = 1;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return {rank, size};
+}
+
+}  // namespace
+
+int local_rank() { return host_local_rank().first; }
+int local_size() { return host_local_rank().second; }
+
 int world_rank() {
   if (!mpi_active()) return 0;
   int r = 0;
@@ -203,6 +248,14 @@ void init_parallel(int*, char***) {
 }
 bool mpi_active() { return false; }
 std::unique_ptr<Communicator> world_communicator(AllReduceAlgorithm) { return std::make_unique<SingleCommunicator>(); }
+int local_rank() {
+  const auto env = local_rank_from_environment();
+  return env.first >= 0 ? env.first : 0;
+}
+int local_size() {
+  const auto env = local_rank_from_environment();
+  return env.first >= 0 ? env.second : 1;
+}
 int world_rank() { return 0; }
 int world_size() { return 1; }
 void abort_world(int) {}

@@ -126,10 +126,21 @@ struct ParallelContext {
 void check_world_size(int world_size, const ParallelConfig& parallel);
 
 /// Builds the context for `plan` over `world` (taken): splits the TP group (color pp_rank, key
-/// tp_rank). Every rank must call it (MPI_Comm_split is collective). Throws CommError when
-/// world->size() != plan.tp_size * plan.pp_size.
+/// tp_rank). Every rank must call it (MPI_Comm_split is collective). With --all-reduce nccl the TP
+/// group's collectives run on GPU `cuda_device` (this rank's: cuda_device_for_rank). Throws
+/// CommError when world->size() != plan.tp_size * plan.pp_size, or as make_nccl_communicator.
 std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, const ModelConfig& full_config,
-                                                       std::unique_ptr<Communicator> world);
+                                                       std::unique_ptr<Communicator> world, int cuda_device = 0);
+
+/// The GPU a rank runs on: its rank among the job's ranks on this host (`local_rank` of
+/// `local_size`: lio::local_rank()) over the `n_devices` GPUs this process sees. One rank per GPU
+/// when there are enough (device = local_rank); more ranks than GPUs share them round-robin
+/// (local_rank mod n_devices), which MPI's host-memory collectives allow but NCCL does not (it
+/// refuses two ranks of one communicator on one GPU), so with `nccl` that is an error. A rank
+/// narrows its GPUs with CUDA_VISIBLE_DEVICES as usual (n_devices counts the visible ones).
+/// Throws UnsupportedError when n_devices < 1 or (nccl) local_size > n_devices, InvalidArgument
+/// when local_rank is outside [0, local_size).
+int cuda_device_for_rank(int local_rank, int local_size, int n_devices, bool nccl);
 
 /// `batch` cut into at most `n` micro-batches of whole sequences, contiguous and in order, with
 /// about as many rows each (rows, slots, block tables and logits rows re-based; their logits rows

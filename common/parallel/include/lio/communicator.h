@@ -108,6 +108,15 @@ bool mpi_active();
 /// SingleCommunicator. `algorithm` chooses MPI's all-reduce.
 std::unique_ptr<Communicator> world_communicator(AllReduceAlgorithm algorithm = AllReduceAlgorithm::Library);
 
+/// This process's rank among the job's ranks on this host, and how many there are (0 and 1
+/// without MPI): what picks a rank's GPU. From the launcher's environment when it sets it
+/// (Open MPI: OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE; MPICH: MPI_LOCALRANKID / MPI_LOCALNRANKS),
+/// else from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) over the world, which is collective: then
+/// every rank must call it. Throws CommError if that MPI call fails.
+int local_rank();
+/// See local_rank().
+int local_size();
+
 /// This process's rank in the world (0 without MPI).
 int world_rank();
 /// Ranks in the world (1 without MPI).

@@ -14,11 +14,16 @@ namespace lio {
 bool nccl_available();
 
 /// A communicator over the same ranks as `bootstrap` (host memory: MPI) whose collectives run on
-/// the current CUDA device with NCCL: rank 0 creates the unique id (ncclGetUniqueId) and
-/// broadcasts it over `bootstrap`, every rank calls ncclCommInitRank. Collective over `bootstrap`.
-/// all_reduce_sum / all_gather / broadcast / send_recv take device pointers and return when the
-/// data is in place (they synchronize NCCL's stream); split() splits through `bootstrap`'s twin.
-/// Throws UnsupportedError when !nccl_available(), CommError when an NCCL or CUDA call fails.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap);
+/// GPU `device` (this rank's: cuda_device_for_rank) with NCCL: rank 0 creates the unique id
+/// (ncclGetUniqueId) and broadcasts it over `bootstrap`, every rank calls ncclCommInitRankConfig.
+/// Collective over `bootstrap`. all_reduce_sum / all_gather / broadcast / send_recv take device
+/// pointers and return when the data is in place. NCCL runs non-blocking: every wait polls
+/// ncclCommGetAsyncError beside the stream, and a collective that does not finish within
+/// comm_timeout_seconds() (LIO_COMM_TIMEOUT_S, default 60) is aborted (ncclCommAbort) and throws
+/// CommError, so a dead or mismatched peer ends the rank with an error instead of a hang; the
+/// CLI then ends the job (abort_world). split() splits through `bootstrap`'s twin.
+/// Throws UnsupportedError when !nccl_available(), CommError when an NCCL or CUDA call fails or
+/// times out.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device = 0);
 
 }  // namespace lio
