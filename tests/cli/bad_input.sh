@@ -128,7 +128,7 @@ else
   echo "FAIL int8_token_activations_generate"; cat "$work/err"; ((fail++))
 fi
 expect_error bad_activations "--activations must be" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --activations int4
-expect_error bad_attention_backend "--attention-backend must be 'flash' or 'naive'" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention-backend fast
+expect_error bad_attention_backend "--attention-backend must be 'flash', 'naive' or 'paged'" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --attention-backend fast
 expect_error bad_attention_backend_logits "--attention-backend must be" "$bin/lio" logits --model "$m/tiny.gguf" --ids 1,2 --out "$work/logits.bin" --attention-backend Flash
 # Chapter 08's flags without mpirun: a clear error, never a hang waiting for ranks.
 expect_error bad_all_reduce "--all-reduce: unknown algorithm" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --all-reduce tree

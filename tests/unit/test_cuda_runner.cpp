@@ -159,6 +159,141 @@ TEST_F(CudaRunnerTest, NoGpuMeansClearUnsupportedError) {
   EXPECT_THROW(lio::make_runner(m, lio::Device::Cuda), lio::UnsupportedError);
 }
 
+// Runs on every machine: a head_dim past the attention kernels' limit is refused when the
+// backend is made (before any GPU work), not at the model's first forward pass.
+TEST_F(CudaRunnerTest, HeadDimPastTheKernelsIsRefusedAtLoad) {
+  TinyModelSpec spec;
+  spec.head_dim = 2 * lio::cuda::kFlashAttentionMaxHeadDim;
+  lio::LoadedModel m = load_tiny(spec);
+  try {
+    auto backend = lio::make_backend(m, lio::Device::Cuda);
+    FAIL() << "head_dim " << spec.head_dim << " accepted by the CUDA backend";
+  } catch (const lio::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << e.what();
+  }
+}
+
+// head_dim 256 (Gemma 3's: MQA, 4 query heads of 256 over a d_model of 64) on every attention
+// kernel and the f16 pool, against the CPU: prefill, decode and a mixed batch.
+TEST_F(CudaRunnerTest, HeadDim256MatchesCpuEveryAttentionKernel) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.head_dim = 256;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 1;
+  lio::LoadedModel m = load_tiny(spec);
+  for (const auto attention : {lio::AttentionBackend::Flash, lio::AttentionBackend::Naive, lio::AttentionBackend::Paged}) {
+    const std::string what = std::string("d=256 ") + lio::attention_backend_name(attention);
+    lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu), lio::KvPoolConfig{4, 12});
+    lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, lio::ActivationPrecision::F32, attention),
+                         lio::KvPoolConfig{4, 12});
+    expect_mixed_batch_matches(cpu, gpu, what);
+  }
+  lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu), lio::KvPoolConfig{4, 12, lio::KvCacheDType::F16});
+  lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{4, 12, lio::KvCacheDType::F16});
+  expect_mixed_batch_matches(cpu, gpu, "d=256 f16 pool", 2e-3);
+}
+
+// Chapter 04's paged kernel behind --attention-backend paged, against the CPU and flash.
+TEST_F(CudaRunnerTest, PagedAttentionBackendMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::LoadedModel m = load_tiny();
+  lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu), lio::KvPoolConfig{4, 12});
+  lio::ModelRunner paged(lio::make_backend(m, lio::Device::Cuda, lio::ActivationPrecision::F32,
+                                           lio::AttentionBackend::Paged),
+                         lio::KvPoolConfig{4, 12});
+  EXPECT_NE(paged.backend().device_description().find("cuda:0"), std::string::npos);
+  expect_mixed_batch_matches(cpu, paged, "paged vs cpu");
+}
+
+/// Four 9-token prompts (blocks 0-3, 4-7, ...) prefilled, and the batch of their next tokens.
+struct FourSequences {
+  lio::ForwardBatch prefill{4}, decode{4};
+  FourSequences() {
+    for (int32_t s = 0; s < 4; ++s) {
+      const std::vector<int32_t> table = {4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3};
+      std::vector<int32_t> prompt = kPrompt;
+      prompt[0] = 20 + s;
+      prefill.add_sequence(prompt, 0, table, 1);
+      decode.add_sequence(std::vector<int32_t>{40 + s}, 9, table, 1);
+    }
+  }
+};
+
+// The GPU check's graph-readiness test. After reserve() (the Engine calls it with its scheduler's
+// limits), a step within the limits allocates nothing and waits for nothing; a decode step's
+// forward pass then captures into a CUDA graph (cudaStreamCaptureModeGlobal: any allocation or
+// synchronization inside would invalidate the capture). Prints the kernel launches of one eager
+// decode step, flash and paged.
+TEST_F(CudaRunnerTest, ReservedDecodeStepCapturesWithoutAllocatingOrWaiting) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::LoadedModel m = load_tiny();
+  for (const auto attention : {lio::AttentionBackend::Flash, lio::AttentionBackend::Paged}) {
+    const std::string what = lio::attention_backend_name(attention);
+    lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, lio::ActivationPrecision::F32, attention),
+                         lio::KvPoolConfig{4, 32});
+    gpu.reserve(lio::StepLimits{64, 8, 8, 8});
+    lio::cuda::CudaBackend& backend = cuda_backend(gpu);
+    const int64_t grows = backend.buffer_grows();
+    FourSequences batches;
+    const std::span<const float> eager = gpu.forward(batches.prefill);
+    ASSERT_EQ(eager.size(), size_t(4 * m.config.vocab_size));
+    gpu.forward(batches.decode);
+    EXPECT_EQ(backend.buffer_grows(), grows) << what << ": a step within the reserved limits grew a buffer";
+    EXPECT_EQ(backend.upload_syncs(), 0) << what;
+    lio::ForwardBatch next(4);
+    for (int32_t s = 0; s < 4; ++s) {
+      next.add_sequence(std::vector<int32_t>{60 + s}, 10, std::vector<int32_t>{4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3}, 1);
+    }
+    const lio::cuda::CapturedStep step =
+        backend.capture_step([&] { gpu.model().forward_device(next, gpu.kv_pool()); });
+    std::printf("decode step (%s, %lld layers, 4 rows): %lld kernel launches, %lld copies, %lld other nodes\n",
+                what.c_str(), static_cast<long long>(m.config.n_layers), static_cast<long long>(step.kernels),
+                static_cast<long long>(step.copies), static_cast<long long>(step.other));
+    EXPECT_GE(step.kernels, 10 * m.config.n_layers) << what;
+    EXPECT_EQ(step.copies, 1) << what << ": the batch's index arrays go in as one copy";
+    EXPECT_EQ(backend.buffer_grows(), grows) << what;
+    // The backend runs eagerly as before after a capture.
+    lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu), lio::KvPoolConfig{4, 32});
+    cpu.forward(batches.prefill);
+    cpu.forward(batches.decode);
+    const std::span<const float> want = cpu.forward(next);
+    const std::vector<float> want_copy(want.begin(), want.end());
+    const std::span<const float> got = gpu.forward(next);
+    EXPECT_LT(max_rel_error(std::vector<float>(got.begin(), got.end()), want_copy), 1e-4) << what;
+  }
+}
+
+// Chapter 03's int8 activations round each normalized row once: Q, K and V share one rounding of
+// the attention input, gate and up one of the MLP input (matmul_many), so a layer quantizes 4
+// inputs (x_attn, attn, x_mlp, h), not 7; the LM head adds one when it takes int8 too.
+TEST_F(CudaRunnerTest, Int8ActivationsRoundEachInputOnce) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q8_0;
+  spec.embd_dtype = DType::Q8_0;
+  lio::LoadedModel m = load_tiny(spec);
+  for (const auto act : {lio::ActivationPrecision::Int8, lio::ActivationPrecision::Int8PerToken}) {
+    lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, act), lio::KvPoolConfig{16, 8});
+    lio::cuda::CudaBackend& backend = cuda_backend(gpu);
+    backend.set_profiling(true);
+    lio::SoloSequence seq(gpu, 32);
+    run(seq, kPrompt, false);
+    run(seq, {7}, false);  // a decode step too
+    backend.set_profiling(false);
+    int64_t quantized = 0, int8_matmuls = 0;
+    for (const auto& t : backend.op_times()) {
+      if (t.op == "quantize activations (int8)") quantized += t.calls;
+      if (t.op == "gemv_int8 (int8 activations)") int8_matmuls += t.calls;
+    }
+    const int64_t steps = 2;
+    const int64_t head = int8_matmuls / steps - 7 * spec.n_layers;  // 1 when the LM head takes int8
+    ASSERT_TRUE(head == 0 || head == 1) << int8_matmuls;
+    EXPECT_EQ(quantized, steps * (4 * spec.n_layers + head))
+        << (act == lio::ActivationPrecision::Int8 ? "int8/32" : "int8/token");
+  }
+}
+
 // Per dtype: prefill of 9 tokens (gemv_batched), 4 decode steps (gemv), then a 24-token chunk
 // (dequantize + cuBLAS), every logit against the CPU's.
 TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
@@ -754,6 +889,79 @@ TEST_F(CudaRunnerTest, RealModelMatchesCpu) {
   ASSERT_FALSE(a.token_ids.empty());
   EXPECT_EQ(b.token_ids, a.token_ids);
   EXPECT_EQ(b.text, a.text);
+}
+
+// The real model in every configuration the CPU runs it in, CUDA against CPU on the same
+// teacher-forced text: the KV cache f32 / f16 / int8, int8 activations per block and per token,
+// each attention kernel, and --dtype f32 / f16 / bf16 conversions of the file's weights.
+// scripts/gpu_check.sh runs this again with LIO_MODEL set to re-quantized files (Q8_0, Q4_0,
+// Q3_1) to cover more weight readers. Bounds: f32 paths 1e-3 of the logit scale and top-1 >= 0.99
+// (same arithmetic, other summation order); an int8 or f16 rounding can flip on a boundary on
+// one device and carry through 30 layers: 5e-2 and top-1 >= 0.95 there (a broken kernel gives
+// top-1 near 0). One line per configuration is printed for the GPU check's report.
+TEST_F(CudaRunnerTest, RealModelEveryConfigMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string path = lio::default_model_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not fetched: " << path;
+  using lio::ActivationPrecision;
+  using lio::AttentionBackend;
+  using lio::KvCacheDType;
+  struct Config {
+    std::string name;
+    lio::WeightMode mode;
+    ActivationPrecision act;
+    KvCacheDType kv;
+    AttentionBackend attention;
+    double max_rel, min_top1;
+  };
+  const std::vector<Config> configs = {
+      {"stored, f32 KV, flash", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
+      {"stored, f32 KV, naive", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Naive, 1e-3, 0.99},
+      {"stored, f32 KV, paged", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Paged, 1e-3, 0.99},
+      {"stored, f16 KV", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F16, AttentionBackend::Flash, 5e-2, 0.95},
+      {"stored, int8 KV", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::Int8, AttentionBackend::Flash, 5e-2, 0.95},
+      {"stored, int8 activations /32", lio::WeightMode::AsStored, ActivationPrecision::Int8, KvCacheDType::F32, AttentionBackend::Flash, 5e-2, 0.95},
+      {"stored, int8 activations /token", lio::WeightMode::AsStored, ActivationPrecision::Int8PerToken, KvCacheDType::F32, AttentionBackend::Flash, 5e-2, 0.95},
+      {"--dtype f32", lio::WeightMode::F32, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
+      {"--dtype f16", lio::WeightMode::F16, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
+      {"--dtype bf16", lio::WeightMode::BF16, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
+  };
+  std::map<lio::WeightMode, std::unique_ptr<lio::LoadedModel>> models;
+  for (const Config& cfg : configs) {
+    if (!models.count(cfg.mode)) models[cfg.mode] = std::make_unique<lio::LoadedModel>(lio::load_model(path, cfg.mode));
+    const lio::LoadedModel& m = *models.at(cfg.mode);
+    const std::vector<int32_t> ids = m.tokenizer->encode(
+        "Paged attention keeps each sequence's keys and values in fixed-size blocks, so memory is "
+        "allocated as the sequence grows. A GPU streams the weights once per decode step; batching "
+        "many sequences reuses each weight for every row.",
+        false, true);
+    lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu, cfg.act, cfg.attention),
+                         lio::KvPoolConfig{16, 16, cfg.kv});
+    lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, cfg.act, cfg.attention),
+                         lio::KvPoolConfig{16, 16, cfg.kv});
+    std::vector<float> want, got;
+    {
+      lio::SoloSequence cpu_seq(cpu, int64_t(ids.size()) + 8), gpu_seq(gpu, int64_t(ids.size()) + 8);
+      want = run(cpu_seq, ids, true);
+      got = run(gpu_seq, ids, true);
+      for (const int32_t token : {11, 12, 13}) {  // decode steps (the split-KV path)
+        const auto w = run(cpu_seq, {token}, false);
+        const auto g = run(gpu_seq, {token}, false);
+        want.insert(want.end(), w.begin(), w.end());
+        got.insert(got.end(), g.begin(), g.end());
+      }
+    }
+    const int64_t vocab = m.config.vocab_size;
+    const int64_t rows = int64_t(want.size()) / vocab;
+    int64_t agree = 0;
+    for (int64_t i = 0; i < rows; ++i) agree += argmax_row(got, i, vocab) == argmax_row(want, i, vocab);
+    const double top1 = double(agree) / double(rows);
+    const double rel = max_rel_error(got, want);
+    std::printf("real-model config | %s | %s | %lld rows | top-1 %.4f | max rel %.3g\n", cfg.name.c_str(),
+                std::filesystem::path(path).filename().c_str(), static_cast<long long>(rows), top1, rel);
+    EXPECT_GE(top1, cfg.min_top1) << cfg.name;
+    EXPECT_LE(rel, cfg.max_rel) << cfg.name;
+  }
 }
 
 }  // namespace

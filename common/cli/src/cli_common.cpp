@@ -34,7 +34,8 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--attention-backend", o.attention_backend,
                  "Attention kernels (chapter 07): flash (tiled, online softmax, split-KV decode; "
-                 "O(N) memory) or naive (the score matrix materialized; O(N^2) memory)")
+                 "O(N) memory), naive (the score matrix materialized; O(N^2) memory) or paged "
+                 "(chapter 04's kernel: one block per row and head, no split)")
       ->capture_default_str();
   app.add_option("--activations", o.activations,
                  "Matmul activations (quantized weights): f32 (exact: the weights as stored); int8 (x rounded "

@@ -36,6 +36,18 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
   if (proposer_ && !config.reuse_kv) {
     throw InvalidArgument("speculative decoding needs the KV cache (it verifies drafts against cached K/V)");
   }
+  // Every per-step buffer sized now, from the scheduler's limits, so a step allocates nothing
+  // and never waits for the device to grow one (the CUDA backend; the CPU's are host vectors).
+  const SchedulerConfig& sc = config.scheduler;
+  const KvPool& pool = runner.kv_pool();
+  const int64_t rows_per_seq = proposer_ ? 1 + config.speculative.num_speculative_tokens : 1;
+  StepLimits limits;
+  limits.max_tokens = sc.max_num_batched_tokens;
+  limits.max_seqs = sc.max_num_seqs;
+  limits.max_logits_rows = std::min(sc.max_num_seqs * rows_per_seq, sc.max_num_batched_tokens);
+  limits.max_blocks_per_seq =
+      std::min(pool.n_blocks(), (runner.config().context_length + pool.block_size() - 1) / pool.block_size());
+  runner.reserve(limits);
 }
 
 int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {

@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <iterator>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cublas_handle.h"
 #include "cuda_backend_impl.h"
@@ -33,19 +35,19 @@ namespace lio::cuda {
 CudaBackend::Impl::~Impl() {
   // Let queued work finish before anything it uses goes away; errors are dropped (a
   // destructor must not throw; a broken context reports itself at the next checked call).
-  cudaSetDevice(0);  // the destroying thread may have another current device
+  cudaSetDevice(device);  // the destroying thread may have another current device
   if (stream != nullptr) cudaStreamSynchronize(stream);
   cublas.reset();  // bound to `stream`: destroy it first
   for (auto& [start, stop] : events) {
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }
-  if (batch_copied != nullptr) cudaEventDestroy(batch_copied);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
 void CudaBackend::Impl::wait() {
   CUDA_CHECK(cudaStreamSynchronize(stream));
+  stream_idle = true;
   for (size_t i = 0; i < event_ops.size(); ++i) {
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, events[i].first, events[i].second));
@@ -60,10 +62,18 @@ void CudaBackend::Impl::wait() {
 // ---- construction ---------------------------------------------------------------------------
 
 CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, ActivationPrecision activations,
-                         AttentionBackend attention)
+                         AttentionBackend attention, int device)
     : impl_(std::make_unique<Impl>(config)) {
   impl_->activations = activations;
   impl_->attention_backend = attention;
+  impl_->device = device;
+  // Shapes the kernels cannot run are refused here, before any GPU work, not at the first
+  // forward pass.
+  if (!config.is_mla() && (config.head_dim < 1 || config.head_dim > kFlashAttentionMaxHeadDim)) {
+    throw UnsupportedError("--device cuda: the attention kernels take head_dim up to " +
+                           std::to_string(kFlashAttentionMaxHeadDim) + "; this model has " +
+                           std::to_string(config.head_dim) + "; run it with --device cpu");
+  }
   if (config.is_mla()) {
     const bool fits = config.kv_lora_rank <= kMlaMaxLatentDim && config.qk_nope_head_dim <= kMlaMaxLatentDim &&
                       config.v_head_dim <= kMlaMaxLatentDim && config.qk_rope_head_dim <= kMlaMaxRopeDim;
@@ -86,24 +96,28 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, Acti
         "--device cuda: no CUDA device is available (no NVIDIA GPU or driver is "
         "visible to this process); run with --device cpu");
   }
-  CUDA_CHECK(cudaSetDevice(0));
+  if (device < 0 || device >= cuda_device_count()) {
+    throw UnsupportedError("--device cuda: GPU " + std::to_string(device) + " does not exist (this process sees " +
+                           std::to_string(cuda_device_count()) + ")");
+  }
+  CUDA_CHECK(cudaSetDevice(device));
   if (!cuda_available()) {
     throw UnsupportedError(
-        "--device cuda: GPU 0 cannot run this build's kernels (built for "
-        "sm_80/sm_90; reconfigure with -DCMAKE_CUDA_ARCHITECTURES=<yours>)");
+        "--device cuda: GPU " + std::to_string(device) +
+        " cannot run this build's kernels (built for its CMAKE_CUDA_ARCHITECTURES; reconfigure with "
+        "-DCMAKE_CUDA_ARCHITECTURES=<yours>)");
   }
   Impl& m = *impl_;
   cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   char mem[32];
   std::snprintf(mem, sizeof mem, "%.1f GiB", static_cast<double>(prop.totalGlobalMem) / (1u << 30));
   const char* act = activations == ActivationPrecision::Int8           ? ", int8 activations per 32 block"
                     : activations == ActivationPrecision::Int8PerToken ? ", int8 activations per token"
                                                                        : "";
-  m.description = std::string("cuda:0 (") + prop.name + ", sm_" + std::to_string(prop.major) +
+  m.description = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
                   std::to_string(prop.minor) + ", " + mem + act + ")";
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&m.batch_copied, cudaEventDisableTiming));
   m.cublas = std::make_unique<CublasHandle>();
 
   m.upload_weights(weights);
@@ -118,7 +132,7 @@ std::string CudaBackend::device_description() const { return impl_->description;
 int64_t CudaBackend::weight_bytes() const { return impl_->weight_bytes; }
 
 int64_t CudaBackend::free_memory_bytes() const {
-  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaSetDevice(impl_->device));
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return static_cast<int64_t>(free_bytes);
@@ -130,7 +144,61 @@ std::unique_ptr<KvPool> CudaBackend::make_kv_pool(const KvPoolConfig& config) {
                            ": an MLA model's latent cache is f32 only");
   }
   return impl_->guarded([&]() -> std::unique_ptr<KvPool> {
-    return std::make_unique<DeviceKvPool>(impl_->config, config);
+    return std::make_unique<DeviceKvPool>(impl_->config, config, impl_->device, impl_->stream);
+  });
+}
+
+void CudaBackend::reserve(const StepLimits& limits) {
+  Backend::reserve(limits);  // the checks
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  const int64_t n = limits.max_tokens;
+  const int64_t seqs = limits.max_seqs;
+  const int64_t rows = std::min(limits.max_logits_rows, n);
+  const int64_t d = c.d_model;
+  m.guarded([&] {
+    // Model::forward_device's activations, as it asks for them.
+    const std::pair<Scratch, int64_t> sizes[] = {
+        {Scratch::X, n * d},
+        {Scratch::Xn, n * d},
+        {Scratch::Q, n * c.q_dim()},
+        {Scratch::K, n * (c.is_mla() ? 2 * c.kv_dim() : c.kv_dim())},
+        {Scratch::V, n * c.kv_dim()},
+        {Scratch::Attn, n * c.attn_out_dim()},
+        {Scratch::Gate, n * c.d_ff},
+        {Scratch::Up, n * c.d_ff},
+        {Scratch::Rows, rows * d},
+        {Scratch::Logits, rows * c.vocab_size}};
+    for (const auto& [id, floats] : sizes) m.grow(m.scratch[static_cast<size_t>(id)], floats);
+    // upload(): token ids, positions, slots, query_start_loc, seq_lens, block tables, logits rows
+    // (and MLA's context offsets).
+    const int64_t index_ints = 3 * n + (seqs + 1) + seqs + seqs * limits.max_blocks_per_seq + rows +
+                               (c.is_mla() ? seqs + 1 : 0);
+    m.grow(m.batch_h, index_ints);
+    m.grow(m.batch_d, index_ints);
+    if (m.activations != ActivationPrecision::F32) {  // the widest x a matmul rounds
+      const int64_t cols = std::max({d, c.d_ff, c.attn_out_dim(), c.q_dim()});
+      m.grow(m.act_codes, n * cols);
+      m.grow(m.act_scales, n * (cols / 32));
+    }
+    if (n > kGemvBatchedMaxRows && m.max_dequant_floats > 0) m.grow(m.dequant_scratch, m.max_dequant_floats);
+    if (m.attention_backend == AttentionBackend::Flash && !c.is_mla()) {
+      configure_flash_attention(m.flash_workspace);
+      // The largest split partials of any decode batch (query_len <= kFlashDecodeMaxQueryLen) of
+      // up to `seqs` sequences and n rows: fewer sequences split more, more sequences have rows.
+      int64_t floats = 0;
+      for (int64_t q = 1; q <= kFlashDecodeMaxQueryLen; ++q) {
+        for (int64_t s = 1; s <= seqs && s <= n; ++s) {
+          const int64_t splits =
+              flash_attention_splits(q, s, c.n_heads, c.n_kv_heads, c.head_dim, m.flash_workspace.sm_count);
+          floats = std::max(floats, flash_attention_workspace_floats(splits, std::min(q * s, n), c.n_heads, c.head_dim));
+        }
+      }
+      m.grow(m.flash_workspace.partials, floats);
+    }
+    m.grow(m.argmax_h, rows);
+    m.grow(m.argmax_d, rows);
+    m.grow(m.to_host_h, rows * c.vocab_size);
   });
 }
 
@@ -165,9 +233,15 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     int64_t total = 0;
     for (const auto* a : arrays) total += size(*a);
     // The previous upload's copy must be done reading the staging array before it is rewritten.
-    CUDA_CHECK(cudaEventSynchronize(m.batch_copied));
-    m.batch_h.reserve(total);
-    ensure(m.batch_d, total, m.stream);
+    // Every pass ends in a wait (to_host, greedy_argmax, or a throwing op's drain), so it is:
+    // no event to wait on inside a step. A caller that skipped the wait costs one sync here.
+    if (!m.stream_idle) {
+      CUDA_CHECK(cudaStreamSynchronize(m.stream));
+      m.stream_idle = true;
+      ++m.upload_syncs;
+    }
+    m.grow(m.batch_h, total);
+    m.grow(m.batch_d, total);
     const int32_t* device[std::size(arrays)];
     int64_t offset = 0;
     for (size_t i = 0; i < std::size(arrays); ++i) {
@@ -186,7 +260,7 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
                                    cudaMemcpyHostToDevice, m.stream));
       }
     });
-    CUDA_CHECK(cudaEventRecord(m.batch_copied, m.stream));
+    m.stream_idle = false;
     m.n_logits = batch.n_logits();
     m.mla_ctx_first = device[7];
     m.mla_ctx_total = ctx_first.empty() ? 0 : ctx_first.back();
@@ -203,7 +277,7 @@ float* CudaBackend::scratch(Scratch id, int64_t n_floats) {
                           std::to_string(n_floats));
   }
   return m.guarded([&] {
-    ensure(m.scratch[index], n_floats, m.stream);
+    m.grow(m.scratch[index], n_floats);
     return m.scratch[index].data();
   });
 }
@@ -214,7 +288,7 @@ void CudaBackend::to_host(const float* src, int64_t n_floats, float* host) {
                           std::to_string(n_floats));
   }
   m.guarded([&] {
-    m.to_host_h.reserve(n_floats);  // the last wait finished every copy from the old array
+    m.grow(m.to_host_h, n_floats);  // the last wait finished every copy from the old array
     m.op("to_host", [&] {
       if (n_floats > 0) {
         CUDA_CHECK(cudaMemcpyAsync(m.to_host_h.data(), src,
@@ -257,5 +331,54 @@ std::vector<OpTime> CudaBackend::op_times() const {
 }
 
 void CudaBackend::clear_op_times() { impl_->op_times.clear(); }
+
+int64_t CudaBackend::buffer_grows() const { return impl_->buffer_grows + impl_->flash_workspace.grows; }
+
+int64_t CudaBackend::upload_syncs() const { return impl_->upload_syncs; }
+
+int CudaBackend::device_index() const { return impl_->device; }
+
+// ---- graph capture (what a CUDA graph of a step would hold) ------------------------------------
+
+CapturedStep CudaBackend::capture_step(const std::function<void()>& body) {
+  Impl& m = *impl_;
+  if (m.profiling) throw InvalidArgument("CudaBackend::capture_step: turn profiling off first");
+  CUDA_CHECK(cudaSetDevice(m.device));
+  m.wait();  // the step starts as every step does: after the last pass's wait
+  CUDA_CHECK(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeGlobal));
+  std::exception_ptr failure;
+  try {
+    body();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(m.stream, &graph);
+  m.stream_idle = true;  // a capture queues nothing for execution
+  (void)cudaGetLastError();
+  CapturedStep out;
+  if (ended == cudaSuccess && graph != nullptr) {
+    size_t n_nodes = 0;
+    cudaError_t listed = cudaGraphGetNodes(graph, nullptr, &n_nodes);
+    std::vector<cudaGraphNode_t> nodes(n_nodes);
+    if (listed == cudaSuccess && n_nodes > 0) listed = cudaGraphGetNodes(graph, nodes.data(), &n_nodes);
+    for (size_t i = 0; listed == cudaSuccess && i < n_nodes; ++i) {
+      cudaGraphNodeType type{};
+      listed = cudaGraphNodeGetType(nodes[i], &type);
+      if (type == cudaGraphNodeTypeKernel) {
+        ++out.kernels;
+      } else if (type == cudaGraphNodeTypeMemcpy) {
+        ++out.copies;
+      } else {
+        ++out.other;
+      }
+    }
+    cudaGraphDestroy(graph);
+    if (!failure) CUDA_CHECK(listed);
+  }
+  if (failure) std::rethrow_exception(failure);
+  CUDA_CHECK(ended);  // e.g. cudaErrorStreamCaptureInvalidated: the body allocated or synchronized
+  return out;
+}
 
 }  // namespace lio::cuda

@@ -38,6 +38,7 @@ struct DeviceLayer {
 struct CudaBackend::Impl {
   ModelConfig config;
   std::string description;
+  int device = 0;  // CUDA ordinal; every call makes it current
   cudaStream_t stream = nullptr;
   std::unique_ptr<CublasHandle> cublas;
 
@@ -54,9 +55,12 @@ struct CudaBackend::Impl {
 
   // ---- per pass: the batch's index arrays (one device array, one pinned staging array)
   DeviceBuffer<int32_t> batch_d;
-  PinnedBuffer<int32_t> batch_h;
-  cudaEvent_t batch_copied = nullptr;  // batch_h may be rewritten once this has fired
-  int64_t n_logits = 0;                // logits rows of the last uploaded batch
+  PinnedBuffer<int32_t> batch_h;  // rewritten by the next upload: every pass ends in a wait first
+  int64_t n_logits = 0;           // logits rows of the last uploaded batch
+  // ---- no synchronization inside a step (what a CUDA graph needs; reserve() sizes the buffers)
+  bool stream_idle = true;    // nothing queued since the last wait (or drain)
+  int64_t buffer_grows = 0;   // ensure() calls that reallocated (each synchronizes the stream)
+  int64_t upload_syncs = 0;   // uploads that found the previous pass unwaited
   // MLA: the last batch's context-row offsets (n_seqs + 1, device; prefix sums of seq_lens)
   // and their total, for the naive path's gather; the naive path's buffers
   const int32_t* mla_ctx_first = nullptr;
@@ -93,15 +97,32 @@ struct CudaBackend::Impl {
   /// failed op queued is left in flight, and forgets the op's unmatched profiling events.
   template <typename F>
   auto guarded(F&& body) {
-    CUDA_CHECK(cudaSetDevice(0));  // the calling thread may have another current device
+    CUDA_CHECK(cudaSetDevice(device));  // the calling thread may have another current device
     try {
       return body();
     } catch (...) {
       cudaStreamSynchronize(stream);  // its own error, if any, is already being thrown
       (void)cudaGetLastError();
       event_ops.clear();
+      stream_idle = true;
       throw;
     }
+  }
+
+  /// ensure() on a per-step buffer, counted in buffer_grows when it reallocates (which
+  /// synchronizes the stream: reserve() sizes them up front so a step does not).
+  template <typename T>
+  void grow(DeviceBuffer<T>& buf, int64_t n) {
+    if (buf.n_elems() >= n) return;
+    ++buffer_grows;
+    ensure(buf, n, stream);
+  }
+  /// PinnedBuffer::reserve on a staging buffer, counted likewise (cudaFreeHost synchronizes).
+  template <typename T>
+  void grow(PinnedBuffer<T>& buf, int64_t n) {
+    if (buf.capacity() >= n) return;
+    ++buffer_grows;
+    buf.reserve(n);
   }
 
   /// Runs `launch` (which queues work on `stream`), timed under `name` when profiling.
@@ -124,7 +145,8 @@ struct CudaBackend::Impl {
     event_ops.push_back(name);
   }
 
-  /// Waits for the stream, then adds the timed ops' event times to op_times.
+  /// Waits for the stream (it is idle afterwards), then adds the timed ops' event times to
+  /// op_times.
   void wait();
 
   // Weights (cuda_backend_weights.cpp).
@@ -143,6 +165,10 @@ struct CudaBackend::Impl {
   const float* norm(WeightRef ref) const;
 
   // Operators (cuda_backend_ops.cpp).
+  /// Whether `w` (as `matrix`) multiplies int8 activations (chapter 03's rules).
+  bool int8_activations_for(WeightRef w, const DeviceMatrix& matrix) const;
+  /// Rounds x (n_rows, cols) to int8 codes and scales into act_codes / act_scales (one op).
+  void quantize_x(const float* x, int64_t n_rows, int64_t cols);
   /// `pool` as this backend's device pool with `layer` in range and the batch present.
   void check_pool(const char* op, KvPool& pool, int64_t layer, const BatchView& batch) const;
 };

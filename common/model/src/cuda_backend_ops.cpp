@@ -57,22 +57,30 @@ void CudaBackend::rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_
   });
 }
 
+/// Chapter 03's int8 activations apply to `w` (as `matrix`): block-quantized weights only, and
+/// (W8A8 per token) not the LM head — the CPU backend's rules (CpuBackend::matmul).
+bool CudaBackend::Impl::int8_activations_for(WeightRef w, const DeviceMatrix& matrix) const {
+  return activations != ActivationPrecision::F32 && has_int8_kernel(matrix.dtype) &&
+         !(activations == ActivationPrecision::Int8PerToken && w.kind == WeightKind::Output);
+}
+
+void CudaBackend::Impl::quantize_x(const float* x, int64_t n_rows, int64_t cols) {
+  grow(act_codes, n_rows * cols);
+  grow(act_scales, n_rows * (cols / 32));
+  op("quantize activations (int8)", [&] {
+    quantize_activations_int8(x, n_rows, cols,
+                              activations == ActivationPrecision::Int8 ? ActivationGroup::Block32 : ActivationGroup::Token,
+                              act_codes.data(), act_scales.data(), stream);
+  });
+}
+
 void CudaBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
   Impl& m = *impl_;
   const DeviceMatrix& matrix = m.matrix(w);
-  // Chapter 03's int8 activations: block-quantized weights only, and (W8A8 per token) not the
-  // LM head — the CPU backend's rules (CpuBackend::matmul).
-  const bool int8 = m.activations != ActivationPrecision::F32 && has_int8_kernel(matrix.dtype) &&
-                    !(m.activations == ActivationPrecision::Int8PerToken && w.kind == WeightKind::Output);
-  if (int8 && n_rows > 0) {
+  if (m.int8_activations_for(w, matrix) && n_rows > 0) {
     m.guarded([&] {
-      ensure(m.act_codes, n_rows * matrix.cols, m.stream);
-      ensure(m.act_scales, n_rows * (matrix.cols / 32), m.stream);
+      m.quantize_x(x, n_rows, matrix.cols);
       m.op("gemv_int8 (int8 activations)", [&] {
-        quantize_activations_int8(x, n_rows, matrix.cols,
-                                  m.activations == ActivationPrecision::Int8 ? ActivationGroup::Block32
-                                                                             : ActivationGroup::Token,
-                                  m.act_codes.data(), m.act_scales.data(), m.stream);
         gemv_int8(matrix, m.act_codes.data(), m.act_scales.data(), y, n_rows, accumulate, m.stream);
       });
     });
@@ -80,14 +88,41 @@ void CudaBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, 
   }
   m.guarded([&] {
     if (n_rows > kGemvBatchedMaxRows && matrix.dtype != DType::F32) {
-      ensure(m.dequant_scratch, std::max(m.max_dequant_floats, matrix.rows * matrix.cols),
-             m.stream);
+      m.grow(m.dequant_scratch, std::max(m.max_dequant_floats, matrix.rows * matrix.cols));
     }
     m.op(matmul_op_name(n_rows), [&] {
       cuda::matmul(*m.cublas, matrix, x, y, n_rows, accumulate, m.dequant_scratch.data(),
                    m.dequant_scratch.n_elems(), m.stream);
     });
   });
+}
+
+void CudaBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
+  Impl& m = *impl_;
+  // The outputs whose matrices take int8 codes share one rounding of x (it is the same x); the
+  // rest (f32 / f16 / bf16 matrices) run as plain matmuls.
+  int64_t int8_cols = -1;
+  bool shared = n_rows > 0;
+  for (const MatmulOut& o : outs) {
+    const DeviceMatrix& matrix = m.matrix(o.w);
+    if (!m.int8_activations_for(o.w, matrix)) continue;
+    shared &= int8_cols < 0 || int8_cols == matrix.cols;
+    int8_cols = matrix.cols;
+  }
+  if (int8_cols < 0 || !shared) return Backend::matmul_many(outs, x, n_rows);
+  m.guarded([&] {
+    m.quantize_x(x, n_rows, int8_cols);
+    for (const MatmulOut& o : outs) {
+      const DeviceMatrix& matrix = m.matrix(o.w);
+      if (!m.int8_activations_for(o.w, matrix)) continue;
+      m.op("gemv_int8 (int8 activations)", [&] {
+        gemv_int8(matrix, m.act_codes.data(), m.act_scales.data(), o.y, n_rows, /*accumulate=*/false, m.stream);
+      });
+    }
+  });
+  for (const MatmulOut& o : outs) {
+    if (!m.int8_activations_for(o.w, m.matrix(o.w))) matmul(o.w, x, o.y, n_rows, false);
+  }
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {
@@ -151,7 +186,13 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
     max_scores_per_head = std::max(max_scores_per_head, b.query_len(s) * b.seq_lens[static_cast<size_t>(s)]);
   }
   m.guarded([&] {
-    if (m.attention_backend == AttentionBackend::Flash) {
+    if (m.attention_backend == AttentionBackend::Paged) {
+      m.op("attention (paged)", [&] {
+        paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc, batch.seq_lens,
+                        batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads,
+                        c.n_kv_heads, c.head_dim, scale, m.stream);
+      });
+    } else if (m.attention_backend == AttentionBackend::Flash) {
       m.op("attention (flash)", [&] {
         flash_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
                         batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
@@ -212,10 +253,10 @@ void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, con
     }
     // 2b. Naive: every cached latent up-projected to K_nope and V for all heads, every step.
     const int64_t n_ctx = m.mla_ctx_total;
-    ensure(m.mla_c, n_ctx * c.kv_lora_rank, m.stream);
-    ensure(m.mla_k_pe, std::max<int64_t>(n_ctx * c.qk_rope_head_dim, 1), m.stream);
-    ensure(m.mla_k, n_ctx * c.n_heads * c.qk_nope_head_dim, m.stream);
-    ensure(m.mla_v, n_ctx * c.n_heads * c.v_head_dim, m.stream);
+    m.grow(m.mla_c, n_ctx * c.kv_lora_rank);
+    m.grow(m.mla_k_pe, std::max<int64_t>(n_ctx * c.qk_rope_head_dim, 1));
+    m.grow(m.mla_k, n_ctx * c.n_heads * c.qk_nope_head_dim);
+    m.grow(m.mla_v, n_ctx * c.n_heads * c.v_head_dim);
     m.op("mla gather latents (naive)", [&] {
       cuda::mla_gather_latents(pool.keys(layer), pool.values(layer), m.mla_ctx_first, batch.block_tables, n_ctx,
                                b.n_seqs(), b.max_blocks_per_seq, b.block_size, shape, m.mla_c.data(),

@@ -37,6 +37,8 @@ class PinnedBuffer {
     capacity_ = n;
   }
   T* data() { return data_; }
+  /// Elements it holds room for.
+  int64_t capacity() const { return capacity_; }
 
  private:
   T* data_ = nullptr;

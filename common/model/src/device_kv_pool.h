@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda_check.h"
+#include "cuda_device_memory.h"
 #include "cuda_ops.h"
 #include "device_buffer.h"
 #include "lio/error.h"
@@ -20,11 +22,19 @@ namespace lio::cuda {
 /// A KV pool in device memory: K and V of all layers, each (n_layers, n_slots, kv_dim)
 /// elements of the pool's dtype (f32, f16 bits or int8 codes), plus for int8 the scales, each
 /// (n_layers, n_slots, n_kv_heads) f32 — HostKvPool's layout, so a swapped-out block's host
-/// bytes mean the same on both backends.
+/// bytes mean the same on both backends. Block copies (swap out / in, copy-on-write) run on the
+/// backend's stream, so they are ordered with the forward passes: a swap-in is queued before the
+/// next pass that reads the block, a swap-out after the last pass that wrote it. Host bytes go
+/// through one block of pinned staging (a copy from pageable memory may return before its DMA
+/// lands, and a non-blocking stream would not wait for it).
 class DeviceKvPool final : public KvPool {
  public:
-  DeviceKvPool(const ModelConfig& model, const KvPoolConfig& config)
+  /// A pool for `model` of `config` on GPU `device`, whose copies run on `stream` (the backend's;
+  /// it must outlive the pool's copies). Throws CudaError when the memory runs out.
+  DeviceKvPool(const ModelConfig& model, const KvPoolConfig& config, int device, cudaStream_t stream)
       : KvPool(model, config),
+        device_(device),
+        stream_(stream),
         layer_bytes_(n_slots() * kv_dim() * kv_elem_bytes(config.dtype)),
         layer_scales_(config.dtype == KvCacheDType::Int8 ? n_slots() * n_kv_heads() : 0),
         keys_(n_layers() * layer_bytes_),
@@ -40,16 +50,20 @@ class DeviceKvPool final : public KvPool {
       CUDA_CHECK(cudaMemset(value_scales_.data(), 0, value_scales_.size_bytes()));
     }
     CUDA_CHECK(cudaDeviceSynchronize());
+    staging_.reserve(block_floats() * static_cast<int64_t>(sizeof(float)));
   }
   /// A block's bytes of every layer to/from a host array (block_floats() floats), laid out as
-  /// HostKvPool's: per layer its K elements, V elements, then (int8) K and V scales.
+  /// HostKvPool's: per layer its K elements, V elements, then (int8) K and V scales. To the
+  /// host: returns with the bytes in `host` (after the passes queued before it). From the host:
+  /// returns once `host` may be reused; the copy is queued on the stream, ahead of the next pass.
   void copy_block_to_host(int32_t block, float* host) override { host_copy(block, host, cudaMemcpyDeviceToHost); }
   void copy_block_from_host(const float* host, int32_t block) override {
     host_copy(block, const_cast<float*>(host), cudaMemcpyHostToDevice);
   }
   ~DeviceKvPool() override {
-    // A backend's stream may still read the pool; the pool does not know which stream, so it
-    // waits for the device (errors dropped: a destructor must not throw).
+    // The backend's stream may still read the pool, and the backend may already be gone: wait
+    // for the whole device (errors dropped: a destructor must not throw).
+    cudaSetDevice(device_);
     cudaDeviceSynchronize();
   }
   /// f32 pools only (KvPool's contract): an f16 / int8 pool throws InternalError.
@@ -69,17 +83,16 @@ class DeviceKvPool final : public KvPool {
     return {dtype() == KvCacheDType::Int8 ? KvQuant::Int8 : KvQuant::F16, key_data(layer), value_data(layer),
             key_scales(layer), value_scales(layer)};
   }
-  /// One strided copy per array: a block's rows sit one layer apart. The backend's stream is
-  /// non-blocking, so wait for the device on both sides.
+  /// One strided copy per array (a block's rows sit one layer apart), queued on the stream: in
+  /// order after the pass that wrote src and before the next one that reads dst. No wait.
   void copy_block(int32_t src, int32_t dst) override {
     check_copy(src, dst);
-    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaSetDevice(device_));
     for (const Part& part : parts()) {
-      CUDA_CHECK(cudaMemcpy2D(part.base + dst * part.block_bytes, part.pitch, part.base + src * part.block_bytes,
-                              part.pitch, static_cast<size_t>(part.block_bytes), static_cast<size_t>(n_layers()),
-                              cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpy2DAsync(part.base + dst * part.block_bytes, part.pitch, part.base + src * part.block_bytes,
+                                   part.pitch, static_cast<size_t>(part.block_bytes),
+                                   static_cast<size_t>(n_layers()), cudaMemcpyDeviceToDevice, stream_));
     }
-    CUDA_CHECK(cudaDeviceSynchronize());
   }
 
  private:
@@ -107,17 +120,26 @@ class DeviceKvPool final : public KvPool {
     const std::vector<Part> ps = parts();
     int64_t per_layer = 0;  // host bytes of one layer: 2 * block_size * slot_bytes
     for (const Part& part : ps) per_layer += part.block_bytes;
-    auto* h = reinterpret_cast<std::byte*>(host);
-    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto total = static_cast<size_t>(per_layer * n_layers());
+    CUDA_CHECK(cudaSetDevice(device_));
+    // The staging block may still feed the last swap-in's copy: wait for the stream (between
+    // steps it is idle, so this costs nothing then).
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (kind == cudaMemcpyHostToDevice) std::memcpy(staging_.data(), host, total);
+    std::byte* h = staging_.data();
     for (const Part& part : ps) {
       std::byte* dev = part.base + block * part.block_bytes;
       const auto width = static_cast<size_t>(part.block_bytes), hpitch = static_cast<size_t>(per_layer);
       if (kind == cudaMemcpyDeviceToHost) {
-        CUDA_CHECK(cudaMemcpy2D(h, hpitch, dev, part.pitch, width, static_cast<size_t>(n_layers()), kind));
+        CUDA_CHECK(cudaMemcpy2DAsync(h, hpitch, dev, part.pitch, width, static_cast<size_t>(n_layers()), kind, stream_));
       } else {
-        CUDA_CHECK(cudaMemcpy2D(dev, part.pitch, h, hpitch, width, static_cast<size_t>(n_layers()), kind));
+        CUDA_CHECK(cudaMemcpy2DAsync(dev, part.pitch, h, hpitch, width, static_cast<size_t>(n_layers()), kind, stream_));
       }
       h += part.block_bytes;
+    }
+    if (kind == cudaMemcpyDeviceToHost) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::memcpy(host, staging_.data(), total);
     }
   }
   void* f32_only(void* p) const {
@@ -131,6 +153,9 @@ class DeviceKvPool final : public KvPool {
     }
     return layer;
   }
+  int device_;
+  cudaStream_t stream_;
+  PinnedBuffer<std::byte> staging_;  // one block of every layer, host layout (block_floats() floats)
   int64_t layer_bytes_;   // n_slots * kv_dim * elem_bytes
   int64_t layer_scales_;  // int8: n_slots * n_kv_heads; else 0
   DeviceBuffer<std::byte> keys_, values_;

@@ -8,6 +8,7 @@
 #include "lio/error.h"
 #include "lio/model_runner.h"
 #ifdef LIO_HAVE_CUDA
+#include "cuda_runtime_info.h"
 #include "lio/cuda_backend.h"
 #endif
 
@@ -23,15 +24,24 @@ ActivationPrecision parse_activation_precision(const std::string& text) {
 AttentionBackend parse_attention_backend(const std::string& text) {
   if (text == "flash") return AttentionBackend::Flash;
   if (text == "naive") return AttentionBackend::Naive;
-  throw InvalidArgument("--attention-backend must be 'flash' or 'naive', got '" + text + "'");
+  if (text == "paged") return AttentionBackend::Paged;
+  throw InvalidArgument("--attention-backend must be 'flash', 'naive' or 'paged', got '" + text + "'");
 }
 
 const char* attention_backend_name(AttentionBackend backend) {
-  return backend == AttentionBackend::Flash ? "flash" : "naive";
+  switch (backend) {
+    case AttentionBackend::Flash:
+      return "flash";
+    case AttentionBackend::Naive:
+      return "naive";
+    case AttentionBackend::Paged:
+      return "paged";
+  }
+  return "?";
 }
 
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, ActivationPrecision activations,
-                                      AttentionBackend attention) {
+                                      AttentionBackend attention, int cuda_device) {
   if (device == Device::Cpu) {
     const cpu::MatmulActivations a = activations == ActivationPrecision::Int8           ? cpu::MatmulActivations::Int8
                                       : activations == ActivationPrecision::Int8PerToken ? cpu::MatmulActivations::Int8PerToken
@@ -39,9 +49,9 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device, A
     return std::make_unique<CpuBackend>(model.config, model.weights, a, attention);
   }
 #ifdef LIO_HAVE_CUDA
-  return std::make_unique<cuda::CudaBackend>(model.config, model.weights, activations, attention);
+  return std::make_unique<cuda::CudaBackend>(model.config, model.weights, activations, attention, cuda_device);
 #else
-  (void)activations, (void)attention;
+  (void)activations, (void)attention, (void)cuda_device;
   throw UnsupportedError("--device cuda: this build of LIO has no CUDA support (nvcc was not found "
                          "when it was configured); install the CUDA toolkit and reconfigure with "
                          "-DLIO_CUDA=ON, or run with --device cpu");
@@ -106,7 +116,17 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
   }
   const RankPlan plan = make_rank_plan(model.config, model.weights, parallel, world->rank());
   auto shard = std::make_unique<LoadedModel>(shard_model(model, plan));
-  std::unique_ptr<Backend> backend = make_backend(*shard, device, activations, attention);
+  // Each rank on its host's next GPU (NCCL needs one per rank); local_rank() may be collective.
+  const int host_rank = local_rank();
+  const int host_ranks = local_size();
+  int cuda_device = 0;
+  if (device == Device::Cuda) {
+#ifdef LIO_HAVE_CUDA
+    cuda_device = cuda_device_for_rank(host_rank, host_ranks, cuda::cuda_device_count(),
+                                       world->algorithm() == AllReduceAlgorithm::Nccl);
+#endif
+  }
+  std::unique_ptr<Backend> backend = make_backend(*shard, device, activations, attention, cuda_device);
   if (wrap) backend = wrap(std::move(backend));
   // Every rank's pool has the same block ids (the driver's BlockManager hands them out): the
   // smallest count any rank's budget allows (pipeline stages may hold different layer counts).
@@ -121,7 +141,7 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
                           std::to_string(pool.block_size) + " tokens on some rank");
   }
   auto runner = std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
-  std::unique_ptr<ParallelContext> ctx = make_parallel_context(plan, model.config, std::move(world));
+  std::unique_ptr<ParallelContext> ctx = make_parallel_context(plan, model.config, std::move(world), cuda_device);
   ctx->shard = std::move(shard);
   runner->set_parallel(std::move(ctx));
   return runner;

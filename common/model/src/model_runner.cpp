@@ -30,6 +30,12 @@ void Backend::from_host(const float* host, int64_t n_floats, float* dst) {
   if (n_floats > 0) std::memcpy(dst, host, static_cast<size_t>(n_floats) * sizeof(float));
 }
 
+void Backend::reserve(const StepLimits& limits) {
+  if (limits.max_tokens < 0 || limits.max_seqs < 0 || limits.max_logits_rows < 0 || limits.max_blocks_per_seq < 0) {
+    throw InvalidArgument("Backend::reserve: negative step limits");
+  }
+}
+
 void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
   for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }

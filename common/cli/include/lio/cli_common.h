@@ -29,7 +29,7 @@ struct CommonOptions {
   std::string device = "cpu";   ///< --device cpu|cuda
   std::string activations = "f32";  ///< --activations f32|int8 (CPU matmuls)
   std::string attention = "gqa";  ///< --attention mha|gqa|mqa|gqa:N (KV heads, chapter 02)
-  std::string attention_backend = "flash";  ///< --attention-backend flash|naive (kernels, chapter 07)
+  std::string attention_backend = "flash";  ///< --attention-backend flash|naive|paged (kernels, chapter 07)
   int threads = 0;              ///< --threads (0 = all cores)
   ParallelConfig parallel;      ///< --tensor-parallel-size, --pipeline-parallel-size (chapter 08)
   std::string all_reduce = "library";  ///< --all-reduce library|ring (chapter 08)

@@ -62,7 +62,23 @@ enum class ActivationPrecision { F32, Int8, Int8PerToken };
 /// O(N) in the context. Naive: standard attention, the twin every fast kernel is tested against:
 /// each sequence's score matrix S = scale Q K^T, (n_heads, query_len, n_ctx), is materialized,
 /// softmaxed row by row and multiplied by V: memory O(N^2) (Vaswani et al. 2017, eq. 1).
-enum class AttentionBackend { Naive, Flash };
+/// Paged: chapter 04's PagedAttention kernel (Kwon et al. 2023, sec. 4.1), one block per (row,
+/// head), online softmax over 32-key tiles, no split; kept beside flash so the two can be
+/// compared on the GPU (CUDA: cuda::paged_attention). The CPU has one paged kernel,
+/// paged_decode_attention, which its naive path already runs for decode rows: Paged runs that
+/// path on the CPU.
+enum class AttentionBackend { Naive, Flash, Paged };
+
+/// The largest step a runner will be asked to run, known at start-up (the scheduler's limits):
+/// a backend sizes every per-step buffer from it once (Backend::reserve), so a step within these
+/// limits allocates nothing and never waits for the device to grow a buffer (what a CUDA graph
+/// replay needs). A larger step still runs; its buffers grow then.
+struct StepLimits {
+  int64_t max_tokens = 0;          ///< rows of one forward pass (max_num_batched_tokens)
+  int64_t max_seqs = 0;            ///< sequences in one pass (max_num_seqs)
+  int64_t max_logits_rows = 0;     ///< logits rows of one pass (max_seqs; k + 1 per sequence when verifying drafts)
+  int64_t max_blocks_per_seq = 0;  ///< block-table width: the context length in blocks
+};
 
 /// Activation buffers the forward pass asks its backend for (see Backend::scratch).
 /// Gathered: the tensor-parallel LM head's logits of every rank, (tp, n_logits, vocab / tp).
@@ -115,6 +131,11 @@ class Backend {
   /// Allocates a KV pool of `config` on this device. Throws InvalidArgument on a bad shape,
   /// std::bad_alloc / CudaError when memory runs out.
   virtual std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) = 0;
+  /// Sizes every per-step buffer for steps within `limits` now (start-up), so such steps
+  /// allocate nothing and never synchronize to grow one. The default does nothing (the CPU's
+  /// buffers are host vectors). Throws InvalidArgument for negative limits, CudaError when the
+  /// device memory runs out.
+  virtual void reserve(const StepLimits& limits);
 
   // ---- one forward pass --------------------------------------------------------------
   /// Copies `batch`'s index arrays to the device (the batch must outlive the pass).

@@ -5,7 +5,8 @@
 // with the learner's online softmax, merge and tile rule (Tasks 2-4 under LIO_EXERCISES=07),
 // after checking chapter 02's Task 1 names the GQA grouping it uses. A row's result depends
 // only on its own position and keys, never on what else is in the batch, so batch invariance
-// holds. --attention-backend naive runs the naive twin instead: chapter 04's
+// holds. --attention-backend naive (and paged: the CPU's paged kernel is this path's decode
+// half) runs the naive twin instead: chapter 04's
 // paged_decode_attention (Task 5) for decode rows, cpu::naive_attention (the score matrix
 // materialized) for prefill chunks. K/V are appended with chapter 01's KvCache::write (Task 3)
 // on the pool's slots. Chapter 01's contiguous decode_attention (Task 4) is not on this path:

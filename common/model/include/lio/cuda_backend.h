@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,34 +37,45 @@ struct OpTime {
   int64_t calls = 0;    ///< number of ops timed
 };
 
-/// Backend on CUDA device 0. Not thread-safe: one forward pass at a time (any thread; each
-/// call makes device 0 current). Errors: InvalidArgument for bad shapes or references,
-/// CudaError for device failures; an op that throws drains the stream first, so no work is
-/// left in flight.
+/// What a captured step queued (CudaBackend::capture_step): graph nodes by kind.
+struct CapturedStep {
+  int64_t kernels = 0;  ///< kernel launches
+  int64_t copies = 0;   ///< memcpy nodes (the batch's index arrays in)
+  int64_t other = 0;    ///< memsets, event records and anything else
+};
+
+/// Backend on one CUDA device (`device`, 0 by default; chapter 08's ranks each take their local
+/// rank's GPU). Not thread-safe: one forward pass at a time (any thread; each call makes the
+/// backend's device current). Errors: InvalidArgument for bad shapes or references, CudaError
+/// for device failures; an op that throws drains the stream first, so no work is left in flight.
 class CudaBackend final : public Backend {
  public:
-  /// Uploads `weights` (matrices in their dtype, norms as f32) to device 0 and creates the
+  /// Uploads `weights` (matrices in their dtype, norms as f32) to GPU `device` and creates the
   /// stream and cuBLAS handle. Copies `config`; `weights` may be freed afterwards.
   /// Throws UnsupportedError ("--device cuda: no CUDA device is available ...") if no GPU or
-  /// driver is visible, or if GPU 0 cannot run this build's kernels, or for an MLA model whose
-  /// shape is past the MLA kernels' limits (cuda::kMlaMaxLatentDim, kMlaMaxRopeDim) or whose
-  /// up-projections are not f32; CudaError on an
-  /// allocation or copy failure (e.g. "out of memory").
+  /// driver is visible, if GPU `device` does not exist or cannot run this build's kernels, for
+  /// a head_dim past the attention kernels' limit (cuda::kFlashAttentionMaxHeadDim, checked
+  /// before any GPU work: the model is refused at load, not at its first forward), or for an
+  /// MLA model whose shape is past the MLA kernels' limits (cuda::kMlaMaxLatentDim,
+  /// kMlaMaxRopeDim) or whose up-projections are not f32; CudaError on an allocation or copy
+  /// failure (e.g. "out of memory").
   /// `activations` (chapter 03): Int8 / Int8PerToken round x to int8 before every matmul of a
   /// block-quantized matrix (cuda::quantize_activations_int8, per 32-element block or per
   /// token) and multiply with cuda::gemv_int8 at every batch size; Int8PerToken leaves the LM
   /// head in f32 activations, as the CPU backend does.
   /// `attention` (chapter 07): Flash runs cuda::flash_attention (tiled, online softmax,
   /// split-KV decode); Naive the materialized-scores twin cuda::naive_attention.
+  /// `attention` Paged runs chapter 04's cuda::paged_attention on an f32 pool (the kernel
+  /// flash replaced; kept to compare them).
   CudaBackend(const ModelConfig& config, const Weights& weights,
               ActivationPrecision activations = ActivationPrecision::F32,
-              AttentionBackend attention = AttentionBackend::Flash);
+              AttentionBackend attention = AttentionBackend::Flash, int device = 0);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   const ModelConfig& config() const override;
-  /// "cuda:0 (<name>, sm_<cc>, <memory> GiB)".
+  /// "cuda:<device> (<name>, sm_<cc>, <memory> GiB)".
   std::string device_description() const override;
   /// Bytes of weights in device memory (a tied head once).
   int64_t weight_bytes() const override;
@@ -76,7 +88,18 @@ class CudaBackend final : public Backend {
   /// as HostKvPool's; keys(l) / values(l) (f32) or key_data(l) / key_scales(l) return device
   /// pointers into them. Throws InvalidArgument on a bad shape, UnsupportedError for an f16 /
   /// int8 pool of an MLA model, CudaError ("out of memory") when it does not fit.
+  /// Swaps (copy_block_to_host / copy_block_from_host) and copy-on-write copies run on this
+  /// backend's stream, in order with the forward passes around them, through a pinned staging
+  /// buffer: a swap-in's bytes have landed before the next pass reads them.
   std::unique_ptr<KvPool> make_kv_pool(const KvPoolConfig& config) override;
+  /// Allocates every per-step buffer for steps within `limits`: the activation scratch, the
+  /// batch's index arrays (device and pinned), the int8 activations' codes, the cuBLAS path's
+  /// dequantization scratch, flash_attention's split partials (for any decode batch of up to
+  /// max_seqs sequences), the argmax rows and the pinned logits staging; and configures the
+  /// flash kernels (SM count, shared-memory attributes). Afterwards a step within the limits
+  /// allocates nothing and does not synchronize (buffer_grows() stays put). Throws
+  /// InvalidArgument for negative limits, CudaError when device memory runs out.
+  void reserve(const StepLimits& limits) override;
 
   /// Copies the batch's index arrays to device memory in one transfer through pinned memory.
   /// Throws InvalidArgument if the arrays' lengths disagree with each other.
@@ -91,15 +114,19 @@ class CudaBackend final : public Backend {
   /// cuBLAS SGEMM (more; the f32 scratch is held by the backend). With int8 activations and a
   /// block-quantized matrix: cuda::quantize_activations_int8 then cuda::gemv_int8, any n_rows.
   void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
+  /// As matmul() for each output; with int8 activations x is rounded ONCE
+  /// (cuda::quantize_activations_int8) for every output whose matrix takes int8 codes of the
+  /// same width (Q, K and V of a layer; gate and up), then one gemv_int8 per output.
+  void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) override;
   void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
   /// cuda::kv_append into `pool` (which must come from a CudaBackend's make_kv_pool; else
   /// InvalidArgument); an f16 / int8 pool: cuda::kv_append_quantized.
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
                  const BatchView& batch) override;
   /// Causal attention with scale 1/sqrt(head_dim) over an f32 pool: cuda::flash_attention
-  /// (AttentionBackend::Flash; split-KV for decode batches) or cuda::naive_attention (Naive),
-  /// their scratch kept in this backend; over an f16 / int8 pool: cuda::paged_attention_quantized
-  /// for both (flash on a quantized pool is not done). Throws InvalidArgument if the pool is
+  /// (AttentionBackend::Flash; split-KV for decode batches), cuda::naive_attention (Naive) or
+  /// cuda::paged_attention (Paged), their scratch kept in this backend; over an f16 / int8 pool:
+  /// cuda::paged_attention_quantized for all three (flash on a quantized pool is not done). Throws InvalidArgument if the pool is
   /// not a device pool or the batch's block_size differs from the pool's.
   void attention(KvPool& pool, int64_t layer, const float* q, float* out,
                  const BatchView& batch) override;
@@ -137,6 +164,25 @@ class CudaBackend final : public Backend {
   std::vector<OpTime> op_times() const;
   /// Zeroes the accumulated op times.
   void clear_op_times();
+
+  /// Times a per-step device buffer (activation scratch, index arrays, int8 codes, split
+  /// partials, ...) had to grow since construction. Each growth synchronizes the stream and
+  /// allocates; after reserve(), a step within its limits adds none.
+  int64_t buffer_grows() const;
+  /// Times an upload() found the previous pass's work unwaited and synchronized the stream
+  /// first (every pass normally ends in a wait: to_host / greedy_argmax).
+  int64_t upload_syncs() const;
+  /// The CUDA device ordinal this backend runs on.
+  int device_index() const;
+
+  /// Runs `body` with this backend's stream capturing into a CUDA graph
+  /// (cudaStreamCaptureModeGlobal: any allocation or synchronization inside invalidates the
+  /// capture) and returns what it queued. Nothing runs; the graph is discarded. What a decode
+  /// step's forward pass (Model::forward_device, without the final copy to the host) needs to
+  /// be replayed as a graph, and how many kernel launches one eager step makes. Profiling must
+  /// be off. Throws CudaError (cudaErrorStreamCaptureInvalidated, ...) if `body` allocated or
+  /// synchronized, and whatever `body` throws.
+  CapturedStep capture_step(const std::function<void()>& body);
 
  private:
   struct Impl;

@@ -81,6 +81,12 @@ class ModelRunner {
   Backend& backend() { return *backend_; }
   /// The KV pool.
   KvPool& kv_pool() { return *pool_; }
+  /// The forward pass (to queue a step without waiting for its logits: CudaBackend::capture_step).
+  Model& model() { return model_; }
+
+  /// Sizes the backend's per-step buffers for steps within `limits` (Backend::reserve), once at
+  /// start-up: the Engine calls it with its scheduler's limits. Throws as Backend::reserve.
+  void reserve(const StepLimits& limits) { backend_->reserve(limits); }
 
   /// Carries out copy-on-write copies (BlockManager::append_slots) before the next forward
   /// pass, in order. Throws InvalidArgument on an id outside the pool.
@@ -164,19 +170,19 @@ int64_t default_kv_cache_mib(const Backend& backend);
 /// otherwise.
 ActivationPrecision parse_activation_precision(const std::string& text);
 
-/// Parses "flash" or "naive" (the --attention-backend flag, chapter 07). Throws
+/// Parses "flash", "naive" or "paged" (the --attention-backend flag, chapter 07). Throws
 /// InvalidArgument otherwise.
 AttentionBackend parse_attention_backend(const std::string& text);
-/// "flash" or "naive".
+/// "flash", "naive" or "paged".
 const char* attention_backend_name(AttentionBackend backend);
 
 /// The backend for `device` over `model` (which must outlive it), running `attention`'s kernels
-/// (chapter 07). Device::Cuda uploads the weights to GPU 0. Throws UnsupportedError when this
-/// build has no CUDA support or no usable GPU is present (the message says which), CudaError on
-/// a device failure.
+/// (chapter 07). Device::Cuda uploads the weights to GPU `cuda_device` (chapter 08's ranks: their
+/// local rank's, cuda_device_for_rank). Throws UnsupportedError when this build has no CUDA
+/// support or no usable GPU is present (the message says which), CudaError on a device failure.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, Device device,
                                       ActivationPrecision activations = ActivationPrecision::F32,
-                                      AttentionBackend attention = AttentionBackend::Flash);
+                                      AttentionBackend attention = AttentionBackend::Flash, int cuda_device = 0);
 
 /// make_backend() plus a KV pool sized by `pool` (budget / block bytes, rounded down). Throws
 /// InvalidArgument if block_size < 1, kv_cache_mib < 0 or the budget holds no block, and as
