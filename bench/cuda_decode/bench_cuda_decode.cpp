@@ -8,10 +8,14 @@
 // quoted: cudaMemcpy device-to-device moves each byte twice (read + write), so its rate is
 // 2 x bytes / time — what a streaming kernel can at best reach (an H100 SXM's HBM3 is sold as
 // 3.35 TB/s; NVIDIA H100 datasheet).
-// Variants, side by side: CPU as stored, CUDA as stored (quantized GEMV), the same with the
-// logits row copied to the host for the argmax (what a CPU sampler costs: vocab_size floats
-// over PCIe and a sync per token, against the device argmax's 12 bytes), CUDA with weights
-// converted to f16 (--dtype f16: 2 bytes per weight, no dequantization work).
+// Variants, side by side: CPU as stored, CUDA as stored (quantized GEMV) with chapter 07's flash
+// attention (the default) and with chapter 04's paged kernel, the same with the logits row copied
+// to the host for the argmax (what a CPU sampler costs: vocab_size floats over PCIe and a sync
+// per token, against the device argmax's 12 bytes), CUDA with weights converted to f16 (--dtype
+// f16: 2 bytes per weight, no dequantization work).
+// Every GPU step runs eagerly (one launch per kernel, no CUDA graph yet): the kernel launches of
+// one decode step's forward pass are counted by capturing it into a graph
+// (CudaBackend::capture_step; nothing runs), for flash and for paged.
 // Each variant is a ModelRunner (a backend plus a KV pool just large enough for one sequence)
 // driven through a SoloSequence: one sequence, its blocks in order — chapter 01's view.
 #include <CLI/CLI.hpp>
@@ -75,12 +79,33 @@ enum class Argmax {
 };
 
 /// A runner on `device` over `model` whose KV pool holds one sequence of `tokens` positions
-/// (blocks of 16): no more device memory than the run needs.
+/// (blocks of 16): no more device memory than the run needs. Its per-step buffers are reserved
+/// for one sequence of up to `tokens` rows, as the Engine reserves them.
 std::unique_ptr<lio::ModelRunner> make_bench_runner(const lio::LoadedModel& model, lio::Device device,
-                                                    int64_t tokens) {
+                                                    int64_t tokens,
+                                                    lio::AttentionBackend attention = lio::AttentionBackend::Flash) {
   constexpr int64_t kBlockSize = 16;
-  return std::make_unique<lio::ModelRunner>(lio::make_backend(model, device),
-                                            lio::KvPoolConfig{kBlockSize, (tokens + kBlockSize - 1) / kBlockSize});
+  const int64_t n_blocks = (tokens + kBlockSize - 1) / kBlockSize;
+  auto runner = std::make_unique<lio::ModelRunner>(
+      lio::make_backend(model, device, lio::ActivationPrecision::F32, attention), lio::KvPoolConfig{kBlockSize, n_blocks});
+  runner->reserve(lio::StepLimits{tokens, 1, 1, n_blocks});
+  return runner;
+}
+
+/// Kernel launches (and copies) of one batch-1 decode step's forward pass at depth prompt.size():
+/// the prompt is prefilled, then the next step is captured into a CUDA graph and counted.
+lio::cuda::CapturedStep count_decode_launches(lio::ModelRunner& runner, const std::vector<int32_t>& prompt) {
+  const int64_t block_size = runner.kv_pool().block_size();
+  const auto p = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> table(static_cast<size_t>((p + block_size) / block_size));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  lio::ForwardBatch prefill(block_size);
+  prefill.add_sequence(prompt, 0, table, 1);
+  runner.forward(prefill);
+  lio::ForwardBatch decode(block_size);
+  decode.add_sequence(std::vector<int32_t>{prompt.back()}, p, table, 1);
+  auto& backend = dynamic_cast<lio::cuda::CudaBackend&>(runner.backend());
+  return backend.capture_step([&] { runner.model().forward_device(decode, runner.kv_pool()); });
 }
 
 /// The runner's CUDA backend (for profiling). Throws std::bad_cast on another backend.
@@ -160,9 +185,23 @@ int main(int argc, char** argv) {
     const double gpu_weight_bytes = static_cast<double>(gpu->backend().weight_bytes());
     const double copy_bw = measure_copy_bandwidth(static_cast<int64_t>(copy_gib * (1 << 30)), 10);
     std::vector<Result> results;
+    const int64_t grows_before = cuda_backend(*gpu).buffer_grows();
     results.push_back(measure(*gpu, "cuda " + o.dtype, gpu_weight_bytes, prompt, decode_tokens, repeats));
+    const int64_t grows_in_steps = cuda_backend(*gpu).buffer_grows() - grows_before;
     results.push_back(measure(*gpu, "cuda " + o.dtype + ", logits to host", gpu_weight_bytes, prompt,
                               decode_tokens, repeats, Argmax::Host));
+    // Chapter 04's paged kernel in place of flash (the same weights, another runner).
+    std::unique_ptr<lio::ModelRunner> gpu_paged =
+        make_bench_runner(stored, lio::Device::Cuda, n_positions, lio::AttentionBackend::Paged);
+    results.push_back(measure(*gpu_paged, "cuda " + o.dtype + ", paged attention", gpu_weight_bytes, prompt,
+                              decode_tokens, repeats));
+    json launches = json::array();
+    for (const auto& [name, r] : {std::pair<const char*, lio::ModelRunner*>{"flash", gpu.get()}, {"paged", gpu_paged.get()}}) {
+      const lio::cuda::CapturedStep step = count_decode_launches(*r, prompt);
+      launches.push_back({{"attention", name}, {"kernel_launches", step.kernels}, {"copies", step.copies},
+                          {"other_nodes", step.other}});
+    }
+    gpu_paged.reset();
 
     // Per-kernel breakdown: one profiled decode run (events around every op), after timing.
     lio::cuda::CudaBackend& backend = cuda_backend(*gpu);
@@ -225,6 +264,8 @@ int main(int argc, char** argv) {
                          {"share", total_ms > 0 ? op.total_ms / total_ms : 0.0}});
     }
     j["decode_kernel_breakdown"] = op_rows;
+    j["decode_step_launches"] = launches;
+    j["buffer_grows_during_timed_steps"] = grows_in_steps;
     if (o.json) {
       std::cout << j.dump(2) << "\n";
       return 0;
@@ -245,6 +286,14 @@ int main(int argc, char** argv) {
                   r.bytes_per_token * r.decode_tps / 1e9, 100.0 * r.bytes_per_token * r.decode_tps / copy_bw,
                   cpu_tps > 0 ? (std::to_string(r.decode_tps / cpu_tps).substr(0, 5) + "x").c_str() : "-");
     }
+    std::printf("\nkernel launches of one decode step's forward pass (batch 1, depth %lld; counted by capturing it "
+                "into a CUDA graph; eager steps launch each one):\n| attention | kernel launches | copies |\n|---|---:|---:|\n",
+                (long long)prompt_tokens);
+    for (const auto& l : launches) {
+      std::printf("| %s | %lld | %lld |\n", l["attention"].get<std::string>().c_str(),
+                  (long long)l["kernel_launches"].get<int64_t>(), (long long)l["copies"].get<int64_t>());
+    }
+    std::printf("buffers grown during the timed steps (after reserve): %lld\n", (long long)grows_in_steps);
     std::printf("\ndecode kernel breakdown (cuda %s, %lld steps, CUDA events around each op):\n", o.dtype.c_str(),
                 (long long)decode_tokens);
     std::printf("| op | calls/token | us/token | share |\n|---|---:|---:|---:|\n");

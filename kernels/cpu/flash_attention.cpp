@@ -207,7 +207,7 @@ void tile_scores(const float* const* qv, int64_t n_vectors, const float* kt, int
 void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem& item, int64_t k0, int64_t nk,
                  TileScratch& ts) {
   const int64_t d = reader.head_dim, g = item.kv_head;
-  const bool f32 = reader.kv.element == KvElement::F32;
+  [[maybe_unused]] const bool f32 = reader.kv.element == KvElement::F32;  // read by the AVX2 path only
   int64_t j = 0;
 #ifdef LIO_FLASH_AVX2
   if (d % 8 == 0) {

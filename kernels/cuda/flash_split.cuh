@@ -21,8 +21,8 @@ __host__ __device__ __forceinline__ int flash_keys_per_split(int n_keys, int n_s
 /// in order, split 0 first (so key 0 is always in split 0 when n_keys > 0); splits past the last
 /// key get an empty range (*begin == *end == n_keys). The ranges of splits 0 .. n_splits - 1 are
 /// disjoint and cover [0, n_keys).
-__host__ __device__ __forceinline__ void flash_split_range(int n_keys, int n_splits, int split, int tile, int* begin,
-                                                           int* end) {
+__host__ __device__ __forceinline__ void flash_split_range(int n_keys, int n_splits, int split,
+                                                           int tile, int* begin, int* end) {
   const int per_split = flash_keys_per_split(n_keys, n_splits, tile);
   // per_split * split may pass n_keys by far (short context, many splits): compare first.
   const int b = split >= (n_keys + per_split - 1) / per_split ? n_keys : split * per_split;

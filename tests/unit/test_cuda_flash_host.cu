@@ -43,14 +43,14 @@ TEST(FlashSplitHost, RangesAreWholeTilesCoveringEveryKeyOnce) {
 }
 
 TEST(FlashSplitHost, KeysPerSplitBalancesLongContextsAndKeepsOneTileForShortOnes) {
-  EXPECT_EQ(flash_keys_per_split(4096, 64, kTile), 64);     // 4,096 keys in 64 splits of 2 tiles
-  EXPECT_EQ(flash_keys_per_split(4000, 64, kTile), 64);     // ceil(62.5) = 63 -> 2 tiles
-  EXPECT_EQ(flash_keys_per_split(200, 64, kTile), kTile);   // short: one tile each, 7 splits busy
+  EXPECT_EQ(flash_keys_per_split(4096, 64, kTile), 64);    // 4,096 keys in 64 splits of 2 tiles
+  EXPECT_EQ(flash_keys_per_split(4000, 64, kTile), 64);    // ceil(62.5) = 63 -> 2 tiles
+  EXPECT_EQ(flash_keys_per_split(200, 64, kTile), kTile);  // short: one tile each, 7 splits busy
   EXPECT_EQ(flash_keys_per_split(1, 64, kTile), kTile);
-  EXPECT_EQ(flash_keys_per_split(0, 64, kTile), kTile);     // no keys: still a whole tile
-  EXPECT_EQ(flash_keys_per_split(1000, 1, kTile), 1024);    // no split: the whole range
+  EXPECT_EQ(flash_keys_per_split(0, 64, kTile), kTile);   // no keys: still a whole tile
+  EXPECT_EQ(flash_keys_per_split(1000, 1, kTile), 1024);  // no split: the whole range
   int begin = -1, end = -1;
-  flash_split_range(200, 64, 63, kTile, &begin, &end);      // past the last key: empty at the end
+  flash_split_range(200, 64, 63, kTile, &begin, &end);  // past the last key: empty at the end
   EXPECT_EQ(begin, 200);
   EXPECT_EQ(end, 200);
 }

@@ -31,14 +31,16 @@ TEST(PollUntil, PendingPastTheTimeoutAbortsThenThrows) {
     poll_until([] { return PollState::Pending; }, 0.05, "ncclAllReduce", [&] { aborted = true; });
     FAIL() << "a wait that never finishes returned";
   } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("ncclAllReduce did not finish"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ncclAllReduce did not finish"), std::string::npos)
+        << e.what();
   }
   EXPECT_TRUE(aborted) << "the work was not aborted before the error";
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
 }
 
 TEST(PollUntil, AFailureReportedByThePollPropagates) {
-  EXPECT_THROW(poll_until([]() -> PollState { throw CommError("peer failed"); }, 5.0, "x", [] {}), CommError);
+  EXPECT_THROW(poll_until([]() -> PollState { throw CommError("peer failed"); }, 5.0, "x", [] {}),
+               CommError);
 }
 
 TEST(CommTimeout, EnvironmentOverridesOnlyWithAPositiveNumber) {

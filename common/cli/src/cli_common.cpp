@@ -25,8 +25,8 @@ void add_model_flags(CLI::App& app, CommonOptions& o) {
 
 void add_device_flag(CLI::App& app, CommonOptions& o) {
   app.add_option("--device", o.device,
-                 "Where the forward pass runs: cpu, or cuda (GPU 0; weights and KV cache in "
-                 "device memory)")
+                 "Where the forward pass runs: cpu, or cuda (GPU 0, or each MPI rank its host's next GPU; "
+                 "weights and KV cache in device memory)")
       ->capture_default_str();
   app.add_option("--attention", o.attention,
                  "KV heads (chapter 02): gqa (as stored), mha (one per query head, K/V heads "

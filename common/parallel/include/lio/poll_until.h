@@ -34,7 +34,8 @@ void poll_until(Poll&& poll, double timeout_s, const std::string& what, OnTimeou
     if (timeout_s > 0 && std::chrono::duration<double>(Clock::now() - start).count() > timeout_s) {
       on_timeout();
       throw CommError(what + " did not finish within " + std::to_string(timeout_s) +
-                      " s (a rank died or the ranks disagree on the collectives; LIO_COMM_TIMEOUT_S sets the limit)");
+                      " s (a rank died or the ranks disagree on the collectives; "
+                      "LIO_COMM_TIMEOUT_S sets the limit)");
     }
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::milliseconds(1)) pause *= 2;

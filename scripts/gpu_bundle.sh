@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# gpu_bundle.sh — builds HERE (no GPU needed) everything scripts/gpu_check.sh runs on a lent GPU
+# machine, so the loan's minutes go to the GPU, not to configuring and compiling on a bare image.
+#
+#   scripts/gpu_bundle.sh [--arch 90] [--out .gpu] [--build-dir build-gpu] [--part-mib N] [--no-model]
+#   scripts/gpu_bundle.sh --print-programs     the programs it bundles beside the CUDA tests
+#
+# 1. Configures build-gpu/ for one GPU architecture (sm_90 = H100 / H200 by default; --arch 80 for
+#    an A100), host code without -march=native (the packed CPU kernels pick their ISA at run time,
+#    so the binaries run on the lent machine's CPU, which is not this one) and without MPI (that
+#    image has no Open MPI; NCCL is loaded at run time when it is there), RUNPATH $ORIGIN/../lib.
+# 2. Builds every CUDA test binary, bench_cuda_decode, ch07_flash_attention, lio and lio-server,
+#    strips them, and copies beside them the shared libraries the GPU image lacks (found with ldd:
+#    everything but glibc, libstdc++/libgcc and the CUDA toolkit's cuBLAS, which that image has;
+#    the CUDA runtime travels too, it is small). No path of this machine is needed there: the model
+#    comes through LIO_MODEL, the commit through LIO_COMMIT (MANIFEST.txt).
+# 3. Packs them into <out>/lio-gpu.tar.xz (at most 60 MiB, checked).
+# 4. Cuts the model (98 MB: more than one call carries) into parts (<out>/model.partNN; its sha256
+#    in MANIFEST.txt, checked against the reassembled parts here and there) so that the bundle and
+#    the parts fill the fewest device calls of 64 MiB beside the working tree (--part-mib caps a
+#    call's payload lower), and writes those calls, ready to paste, to <out>/CALLS.md
+#    (docs/cuda_backend.md, "Validate on a GPU in one call", explains them).
+# Prints the archive's size and the build time. <out> and build-gpu/ are gitignored.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+arch=90
+out=.gpu
+build_dir=build-gpu
+part_mib=0  # 0: as much as a call carries
+with_model=1
+jobs="$(nproc)"
+print_programs=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --arch) arch="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    --build-dir) build_dir="$2"; shift ;;
+    --part-mib) part_mib="$2"; shift ;;
+    --no-model) with_model=0 ;;
+    --jobs) jobs="$2"; shift ;;
+    --print-programs) print_programs=1 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "gpu_bundle.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+# The programs gpu_check.sh runs besides the CUDA test binaries (--print-programs lists them: CI's
+# dry run checks each exists in the build, so a renamed target cannot break the next GPU loan).
+programs=(bench_cuda_decode ch07_flash_attention lio lio-server)
+if ((print_programs)); then printf '%s\n' "${programs[@]}"; exit 0; fi
+[[ "$arch" =~ ^[0-9]+a?$ ]] || { echo "gpu_bundle.sh: --arch wants a compute capability like 90 or 80, got $arch" >&2; exit 2; }
+command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
+  { echo "gpu_bundle.sh: nvcc not found: the CUDA toolkit builds the bundle (no GPU needed)" >&2; exit 1; }
+
+# The limits of a device call (the device tool's README): what travels per call, and what may
+# come back. The bundle must leave room for a model part and the working tree beside it.
+readonly kCallMiB=64 kBundleMaxMiB=60
+log() { echo "[gpu_bundle] $*"; }
+t0=$SECONDS
+
+# ---- 1-2. configure and build -----------------------------------------------------------------
+log "configuring $build_dir (sm_$arch, no -march=native, no MPI)"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DLIO_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLIO_NATIVE=OFF -DLIO_MPI=OFF \
+  -DLIO_BUILD_TESTS=ON -DLIO_BUILD_BENCH=ON -DLIO_SANITIZE=OFF \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' >/dev/null
+mapfile -t cuda_tests < <(ninja -C "$build_dir" -t targets all | sed -n 's#^bin/\(test_cuda_[a-z0-9_]*\): .*#\1#p' | sort -u)
+((${#cuda_tests[@]})) || { echo "gpu_bundle.sh: no test_cuda_* target in $build_dir: is CUDA enabled?" >&2; exit 1; }
+log "building ${#cuda_tests[@]} CUDA test binaries and ${programs[*]} ($jobs jobs)"
+ninja -C "$build_dir" -j "$jobs" "${cuda_tests[@]}" "${programs[@]}"
+t_build=$((SECONDS - t0))
+
+# ---- 3. stage: stripped binaries, the libraries the image lacks, the manifest ---------------------
+stage="$out/stage/lio-gpu"
+rm -rf "$out/stage" && mkdir -p "$stage/bin" "$stage/lib"
+for b in "${cuda_tests[@]}" "${programs[@]}"; do
+  cp "$build_dir/bin/$b" "$stage/bin/"
+  strip --strip-unneeded "$stage/bin/$b"
+done
+# glibc and the compiler runtime are the image's own (it is newer than this Debian; a binary built
+# against an older glibc runs on a newer one); cuBLAS is the CUDA toolkit's (600 MB: never carried).
+keep_out='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libnccl)\.so'
+declare -A bundled=()
+for b in "$stage"/bin/*; do
+  while read -r soname path; do
+    [[ -n "$path" && -f "$path" ]] || continue
+    [[ "$soname" =~ $keep_out ]] && continue
+    if [[ -z "${bundled[$soname]:-}" ]]; then
+      cp -L "$path" "$stage/lib/$soname"
+      bundled[$soname]=1
+    fi
+  done < <(ldd "$b" | awk '$2 == "=>" {print $1, $3}')
+done
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+[[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] || commit="$commit-dirty"
+model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+{
+  echo "commit=$commit"
+  echo "arch=sm_$arch"
+  echo "built=$(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "builder_cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  echo "nvcc=$( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+  echo "cuda_tests=${cuda_tests[*]}"
+  echo "programs=${programs[*]}"
+  echo "bundled_libs=${!bundled[*]}"
+  echo "max_glibcxx=$(for b in "$stage"/bin/*; do objdump -T "$b"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)"
+  echo "max_glibc=$(for b in "$stage"/bin/*; do objdump -T "$b"; done | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
+  if ((with_model)) && [[ -f "$model" ]]; then
+    echo "model=$(basename "$model")"
+    echo "model_bytes=$(stat -c %s "$model")"
+    echo "model_sha256=$(sha256sum "$model" | cut -d' ' -f1)"
+  fi
+} >"$stage/MANIFEST.txt"
+cp "$stage/MANIFEST.txt" "$out/MANIFEST.txt"
+
+# ---- 4. the archive and the model parts ----------------------------------------------------------
+log "packing $out/lio-gpu.tar.xz"
+rm -f "$out"/lio-gpu.tar.xz "$out"/model.part*
+XZ_OPT="-9 -T$jobs" tar -C "$out/stage" -cJf "$out/lio-gpu.tar.xz" lio-gpu
+bundle_bytes=$(stat -c %s "$out/lio-gpu.tar.xz")
+if ((bundle_bytes > kBundleMaxMiB * 1048576)); then
+  echo "gpu_bundle.sh: the bundle is $((bundle_bytes / 1048576)) MiB, over the $kBundleMaxMiB MiB limit" >&2
+  exit 1
+fi
+
+# ---- 5. device calls: each carries what fits beside the working tree ----------------------------
+# The working tree travels with every call (tracked files and untracked ones git does not ignore).
+tree_bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 -r stat -c %s -- 2>/dev/null |
+              awk '{s += $1} END {print s + 0}')
+budget=$((kCallMiB * 1048576 - tree_bytes - 2 * 1048576))  # 2 MiB of slack
+if ((part_mib > 0 && part_mib * 1048576 < budget)); then budget=$((part_mib * 1048576)); fi
+if ((bundle_bytes > budget)); then
+  echo "gpu_bundle.sh: the bundle ($((bundle_bytes / 1048576)) MiB) does not fit a call beside the $((tree_bytes / 1048576)) MiB tree" >&2
+  exit 1
+fi
+# Call 1 carries the bundle and the model's first bytes up to the budget, each later call the
+# next budget's worth: the fewest calls for the bytes.
+calls=("$out/lio-gpu.tar.xz")
+if ((with_model)); then
+  [[ -f "$model" ]] || { echo "gpu_bundle.sh: $model missing: run scripts/fetch_model.sh (or pass --no-model)" >&2; exit 1; }
+  model_bytes=$(stat -c %s "$model")
+  offset=0
+  room=$((budget - bundle_bytes))
+  part=0
+  while ((offset < model_bytes)); do
+    if ((room <= 0)); then calls+=(""); room=$budget; fi
+    n=$((model_bytes - offset < room ? model_bytes - offset : room))
+    f=$(printf '%s/model.part%02d' "$out" "$part")
+    dd if="$model" of="$f" bs=1M iflag=skip_bytes,count_bytes skip="$offset" count="$n" status=none
+    last=$((${#calls[@]} - 1))
+    calls[last]="${calls[last]:+${calls[last]} }$f"
+    offset=$((offset + n))
+    room=$((room - n))
+    part=$((part + 1))
+  done
+  cat "$out"/model.part* | sha256sum | cut -d' ' -f1 | grep -qx "$(grep '^model_sha256=' "$out/MANIFEST.txt" | cut -d= -f2)" ||
+    { echo "gpu_bundle.sh: the model parts do not reassemble to the model" >&2; exit 1; }
+fi
+n_calls=${#calls[@]}
+{
+  echo "# Device calls for the GPU check (written by scripts/gpu_bundle.sh at commit $commit)"
+  echo
+  echo "Bundle $(numfmt --to=iec-i --suffix=B "$bundle_bytes"), working tree $(numfmt --to=iec-i --suffix=B "$tree_bytes");"
+  echo "$n_calls call(s). Make them back to back: a warm machine is given back after 30 s idle, and"
+  echo "what the first calls leave in /tmp/lio-gpu is gone with it. Each call: the device tool's \`run\`"
+  echo "with the carry list and command below (kind left out: an H100 unless none is free)."
+  echo
+  i=0
+  for c in "${calls[@]}"; do
+    i=$((i + 1))
+    read -r -a files <<<"$c"
+    carry=$(printf '"%s", ' "${files[@]}")
+    carry="[${carry%, }]"
+    if ((i < n_calls)); then
+      cmd="mkdir -p /tmp/lio-gpu && cp ${files[*]} /tmp/lio-gpu/ && ls -l /tmp/lio-gpu && nvidia-smi -L"
+      echo "$i. carry $carry, timeout_s 120, command:"
+    else
+      cmd="mkdir -p /tmp/lio-gpu && cp ${files[*]} /tmp/lio-gpu/ && bash scripts/gpu_check.sh --from /tmp/lio-gpu --out \"\$OUT\""
+      echo "$i. carry $carry, timeout_s 540, command:"
+    fi
+    echo
+    echo "   \`$cmd\`"
+    echo
+  done
+  echo "The last call's \$OUT holds cuda_<gpu>_validation.{md,json} and gpu_check.log: copy the first two"
+  echo "into bench/results/ and commit them."
+} >"$out/CALLS.md"
+
+log "bundle: $out/lio-gpu.tar.xz, $(numfmt --to=iec-i --suffix=B "$bundle_bytes") (limit $kBundleMaxMiB MiB; commit $commit, sm_$arch)"
+log "libraries carried: ${!bundled[*]}"
+if ((with_model)); then log "model: $(ls "$out"/model.part* | wc -l) part(s), $(numfmt --to=iec-i --suffix=B "$budget") of payload per call at most"; fi
+log "device calls: $n_calls (see $out/CALLS.md); built in ${t_build} s, total $((SECONDS - t0)) s"
