@@ -109,7 +109,7 @@ model=models/SmolLM2-135M-Instruct.Q4_1.gguf
   echo "max_glibc=$(for b in "$stage"/bin/*; do objdump -T "$b"; done | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
   if ((with_model)) && [[ -f "$model" ]]; then
     echo "model=$(basename "$model")"
-    echo "model_bytes=$(stat -c %s "$model")"
+    echo "model_bytes=$(stat -L -c %s "$model")"
     echo "model_sha256=$(sha256sum "$model" | cut -d' ' -f1)"
   fi
 } >"$stage/MANIFEST.txt"
@@ -140,7 +140,7 @@ fi
 calls=("$out/lio-gpu.tar.xz")
 if ((with_model)); then
   [[ -f "$model" ]] || { echo "gpu_bundle.sh: $model missing: run scripts/fetch_model.sh (or pass --no-model)" >&2; exit 1; }
-  model_bytes=$(stat -c %s "$model")
+  model_bytes=$(stat -L -c %s "$model")
   offset=0
   room=$((budget - bundle_bytes))
   part=0

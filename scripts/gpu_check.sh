@@ -228,7 +228,7 @@ sanitize "flash + naive attention" test_cuda_flash_attention \
 sanitize "paged attention + kv_append" test_cuda_paged_attention 'CudaPagedAttention.MatchesHost*:CudaKvAppend.*:CudaPagedAttentionQuantized.*'
 sanitize "MLA" test_cuda_mla 'CudaMla.AttentionMatchesCpuAtSmallOddShapes:CudaMla.LatentAppend*:CudaMla.Rope*'
 sanitize "runner (tiny models, every op)" test_cuda_runner \
-  'CudaRunnerTest.MixedBatchMatchesCpu:CudaRunnerTest.HeadDim256*:CudaRunnerTest.Reserved*:CudaRunnerTest.Int8ActivationsRound*:CudaRunnerTest.EngineSwapPreemptionMatchesCpu'
+  'CudaRunnerTest.MixedBatchMatchesCpu:CudaRunnerTest.HeadDim256*:CudaRunnerTest.Reserved*:CudaRunnerTest.Int8ActivationsRound*:CudaRunnerTest.SwapIn*:CudaRunnerTest.EngineSwapPreemptionMatchesCpu'
 
 # ---- the real model on re-quantized files: more weight readers against the CPU ----------------------
 if ((gpu)) && [[ -n "$model" ]]; then
