@@ -1,12 +1,13 @@
 // cuda_backend.h — the forward pass's operators on an NVIDIA GPU (kernels/cuda).
 //
-// Model (lio/model.h) is the one layer loop; this backend supplies its operators on CUDA
-// device 0: each Backend op is one or two launches of a kernel from kernels/cuda/cuda_ops.h on
-// the backend's stream, asynchronous until to_host() or greedy_argmax() waits. Matmuls pick
-// their kernel by the number of rows: one token = gemv, 2..16 = gemv_batched (both dequantize
-// the stored blocks in registers), more = cuBLAS SGEMM on a dequantized f32 copy. Attention is
-// paged (over the pool's blocks): flash_attention (chapter 07, the default) or its naive twin
-// naive_attention on an f32 pool, paged_attention_quantized on an f16 / int8 pool; K/V go in
+// Model (lio/model.h) is the one layer loop; this backend supplies its operators on one CUDA
+// device (0, or a rank's own): each Backend op is one or two launches of a kernel from
+// kernels/cuda/cuda_ops.h on the backend's stream, asynchronous until to_host() or
+// greedy_argmax() waits. Matmuls pick their kernel by the number of rows: one token = gemv,
+// 2..16 = gemv_batched (both dequantize the stored blocks in registers), more = cuBLAS SGEMM on a
+// dequantized f32 copy. Attention is paged (over the pool's blocks): flash_attention (chapter 07,
+// the default), its naive twin naive_attention or chapter 04's paged_attention on an f32 pool,
+// paged_attention_quantized on an f16 / int8 pool; K/V go in
 // with kv_append (vLLM's reshape_and_cache).
 // Everything lives in this object: the stream, the cuBLAS handle, the weights (uploaded once,
 // as stored or as converted by --dtype; a tied head shares the embedding's copy), the batch's
@@ -79,8 +80,8 @@ class CudaBackend final : public Backend {
   std::string device_description() const override;
   /// Bytes of weights in device memory (a tied head once).
   int64_t weight_bytes() const override;
-  /// cudaMemGetInfo's free bytes on device 0 now (weights and any scratch already allocated
-  /// are excluded; the first forward pass still allocates its scratch).
+  /// cudaMemGetInfo's free bytes on this backend's GPU now (weights and any scratch already
+  /// allocated are excluded; reserve() or the first forward pass allocates the scratch).
   int64_t free_memory_bytes() const override;
 
   /// A pool in device memory: two buffers (K, V) of n_layers * n_slots * kv_dim elements of
