@@ -110,7 +110,10 @@ manifest=""
 if [[ -n "$bin_dir" ]]; then
   bin="$(cd "$bin_dir" && pwd)"
 elif [[ -n "$from" && -f "$from/lio-gpu.tar.xz" ]]; then
-  tar -C "$work" -xJf "$from/lio-gpu.tar.xz" || { echo "gpu_check.sh: cannot unpack $from/lio-gpu.tar.xz" >&2; exit 2; }
+  # tar -J needs the xz program; Python's tarfile reads xz itself, should the image lack it.
+  tar -C "$work" -xJf "$from/lio-gpu.tar.xz" 2>/dev/null ||
+    "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$from/lio-gpu.tar.xz" "$work" ||
+    { echo "gpu_check.sh: cannot unpack $from/lio-gpu.tar.xz" >&2; exit 2; }
   bin="$work/lio-gpu/bin"
   manifest="$work/lio-gpu/MANIFEST.txt"
 else

@@ -544,6 +544,8 @@ struct FlashWorkspace {
   DeviceBuffer<float> partials;
   /// Streaming multiprocessors of the device (the split rule's input), read on first use.
   int sm_count = 0;
+  /// Dynamic shared memory a block may opt in to on the device (bytes), read on first use.
+  int64_t max_smem_bytes = 0;
   /// True once the SM count is read and the kernels' attributes are set.
   bool configured = false;
   /// cudaFuncSetAttribute calls made for this workspace (all on its first use).
@@ -554,8 +556,8 @@ struct FlashWorkspace {
 
 /// Configures `workspace` for the current device now instead of at its first flash_attention()
 /// call: reads the SM count and sets the shared-memory attribute of every flash kernel that
-/// needs more than 48 KiB (cudaFuncSetAttribute, once). Idempotent. Throws CudaError if a query
-/// fails, UnsupportedError if the GPU's per-block shared memory is below a tile's.
+/// needs more than 48 KiB (cudaFuncSetAttribute, once; up to what the GPU allows a block).
+/// Idempotent. Throws CudaError if a query or the attribute call fails.
 void configure_flash_attention(FlashWorkspace& workspace);
 
 /// (row, head) query vectors one flash_attention() block holds, from the batch's shape: decode

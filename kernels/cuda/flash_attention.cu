@@ -377,14 +377,10 @@ constexpr bool kFlashInstantiated = (kVectors == kPrefillVectors && kMaxDim <= 1
 template <int kVectors, int kMaxDim>
 void opt_in_smem(FlashWorkspace& ws, int device_max_bytes) {
   if constexpr (kFlashInstantiated<kVectors, kMaxDim>) {
-    const size_t bytes = flash_smem_layout(kVectors, kMaxDim).bytes();
+    // A GPU with less shared memory per block than the widest head_dim needs still runs the
+    // narrower ones: opt in to what it has (launch_flash_kernel refuses a tile past it).
+    const size_t bytes = std::min(flash_smem_layout(kVectors, kMaxDim).bytes(), static_cast<size_t>(device_max_bytes));
     if (bytes <= kDefaultSmemBytes) return;
-    if (bytes > static_cast<size_t>(device_max_bytes)) {
-      throw UnsupportedError("cuda::flash_attention: a tile of " + std::to_string(kVectors) +
-                             " query vectors at head_dim " + std::to_string(kMaxDim) + " needs " +
-                             std::to_string(bytes) + " bytes of shared memory; this GPU allows " +
-                             std::to_string(device_max_bytes) + " per block");
-    }
     for (const auto kernel : {flash_attention_kernel<kVectors, kMaxDim, true>,
                               flash_attention_kernel<kVectors, kMaxDim, false>}) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -403,6 +399,7 @@ void configure_flash_kernels(FlashWorkspace& ws) {
   CUDA_CHECK(cudaDeviceGetAttribute(&ws.sm_count, cudaDevAttrMultiProcessorCount, device));
   int max_smem = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  ws.max_smem_bytes = std::max<int64_t>(max_smem, static_cast<int64_t>(kDefaultSmemBytes));
   opt_in_smem<kPrefillVectors, 64>(ws, max_smem);
   opt_in_smem<kPrefillVectors, 128>(ws, max_smem);
   opt_in_smem<kPrefillVectorsWide, 256>(ws, max_smem);
@@ -416,11 +413,18 @@ void configure_flash_kernels(FlashWorkspace& ws) {
 }
 
 /// Launches flash_attention_kernel<kVectors, kMaxDim, split> on `grid` (the attribute it may
-/// need was set by configure_flash_kernels).
+/// need was set by configure_flash_kernels). Throws UnsupportedError when the tile needs more
+/// shared memory than the GPU gives a block.
 template <int kVectors, int kMaxDim>
-void launch_flash_kernel(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
+void launch_flash_kernel(const FlashParams& p, dim3 grid, bool split, int64_t max_smem_bytes, cudaStream_t stream) {
   static_assert(kFlashInstantiated<kVectors, kMaxDim>, "launch_flash picks only configured kernels");
   const size_t smem_bytes = flash_smem_layout(kVectors, p.head_dim).bytes();
+  if (static_cast<int64_t>(smem_bytes) > max_smem_bytes) {
+    throw UnsupportedError("cuda::flash_attention: a tile of " + std::to_string(kVectors) + " query vectors at head_dim " +
+                           std::to_string(p.head_dim) + " needs " + std::to_string(smem_bytes) +
+                           " bytes of shared memory; this GPU gives a block " + std::to_string(max_smem_bytes) +
+                           " (use --attention-backend paged)");
+  }
   if (split) {
     flash_attention_kernel<kVectors, kMaxDim, true><<<grid, kFlashThreads, smem_bytes, stream>>>(p);
   } else {
@@ -431,13 +435,13 @@ void launch_flash_kernel(const FlashParams& p, dim3 grid, bool split, cudaStream
 
 /// launch_flash_kernel with the register accumulator sized for head_dim (<= 64, 128 or 256).
 template <int kVectors>
-void launch_flash(const FlashParams& p, dim3 grid, bool split, cudaStream_t stream) {
+void launch_flash(const FlashParams& p, dim3 grid, bool split, int64_t max_smem_bytes, cudaStream_t stream) {
   if (p.head_dim <= 64) {
-    launch_flash_kernel<kVectors, 64>(p, grid, split, stream);
+    launch_flash_kernel<kVectors, 64>(p, grid, split, max_smem_bytes, stream);
   } else if (p.head_dim <= 128) {
-    launch_flash_kernel<kVectors, 128>(p, grid, split, stream);
+    launch_flash_kernel<kVectors, 128>(p, grid, split, max_smem_bytes, stream);
   } else {
-    launch_flash_kernel<kVectors, 256>(p, grid, split, stream);
+    launch_flash_kernel<kVectors, 256>(p, grid, split, max_smem_bytes, stream);
   }
 }
 
@@ -570,21 +574,22 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
   }
   const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(n_tiles * n_splits),
                   static_cast<unsigned>(n_kv_heads * t.head_chunks));
+  const int64_t smem = workspace.max_smem_bytes;
   switch (t.vectors) {
     case kDecodeVectorsSmall:
-      launch_flash<kDecodeVectorsSmall>(p, grid, split, stream);
+      launch_flash<kDecodeVectorsSmall>(p, grid, split, smem, stream);
       break;
     case kDecodeVectors:
-      launch_flash<kDecodeVectors>(p, grid, split, stream);
+      launch_flash<kDecodeVectors>(p, grid, split, smem, stream);
       break;
     case kPrefillVectorsWide:
-      launch_flash_kernel<kPrefillVectorsWide, 256>(p, grid, split, stream);
+      launch_flash_kernel<kPrefillVectorsWide, 256>(p, grid, split, smem, stream);
       break;
     default:
       if (head_dim <= 64) {
-        launch_flash_kernel<kPrefillVectors, 64>(p, grid, split, stream);
+        launch_flash_kernel<kPrefillVectors, 64>(p, grid, split, smem, stream);
       } else {
-        launch_flash_kernel<kPrefillVectors, 128>(p, grid, split, stream);
+        launch_flash_kernel<kPrefillVectors, 128>(p, grid, split, smem, stream);
       }
   }
   if (split) {
