@@ -263,14 +263,20 @@ greedy() {  # NAME REQUIRED EXTRA_FLAGS...
   "$python" - "$a" "$b" "$name" "$required" >"$work/logs/greedy_${name// /_}.txt" <<'EOF'
 import json, sys
 def text(path):
+    """The text and token ids of `lio generate --json`'s (pretty-printed) object in the log."""
     try:
-        for line in reversed(open(path).read().splitlines()):
-            line = line.strip()
-            if line.startswith("{"):
-                d = json.loads(line)
-                return d.get("text"), d.get("token_ids") or d.get("tokens")
-    except (OSError, ValueError):
-        pass
+        log = open(path, errors="replace").read()
+    except OSError:
+        return None, None
+    start = log.find("{")
+    while start >= 0:
+        try:
+            d = json.JSONDecoder().raw_decode(log[start:])[0]
+            if isinstance(d, dict) and "text" in d:
+                return d["text"], d.get("token_ids")
+        except ValueError:
+            pass
+        start = log.find("{", start + 1)
     return None, None
 a, at = text(sys.argv[1])
 b, bt = text(sys.argv[2])

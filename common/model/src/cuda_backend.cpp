@@ -336,8 +336,6 @@ int64_t CudaBackend::buffer_grows() const { return impl_->buffer_grows + impl_->
 
 int64_t CudaBackend::upload_syncs() const { return impl_->upload_syncs; }
 
-int CudaBackend::device_index() const { return impl_->device; }
-
 // ---- graph capture (what a CUDA graph of a step would hold) ------------------------------------
 
 CapturedStep CudaBackend::capture_step(const std::function<void()>& body) {

@@ -173,8 +173,6 @@ class CudaBackend final : public Backend {
   /// Times an upload() found the previous pass's work unwaited and synchronized the stream
   /// first (every pass normally ends in a wait: to_host / greedy_argmax).
   int64_t upload_syncs() const;
-  /// The CUDA device ordinal this backend runs on.
-  int device_index() const;
 
   /// Runs `body` with this backend's stream capturing into a CUDA graph
   /// (cudaStreamCaptureModeGlobal: any allocation or synchronization inside invalidates the
