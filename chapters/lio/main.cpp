@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "batch.h"
+#include "lio/architecture.h"
 #include "lio/cli_common.h"
 #include "lio/error.h"
 #include "lio/generate.h"
@@ -54,6 +55,26 @@ json gguf_value_json(const lio::GgufValue& v) {
       v.data);
 }
 
+/// `lio info --families`: the decoder families LIO runs (lio/architecture.h), no model needed.
+int cmd_families(bool as_json) {
+  json list = json::array();
+  for (const lio::Architecture* a : lio::architectures()) {
+    list.push_back({{"architecture", std::string(a->name)},
+                    {"summary", std::string(a->summary)},
+                    {"rope_style", a->rope_style == lio::RopeStyle::Normal ? "normal" : "neox"},
+                    {"qkv_bias", a->qkv_bias},
+                    {"qk_norm", a->qk_norm}});
+  }
+  if (as_json) {
+    std::cout << json{{"architectures", list}}.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("decoder families (GGUF general.architecture):\n");
+  for (const auto& a : list)
+    std::printf("  %-8s %s\n", a["architecture"].get<std::string>().c_str(), a["summary"].get<std::string>().c_str());
+  return 0;
+}
+
 int cmd_info(const lio::CommonOptions& o) {
   lio::LoadedModel m = lio::load_from_options(o);
   const lio::ModelConfig& c = m.config;
@@ -61,6 +82,7 @@ int cmd_info(const lio::CommonOptions& o) {
   j["model"] = m.path;
   j["format"] = m.format;
   j["architecture"] = c.architecture;
+  j["supported_architectures"] = lio::architecture_names();
   j["name"] = c.name;
   j["config"] = {{"n_layers", c.n_layers},         {"d_model", c.d_model},
                  {"n_heads", c.n_heads},           {"n_kv_heads", c.n_kv_heads},
@@ -93,7 +115,8 @@ int cmd_info(const lio::CommonOptions& o) {
     return 0;
   }
   std::printf("model        %s (%s)\n", m.path.c_str(), m.format.c_str());
-  std::printf("name         %s, architecture %s\n", c.name.c_str(), c.architecture.c_str());
+  std::printf("name         %s, architecture %s (LIO runs: %s)\n", c.name.c_str(), c.architecture.c_str(),
+              lio::architecture_names().c_str());
   std::printf("layers %lld, d_model %lld, heads %lld (kv %lld), head_dim %lld, d_ff %lld, vocab %lld, ctx %lld\n",
               (long long)c.n_layers, (long long)c.d_model, (long long)c.n_heads, (long long)c.n_kv_heads,
               (long long)c.head_dim, (long long)c.d_ff, (long long)c.vocab_size, (long long)c.context_length);
@@ -322,6 +345,9 @@ int main(int argc, char** argv) {
 
   CLI::App* info = app.add_subcommand("info", "Model metadata, tensor table, parameter count, weight bytes");
   lio::add_model_flags(*info, info_o);
+  bool info_families = false;
+  info->add_flag("--families", info_families,
+                 "List the decoder families (general.architecture values) LIO runs, without loading a model");
 
   CLI::App* tokenize = app.add_subcommand("tokenize", "Text -> token ids");
   bool no_special = false;
@@ -398,7 +424,7 @@ int main(int argc, char** argv) {
   CLI::App* batch = lio::add_batch_subcommand(app, batch_o, batch_b);
 
   return lio::run_main(app, argc, argv, [&]() -> int {
-    if (info->parsed()) return cmd_info(info_o);
+    if (info->parsed()) return info_families ? cmd_families(info_o.json) : cmd_info(info_o);
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
     if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);

@@ -67,6 +67,10 @@ bool has_int8_kernel(const WeightMatrix& w);
 void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float* y, int64_t n,
                  bool accumulate = false);
 
+/// y (n_rows, dim) += bias (dim) on every row: a projection's bias (qwen2's Q/K/V). Throws
+/// InvalidArgument on n_rows < 0, dim <= 0 or a null pointer.
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim);
+
 /// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 

@@ -1,4 +1,4 @@
-// elementwise.cpp — the CPU's one-value-at-a-time operators: SwiGLU and the embedding lookup.
+// elementwise.cpp — the CPU's one-value-at-a-time operators: the bias add, SwiGLU and the embedding lookup.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -16,6 +16,17 @@ namespace {
 constexpr int64_t kParallelMinElems = int64_t{1} << 16;
 
 }  // namespace
+
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim) {
+  if (n_rows < 0 || dim <= 0) {
+    throw InvalidArgument("cpu::add_bias: need n_rows >= 0 and dim > 0, got n_rows=" + std::to_string(n_rows) +
+                          " dim=" + std::to_string(dim));
+  }
+  if (n_rows == 0) return;
+  if (y == nullptr || bias == nullptr) throw InvalidArgument("cpu::add_bias: null pointer (y or bias)");
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t j = 0; j < dim; ++j) y[r * dim + j] += bias[j];
+}
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   if (n < 0) throw InvalidArgument("cpu::swiglu: n must be >= 0, got " + std::to_string(n));

@@ -165,6 +165,11 @@ void gemv_batched(const DeviceMatrix& w, const float* x, float* y, int64_t n_row
 void gemv_batched_naive(const DeviceMatrix& w, const float* x, float* y, int64_t n_rows,
                         bool accumulate, cudaStream_t stream);
 
+/// Bias add: y[r][j] += bias[j] for r < n_rows, j < dim (qwen2's Q/K/V projection biases), the
+/// same arithmetic as cpu::add_bias. y: (n_rows, dim), bias: (dim) device pointers.
+/// Preconditions (throw InvalidArgument): non-null pointers, n_rows >= 0, dim > 0.
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim, cudaStream_t stream);
+
 /// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 with Swish_1 = SiLU):
 /// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i], elementwise over n values, f32, the same
 /// formula as cpu::swiglu. gate, up, out: (n) device pointers; out may alias gate or up.

@@ -1,5 +1,5 @@
-// elementwise.cu — SwiGLU on the GPU (out = silu(gate) * up, one thread per value) and the
-// row gather that picks the rows whose logits are wanted.
+// elementwise.cu — SwiGLU on the GPU (out = silu(gate) * up, one thread per value), the bias
+// add of a projection, and the row gather that picks the rows whose logits are wanted.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,6 +29,17 @@ __global__ void swiglu_kernel(const float* gate,  // (n)
   }
 }
 
+/// Grid: (min(ceil(n_rows * dim / kBlockThreads), kMaxBlocks)). Block: (kBlockThreads).
+/// Grid-stride over the n_rows * dim values; bias reads hit L1 (dim floats).
+__global__ void add_bias_kernel(float* y,            // (n_rows, dim)
+                                const float* bias,   // (dim)
+                                int64_t n, int64_t dim) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    y[i] += bias[i % dim];
+  }
+}
+
 /// Grid: (n_rows). Block: (kBlockThreads). Output row r is x row rows[r]; threads over dim
 /// (coalesced on both sides).
 __global__ void gather_rows_kernel(const float* x,       // (>= max(rows) + 1, dim)
@@ -52,6 +63,20 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
   const unsigned n_blocks = want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
   swiglu_kernel<<<n_blocks, kBlockThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim, cudaStream_t stream) {
+  if (n_rows < 0 || dim <= 0) {
+    throw InvalidArgument("cuda::add_bias: need n_rows >= 0 and dim > 0, got n_rows=" + std::to_string(n_rows) +
+                          " dim=" + std::to_string(dim));
+  }
+  if (n_rows == 0) return;
+  if (y == nullptr || bias == nullptr) throw InvalidArgument("cuda::add_bias: null device pointer (y or bias)");
+  const int64_t n = n_rows * dim;
+  const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  const unsigned n_blocks = want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
+  add_bias_kernel<<<n_blocks, kBlockThreads, 0, stream>>>(y, bias, n, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,6 +4,9 @@
 //   make_test_models --smollm2-8-heads PATH   a random-weight Q4_1 model of SmolLM2-135M's size
 //       (30 layers, d_model 512, d_ff 1536) with 8 query / 2 KV heads, so tensor parallelism at
 //       2, 4 and 8 ranks splits it (chapter 08's benchmark: TP 2 on 2 cores, not oversubscribed)
+//   make_test_models --family ARCH PATH [SEED]   a tiny random-weight F32 model of the family ARCH
+//       (llama, qwen2, qwen3; lio/architecture.h) that llama.cpp also loads: the oracle check of
+//       each family's layer (tests/conformance/check_families.py)
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -75,8 +78,26 @@ int main(int argc, char** argv) {
     lio::testing::write_tiny_gguf(argv[2], spec);
     return 0;
   }
+  if ((argc == 4 || argc == 5) && std::string(argv[1]) == "--family") {
+    lio::testing::TinyModelSpec spec;
+    spec.architecture = argv[2];
+    spec.n_layers = 3;
+    spec.d_model = 128;
+    spec.n_heads = 4;
+    spec.n_kv_heads = 2;
+    spec.head_dim = 32;
+    spec.d_ff = 256;
+    spec.context_length = 512;
+    spec.rope_theta = spec.architecture == "llama" ? 10000.0f : 1000000.0f;  // Qwen's base
+    spec.rms_norm_eps = spec.architecture == "llama" ? 1e-5f : 1e-6f;
+    spec.tied_embeddings = spec.architecture != "qwen2";  // one family with its own LM head
+    spec.init_std = 0.08f;
+    spec.seed = argc == 5 ? std::stoull(argv[4]) : 7;
+    lio::testing::write_tiny_gguf(argv[3], spec);
+    return 0;
+  }
   if (argc != 2) {
-    std::cerr << "usage: make_test_models OUT_DIR\n";
+    std::cerr << "usage: make_test_models OUT_DIR | --smollm2-8-heads PATH | --family ARCH PATH [SEED]\n";
     return 2;
   }
   const std::string dir = argv[1];

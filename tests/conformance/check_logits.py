@@ -73,6 +73,21 @@ def lio_logits(lio, model, ids, threads, device="cpu", activations=None):
         os.unlink(out)
 
 
+def llama_greedy(llm, ids, n, is_stop):
+    """llama.cpp's greedy continuation of `ids`: up to n argmax tokens, ending before the first
+    token for which is_stop(token) holds."""
+    llm.reset()
+    llm.eval(ids)
+    out = []
+    for _ in range(n):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        if is_stop(tok):
+            break
+        out.append(tok)
+        llm.eval([tok])
+    return out
+
+
 def log_softmax(x):
     x = x.astype(np.float64)
     m = x.max(axis=-1, keepdims=True)
@@ -137,15 +152,7 @@ def check_file(args, label, model, min_top1, max_kl, floor_scores=None):
 
     for prompt in PROMPTS:
         ids = llm.tokenize(prompt.encode(), add_bos=False, special=False)
-        llm.reset()
-        llm.eval(ids)
-        ref_tokens = []
-        for _ in range(32):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            if tok == llm.token_eos():
-                break
-            ref_tokens.append(tok)
-            llm.eval([tok])
+        ref_tokens = llama_greedy(llm, ids, 32, lambda tok: tok == llm.token_eos())
         out = subprocess.run([args.lio, "generate", "--model", model, "--prompt", prompt,
                               "--temperature", "0", "--max-tokens", "32", "--json",
                               "--device", args.device]

@@ -167,6 +167,17 @@ TEST(TensorParallel, Q8TinyModelWithPaddedVocabularyEqualsOneRank) {
   check_grids(tiny_model(s, "q8"), {{2, 1}, {4, 1}, {2, 2}}, 1e-5);
 }
 
+// qwen2's Q/K/V biases split with their projections' rows (replicated with the KV heads at tp 4);
+// qwen3's QK-norm weights act per head and go whole to every rank.
+TEST(TensorParallel, Qwen2AndQwen3TinyModelsEqualOneRank) {
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    testing::TinyModelSpec s = eight_heads();
+    s.architecture = arch;
+    s.tied_embeddings = arch == "qwen3";
+    check_grids(tiny_model(s, arch), {{2, 1}, {4, 1}, {2, 2}}, 1e-5);
+  }
+}
+
 TEST(TensorParallel, ShardHoldsItsPartOfTheWeights) {
   const LoadedModel m = tiny_model(eight_heads(), "f32");
   const auto matrix_bytes = [](const Weights& w) {

@@ -132,7 +132,8 @@ struct TensorSpec {
   std::string hf_name;
   std::string gguf_name;
   std::vector<int64_t> shape;  // row-major
-  bool is_norm;
+  bool is_norm;                // drawn from 1 + N(0, 0.1) and stored F32
+  bool is_bias = false;        // drawn from N(0, init_std) and stored F32
 };
 
 std::vector<TensorSpec> tensor_specs(const TinyModelSpec& s) {
@@ -151,6 +152,15 @@ std::vector<TensorSpec> tensor_specs(const TinyModelSpec& s) {
         {hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv_dim, s.d_model}, false});
     out.push_back(
         {hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv_dim, s.d_model}, false});
+    if (s.architecture == "qwen2") {
+      out.push_back({hf + "self_attn.q_proj.bias", gg + "attn_q.bias", {q_dim}, false, true});
+      out.push_back({hf + "self_attn.k_proj.bias", gg + "attn_k.bias", {kv_dim}, false, true});
+      out.push_back({hf + "self_attn.v_proj.bias", gg + "attn_v.bias", {kv_dim}, false, true});
+    }
+    if (s.architecture == "qwen3") {
+      out.push_back({hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", {s.head_dim}, true});
+      out.push_back({hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", {s.head_dim}, true});
+    }
     out.push_back(
         {hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {s.d_model, q_dim}, false});
     out.push_back(
@@ -175,6 +185,9 @@ void validate_spec(const TinyModelSpec& s) {
   }
   if (s.n_heads % s.n_kv_heads != 0 || s.head_dim % 2 != 0) {
     throw InvalidArgument("tiny model: n_heads must be a multiple of n_kv_heads and head_dim even");
+  }
+  if (s.architecture != "llama" && s.architecture != "qwen2" && s.architecture != "qwen3") {
+    throw InvalidArgument("tiny model: architecture '" + s.architecture + "' (llama, qwen2 or qwen3)");
   }
 }
 
@@ -285,22 +298,24 @@ void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec) {
   const auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
 
   GgufWriter w;
-  w.set("general.architecture", GgufValue::str("llama"));
-  w.set("general.name", GgufValue::str("lio-tiny-llama"));
+  const std::string& arch = spec.architecture;
+  const bool llama = arch == "llama";
+  w.set("general.architecture", GgufValue::str(arch));
+  w.set("general.name", GgufValue::str("lio-tiny-" + arch));
   w.set("general.file_type", GgufValue::u32(gguf_file_type(spec.weight_dtype)));
   w.set("general.quantization_version", GgufValue::u32(2));
-  w.set("llama.block_count", u32(spec.n_layers));
-  w.set("llama.context_length", u32(spec.context_length));
-  w.set("llama.embedding_length", u32(spec.d_model));
-  w.set("llama.feed_forward_length", u32(spec.d_ff));
-  w.set("llama.attention.head_count", u32(spec.n_heads));
-  w.set("llama.attention.head_count_kv", u32(spec.n_kv_heads));
-  w.set("llama.attention.key_length", u32(spec.head_dim));
-  w.set("llama.attention.value_length", u32(spec.head_dim));
-  w.set("llama.rope.freq_base", GgufValue::f32(spec.rope_theta));
-  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_norm_eps));
-  w.set("llama.vocab_size", u32(spec.vocab_size()));
-  w.set("llama.rope.dimension_count", u32(spec.head_dim));
+  w.set(arch + ".block_count", u32(spec.n_layers));
+  w.set(arch + ".context_length", u32(spec.context_length));
+  w.set(arch + ".embedding_length", u32(spec.d_model));
+  w.set(arch + ".feed_forward_length", u32(spec.d_ff));
+  w.set(arch + ".attention.head_count", u32(spec.n_heads));
+  w.set(arch + ".attention.head_count_kv", u32(spec.n_kv_heads));
+  w.set(arch + ".attention.key_length", u32(spec.head_dim));
+  w.set(arch + ".attention.value_length", u32(spec.head_dim));
+  w.set(arch + ".rope.freq_base", GgufValue::f32(spec.rope_theta));
+  w.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_norm_eps));
+  w.set(arch + ".vocab_size", u32(spec.vocab_size()));
+  w.set(arch + ".rope.dimension_count", u32(spec.head_dim));
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::str("smollm"));
   w.set("tokenizer.ggml.tokens", GgufValue::str_array(vocab.tokens));
@@ -314,12 +329,12 @@ void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec) {
   for (const TensorSpec& t : tensor_specs(spec)) {
     const std::vector<float>& values = tensors.get(t.hf_name);
     DType dtype = spec.weight_dtype;
-    if (t.is_norm) dtype = DType::F32;
+    if (t.is_norm || t.is_bias) dtype = DType::F32;
     if (t.gguf_name == "token_embd.weight") dtype = spec.embd_dtype;
-    if (ends_with(t.gguf_name, ".attn_q.weight")) {
+    if (llama && ends_with(t.gguf_name, ".attn_q.weight")) {
       w.add_tensor_f32(t.gguf_name, dtype, t.shape,
                        permute_qk(values, t.shape[0], t.shape[1], spec.n_heads));
-    } else if (ends_with(t.gguf_name, ".attn_k.weight")) {
+    } else if (llama && ends_with(t.gguf_name, ".attn_k.weight")) {
       w.add_tensor_f32(t.gguf_name, dtype, t.shape,
                        permute_qk(values, t.shape[0], t.shape[1], spec.n_kv_heads));
     } else {
@@ -342,9 +357,12 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
   if (ec) throw InvalidArgument("tiny model: cannot create '" + dir + "': " + ec.message());
 
   // ---- config.json ----
+  const std::string hf_class = spec.architecture == "qwen2"   ? "Qwen2ForCausalLM"
+                               : spec.architecture == "qwen3" ? "Qwen3ForCausalLM"
+                                                              : "LlamaForCausalLM";
   ordered_json config = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {hf_class}},
+      {"model_type", spec.architecture},
       {"hidden_size", spec.d_model},
       {"intermediate_size", spec.d_ff},
       {"num_attention_heads", spec.n_heads},
@@ -431,7 +449,7 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
     for (size_t i = begin; i < end; ++i) {
       const TensorSpec& t = specs[i];
       DType dtype = hf_dtype(spec.weight_dtype);
-      if (t.is_norm) dtype = DType::F32;
+      if (t.is_norm || t.is_bias) dtype = DType::F32;
       if (t.hf_name == "model.embed_tokens.weight") dtype = hf_dtype(spec.embd_dtype);
       const std::vector<float>& values = tensors.get(t.hf_name);
       w.add_tensor_f32(t.hf_name, dtype, t.shape, values);

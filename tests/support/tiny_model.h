@@ -15,6 +15,10 @@ namespace lio::testing {
 /// (<|endoftext|> = 0, <|im_start|> = 1, <|im_end|> = 2), the 256 byte tokens in GPT-2's
 /// bytes_to_unicode order, then one token per merge in `merges`.
 struct TinyModelSpec {
+  /// The family (lio/architecture.h): "llama"; "qwen2" adds Q/K/V biases (drawn like matrices),
+  /// "qwen3" QK-norm weights (drawn like norms). Non-llama Q/K rows are stored unpermuted (NEOX
+  /// RoPE), as convert_hf_to_gguf.py stores them.
+  std::string architecture = "llama";
   int64_t n_layers = 2;
   int64_t d_model = 64;
   int64_t n_heads = 4;
@@ -35,17 +39,19 @@ struct TinyModelSpec {
   int64_t vocab_size() const { return 3 + 256 + static_cast<int64_t>(merges.size()); }
 };
 
-/// Writes `path` as a GGUF v3 "llama" model: llama.* keys, tokenizer.ggml.* keys
+/// Writes `path` as a GGUF v3 model of spec.architecture: <arch>.* keys, tokenizer.ggml.* keys
 /// (model "gpt2", pre "smollm", ChatML chat template), tensors named as llama.cpp does
-/// (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight [, output.weight]).
-/// Q and K weights are stored permuted for RopeStyle::Normal exactly as llama.cpp's
+/// (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight [, output.weight];
+/// qwen2: blk.N.attn_{q,k,v}.bias; qwen3: blk.N.attn_{q,k}_norm.weight).
+/// For llama, Q and K weights are stored permuted for RopeStyle::Normal exactly as llama.cpp's
 /// convert_hf_to_gguf.py `permute` does, so the GGUF and HF files of one spec are the
 /// same model and must give the same logits.
 /// Throws InvalidArgument on an inconsistent spec (n_heads % n_kv_heads != 0, odd head_dim,
 /// a merge whose parts are not yet in the vocabulary or whose result is a duplicate).
 void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec);
 
-/// Writes a Hugging Face directory: config.json (LlamaForCausalLM), tokenizer.json
+/// Writes a Hugging Face directory: config.json (LlamaForCausalLM, Qwen2ForCausalLM or
+/// Qwen3ForCausalLM, model_type = spec.architecture), tokenizer.json
 /// (byte-level BPE with the same vocabulary and merges), tokenizer_config.json, and
 /// model.safetensors — or, with n_shards > 1, model-0000K-of-0000N.safetensors shards plus
 /// model.safetensors.index.json. Weights in HF layout (unpermuted Q/K). The 2-D matrices

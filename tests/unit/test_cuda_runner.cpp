@@ -354,6 +354,27 @@ TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
   }
 }
 
+// Each decoder family's extras on the GPU (qwen2's bias add, qwen3's per-head QK-norm) against
+// the CPU: prefill, decode steps and a mixed batch.
+TEST_F(CudaRunnerTest, EveryFamilyMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    TinyModelSpec spec;
+    spec.architecture = arch;
+    spec.tied_embeddings = arch == "qwen3";
+    lio::LoadedModel m = load_tiny(spec);
+    auto cpu = runner(m, lio::Device::Cpu);
+    auto gpu = runner(m, lio::Device::Cuda);
+    lio::SoloSequence cpu_seq(*cpu, 64), gpu_seq(*gpu, 64);
+    EXPECT_LT(max_rel_error(run(gpu_seq, kPrompt, true), run(cpu_seq, kPrompt, true)), 1e-4) << arch << " prefill";
+    for (int32_t token : {11, 250})
+      EXPECT_LT(max_rel_error(run(gpu_seq, {token}, false), run(cpu_seq, {token}, false)), 1e-4) << arch << " decode";
+    auto cpu_b = runner(m, lio::Device::Cpu, 4, 16);
+    auto gpu_b = runner(m, lio::Device::Cuda, 4, 16);
+    expect_mixed_batch_matches(*cpu_b, *gpu_b, arch);
+  }
+}
+
 // A llama.cpp Q4_K_M-like mix (Q4_K, Q6_K, Q5_0, Q5_1 matrices) runs as stored on the GPU and
 // matches the CPU, which computes it bit for bit as its f32 copy (test_kquant_loading).
 TEST_F(CudaRunnerTest, ReadOnlyTypesMixMatchesCpu) {

@@ -50,7 +50,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::M
   for (int64_t l = 0; l < n_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     for (const WeightKind k : kPackedKinds) add({k, l}, matrix({k, l}));
-    weight_bytes_ += static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
+    weight_bytes_ += static_cast<int64_t>(L.vector_floats() * sizeof(float));
   }
   add({WeightKind::Output}, weights_.output);
 }
@@ -110,12 +110,25 @@ const WeightMatrix& CpuBackend::matrix(WeightRef w) const {
   throw InternalError("CpuBackend: weight kind is not a matrix");
 }
 
-const std::vector<float>& CpuBackend::norm(WeightRef w) const {
+const std::vector<float>& CpuBackend::vector(WeightRef w) const {
   if (w.kind == WeightKind::OutputNorm) return weights_.output_norm;
   const LayerWeights& L = weights_.layers.at(static_cast<size_t>(w.layer));
-  if (w.kind == WeightKind::AttnNorm) return L.attn_norm;
-  if (w.kind == WeightKind::FfnNorm) return L.ffn_norm;
-  throw InternalError("CpuBackend: weight kind is not a norm");
+  const std::vector<float>* v = nullptr;
+  switch (w.kind) {
+    case WeightKind::AttnNorm: v = &L.attn_norm; break;
+    case WeightKind::FfnNorm: v = &L.ffn_norm; break;
+    case WeightKind::QNorm: v = &L.q_norm; break;
+    case WeightKind::KNorm: v = &L.k_norm; break;
+    case WeightKind::BiasQ: v = &L.bq; break;
+    case WeightKind::BiasK: v = &L.bk; break;
+    case WeightKind::BiasV: v = &L.bv; break;
+    default: throw InternalError("CpuBackend: weight kind " + std::to_string(static_cast<int>(w.kind)) + " is not a vector");
+  }
+  if (v->empty()) {
+    throw InternalError("CpuBackend: layer " + std::to_string(w.layer) + " of this " + config_.architecture +
+                        " model has no vector of kind " + std::to_string(static_cast<int>(w.kind)));
+  }
+  return *v;
 }
 
 void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
@@ -123,7 +136,15 @@ void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
 }
 
 void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows) {
-  cpu::rmsnorm(x, norm(w).data(), out, n_rows, config_.d_model, config_.rms_norm_eps);
+  const std::vector<float>& weight = vector(w);
+  const int64_t width = norm_width(w.kind, config_);
+  LIO_CHECK(static_cast<int64_t>(weight.size()) == width, "norm weight of the wrong length");
+  cpu::rmsnorm(x, weight.data(), out, n_rows, width, config_.rms_norm_eps);
+}
+
+void CpuBackend::add_bias(float* y, WeightRef w, int64_t n_rows) {
+  const std::vector<float>& bias = vector(w);
+  cpu::add_bias(y, bias.data(), n_rows, static_cast<int64_t>(bias.size()));
 }
 
 void CpuBackend::round_tokens(const float* x, int64_t n_rows, int64_t cols) {

@@ -33,6 +33,12 @@ struct DeviceLayer {
   DeviceMatrix wkv_a, wk_b, wv_b;  // MLA (chapter 02): latent down-projection, W_UK, W_UV
   const float* ffn_norm = nullptr;  // (d_model)
   DeviceMatrix w_gate, w_up, w_down;
+  // Per-family vectors (lio/architecture.h); null where the family has none.
+  const float* bq = nullptr;      // qwen2: (q_dim) bias of W_q
+  const float* bk = nullptr;      // qwen2: (kv_dim) bias of W_k
+  const float* bv = nullptr;      // qwen2: (kv_dim) bias of W_v
+  const float* q_norm = nullptr;  // qwen3: (head_dim)
+  const float* k_norm = nullptr;  // qwen3: (head_dim)
 };
 
 struct CudaBackend::Impl {
@@ -162,7 +168,9 @@ struct CudaBackend::Impl {
   /// The device matrix `ref` names. Throws InvalidArgument for a norm or a bad layer.
   const DeviceMatrix& matrix(WeightRef ref) const;
   /// The device norm weight `ref` names. Throws InvalidArgument for a matrix or a bad layer.
-  const float* norm(WeightRef ref) const;
+  /// The norm or bias vector `ref` names on the device. Throws InvalidArgument for another kind
+  /// or a vector this model's layers lack.
+  const float* vector(WeightRef ref) const;
 
   // Operators (cuda_backend_ops.cpp).
   /// Whether `w` (as `matrix`) multiplies int8 activations (chapter 03's rules).

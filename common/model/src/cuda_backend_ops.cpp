@@ -49,12 +49,18 @@ void CudaBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
 
 void CudaBackend::rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) {
   Impl& m = *impl_;
-  const float* weight = m.norm(norm);
+  const float* weight = m.vector(norm);
+  const int64_t width = norm_width(norm.kind, m.config);
   m.guarded([&] {
-    m.op("rmsnorm", [&] {
-      cuda::rmsnorm(x, weight, out, n_rows, m.config.d_model, m.config.rms_norm_eps, m.stream);
-    });
+    m.op("rmsnorm", [&] { cuda::rmsnorm(x, weight, out, n_rows, width, m.config.rms_norm_eps, m.stream); });
   });
+}
+
+void CudaBackend::add_bias(float* y, WeightRef bias, int64_t n_rows) {
+  Impl& m = *impl_;
+  const float* b = m.vector(bias);
+  const int64_t len = bias.kind == WeightKind::BiasQ ? m.config.q_dim() : m.config.kv_dim();
+  m.guarded([&] { m.op("add_bias", [&] { cuda::add_bias(y, b, n_rows, len, m.stream); }); });
 }
 
 /// Chapter 03's int8 activations apply to `w` (as `matrix`): block-quantized weights only, and

@@ -32,6 +32,12 @@ void CudaBackend::Impl::upload_weights(const Weights& weights) {
     d.w_gate = m.upload(L.w_gate);
     d.w_up = m.upload(L.w_up);
     d.w_down = m.upload(L.w_down);
+    const auto optional = [&](const std::vector<float>& v) { return v.empty() ? nullptr : m.upload(v); };
+    d.bq = optional(L.bq);
+    d.bk = optional(L.bk);
+    d.bv = optional(L.bv);
+    d.q_norm = optional(L.q_norm);
+    d.k_norm = optional(L.k_norm);
     m.layers.push_back(d);
   }
   m.output_norm = m.upload(weights.output_norm);
@@ -98,15 +104,26 @@ const DeviceMatrix& CudaBackend::Impl::matrix(WeightRef ref) const {
                         std::to_string(static_cast<int>(ref.kind)) + " is not a matrix");
 }
 
-const float* CudaBackend::Impl::norm(WeightRef ref) const {
+const float* CudaBackend::Impl::vector(WeightRef ref) const {
+  const float* v = nullptr;
   switch (ref.kind) {
-    case WeightKind::AttnNorm: return layer(ref).attn_norm;
-    case WeightKind::FfnNorm: return layer(ref).ffn_norm;
-    case WeightKind::OutputNorm: return output_norm;
-    default: break;
+    case WeightKind::AttnNorm: v = layer(ref).attn_norm; break;
+    case WeightKind::FfnNorm: v = layer(ref).ffn_norm; break;
+    case WeightKind::OutputNorm: v = output_norm; break;
+    case WeightKind::QNorm: v = layer(ref).q_norm; break;
+    case WeightKind::KNorm: v = layer(ref).k_norm; break;
+    case WeightKind::BiasQ: v = layer(ref).bq; break;
+    case WeightKind::BiasK: v = layer(ref).bk; break;
+    case WeightKind::BiasV: v = layer(ref).bv; break;
+    default:
+      throw InvalidArgument("CudaBackend: weight kind " + std::to_string(static_cast<int>(ref.kind)) +
+                            " is not a norm or bias");
   }
-  throw InvalidArgument("CudaBackend::rmsnorm: weight kind " +
-                        std::to_string(static_cast<int>(ref.kind)) + " is not a norm");
+  if (v == nullptr) {
+    throw InvalidArgument("CudaBackend: layer " + std::to_string(ref.layer) + " of this " + config.architecture +
+                          " model has no vector of kind " + std::to_string(static_cast<int>(ref.kind)));
+  }
+  return v;
 }
 
 }  // namespace lio::cuda

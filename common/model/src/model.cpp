@@ -4,9 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "lio/architecture.h"
 #include "lio/error.h"
 
 namespace lio {
+
+Model::Model(Backend& backend)
+    : backend_(backend), arch_(find_architecture(backend.config().architecture, backend.config().name)) {}
 
 float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   Backend& be = backend_;
@@ -81,35 +85,10 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
     par->all_reduce.add(count * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
   };
   if (tp && plan.first_stage()) all_reduce(x, n * d);  // each token's embedding row came from one rank's shard
-  for (int64_t l = 0; l < n_run; ++l) {
-    // ---- attention: K/V of every row into the pool, then each row over its sequence
-    be.rmsnorm(x, {WeightKind::AttnNorm, l}, xn, n);
-    if (c.is_mla()) {
-      // ---- MLA (chapter 02; DeepSeek-V2 sec. 2.1): cache the latent c_kv and the shared
-      // RoPE key k_pe, one row per token; every head's K and V come from it.
-      be.matmul({WeightKind::Wq, l}, xn, q, n, false);
-      be.matmul({WeightKind::WkvA, l}, xn, k, n, false);  // (n, d_c + d_R)
-      be.mla_rope(q, k, view.positions, n);
-      be.mla_attention(pool, l, q, k, attn, view);
-      be.matmul({WeightKind::Wo, l}, attn, x, n, /*accumulate=*/true);
-    } else {
-      const MatmulOut qkv[] = {{{WeightKind::Wq, l}, q}, {{WeightKind::Wk, l}, k}, {{WeightKind::Wv, l}, v}};
-      be.matmul_many(qkv, xn, n);  // column-parallel: this rank's heads
-      be.rope(q, view.positions, n, c.n_heads);
-      be.rope(k, view.positions, n, c.n_kv_heads);
-      be.kv_append(pool, l, k, v, view);
-      be.attention(pool, l, q, attn, view);
-      be.matmul({WeightKind::Wo, l}, attn, x, n, accumulate);  // x += W_o attn (row-parallel)
-      if (tp) all_reduce(x, n * d);                              // all-reduce 1 of 2
-    }
-    // ---- SwiGLU MLP
-    be.rmsnorm(x, {WeightKind::FfnNorm, l}, xn, n);
-    const MatmulOut gate_up[] = {{{WeightKind::Gate, l}, gate}, {{WeightKind::Up, l}, up}};
-    be.matmul_many(gate_up, xn, n);  // column-parallel: this rank's features
-    be.swiglu(gate, up, gate, n * c.d_ff);
-    be.matmul({WeightKind::Down, l}, gate, x, n, accumulate);  // x += W_down h (row-parallel)
-    if (tp) all_reduce(x, n * d);                                // all-reduce 2 of 2
-  }
+  // ---- the family's decoder layers (lio/architecture.h; arch/<family>.cpp)
+  LayerPass pass{be, c, pool, view, n, x, xn, q, k, v, attn, gate, up, accumulate, {}};
+  if (tp) pass.all_reduce = all_reduce;
+  for (int64_t l = 0; l < n_run; ++l) arch_.layer(pass, l);
   if (!plan.last_stage()) {  // pipeline: on to the next stage
     staging_.resize(static_cast<size_t>(n * d));
     be.to_host(x, n * d, staging_.data());

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "lio/architecture.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
 
@@ -49,10 +50,7 @@ float ModelConfig::softmax_scale() const {
 
 ModelConfig config_from_gguf(const GgufFile& file) {
   const std::string arch = file.get_string("general.architecture");
-  if (arch != "llama") {
-    throw UnsupportedError(file.path() + ": architecture '" + arch +
-                           "' is not supported (supported: llama)");
-  }
+  const Architecture& family = find_architecture(arch, file.path());
   ModelConfig c;
   c.architecture = arch;
   c.name = file.has("general.name") ? file.get_string("general.name") : "unnamed";
@@ -88,9 +86,10 @@ ModelConfig config_from_gguf(const GgufFile& file) {
                            std::to_string(file.get_uint(p + "rope.dimension_count")) +
                            " != head_dim " + std::to_string(c.head_dim) + ") is not supported");
   }
-  // llama.cpp applies "normal" (interleaved) RoPE to llama-arch GGUF; convert_hf_to_gguf.py
-  // permutes Q/K rows so this equals HF's rotate-half on the original weights.
-  c.rope_style = RopeStyle::Normal;
+  // The family's pairing, as llama.cpp's llama_model_rope_type: "normal" (adjacent pairs) for
+  // llama, whose Q/K rows convert_hf_to_gguf.py permutes so this equals HF's rotate-half on the
+  // original weights; NEOX (halves, the weights unpermuted) for qwen2 and qwen3.
+  c.rope_style = family.rope_style;
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   c.validate(file.path());
   return c;
@@ -109,20 +108,17 @@ ModelConfig config_from_hf_json(const std::string& path) {
     if (!j.contains(key)) throw FormatError(path + ": key '" + key + "' missing");
     return j.at(key);
   };
+  // model_type names the family as GGUF's general.architecture does ("llama", "qwen2", "qwen3");
+  // an export without it names its class (LlamaForCausalLM).
   std::string model_type = j.value("model_type", "");
-  bool is_llama = model_type == "llama";
-  if (j.contains("architectures") && j["architectures"].is_array()) {
+  if (model_type.empty() && j.contains("architectures") && j["architectures"].is_array()) {
     for (const auto& a : j["architectures"])
-      if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") is_llama = true;
+      if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") model_type = "llama";
   }
-  if (!is_llama) {
-    throw UnsupportedError(path + ": architecture '" +
-                           (model_type.empty() ? std::string("unknown") : model_type) +
-                           "' is not supported (supported: llama)");
-  }
+  find_architecture(model_type.empty() ? std::string("unknown") : model_type, path);
   ModelConfig c;
   try {
-    c.architecture = "llama";
+    c.architecture = model_type;
     c.name = std::filesystem::path(path).parent_path().filename().string();
     c.n_layers = need("num_hidden_layers").get<int64_t>();
     c.d_model = need("hidden_size").get<int64_t>();
@@ -139,10 +135,13 @@ ModelConfig config_from_hf_json(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(path + ": bad value: " + e.what());
   }
+  if (j.value("use_sliding_window", false)) {
+    throw UnsupportedError(path + ": use_sliding_window is not supported yet");
+  }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     throw UnsupportedError(path + ": rope_scaling is not supported yet");
   }
-  c.rope_style = RopeStyle::Neox;
+  c.rope_style = RopeStyle::Neox;  // Hugging Face's rotate-half, every family (weights unpermuted)
   c.validate(path);
   return c;
 }

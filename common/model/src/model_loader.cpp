@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "lio/architecture.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
 #include "lio/safetensors.h"
@@ -108,43 +109,58 @@ class TensorBinder {
   Weights& weights_;
 };
 
-/// Tensor names of one family of checkpoints.
+/// Tensor names of one kind of checkpoint.
 struct NameScheme {
   std::string embd, out_norm, output;
-  std::function<std::string(int64_t, const char*)> layer;  // (layer, role) -> name
+  /// (layer, llama.cpp role, "weight" | "bias") -> the tensor's name
+  std::function<std::string(int64_t, const char*, const char*)> layer;
 };
 
 const NameScheme kGgufNames{
     "token_embd.weight", "output_norm.weight", "output.weight",
-    [](int64_t l, const char* role) { return "blk." + std::to_string(l) + "." + role + ".weight"; }};
+    [](int64_t l, const char* role, const char* kind) {
+      return "blk." + std::to_string(l) + "." + role + "." + kind;
+    }};
 
 const NameScheme kHfNames{
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-    [](int64_t l, const char* role) {
+    [](int64_t l, const char* role, const char* kind) {
       static const std::map<std::string, std::string> hf = {
           {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
           {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
           {"attn_output", "self_attn.o_proj"},  {"ffn_norm", "post_attention_layernorm"},
           {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-          {"ffn_down", "mlp.down_proj"}};
-      return "model.layers." + std::to_string(l) + "." + hf.at(role) + ".weight";
+          {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
+          {"attn_k_norm", "self_attn.k_norm"}};
+      return "model.layers." + std::to_string(l) + "." + hf.at(role) + "." + kind;
     }};
 
 void bind_weights(const ModelConfig& c, TensorBinder& b, const NameScheme& names, Weights& w) {
+  const Architecture& family = find_architecture(c.architecture, c.name);
   const int64_t d = c.d_model;
+  const auto weight = [&](int64_t l, const char* role) { return names.layer(l, role, "weight"); };
   w.token_embd = b.matrix(names.embd, c.vocab_size, d);
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    L.attn_norm = b.vector(names.layer(l, "attn_norm"), d);
-    L.wq = b.matrix(names.layer(l, "attn_q"), c.q_dim(), d);
-    L.wk = b.matrix(names.layer(l, "attn_k"), c.kv_dim(), d);
-    L.wv = b.matrix(names.layer(l, "attn_v"), c.kv_dim(), d);
-    L.wo = b.matrix(names.layer(l, "attn_output"), d, c.q_dim());
-    L.ffn_norm = b.vector(names.layer(l, "ffn_norm"), d);
-    L.w_gate = b.matrix(names.layer(l, "ffn_gate"), c.d_ff, d);
-    L.w_up = b.matrix(names.layer(l, "ffn_up"), c.d_ff, d);
-    L.w_down = b.matrix(names.layer(l, "ffn_down"), d, c.d_ff);
+    L.attn_norm = b.vector(weight(l, "attn_norm"), d);
+    L.wq = b.matrix(weight(l, "attn_q"), c.q_dim(), d);
+    L.wk = b.matrix(weight(l, "attn_k"), c.kv_dim(), d);
+    L.wv = b.matrix(weight(l, "attn_v"), c.kv_dim(), d);
+    L.wo = b.matrix(weight(l, "attn_output"), d, c.q_dim());
+    L.ffn_norm = b.vector(weight(l, "ffn_norm"), d);
+    L.w_gate = b.matrix(weight(l, "ffn_gate"), c.d_ff, d);
+    L.w_up = b.matrix(weight(l, "ffn_up"), c.d_ff, d);
+    L.w_down = b.matrix(weight(l, "ffn_down"), d, c.d_ff);
+    if (family.qkv_bias) {  // qwen2
+      L.bq = b.vector(names.layer(l, "attn_q", "bias"), c.q_dim());
+      L.bk = b.vector(names.layer(l, "attn_k", "bias"), c.kv_dim());
+      L.bv = b.vector(names.layer(l, "attn_v", "bias"), c.kv_dim());
+    }
+    if (family.qk_norm) {  // qwen3
+      L.q_norm = b.vector(weight(l, "attn_q_norm"), c.head_dim);
+      L.k_norm = b.vector(weight(l, "attn_k_norm"), c.head_dim);
+    }
   }
   w.output_norm = b.vector(names.out_norm, d);
   w.output = c.tied_embeddings ? w.token_embd : b.matrix(names.output, c.vocab_size, d);
@@ -202,7 +218,7 @@ LoadedModel load_hf_dir(const std::string& dir, WeightMode mode) {
 int64_t Weights::size_bytes() const {
   int64_t total = token_embd.size_bytes();
   for (const auto& L : layers) {
-    total += static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
+    total += static_cast<int64_t>(L.vector_floats() * sizeof(float));
     for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wkv_a, &L.wk_b, &L.wv_b})
       total += m->size_bytes();
   }
@@ -214,7 +230,7 @@ int64_t Weights::size_bytes() const {
 int64_t Weights::n_params() const {
   int64_t total = token_embd.rows * token_embd.cols;
   for (const auto& L : layers) {
-    total += static_cast<int64_t>(L.attn_norm.size() + L.ffn_norm.size());
+    total += L.vector_floats();
     for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wkv_a, &L.wk_b, &L.wv_b})
       total += m->rows * m->cols;
   }

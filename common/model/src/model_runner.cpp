@@ -36,6 +36,10 @@ void Backend::reserve(const StepLimits& limits) {
   }
 }
 
+int64_t norm_width(WeightKind kind, const ModelConfig& config) {
+  return kind == WeightKind::QNorm || kind == WeightKind::KNorm ? config.head_dim : config.d_model;
+}
+
 void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
   for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }

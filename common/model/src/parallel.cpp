@@ -195,6 +195,15 @@ LoadedModel shard_model(const LoadedModel& full, const RankPlan& p) {
     L.w_gate = rows_of(f.w_gate, p.ff_begin, p.ff_end, w);                          // column-parallel
     L.w_up = rows_of(f.w_up, p.ff_begin, p.ff_end, w);                              // column-parallel
     L.w_down = cols_of(f.w_down, p.ff_begin, p.ff_end, w);                          // row-parallel
+    // qwen2's biases follow their projections' rows; QK-norm weights act per head: every rank's.
+    const auto span_of = [](const std::vector<float>& v, int64_t begin, int64_t end) {
+      return v.empty() ? v : std::vector<float>(v.begin() + begin, v.begin() + end);
+    };
+    L.bq = span_of(f.bq, p.head_begin * hd, p.head_end * hd);
+    L.bk = span_of(f.bk, p.kv_head_begin * hd, p.kv_head_end * hd);
+    L.bv = span_of(f.bv, p.kv_head_begin * hd, p.kv_head_end * hd);
+    L.q_norm = f.q_norm;
+    L.k_norm = f.k_norm;
     w.layers.push_back(std::move(L));
   }
   return out;

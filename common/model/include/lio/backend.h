@@ -38,7 +38,16 @@ enum class WeightKind {
   WkvA,        ///< MLA: (kv_lora_rank + qk_rope_head_dim, d_model) per layer
   WkB,         ///< MLA: (n_heads * qk_nope_head_dim, kv_lora_rank) per layer
   WvB,         ///< MLA: (n_heads * v_head_dim, kv_lora_rank) per layer
+  BiasQ,       ///< qwen2: (n_heads * head_dim) per layer, added to W_q x (Backend::add_bias)
+  BiasK,       ///< qwen2: (n_kv_heads * head_dim) per layer
+  BiasV,       ///< qwen2: (n_kv_heads * head_dim) per layer
+  QNorm,       ///< qwen3 (QK-norm): (head_dim) per layer, RMSNorm of each query head
+  KNorm,       ///< qwen3 (QK-norm): (head_dim) per layer, RMSNorm of each key head
 };
+
+/// Elements per row a norm weight normalizes: head_dim for QNorm / KNorm (one row per head),
+/// d_model for AttnNorm, FfnNorm and OutputNorm.
+int64_t norm_width(WeightKind kind, const ModelConfig& config);
 
 /// A weight: its kind and its layer (-1 for TokenEmbd, OutputNorm, Output).
 struct WeightRef {
@@ -148,9 +157,15 @@ class Backend {
   /// (ForwardBatch::validate); an id of -1 gives a row of zeros (chapter 08: a token whose row
   /// another tensor-parallel rank's vocabulary shard holds).
   virtual void embedding(const int32_t* token_ids, int64_t n, float* out) = 0;
-  /// out (n_rows, d_model) = RMSNorm(x) * weight `norm` (AttnNorm, FfnNorm or OutputNorm);
-  /// may alias. Zhang & Sennrich 2019, eq. 4.
+  /// out (n_rows, w) = RMSNorm(x) * weight `norm` row by row, w = norm_width(norm.kind): d_model
+  /// for AttnNorm, FfnNorm, OutputNorm; head_dim for QNorm / KNorm (QK-norm: x is (n_tokens,
+  /// n_heads, head_dim) and n_rows = n_tokens * n_heads). May alias. Zhang & Sennrich 2019, eq. 4.
+  /// Throws InvalidArgument / InternalError for a kind that is not a norm or a model without it.
   virtual void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) = 0;
+  /// y (n_rows, len) += bias `bias` (BiasQ, BiasK or BiasV, len its length) on every row: the
+  /// Q/K/V projection biases of qwen2 (llama.cpp's llm_build_qwen2: ggml_add after the matmul).
+  /// Throws InternalError for a model without that bias.
+  virtual void add_bias(float* y, WeightRef bias, int64_t n_rows) = 0;
   /// y (n_rows, w.rows) = x (n_rows, w.cols) W^T, or y += x W^T when `accumulate`.
   virtual void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) = 0;
   /// The matmuls of several weights that read the same x (n_rows, cols): Q, K and V of a layer,

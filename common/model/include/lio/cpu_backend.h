@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
   float* scratch(Scratch id, int64_t n_floats) override;
   void embedding(const int32_t* token_ids, int64_t n, float* out) override;
   void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
+  void add_bias(float* y, WeightRef bias, int64_t n_rows) override;
   void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
   /// One OpenMP region for all outputs (x rounded to int8 once).
   void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) override;
@@ -88,7 +89,9 @@ class CpuBackend final : public Backend {
   bool per_token_int8(WeightRef w, bool has_int8_kernel) const;
   /// The activations of a per-32-block matmul: Int8 under Int8, else F32.
   cpu::MatmulActivations block_activations() const;
-  const std::vector<float>& norm(WeightRef w) const;
+  /// The norm or bias vector `w` names (a norm, QNorm / KNorm, BiasQ / K / V). Throws
+  /// InternalError for another kind or a vector this model's layers lack.
+  const std::vector<float>& vector(WeightRef w) const;
   /// Fills row_seq_ for `b`: row i belongs to sequence row_seq_[i].
   void map_rows_to_sequences(const ForwardBatch& b);
   /// Positions row i of `b` attends (causal: 0 .. its own position), after map_rows_to_sequences.

@@ -111,6 +111,7 @@ class CudaBackend final : public Backend {
 
   void embedding(const int32_t* token_ids, int64_t n, float* out) override;
   void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
+  void add_bias(float* y, WeightRef bias, int64_t n_rows) override;
   /// cuda::matmul: gemv (1 row), gemv_batched (2 .. kGemvBatchedMaxRows), dequantize +
   /// cuBLAS SGEMM (more; the f32 scratch is held by the backend). With int8 activations and a
   /// block-quantized matrix: cuda::quantize_activations_int8 then cuda::gemv_int8, any n_rows.

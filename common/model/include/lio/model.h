@@ -1,8 +1,10 @@
-// model.h — the Llama-family decoder forward pass, written once over a Backend's operators.
+// model.h — the decoder forward pass, written once over a Backend's operators: a
+// model-independent frame around the layers of the model's family (lio/architecture.h).
 //
-// Per block (Touvron et al. 2023, "LLaMA", sec. 2.2):
+// The frame: x = embedding rows of the batch's tokens; each layer of the family updates x
+// (arch/<family>.cpp; Llama's, Touvron et al. 2023, sec. 2.2:
 //   h = x + W_o . Attn(RoPE(W_q . RMSNorm(x)), RoPE(W_k . RMSNorm(x)), W_v . RMSNorm(x))
-//   y = h + W_down . (silu(W_gate . RMSNorm(h)) * (W_up . RMSNorm(h)))
+//   y = h + W_down . (silu(W_gate . RMSNorm(h)) * (W_up . RMSNorm(h))) );
 // then logits = W_out . RMSNorm(y) for the rows that need them. Attention is grouped-query
 // (Ainslie et al. 2023) and paged (Kwon et al. 2023): K/V go to the pool through the slot
 // mapping, and each row reads its sequence's cached prefix through the block table.
@@ -19,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "lio/architecture.h"
 #include "lio/backend.h"
 #include "lio/forward_batch.h"
 #include "lio/kv_pool.h"
@@ -30,8 +33,9 @@ namespace lio {
 /// Runs the forward pass on `backend` (which must outlive the Model).
 class Model {
  public:
-  /// Keeps a reference to `backend` (not owned; it must outlive the Model).
-  explicit Model(Backend& backend) : backend_(backend) {}
+  /// Keeps a reference to `backend` (not owned; it must outlive the Model) and picks the layer
+  /// of its config's family. Throws UnsupportedError for an architecture LIO does not run.
+  explicit Model(Backend& backend);
 
   /// Makes this Model one rank of `parallel`'s grid (not owned; null = one rank). The backend
   /// must hold the shard parallel->plan describes (shard_model).
@@ -57,6 +61,7 @@ class Model {
 
  private:
   Backend& backend_;
+  const Architecture& arch_;        ///< the family whose layers the frame runs
   ParallelContext* parallel_ = nullptr;
   ForwardBatch local_batch_;        ///< over tensor parallelism: the batch with shard-local token ids
   std::vector<float> staging_;      ///< host buffer for pipeline sends and the logits' reordering

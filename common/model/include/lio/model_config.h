@@ -1,5 +1,5 @@
-// model_config.h — the hyper-parameters of a Llama-family decoder, read from GGUF
-// metadata (`<arch>.*` keys) or a Hugging Face config.json.
+// model_config.h — the hyper-parameters of a decoder of one of LIO's families
+// (lio/architecture.h), read from GGUF metadata (`<arch>.*` keys) or a Hugging Face config.json.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ class GgufFile;
 
 /// Shapes and constants of the model. All counts are plain element/token counts.
 struct ModelConfig {
-  std::string architecture;     ///< "llama"
+  std::string architecture = "llama";  ///< the family (general.architecture): "llama", "qwen2", "qwen3"
   std::string name;             ///< general.name or the directory name
   int64_t n_layers = 0;         ///< decoder blocks
   int64_t d_model = 0;          ///< hidden size (embedding length)
@@ -63,10 +63,12 @@ struct ModelConfig {
 };
 
 /// Reads a config from GGUF metadata. Throws UnsupportedError("<file>: architecture 'x' is
-/// not supported (supported: llama)") for other architectures; FormatError for missing keys.
+/// not supported (supported: llama, qwen2, qwen3)") for other architectures; FormatError for
+/// missing keys.
 ModelConfig config_from_gguf(const GgufFile& file);
 
-/// Reads a Hugging Face config.json (model_type "llama" or architectures LlamaForCausalLM).
+/// Reads a Hugging Face config.json (model_type "llama", "qwen2" or "qwen3", or architectures
+/// LlamaForCausalLM).
 /// Throws InvalidArgument if missing, FormatError on bad JSON or missing fields,
 /// UnsupportedError for other model types.
 ModelConfig config_from_hf_json(const std::string& config_json_path);

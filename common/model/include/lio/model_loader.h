@@ -31,6 +31,18 @@ struct LayerWeights {
   WeightMatrix wkv_a;            ///< (kv_lora_rank + qk_rope_head_dim, d_model): c_kv, then k_pe
   WeightMatrix wk_b;             ///< (n_heads * qk_nope_head_dim, kv_lora_rank): W_UK, head by head
   WeightMatrix wv_b;             ///< (n_heads * v_head_dim, kv_lora_rank): W_UV, head by head
+  // Per-family extras (lio/architecture.h), empty where the family has none.
+  std::vector<float> bq;         ///< qwen2: (n_heads * head_dim) bias of W_q (blk.N.attn_q.bias)
+  std::vector<float> bk;         ///< qwen2: (n_kv_heads * head_dim) bias of W_k
+  std::vector<float> bv;         ///< qwen2: (n_kv_heads * head_dim) bias of W_v
+  std::vector<float> q_norm;     ///< qwen3: (head_dim) QK-norm weight of the queries (blk.N.attn_q_norm)
+  std::vector<float> k_norm;     ///< qwen3: (head_dim) QK-norm weight of the keys
+
+  /// Floats in the layer's vectors (norms and biases).
+  int64_t vector_floats() const {
+    return static_cast<int64_t>(attn_norm.size() + ffn_norm.size() + bq.size() + bk.size() + bv.size() +
+                                q_norm.size() + k_norm.size());
+  }
 };
 
 /// All weights of a Llama-family decoder. Matrix data points into the file mapping

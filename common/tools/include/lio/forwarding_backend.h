@@ -29,6 +29,7 @@ class ForwardingBackend : public Backend {
   float* scratch(Scratch id, int64_t n) override { return inner_->scratch(id, n); }
   void embedding(const int32_t* t, int64_t n, float* out) override { inner_->embedding(t, n, out); }
   void rmsnorm(const float* x, WeightRef w, float* out, int64_t n) override { inner_->rmsnorm(x, w, out, n); }
+  void add_bias(float* y, WeightRef w, int64_t n) override { inner_->add_bias(y, w, n); }
   void matmul(WeightRef w, const float* x, float* y, int64_t n, bool acc) override { inner_->matmul(w, x, y, n, acc); }
   void rope(float* x, const int32_t* p, int64_t n, int64_t h) override { inner_->rope(x, p, n, h); }
   void kv_append(KvPool& pool, int64_t l, const float* k, const float* v, const BatchView& b) override {

@@ -1,0 +1,79 @@
+// architecture.h — the decoder families LIO runs, one source file each under
+// common/model/src/arch/ (as llama.cpp has one llm_build_<arch> per family and vLLM one
+// models/<arch>.py), chosen by the GGUF key general.architecture.
+//
+// A family supplies its decoder layer; the frame around it is the same for every family and
+// lives in Model::forward_device (lio/model.h): embedding, the pipeline-parallel exchange of the
+// residual stream, the final norm, the LM head and its logits rows. The layer gets the frame's
+// buffers and the tensor-parallel all-reduce in a LayerPass. Adding a family: a file in arch/
+// that defines an Architecture (its RoPE pairing, which optional tensors its layers carry, its
+// layer function), one line in arch/registry.cpp, and its tensor names in the loader if they
+// are not llama.cpp's standard blk.N.* names.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lio/rope_style.h"
+
+namespace lio {
+
+class Backend;
+class KvPool;
+struct BatchView;
+struct ModelConfig;
+
+/// What one decoder layer works on: the frame's activation buffers (backend memory, each with
+/// room for n_tokens rows) and this rank's share of the model.
+struct LayerPass {
+  Backend& be;                   ///< the operators
+  const ModelConfig& config;     ///< this rank's shard of the model (the whole model on one rank)
+  KvPool& pool;                  ///< the paged KV cache every layer writes and reads
+  const BatchView& view;         ///< the batch's index arrays on the device
+  int64_t n_tokens = 0;          ///< rows of the batch
+  float* x = nullptr;            ///< (n_tokens, d_model) residual stream, updated in place
+  float* xn = nullptr;           ///< (n_tokens, d_model) normalized input of a sub-block
+  float* q = nullptr;            ///< (n_tokens, q_dim) queries
+  float* k = nullptr;            ///< (n_tokens, kv_dim) keys (MLA: (n_tokens, d_c + d_R) latents)
+  float* v = nullptr;            ///< (n_tokens, kv_dim) values
+  float* attn = nullptr;         ///< (n_tokens, attn_out_dim) attention output
+  float* gate = nullptr;         ///< (n_tokens, d_ff) MLP gate / hidden
+  float* up = nullptr;           ///< (n_tokens, d_ff) MLP up projection
+  /// Row-parallel layers (chapter 08): true where this rank adds its partial product to x (one
+  /// rank, or tensor-parallel rank 0); the other ranks' partials start from zero.
+  bool accumulate = true;
+  /// Sums x (count floats) over the tensor-parallel group after a row-parallel layer
+  /// (Megatron-LM's g operator); empty on one rank.
+  std::function<void(float* x, int64_t count)> all_reduce;
+};
+
+/// One decoder layer of a family: reads and updates p.x for layer `layer` (this rank's index),
+/// writing the layer's K/V into p.pool. Throws as the backend's operators.
+using LayerFn = void (*)(LayerPass& p, int64_t layer);
+
+/// A decoder family: what the loader needs to bind its tensors and the frame to run its layers.
+struct Architecture {
+  std::string_view name;          ///< general.architecture ("llama", "qwen2", ...)
+  std::string_view summary;       ///< one line for `lio info`: the layer's ingredients and a model
+  /// RoPE pairing llama.cpp uses for the family's GGUF files (llama_model_rope_type): Normal
+  /// (adjacent pairs; convert_hf_to_gguf.py permutes llama's Q/K rows for it) or Neox (halves).
+  RopeStyle rope_style = RopeStyle::Normal;
+  bool qkv_bias = false;          ///< layers carry blk.N.attn_{q,k,v}.bias (LayerWeights::bq, bk, bv)
+  bool qk_norm = false;           ///< layers carry blk.N.attn_{q,k}_norm.weight (LayerWeights::q_norm, k_norm)
+  LayerFn layer = nullptr;        ///< the decoder layer
+};
+
+/// Every family LIO runs, in registry order (llama first).
+std::span<const Architecture* const> architectures();
+
+/// The names of architectures(), comma-separated: "llama, qwen2, qwen3".
+std::string architecture_names();
+
+/// The family named `name` (general.architecture). Throws UnsupportedError("<source>:
+/// architecture 'x' is not supported (supported: llama, qwen2, qwen3)") for any other name.
+const Architecture& find_architecture(std::string_view name, const std::string& source);
+
+}  // namespace lio

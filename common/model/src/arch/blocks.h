@@ -1,0 +1,43 @@
+// blocks.h — the sub-blocks decoder families share, each a few Backend calls on a LayerPass
+// (lio/architecture.h). A family's layer (arch/<family>.cpp) strings them together, so the
+// differences between families are the lines that differ, not copies of the whole layer.
+#pragma once
+
+#include <cstdint>
+
+#include "lio/architecture.h"
+
+namespace lio::arch {
+
+/// xn = RMSNorm(x) * attn_norm; q, k, v = xn W_q^T, xn W_k^T, xn W_v^T (one matmul_many; over
+/// tensor parallelism: column-parallel, this rank's heads). Shapes as LayerPass.
+void qkv_projection(LayerPass& p, int64_t layer);
+
+/// q += b_q, k += b_k, v += b_v on every row (qwen2's projection biases).
+void add_qkv_bias(LayerPass& p, int64_t layer);
+
+/// QK-norm (qwen3, gemma3): each query head and each key head RMS-normalized over its head_dim
+/// values with the layer's q_norm / k_norm weight, before RoPE (Dehghani et al. 2023, "Scaling
+/// Vision Transformers to 22B", sec. 3.1; llama.cpp's llm_build_qwen3).
+void qk_norm(LayerPass& p, int64_t layer);
+
+/// RoPE (Su et al. 2021) in place on q (n_heads heads) and k (n_kv_heads heads) at the batch's
+/// positions, pairing dimensions as config.rope_style says.
+void rope_qk(LayerPass& p);
+
+/// Grouped-query paged attention (Ainslie et al. 2023; Kwon et al. 2023): k, v into the pool at
+/// the slot mapping, each row's attention over its sequence into attn, then x += attn W_o^T
+/// (row-parallel: all-reduced over the tensor-parallel group).
+void gqa_attend(LayerPass& p, int64_t layer);
+
+/// Chapter 02's multi-head latent attention (DeepSeek-V2 sec. 2.1), the attention variant of an
+/// MLA model: xn = RMSNorm(x); q = xn W_q^T; the latent [c_kv | k_pe] = xn W_kvA^T cached per
+/// token; RoPE on the decoupled parts; attention through the latents; x += attn W_o^T. One rank
+/// only (make_rank_plan refuses tensor parallelism of an MLA model).
+void mla_self_attention(LayerPass& p, int64_t layer);
+
+/// SwiGLU MLP (Shazeer 2020, eq. 6): xn = RMSNorm(x) * ffn_norm; x += (silu(xn W_gate^T) *
+/// (xn W_up^T)) W_down^T (gate/up column-parallel, down row-parallel and all-reduced).
+void swiglu_mlp(LayerPass& p, int64_t layer);
+
+}  // namespace lio::arch

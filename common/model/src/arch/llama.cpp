@@ -1,0 +1,37 @@
+// llama.cpp — the Llama decoder layer (Touvron et al. 2023, "LLaMA", sec. 2.2; llama.cpp's
+// llm_build_llama): pre-norm RMSNorm, grouped-query attention with RoPE, SwiGLU MLP.
+//   h = x + W_o . Attn(RoPE(W_q . RMSNorm(x)), RoPE(W_k . RMSNorm(x)), W_v . RMSNorm(x))
+//   y = h + W_down . (silu(W_gate . RMSNorm(h)) * (W_up . RMSNorm(h)))
+// SmolLM2, Llama 2/3 and Mistral GGUF files are this family. RoPE pairs adjacent dimensions
+// (llama.cpp's "normal" mode): convert_hf_to_gguf.py permutes the Q/K rows so that this equals
+// Hugging Face's rotate-half on the original weights. A model chapter 02 converted to MLA runs
+// its attention variant (arch/mla.cpp) in place of GQA.
+#include "blocks.h"
+#include "families.h"
+#include "lio/model_config.h"
+
+namespace lio::arch {
+
+namespace {
+
+void llama_layer(LayerPass& p, int64_t l) {
+  if (p.config.is_mla()) {
+    mla_self_attention(p, l);
+  } else {
+    qkv_projection(p, l);
+    rope_qk(p);
+    gqa_attend(p, l);
+  }
+  swiglu_mlp(p, l);
+}
+
+}  // namespace
+
+const Architecture kLlama{
+    .name = "llama",
+    .summary = "RMSNorm, GQA + RoPE (adjacent pairs), SwiGLU (SmolLM2, Llama 2/3, Mistral)",
+    .rope_style = RopeStyle::Normal,
+    .layer = llama_layer,
+};
+
+}  // namespace lio::arch

@@ -1,0 +1,30 @@
+// registry.cpp — the families LIO runs (lio/architecture.h); a new family adds one line here.
+#include <string>
+
+#include "families.h"
+#include "lio/error.h"
+
+namespace lio {
+
+namespace {
+
+constexpr const Architecture* kFamilies[] = {&arch::kLlama, &arch::kQwen2, &arch::kQwen3};
+
+}  // namespace
+
+std::span<const Architecture* const> architectures() { return kFamilies; }
+
+std::string architecture_names() {
+  std::string out;
+  for (const Architecture* a : kFamilies) out += (out.empty() ? "" : ", ") + std::string(a->name);
+  return out;
+}
+
+const Architecture& find_architecture(std::string_view name, const std::string& source) {
+  for (const Architecture* a : kFamilies)
+    if (a->name == name) return *a;
+  throw UnsupportedError(source + ": architecture '" + std::string(name) + "' is not supported (supported: " +
+                         architecture_names() + ")");
+}
+
+}  // namespace lio

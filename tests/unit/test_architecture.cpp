@@ -1,0 +1,148 @@
+// The decoder families (lio/architecture.h): the registry, what each family's loader binds and
+// refuses, and each family's GGUF and Hugging Face forms of one model giving the same logits
+// (GGUF and HF name the biases and QK-norm weights differently). The layers themselves are
+// checked against llama.cpp in tests/conformance/check_families.py.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lio/architecture.h"
+#include "lio/cpu_backend.h"
+#include "lio/error.h"
+#include "lio/gguf.h"
+#include "lio/gguf_writer.h"
+#include "lio/model_loader.h"
+#include "lio/model_runner.h"
+#include "tiny_model.h"
+
+namespace {
+
+using lio::testing::TinyModelSpec;
+
+const std::vector<int32_t> kTokens = {5, 17, 200, 3, 99, 140, 7, 250, 33, 61, 12, 180};
+
+std::vector<float> all_logits(const lio::LoadedModel& m, const std::vector<int32_t>& tokens) {
+  lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(m.config, m.weights), lio::KvPoolConfig{4, 16});
+  lio::SoloSequence seq(runner, static_cast<int64_t>(tokens.size()));
+  const std::span<const float> out = seq.forward(tokens, true);
+  return {out.begin(), out.end()};
+}
+
+TinyModelSpec family(const std::string& arch) {
+  TinyModelSpec s;
+  s.architecture = arch;
+  s.tied_embeddings = arch != "qwen2";
+  return s;
+}
+
+class ArchitectureTest : public ::testing::Test {
+ protected:
+  std::string dir_ = lio::testing::make_temp_dir("lio_test_architecture");
+};
+
+TEST(Architectures, RegistryNamesEveryFamilyOnce) {
+  EXPECT_EQ(lio::architecture_names(), "llama, qwen2, qwen3");
+  for (const lio::Architecture* a : lio::architectures()) {
+    EXPECT_EQ(&lio::find_architecture(a->name, "x"), a);
+    EXPECT_NE(a->layer, nullptr) << a->name;
+    EXPECT_FALSE(a->summary.empty()) << a->name;
+  }
+  EXPECT_EQ(lio::find_architecture("llama", "x").rope_style, lio::RopeStyle::Normal);
+  EXPECT_TRUE(lio::find_architecture("qwen2", "x").qkv_bias);
+  EXPECT_TRUE(lio::find_architecture("qwen3", "x").qk_norm);
+}
+
+TEST(Architectures, UnknownFamilyNamesTheOnesThatRun) {
+  try {
+    lio::find_architecture("mamba", "m.gguf");
+    FAIL() << "mamba accepted";
+  } catch (const lio::UnsupportedError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "m.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3)");
+  }
+}
+
+// Each family's file loads with its extras bound, NEOX RoPE for the Qwens, and the same weights
+// written as a Hugging Face directory (unpermuted, rotate-half RoPE, HF's tensor names for the
+// biases and QK-norm) give the same logits.
+TEST_F(ArchitectureTest, GgufAndHfFormsOfEachFamilyAgree) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+    const TinyModelSpec spec = family(arch);
+    const std::string gguf = dir_ + "/" + arch + ".gguf", hf = dir_ + "/" + arch + "_hf";
+    lio::testing::write_tiny_gguf(gguf, spec);
+    lio::testing::write_tiny_hf_dir(hf, spec);
+    const lio::LoadedModel a = lio::load_model(gguf, lio::WeightMode::AsStored);
+    const lio::LoadedModel b = lio::load_model(hf, lio::WeightMode::AsStored);
+    EXPECT_EQ(a.config.architecture, arch);
+    EXPECT_EQ(b.config.architecture, arch);
+    EXPECT_EQ(a.config.rope_style, arch == "llama" ? lio::RopeStyle::Normal : lio::RopeStyle::Neox) << arch;
+    const lio::LayerWeights& L = a.weights.layers[1];
+    EXPECT_EQ(L.bq.size(), arch == "qwen2" ? size_t(spec.n_heads * spec.head_dim) : 0u) << arch;
+    EXPECT_EQ(L.bv.size(), arch == "qwen2" ? size_t(spec.n_kv_heads * spec.head_dim) : 0u) << arch;
+    EXPECT_EQ(L.k_norm.size(), arch == "qwen3" ? size_t(spec.head_dim) : 0u) << arch;
+    EXPECT_EQ(b.weights.layers[1].bq, L.bq) << arch;
+    EXPECT_EQ(b.weights.layers[1].k_norm, L.k_norm) << arch;
+    const std::vector<float> x = all_logits(a, kTokens), y = all_logits(b, kTokens);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4) << arch << " at " << i;
+  }
+}
+
+// The extras change the output: the same matrices without qwen2's biases or qwen3's QK-norm
+// (the file relabelled llama and its extra tensors dropped) give other logits. Guards against a
+// family whose extras are bound but never applied.
+TEST_F(ArchitectureTest, FamilyExtrasChangeTheLogits) {
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    const std::string path = dir_ + "/" + arch + ".gguf", plain = dir_ + "/" + arch + "_as_llama.gguf";
+    lio::testing::write_tiny_gguf(path, family(arch));
+    const lio::GgufFile src = lio::GgufFile::open(path);
+    lio::GgufWriter w;
+    for (const auto& [k, v] : src.metadata()) {
+      const std::string prefix = arch + ".";
+      w.set(k.rfind(prefix, 0) == 0 ? "llama." + k.substr(prefix.size()) : k, v);
+    }
+    w.set("general.architecture", lio::GgufValue::str("llama"));
+    for (const auto& t : src.tensors()) {
+      const bool extra = t.name.find(".bias") != std::string::npos || t.name.find("attn_q_norm") != std::string::npos ||
+                         t.name.find("attn_k_norm") != std::string::npos;
+      if (extra) continue;
+      w.add_tensor(t.name, t.dtype, t.shape, std::span<const std::byte>(t.data, static_cast<size_t>(t.size_bytes)));
+    }
+    w.write(plain);
+    lio::LoadedModel with = lio::load_model(path, lio::WeightMode::AsStored);
+    lio::LoadedModel without = lio::load_model(plain, lio::WeightMode::AsStored);
+    without.config.rope_style = lio::RopeStyle::Neox;  // only the extras differ
+    const std::vector<float> x = all_logits(with, kTokens), y = all_logits(without, kTokens);
+    double max_diff = 0;
+    for (size_t i = 0; i < x.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(x[i]) - y[i]));
+    EXPECT_GT(max_diff, 1e-2) << arch << ": the family's extras made no difference";
+  }
+}
+
+// A qwen2 file without one of its biases, or a qwen3 file without a QK-norm weight, is a
+// FormatError naming the tensor, not a silent llama forward.
+TEST_F(ArchitectureTest, MissingFamilyTensorIsNamed) {
+  for (const auto& [arch, dropped] : std::vector<std::pair<std::string, std::string>>{
+           {"qwen2", "blk.1.attn_v.bias"}, {"qwen3", "blk.0.attn_k_norm.weight"}}) {
+    const std::string path = dir_ + "/" + arch + ".gguf", broken = dir_ + "/" + arch + "_broken.gguf";
+    lio::testing::write_tiny_gguf(path, family(arch));
+    const lio::GgufFile src = lio::GgufFile::open(path);
+    lio::GgufWriter w;
+    for (const auto& [k, v] : src.metadata()) w.set(k, v);
+    for (const auto& t : src.tensors())
+      if (t.name != dropped)
+        w.add_tensor(t.name, t.dtype, t.shape, std::span<const std::byte>(t.data, static_cast<size_t>(t.size_bytes)));
+    w.write(broken);
+    try {
+      lio::load_model(broken, lio::WeightMode::AsStored);
+      FAIL() << arch << " loaded without " << dropped;
+    } catch (const lio::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + dropped + "' is missing"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
