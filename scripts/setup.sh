@@ -92,19 +92,27 @@ if ((!run_only)); then
 fi
 
 # ---- 3. model --------------------------------------------------------------------------
-bash scripts/fetch_model.sh
+if ((run_only)); then
+  bash scripts/fetch_model.sh smollm2
+else
+  bash scripts/fetch_model.sh all  # SmolLM2 (the default) and Gemma 3 270M (the second family)
+fi
 if ((!run_only)); then
   # An F32 copy made by llama.cpp's own quantize API: the conformance test's strict case and
   # the benchmark's F32 row (~540 MB, gitignored).
-  f32=models/SmolLM2-135M-Instruct.F32.gguf
-  if [[ -f "$f32" ]]; then
-    log "$f32 present"
-  else
-    log "making $f32 (llama.cpp's quantize API)"
-    .venv/bin/python scripts/make_f32_copy.py models/SmolLM2-135M-Instruct.Q4_1.gguf "$f32" >/dev/null 2>&1 ||
-      { echo "setup.sh: make_f32_copy.py failed; run it by hand to see why:" >&2
-        echo "  .venv/bin/python scripts/make_f32_copy.py models/SmolLM2-135M-Instruct.Q4_1.gguf $f32" >&2; exit 1; }
-  fi
+  # The same for Gemma 3 270M (~1.08 GB): its conformance test runs on it past the window.
+  for pair in SmolLM2-135M-Instruct.Q4_1.gguf:SmolLM2-135M-Instruct.F32.gguf \
+              gemma-3-270m-q4_k_m.gguf:gemma-3-270m.F32.gguf; do
+    src="models/${pair%%:*}" f32="models/${pair##*:}"
+    if [[ -f "$f32" ]]; then
+      log "$f32 present"
+    else
+      log "making $f32 (llama.cpp's quantize API)"
+      .venv/bin/python scripts/make_f32_copy.py "$src" "$f32" >/dev/null 2>&1 ||
+        { echo "setup.sh: make_f32_copy.py failed; run it by hand to see why:" >&2
+          echo "  .venv/bin/python scripts/make_f32_copy.py $src $f32" >&2; exit 1; }
+    fi
+  done
 fi
 
 # ---- 4. build --------------------------------------------------------------------------

@@ -71,6 +71,12 @@ void matmul_int8(const WeightMatrix& w, const int8_t* qx, const float* sx, float
 /// InvalidArgument on n_rows < 0, dim <= 0 or a null pointer.
 void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim);
 
+/// GeGLU (Shazeer 2020, eq. 5): out = gelu(gate) * up over n values, GELU in its tanh form
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel 2016, sec. 2; Gemma's
+/// gelu_pytorch_tanh), in f32 without a lookup table. May alias gate. Throws InvalidArgument on
+/// n < 0 or a null pointer.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+
 /// SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values. May alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 

@@ -28,6 +28,18 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim) {
     for (int64_t j = 0; j < dim; ++j) y[r * dim + j] += bias[j];
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n < 0) throw InvalidArgument("cpu::geglu: n must be >= 0, got " + std::to_string(n));
+  if (n == 0) return;
+  if (gate == nullptr || up == nullptr || out == nullptr) throw InvalidArgument("cpu::geglu: null pointer (gate, up or out)");
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElems)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kCoef * x * x * x))) * up[i];
+  }
+}
+
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   if (n < 0) throw InvalidArgument("cpu::swiglu: n must be >= 0, got " + std::to_string(n));
   if (n == 0) return;

@@ -48,6 +48,7 @@ void check_call(const char* op, const float* q, const PagedKvLayer& kv, const fl
                           std::to_string(sh.n_kv_heads) + ")");
   }
   if (sh.head_dim < 1) throw InvalidArgument(name + ": head_dim must be >= 1");
+  if (sh.window < 0) throw InvalidArgument(name + ": window must be >= 0 (0 = none)");
   if (b.block_size < 1) throw InvalidArgument(name + ": block_size must be >= 1");
   if (b.n_seqs < 0) throw InvalidArgument(name + ": n_seqs must be >= 0");
   if (b.n_seqs == 0) return;
@@ -259,11 +260,18 @@ void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem
   }
 }
 
+/// (query tile, key tile) pairs one thread gathered, and skipped as outside the sliding window.
+struct TileCounts {
+  int64_t gathered = 0;
+  int64_t window_skipped = 0;
+};
+
 /// Runs splits [c0, c1) of `item`: each split from an empty partial, through Tasks 4 and 2.
 /// With `fold`, each split is merged into ts.running (Task 3, in order); otherwise split c's
 /// partials are written to partials + (item.partial0 + c * n_vectors) * (d + 2).
 void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b, const AttentionShape& sh,
-                const WorkItem& item, int64_t c0, int64_t c1, TileScratch& ts, bool fold, float* partials) {
+                const WorkItem& item, int64_t c0, int64_t c1, TileScratch& ts, bool fold, float* partials,
+                TileCounts& counts) {
   const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, nv = item.n_rows * group;
   const float* qv[kFlashQueryTile * 16];
   std::vector<const float*> qv_heap;
@@ -273,6 +281,10 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
     for (int64_t hh = 0; hh < group; ++hh)
       qp[r * group + hh] = q + ((item.row0 + r) * sh.n_heads + item.kv_head * group + hh) * d;
   const int64_t pos_last = item.pos0 + item.n_rows - 1;
+  // Sliding window: row r sees keys from pos0 + r - window + 1; a key tile ending before the
+  // first row's window start is outside every row's window and is never gathered.
+  const bool windowed = sh.window > 0 && b.causal;
+  const int64_t window_start = windowed ? std::max<int64_t>(0, item.pos0 - sh.window + 1) : 0;
   for (int64_t c = c0; c < c1; ++c) {
     float* split = fold ? ts.split : partials + (item.partial0 + c * nv) * (d + 2);
     for (int64_t i = 0; i < nv; ++i) clear(split + i * (d + 2), d);
@@ -281,6 +293,11 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       const int64_t nk = std::min(kFlashKeyTile, split_end - k0);
       const TileMask mask = b.causal ? causal_tile_mask(item.pos0, pos_last, k0, k0 + nk - 1) : TileMask::Full;
       if (mask == TileMask::Skip) break;  // every later tile is further above the diagonal
+      if (k0 + nk <= window_start) {      // wholly before every row's window: skipped, not masked
+        ++counts.window_skipped;
+        continue;
+      }
+      ++counts.gathered;
       // Gather the tile (HBM -> SRAM on a GPU; DRAM -> L1/L2 here): K transposed, V as rows.
       gather_tile(reader, b, item, k0, nk, ts);
       const int64_t n_cols = (nk + 7) / 8 * 8;
@@ -290,11 +307,14 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       for (int64_t r = 0; r < item.n_rows; ++r) {
         // Keys of this tile row r may see: all of them off the diagonal, up to its position on it.
         const int64_t visible = mask == TileMask::Full ? nk : std::min(nk, item.pos0 + r - k0 + 1);
-        if (visible <= 0) continue;
+        // ... and, in a window, none before its window start.
+        const int64_t first = windowed ? std::clamp<int64_t>(item.pos0 + r - sh.window + 1 - k0, 0, nk) : 0;
+        if (visible - first <= 0) continue;
         for (int64_t hh = 0; hh < group; ++hh) {
           const int64_t i = r * group + hh;
           AttentionPartial p = view(split + i * (d + 2), d);
-          online_softmax_update(p, std::span<float>(ts.s + i * kFlashKeyTile, static_cast<size_t>(visible)), ts.v, d);
+          online_softmax_update(p, std::span<float>(ts.s + i * kFlashKeyTile + first, static_cast<size_t>(visible - first)),
+                                ts.v + first * d, d);
           store(p, split + i * (d + 2), d);
         }
       }
@@ -307,6 +327,14 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       }
     }
   }
+}
+
+/// Adds one thread's counts to the call's (from inside a parallel loop).
+void add_counts(AttentionStats& stats, const TileCounts& counts) {
+#pragma omp atomic
+  stats.key_tiles += counts.gathered;
+#pragma omp atomic
+  stats.window_skipped_tiles += counts.window_skipped;
 }
 
 /// out / lse of item's rows from its merged partials at `merged` (n_vectors, d + 2).
@@ -375,8 +403,10 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
         TileScratch ts = scratch(omp_get_thread_num());
         const int64_t nv = it.n_rows * group;
         for (int64_t i = 0; i < nv; ++i) clear(ts.running + i * (d + 2), d);
-        run_splits(q, reader, b, sh, it, 0, it.n_splits, ts, true, nullptr);
+        TileCounts counts;
+        run_splits(q, reader, b, sh, it, 0, it.n_splits, ts, true, nullptr, counts);
         finish(ts.running, it, sh, out, lse);
+        add_counts(stats, counts);
       });
     }
     error.rethrow();
@@ -398,7 +428,9 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
     error.run([&] {
       TileScratch ts = scratch(omp_get_thread_num());
       const auto [w, c] = units[u];
-      run_splits(q, reader, b, sh, items[w], c, c + 1, ts, false, ws.partials.data());
+      TileCounts counts;
+      run_splits(q, reader, b, sh, items[w], c, c + 1, ts, false, ws.partials.data(), counts);
+      add_counts(stats, counts);
     });
   }
   error.rethrow();
@@ -465,6 +497,8 @@ AttentionStats naive_attention(const float* q, const PagedKvLayer& kv, float* ou
         }
         if (b.causal)
           for (int64_t j = first_pos + i + 1; j < n_keys; ++j) row[j] = -INFINITY;
+        if (b.causal && sh.window > 0)  // sliding window: keys before p - window + 1 masked too
+          for (int64_t j = 0; j < first_pos + i - sh.window + 1; ++j) row[j] = -INFINITY;
         float mx = -INFINITY;
         for (int64_t j = 0; j < n_keys; ++j) mx = std::max(mx, row[j]);
         float sum = 0.0f;

@@ -122,6 +122,10 @@ struct AttentionShape {
   int64_t n_kv_heads = 0;  ///< KV heads; query head h reads KV head h / (n_heads / n_kv_heads)
   int64_t head_dim = 0;
   float scale = 0.0f;      ///< usually 1 / sqrt(head_dim)
+  /// Sliding-window attention (Beltagy et al. 2020, "Longformer", sec. 3.1; Gemma 3's local
+  /// layers): a causal row at position p sees only keys p - window + 1 .. p; 0 = no window.
+  /// The flash kernel never gathers a key tile wholly before a row tile's window.
+  int64_t window = 0;
 };
 
 /// Tile sizes of cpu::flash_attention (named, fixed: a row's result must not depend on them
@@ -144,6 +148,8 @@ struct FlashOptions {
 /// Memory a kernel call used, for the chapter's O(N^2) vs O(N) curve.
 struct AttentionStats {
   int64_t scratch_bytes = 0;  ///< bytes of scratch allocated (scores for naive; tiles, partials for flash)
+  int64_t key_tiles = 0;      ///< flash: (query tile, key tile) pairs gathered and scored
+  int64_t window_skipped_tiles = 0;  ///< flash: pairs skipped as wholly outside the sliding window
 };
 
 /// The caller-owned scratch of cpu::flash_attention (no hidden allocation): grown on demand,

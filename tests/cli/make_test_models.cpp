@@ -5,7 +5,7 @@
 //       (30 layers, d_model 512, d_ff 1536) with 8 query / 2 KV heads, so tensor parallelism at
 //       2, 4 and 8 ranks splits it (chapter 08's benchmark: TP 2 on 2 cores, not oversubscribed)
 //   make_test_models --family ARCH PATH [SEED]   a tiny random-weight F32 model of the family ARCH
-//       (llama, qwen2, qwen3; lio/architecture.h) that llama.cpp also loads: the oracle check of
+//       (llama, qwen2, qwen3, gemma3; lio/architecture.h) that llama.cpp also loads: the oracle check of
 //       each family's layer (tests/conformance/check_families.py)
 #include <cstdint>
 #include <cstring>
@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
     spec.rope_theta = spec.architecture == "llama" ? 10000.0f : 1000000.0f;  // Qwen's base
     spec.rms_norm_eps = spec.architecture == "llama" ? 1e-5f : 1e-6f;
     spec.tied_embeddings = spec.architecture != "qwen2";  // one family with its own LM head
+    if (spec.architecture == "gemma3") {
+      spec.n_layers = 6;         // five local layers, then a global one (llama.cpp's pattern of 6)
+      spec.sliding_window = 16;  // the texts run past it
+    }
     spec.init_std = 0.08f;
     spec.seed = argc == 5 ? std::stoull(argv[4]) : 7;
     lio::testing::write_tiny_gguf(argv[3], spec);

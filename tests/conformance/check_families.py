@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Each decoder family's layer (lio/architecture.h) against llama.cpp (via llama-cpp-python),
 on tiny random-weight GGUF files that LIO's own writer makes (make_test_models --family ARCH):
-llama, qwen2 (Q/K/V biases, NEOX RoPE, an untied LM head) and qwen3 (QK-norm, NEOX RoPE).
+llama, qwen2 (Q/K/V biases, NEOX RoPE, an untied LM head), qwen3 (QK-norm, NEOX RoPE) and gemma3
+(6 layers: five with a 16-key sliding window, then a global one; post-norms, GeGLU, scaled
+embeddings), on texts of 54 and 159 tokens: well past gemma3's window.
 
 The files hold F32 weights and llama.cpp is given an f32 KV cache (its default is f16), so both
 engines do the same arithmetic in f32 and the bounds are strict: per family, mean KL(llama.cpp ||
 lio) <= 1e-10, max |dlogit| / max |logit| <= 1e-5 (measured: about 1e-6 and 4e-13), and the same
-top-1 token at every teacher-forced position except near-ties (llama.cpp's margin between the two
+top-1 token at every teacher-forced position (gemma3: KL <= 1e-6, rel <= 2e-3, see BOUNDS) except near-ties (llama.cpp's margin between the two
 picks within that same 1e-5 of max |logit|: random tiny models have small logits); greedy
 24-token continuations of two prompts equal (both stop at llama.cpp's end-of-generation tokens). The same token ids go to both engines (llama.cpp's tokenization), so only the
 forward pass is compared. Exit 0 when every family passes.
@@ -23,7 +25,7 @@ import numpy as np
 from check_logits import lio_logits, llama_greedy, log_softmax
 
 
-FAMILIES = ["llama", "qwen2", "qwen3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]
 TEXTS = [
     "The history of computing is a story of abstraction. Early machines were programmed by rewiring "
     "panels of cables, and every new problem meant a new physical arrangement.",
@@ -31,6 +33,11 @@ TEXTS = [
 ]
 PROMPTS = ["the the the", "Once upon a time"]
 MAX_KL, MAX_REL = 1e-10, 1e-5
+# gemma3's GeGLU: llama.cpp's CPU GELU rounds its input to f16 and reads a table of f16 results
+# (ggml-cpu vec.h, GGML_GELU_FP16); lio computes the tanh form in f32. That rounding alone puts
+# its logits ~3e-4 of max |logit| from lio's, so gemma3's bounds are wider -- still far inside
+# what a wrong window (O(1) differences once a text passes it) or a missing norm would give.
+BOUNDS = {"gemma3": (1e-6, 2e-3)}
 
 
 def check_family(args, family, path):
@@ -42,7 +49,8 @@ def check_family(args, family, path):
     llm = Llama(model_path=path, n_ctx=512, logits_all=True, verbose=False, seed=0, type_k=0, type_v=0)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     failures = []
-    report = {"family": family, "texts": [], "greedy": []}
+    max_kl, max_rel = BOUNDS.get(family, (MAX_KL, MAX_REL))
+    report = {"family": family, "texts": [], "greedy": [], "max_kl": max_kl, "max_rel": max_rel}
     for i, text in enumerate(TEXTS):
         ids = llm.tokenize(text.encode(), add_bos=False, special=False)
         llm.reset()
@@ -54,7 +62,7 @@ def check_family(args, family, path):
         scale = float(np.abs(ref).max())
         rows = np.arange(len(ids))
         margins = ref.max(-1) - ref[rows, ours.argmax(-1)]  # llama.cpp's pick minus lio's, in its logits
-        not_ties = int((margins > MAX_REL * scale).sum())
+        not_ties = int((margins > max_rel * scale).sum())
         lp, lq = log_softmax(ref), log_softmax(ours)
         kl = (np.exp(lp) * (lp - lq)).sum(-1)
         rel = float(np.abs(ours - ref).max() / scale)
@@ -62,9 +70,9 @@ def check_family(args, family, path):
               f"KL mean {kl.mean():.2e} max {kl.max():.2e}  max |dlogit|/max|logit| {rel:.2e}")
         report["texts"].append({"n_tokens": len(ids), "top1": top1, "not_ties": not_ties,
                                 "kl_mean": float(kl.mean()), "rel": rel})
-        if not_ties > 0 or kl.mean() > MAX_KL or rel > MAX_REL:
+        if not_ties > 0 or kl.mean() > max_kl or rel > max_rel:
             failures.append(f"{family} text {i}: {not_ties} top-1 differences beyond a near-tie (need 0), "
-                            f"KL {kl.mean():.2e} (need <= {MAX_KL}), rel {rel:.2e} (need <= {MAX_REL})")
+                            f"KL {kl.mean():.2e} (need <= {max_kl}), rel {rel:.2e} (need <= {max_rel})")
     for prompt in PROMPTS:
         ids = llm.tokenize(prompt.encode(), add_bos=False, special=False)
         ref_tokens = llama_greedy(llm, ids, 24, lambda tok: llama_cpp.llama_vocab_is_eog(vocab, tok))

@@ -13,8 +13,11 @@ Q8_1 vec_dot_type), while LIO dequantizes the weights and keeps activations in f
 rounding is noise of its own, so the bounds there are looser (top-1 >= 93%, KL <= 0.01)
 and the script prints llama.cpp's own Q4_1-vs-F32 agreement as the noise floor.
 
-Same token ids go to both engines (llama.cpp's own tokenization), so only the forward
-pass is compared here; tokenization has its own test (check_tokenizer.py).
+Same token ids go to both engines (llama.cpp's own tokenization, BOS where the model asks for it:
+Gemma 3 yes, SmolLM2 no), so only the forward pass is compared here; tokenization has its own test
+(check_tokenizer.py). With --long-context (Gemma 3: a 512-token sliding window on five of every six
+layers) one more teacher-forced text and one greedy prompt of 750+ tokens each run
+past the window, so a wrong window shows as diverging logits after position 512.
 """
 import argparse
 import json
@@ -111,13 +114,17 @@ def check_file(args, label, model, min_top1, max_kl, floor_scores=None):
     """Runs (b) and (c) on one GGUF file. Returns (failures, report)."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=model, n_ctx=512, logits_all=True, verbose=False,
+    texts, prompts = list(TEXTS), list(PROMPTS)
+    if args.long_context:
+        texts.append(" ".join(TEXTS * 2))                        # past the window, teacher-forced
+        prompts.append(" ".join(TEXTS * 2) + "\n\nIn summary,")  # past the window, greedy
+    llm = Llama(model_path=model, n_ctx=2048 if args.long_context else 512, logits_all=True, verbose=False,
                 n_threads=args.threads or None, seed=0)
     failures, report = [], {"model": model, "texts": [], "greedy": []}
     print(f"== {label}: {model}")
     all_top1, all_kl, floor_top1, floor_kl, scores = [], [], [], [], []
-    for i, text in enumerate(TEXTS):
-        ids = llm.tokenize(text.encode(), add_bos=False, special=False)
+    for i, text in enumerate(texts):
+        ids = llm.tokenize(text.encode(), add_bos=True, special=False)
         assert len(ids) >= 64, f"text {i} has only {len(ids)} tokens"
         ref = teacher_forced(llm, ids)
         scores.append(ref)
@@ -150,18 +157,19 @@ def check_file(args, label, model, min_top1, max_kl, floor_scores=None):
     if kl_mean > max_kl:
         failures.append(f"{label}: mean KL {kl_mean:.6f} > {max_kl}")
 
-    for prompt in PROMPTS:
-        ids = llm.tokenize(prompt.encode(), add_bos=False, special=False)
+    for prompt in prompts:
+        ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
         ref_tokens = llama_greedy(llm, ids, 32, lambda tok: tok == llm.token_eos())
+        shown = prompt if len(prompt) < 60 else f"{prompt[:40]}... ({len(ids)} tokens)"
         out = subprocess.run([args.lio, "generate", "--model", model, "--prompt", prompt,
                               "--temperature", "0", "--max-tokens", "32", "--json",
                               "--device", args.device]
                              + (["--threads", str(args.threads)] if args.threads else []),
                              check=True, stdout=subprocess.PIPE, text=True).stdout
         ours = json.loads(out)["token_ids"]
-        entry = {"prompt": prompt, "equal": ours == ref_tokens}
+        entry = {"prompt": shown, "n_prompt_tokens": len(ids), "equal": ours == ref_tokens}
         if ours == ref_tokens:
-            print(f"greedy {prompt!r}: {len(ours)} tokens identical")
+            print(f"greedy {shown!r}: {len(ours)} tokens identical")
         else:
             k = next((j for j in range(min(len(ours), len(ref_tokens))) if ours[j] != ref_tokens[j]),
                      min(len(ours), len(ref_tokens)))
@@ -174,12 +182,12 @@ def check_file(args, label, model, min_top1, max_kl, floor_scores=None):
             else:  # one side stopped (EOS) earlier: margin of EOS vs the other's token
                 other = ours[k] if k < len(ours) else ref_tokens[k]
                 margin = abs(float(row[llm.token_eos()] - row[other]))
-            print(f"greedy {prompt!r}: diverges at token {k}: llama.cpp {ref_tokens[k:k+1]} vs lio "
+            print(f"greedy {shown!r}: diverges at token {k}: llama.cpp {ref_tokens[k:k+1]} vs lio "
                   f"{ours[k:k+1]}; llama.cpp's logit margin between the two: {margin:.4f} "
                   f"(near-tie if <= {args.max_tie_margin})")
             entry.update(diverge_at=k, margin=margin)
             if not (margin <= args.max_tie_margin):
-                failures.append(f"{label}: greedy {prompt!r} diverges at {k} without a near-tie "
+                failures.append(f"{label}: greedy {shown!r} diverges at {k} without a near-tie "
                                 f"(margin {margin:.4f})")
         report["greedy"].append(entry)
     return failures, report, scores
@@ -202,6 +210,8 @@ def main():
     ap.add_argument("--model-label", default="Q4_1 as shipped",
                     help="how reports name --model (e.g. 'Q4_K_M by llama-quantize' for chapter 03's K-quant file)")
     ap.add_argument("--json-out", help="write the measured figures here")
+    ap.add_argument("--long-context", action="store_true",
+                    help="also a 750-token text and a 750-token greedy prompt (past Gemma 3's 512-token window)")
     args = ap.parse_args()
     if args.device == "cuda":
         probe = subprocess.run([args.lio, "logits", "--model", args.model, "--ids", "1",

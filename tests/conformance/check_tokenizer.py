@@ -2,12 +2,15 @@
 """check_tokenizer.py — LIO's tokenizer against two independent oracles on a text corpus.
 
 Part 1 (llama.cpp): for each corpus text, the oracle ids are
-    llama_cpp.Llama(model, vocab_only=True).tokenize(text.encode(), add_bos=False, special=True)
-and LIO's are the {"ids": [...]} printed by
+    llama_cpp.Llama(model, vocab_only=True).tokenize(text.encode(), add_bos=True, special=True)
+(add_bos=True: BOS where the model asks for it, tokenizer.ggml.add_bos_token — Gemma yes,
+SmolLM2 no) and LIO's are the {"ids": [...]} printed by
     LIO tokenize --model MODEL --prompt TEXT --json
-(LIO parses special tokens and adds no BOS in `tokenize`).
+(LIO parses special tokens and adds BOS by the model's default in `tokenize`). Both byte-level
+BPE ("gpt2") and SentencePiece ("llama": Gemma 3) vocabularies.
 
-Part 2 (Hugging Face tokenizers): a `tokenizers.Tokenizer` is built in Python from the GGUF's
+Part 2 (Hugging Face tokenizers; byte-level BPE vocabularies only, skipped for SentencePiece,
+where llama.cpp is the oracle): a `tokenizers.Tokenizer` is built in Python from the GGUF's
 vocabulary and merges (BPE model; pre_tokenizer chosen from tokenizer.ggml.pre, e.g.
 Sequence[Digits(individual_digits=True), ByteLevel(use_regex=True)] for "smollm"; ByteLevel
 decoder; the control tokens added as special tokens) and saved as tokenizer.json in a temp
@@ -111,6 +114,7 @@ def gguf_vocab(model_path: str) -> dict:
         return default if f is None else f.contents()
 
     return {
+        "model": field("tokenizer.ggml.model", "gpt2"),
         "pre": field("tokenizer.ggml.pre", "default"),
         "tokens": field("tokenizer.ggml.tokens"),
         "types": field("tokenizer.ggml.token_type"),
@@ -171,7 +175,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lio", required=True,
                         help="the lio binary (or a quoted command prefix, e.g. 'valgrind lio')")
-    parser.add_argument("--model", required=True, help="GGUF model file (byte-level BPE vocab)")
+    parser.add_argument("--model", required=True, help="GGUF model file")
     parser.add_argument("--corpus", required=True, type=Path, help="tokenizer_corpus.json")
     parser.add_argument("--skip-hf", action="store_true", help="only compare with llama.cpp")
     parser.add_argument("--skip-llama", action="store_true", help="only compare with HF")
@@ -195,14 +199,16 @@ def main() -> int:
         llama = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
         passed = 0
         for entry in corpus:
-            expected = llama.tokenize(entry["text"].encode("utf-8"), add_bos=False, special=True)
+            expected = llama.tokenize(entry["text"].encode("utf-8"), add_bos=True, special=True)
             got = run_lio(lio_cmd, args.model, entry["text"])
             passed += compare("llama.cpp", entry, list(expected), got)
         print(f"llama.cpp: {passed}/{len(corpus)} texts match")
         n_fail += len(corpus) - passed
         n_checked += len(corpus)
 
-    if not args.skip_hf:
+    if not args.skip_hf and gguf_vocab(args.model).get("model") == "llama":
+        print("hf tokenizers: skipped (a SentencePiece vocabulary: llama.cpp is its oracle)")
+    elif not args.skip_hf:
         try:
             import tokenizers  # noqa: F401
         except ImportError as e:

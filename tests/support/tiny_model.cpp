@@ -157,9 +157,13 @@ std::vector<TensorSpec> tensor_specs(const TinyModelSpec& s) {
       out.push_back({hf + "self_attn.k_proj.bias", gg + "attn_k.bias", {kv_dim}, false, true});
       out.push_back({hf + "self_attn.v_proj.bias", gg + "attn_v.bias", {kv_dim}, false, true});
     }
-    if (s.architecture == "qwen3") {
+    if (s.architecture == "qwen3" || s.architecture == "gemma3") {
       out.push_back({hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", {s.head_dim}, true});
       out.push_back({hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", {s.head_dim}, true});
+    }
+    if (s.architecture == "gemma3") {  // Gemma's own HF names (no HF form is written for it)
+      out.push_back({hf + "post_attention_norm.weight", gg + "post_attention_norm.weight", {s.d_model}, true});
+      out.push_back({hf + "post_feedforward_layernorm.weight", gg + "post_ffw_norm.weight", {s.d_model}, true});
     }
     out.push_back(
         {hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {s.d_model, q_dim}, false});
@@ -186,8 +190,9 @@ void validate_spec(const TinyModelSpec& s) {
   if (s.n_heads % s.n_kv_heads != 0 || s.head_dim % 2 != 0) {
     throw InvalidArgument("tiny model: n_heads must be a multiple of n_kv_heads and head_dim even");
   }
-  if (s.architecture != "llama" && s.architecture != "qwen2" && s.architecture != "qwen3") {
-    throw InvalidArgument("tiny model: architecture '" + s.architecture + "' (llama, qwen2 or qwen3)");
+  if (s.architecture != "llama" && s.architecture != "qwen2" && s.architecture != "qwen3" &&
+      s.architecture != "gemma3") {
+    throw InvalidArgument("tiny model: architecture '" + s.architecture + "' (llama, qwen2, qwen3 or gemma3)");
   }
 }
 
@@ -316,6 +321,7 @@ void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec) {
   w.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_norm_eps));
   w.set(arch + ".vocab_size", u32(spec.vocab_size()));
   w.set(arch + ".rope.dimension_count", u32(spec.head_dim));
+  if (arch == "gemma3") w.set("gemma3.attention.sliding_window", u32(spec.sliding_window));
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::str("smollm"));
   w.set("tokenizer.ggml.tokens", GgufValue::str_array(vocab.tokens));
@@ -351,6 +357,9 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
   if (n_shards < 1 || n_shards > static_cast<int>(specs.size())) {
     throw InvalidArgument("tiny model: n_shards is " + std::to_string(n_shards) + ", expected 1.." +
                           std::to_string(specs.size()));
+  }
+  if (spec.architecture == "gemma3") {
+    throw InvalidArgument("tiny model: no Hugging Face form of a gemma3 model (LIO reads gemma3 from GGUF)");
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

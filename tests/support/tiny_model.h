@@ -16,9 +16,11 @@ namespace lio::testing {
 /// bytes_to_unicode order, then one token per merge in `merges`.
 struct TinyModelSpec {
   /// The family (lio/architecture.h): "llama"; "qwen2" adds Q/K/V biases (drawn like matrices),
-  /// "qwen3" QK-norm weights (drawn like norms). Non-llama Q/K rows are stored unpermuted (NEOX
+  /// "qwen3" QK-norm weights (drawn like norms), "gemma3" QK-norm and post-norm weights plus
+  /// gemma3.attention.sliding_window (GGUF only). Non-llama Q/K rows are stored unpermuted (NEOX
   /// RoPE), as convert_hf_to_gguf.py stores them.
   std::string architecture = "llama";
+  int64_t sliding_window = 8;  ///< gemma3 only: the window of its local layers (5 of every 6)
   int64_t n_layers = 2;
   int64_t d_model = 64;
   int64_t n_heads = 4;

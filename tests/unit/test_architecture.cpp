@@ -44,7 +44,7 @@ class ArchitectureTest : public ::testing::Test {
 };
 
 TEST(Architectures, RegistryNamesEveryFamilyOnce) {
-  EXPECT_EQ(lio::architecture_names(), "llama, qwen2, qwen3");
+  EXPECT_EQ(lio::architecture_names(), "llama, qwen2, qwen3, gemma3");
   for (const lio::Architecture* a : lio::architectures()) {
     EXPECT_EQ(&lio::find_architecture(a->name, "x"), a);
     EXPECT_NE(a->layer, nullptr) << a->name;
@@ -53,6 +53,7 @@ TEST(Architectures, RegistryNamesEveryFamilyOnce) {
   EXPECT_EQ(lio::find_architecture("llama", "x").rope_style, lio::RopeStyle::Normal);
   EXPECT_TRUE(lio::find_architecture("qwen2", "x").qkv_bias);
   EXPECT_TRUE(lio::find_architecture("qwen3", "x").qk_norm);
+  EXPECT_TRUE(lio::find_architecture("gemma3", "x").post_norms);
 }
 
 TEST(Architectures, UnknownFamilyNamesTheOnesThatRun) {
@@ -61,7 +62,7 @@ TEST(Architectures, UnknownFamilyNamesTheOnesThatRun) {
     FAIL() << "mamba accepted";
   } catch (const lio::UnsupportedError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "m.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3)");
+              "m.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3)");
   }
 }
 
@@ -119,6 +120,38 @@ TEST_F(ArchitectureTest, FamilyExtrasChangeTheLogits) {
     double max_diff = 0;
     for (size_t i = 0; i < x.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(x[i]) - y[i]));
     EXPECT_GT(max_diff, 1e-2) << arch << ": the family's extras made no difference";
+  }
+}
+
+// gemma3's windowed layers (window 8, texts of 30 tokens) give the same logits however the
+// tokens arrive: one prefill, chunks of 7, or one token at a time (each row's window is cut from
+// its own position, whatever else is in the pass).
+TEST_F(ArchitectureTest, Gemma3WindowedLogitsDoNotDependOnChunking) {
+  TinyModelSpec spec = family("gemma3");
+  spec.n_layers = 6;
+  spec.sliding_window = 8;
+  const std::string path = dir_ + "/gemma3.gguf";
+  lio::testing::write_tiny_gguf(path, spec);
+  const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
+  EXPECT_EQ(m.config.layer_window(0), 8);
+  EXPECT_EQ(m.config.layer_window(5), 0);  // every sixth layer is global
+  EXPECT_EQ(m.config.layer_rope_theta(0), 10000.0f);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 30; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 5) % 250));
+  const std::vector<float> whole = all_logits(m, tokens);
+  const int64_t vocab = m.config.vocab_size;
+  for (const int64_t chunk : {7, 1}) {
+    lio::ModelRunner runner(std::make_unique<lio::CpuBackend>(m.config, m.weights), lio::KvPoolConfig{4, 16});
+    lio::SoloSequence seq(runner, static_cast<int64_t>(tokens.size()));
+    std::vector<float> got;
+    for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(chunk)) {
+      const std::vector<int32_t> part(tokens.begin() + i, tokens.begin() + std::min(tokens.size(), i + chunk));
+      const std::span<const float> out = seq.forward(part, true);
+      got.insert(got.end(), out.begin(), out.end());
+    }
+    ASSERT_EQ(got.size(), whole.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], whole[i], 1e-4) << "chunk " << chunk << " row " << i / vocab;
   }
 }
 

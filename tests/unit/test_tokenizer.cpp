@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -402,7 +403,13 @@ TEST(Tokenizer, test_tokenizer_chatml_without_system_prompt) {
       "<|im_start|>user\nok<|im_end|>\n";
   EXPECT_EQ(tok.apply_chat_template(msgs, false), expected);
   EXPECT_EQ(tok.apply_chat_template(msgs, true), expected + "<|im_start|>assistant\n");
-  EXPECT_EQ(render_chat_template("", msgs, false), expected);  // no template: plain ChatML
+  // No template (a base model such as Gemma 3 270M): a clear error, never ChatML guessed.
+  try {
+    render_chat_template("", msgs, false);
+    FAIL() << "an empty template rendered";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("no chat template"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Tokenizer, test_tokenizer_rejects_non_chatml_template) {
@@ -486,9 +493,108 @@ TEST(Tokenizer, test_tokenizer_rejects_unknown_pre_and_model) {
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("made-up-pre"), std::string::npos) << e.what();
   }
-  write_tokenizer_gguf(dir.file("spm.gguf"), "default", {}, {}, "llama");
-  EXPECT_THROW((void)Tokenizer::from_gguf(GgufFile::open(dir.file("spm.gguf"))),
+  write_tokenizer_gguf(dir.file("bert.gguf"), "default", {}, {}, "bert");
+  EXPECT_THROW((void)Tokenizer::from_gguf(GgufFile::open(dir.file("bert.gguf"))),
                UnsupportedError);
+  // A SentencePiece vocabulary without its scores: the key named.
+  write_tokenizer_gguf(dir.file("spm.gguf"), "default", {}, {}, "llama");
+  try {
+    (void)Tokenizer::from_gguf(GgufFile::open(dir.file("spm.gguf")));
+    FAIL() << "expected FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.scores"), std::string::npos) << e.what();
+  }
+}
+
+// ---- SentencePiece (GGUF "llama": Gemma, Llama 2) -------------------------------------------
+
+/// A SentencePiece vocabulary in llama.cpp's GGUF form: <unk>, <s>, </s> (control), the 256
+/// byte-fallback tokens <0x00>..<0xFF> (type 6), then `pieces` with their scores (normal).
+Tokenizer spm_tokenizer(const std::string& path, const std::vector<std::pair<std::string, float>>& pieces,
+                        bool add_space_prefix, const std::vector<std::string>& user_defined = {}) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  std::vector<float> scores = {0, 0, 0};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    tokens.emplace_back(buf);
+    types.push_back(6);
+    scores.push_back(0);
+  }
+  for (const auto& [piece, score] : pieces) {
+    tokens.push_back(piece);
+    types.push_back(1);
+    scores.push_back(score);
+  }
+  for (const std::string& t : user_defined) {
+    tokens.push_back(t);
+    types.push_back(4);
+    scores.push_back(0);
+  }
+  GgufWriter w;
+  w.set("tokenizer.ggml.model", GgufValue::str("llama"));
+  w.set("tokenizer.ggml.tokens", GgufValue::str_array(tokens));
+  w.set("tokenizer.ggml.token_type", GgufValue::i32_array(types));
+  w.set("tokenizer.ggml.scores", GgufValue::f32_array(scores));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(2));
+  w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(add_space_prefix));
+  w.write(path);
+  return Tokenizer::from_gguf(GgufFile::open(path));
+}
+
+constexpr int32_t kFirstPiece = 3 + 256;  // id of pieces[0]
+
+// Merges go by score, highest first, leftmost on ties -- not by position in a merge list:
+// "abc" with "ab" (score -1) and "bc" (score -0.5) merges "bc" first, and "a" + "bc" is no token.
+TEST(SentencePiece, MergesTheHighestScoringPairFirst) {
+  TempDir dir;
+  const Tokenizer tok = spm_tokenizer(dir.file("v.gguf"), {{"a", -5}, {"b", -5}, {"c", -5}, {"ab", -1}, {"bc", -0.5f}},
+                                      /*add_space_prefix=*/false);
+  EXPECT_EQ(tok.encode("abc", false, false), (std::vector<int32_t>{kFirstPiece, kFirstPiece + 4}));  // a, bc
+  EXPECT_EQ(tok.encode("ab", false, false), (std::vector<int32_t>{kFirstPiece + 3}));
+  EXPECT_TRUE(tok.add_bos_default());  // SentencePiece vocabularies add BOS unless the file says not
+  EXPECT_EQ(tok.encode("ab", false, true).front(), 1);
+}
+
+// Spaces become U+2581 "▁" pieces; add_space_prefix puts one before the text and after every
+// special token; decode turns "▁" back into spaces.
+TEST(SentencePiece, SpacesAreEscapedAndThePrefixFollowsTheFlag) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, float>> pieces = {
+      {"\xe2\x96\x81", -3}, {"h", -4}, {"i", -4}, {"hi", -2}, {"\xe2\x96\x81hi", -1}};
+  const int32_t space = kFirstPiece, hi = kFirstPiece + 3, space_hi = kFirstPiece + 4;
+  const Tokenizer plain = spm_tokenizer(dir.file("a.gguf"), pieces, false);
+  EXPECT_EQ(plain.encode("hi hi", false, false), (std::vector<int32_t>{hi, space_hi}));
+  EXPECT_EQ(plain.decode(plain.encode("hi hi", false, false)), "hi hi");
+  const Tokenizer prefixed = spm_tokenizer(dir.file("b.gguf"), pieces, true);
+  EXPECT_EQ(prefixed.encode("hi hi", false, false), (std::vector<int32_t>{space_hi, space_hi}));
+  EXPECT_EQ(prefixed.encode("</s>hi", true, false), (std::vector<int32_t>{2, space_hi}));
+  EXPECT_EQ(prefixed.encode(" ", false, false), (std::vector<int32_t>{space, space}));
+}
+
+// A character the vocabulary lacks is spelled with its UTF-8 bytes' <0xXX> tokens and decodes
+// back to the same bytes; invalid UTF-8 goes the same way, never throwing.
+TEST(SentencePiece, ByteFallbackRoundTrips) {
+  TempDir dir;
+  const Tokenizer tok = spm_tokenizer(dir.file("v.gguf"), {{"a", -1}}, false);
+  const std::string korean = "\xea\xb0\x80";  // U+AC00, three bytes
+  EXPECT_EQ(tok.encode("a" + korean, false, false), (std::vector<int32_t>{kFirstPiece, 3 + 0xea, 3 + 0xb0, 3 + 0x80}));
+  EXPECT_EQ(tok.decode(tok.encode("a" + korean, false, false)), "a" + korean);
+  const std::string invalid = "\xff\xfe";
+  EXPECT_EQ(tok.encode(invalid, false, false), (std::vector<int32_t>{3 + 0xff, 3 + 0xfe}));
+  EXPECT_EQ(tok.decode(tok.encode(invalid, false, false)), invalid);
+}
+
+// User-defined tokens are cut out of the text even without parse_special; control tokens only with it.
+TEST(SentencePiece, UserDefinedTokensAlwaysSplitControlTokensOnRequest) {
+  TempDir dir;
+  const Tokenizer tok = spm_tokenizer(dir.file("v.gguf"), {{"a", -1}}, false, {"<tab>"});
+  const int32_t user = kFirstPiece + 1;
+  EXPECT_EQ(tok.encode("a<tab>a", false, false), (std::vector<int32_t>{kFirstPiece, user, kFirstPiece}));
+  EXPECT_EQ(tok.encode("<s>", true, false), (std::vector<int32_t>{1}));
+  EXPECT_NE(tok.encode("<s>", false, false), (std::vector<int32_t>{1}));  // plain text: bytes
 }
 
 TEST(Tokenizer, test_tokenizer_rejects_inconsistent_gguf_arrays) {

@@ -83,7 +83,12 @@ std::string render_chat_template(std::string_view chat_template,
                                  bool add_generation_prompt) {
   const std::string tmpl(chat_template);
   std::optional<std::string> system_prompt;
-  if (!tmpl.empty()) {
+  if (tmpl.empty()) {  // a base model (Gemma 3 270M): no turns to render, and no guessing ChatML
+    throw UnsupportedError(
+        "the model has no chat template (tokenizer.chat_template): it is a base model; give the prompt "
+        "as plain text (without --chat, or through /v1/completions)");
+  }
+  {
     if (tmpl.find(kImStart) == std::string::npos) {
       throw UnsupportedError(
           "chat template is not ChatML (no '<|im_start|>'); LIO renders only ChatML templates. "

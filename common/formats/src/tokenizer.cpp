@@ -38,7 +38,14 @@ using tokenizer_detail::pair_key;
 using tokenizer_detail::parse_byte_token;
 using tokenizer_detail::sanitize_utf8;
 using tokenizer_detail::Span;
+using tokenizer_detail::TokenizerModel;
 using tokenizer_detail::TokenKind;
+
+namespace {
+
+constexpr std::string_view kSpmSpace = "\xe2\x96\x81";  // U+2581 "▁", SentencePiece's space
+
+}  // namespace
 
 namespace {
 
@@ -66,7 +73,12 @@ void Tokenizer::Impl::finish(const std::vector<std::string>& merge_lefts,
   }
   const ByteUnicodeMap& map = byte_unicode_map();
   for (int b = 0; b < 256; ++b) {
-    auto it = text_to_id.find(map.byte_to_utf8[b]);
+    // SentencePiece's byte-fallback token "<0xXX>", else the byte itself as a token (llama.cpp's
+    // byte_to_token); byte-level BPE's token is the byte's bytes_to_unicode character.
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string spm_byte = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+    auto it = model == TokenizerModel::SentencePiece ? text_to_id.find(spm_byte) : text_to_id.find(map.byte_to_utf8[b]);
+    if (model == TokenizerModel::SentencePiece && it == text_to_id.end()) it = text_to_id.find(std::string(1, char(b)));
     byte_token[b] = it == text_to_id.end() ? -1 : it->second;
   }
   // Merges whose parts or result are not tokens can never fire (HF rejects them at load).
@@ -152,6 +164,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   out.reserve(text.size() / 3 + 2);
   if (add_bos && im.bos >= 0) out.push_back(im.bos);
 
+  if (im.model == TokenizerModel::SentencePiece) return encode_spm(text, parse_special, std::move(out));
   std::string cleaned;
   if (!is_valid_utf8(text)) {
     cleaned = sanitize_utf8(text);
@@ -174,6 +187,39 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   return out;
 }
 
+/// SentencePiece (llama.cpp's LLAMA_VOCAB_TYPE_SPM branch of tokenize): special tokens
+/// partitioned out as for BPE; each plain fragment gets a leading space when add_space_prefix
+/// and it starts the text or follows a special token, has its spaces escaped to U+2581 and is
+/// merged by score. No pre-tokenizer regexes, and invalid UTF-8 is not replaced: bytes the
+/// vocabulary lacks become byte-fallback tokens.
+std::vector<int32_t> Tokenizer::encode_spm(std::string_view text, bool parse_special, std::vector<int32_t> out) const {
+  const Impl& im = *impl_;
+  std::vector<std::pair<int32_t, Span>> fragments;
+  im.split_special(text, parse_special, fragments);
+  bool prev_special = true;
+  std::string piece;
+  for (const auto& [id, span] : fragments) {
+    if (id >= 0) {
+      out.push_back(id);
+      prev_special = true;
+      continue;
+    }
+    piece.clear();
+    const std::string_view raw = text.substr(span.offset, span.n_bytes);
+    if (im.add_space_prefix && prev_special) piece += kSpmSpace;
+    for (const char c : raw) {
+      if (c == ' ') {
+        piece += kSpmSpace;
+      } else {
+        piece += c;
+      }
+    }
+    im.spm(piece, out);
+    prev_special = false;
+  }
+  return out;
+}
+
 // ============================================================================================
 // Decoding
 // ============================================================================================
@@ -190,9 +236,21 @@ std::string Tokenizer::token_bytes(int32_t id) const {
     case TokenKind::Byte: {
       const int value = parse_byte_token(text);
       if (value >= 0) return std::string(1, static_cast<char>(value));
-      return byte_level_decode(text);
+      return impl_->model == TokenizerModel::SentencePiece ? text : byte_level_decode(text);
     }
     default:
+      if (impl_->model == TokenizerModel::SentencePiece) {  // "▁" back to " " (llama_unescape_whitespace)
+        std::string out;
+        for (size_t i = 0; i < text.size();) {
+          if (text.compare(i, kSpmSpace.size(), kSpmSpace) == 0) {
+            out += ' ';
+            i += kSpmSpace.size();
+          } else {
+            out += text[i++];
+          }
+        }
+        return out;
+      }
       return byte_level_decode(text);
   }
 }

@@ -37,13 +37,16 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   auto impl = std::make_unique<Impl>();
   impl->source = file.path();
   const std::string model = file.get_string("tokenizer.ggml.model");
-  if (model != "gpt2") {
+  if (model != "gpt2" && model != "llama") {
     throw UnsupportedError(file.path() + ": tokenizer.ggml.model '" + model +
-                           "' is not supported (LIO implements byte-level BPE, 'gpt2')");
+                           "' is not supported (LIO implements byte-level BPE, 'gpt2', and SentencePiece, 'llama')");
   }
+  const bool spm = model == "llama";
   const std::string pre = file.has("tokenizer.ggml.pre") ? file.get_string("tokenizer.ggml.pre")
                                                          : std::string();
-  const PreTokenizerSpec spec = pre_tokenizer_for(pre, file.path());
+  // SentencePiece has no pre-tokenizer (llama.cpp reads `pre` only for BPE vocabularies).
+  const PreTokenizerSpec spec = spm ? PreTokenizerSpec{} : pre_tokenizer_for(pre, file.path());
+  if (spm) impl->model = tokenizer_detail::TokenizerModel::SentencePiece;
 
   impl->tokens = file.get_string_array("tokenizer.ggml.tokens");
   const size_t n_vocab = impl->tokens.size();
@@ -64,8 +67,19 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
       impl->kinds[i] = static_cast<TokenKind>(types[i]);
     }
   }
+  if (spm) {
+    impl->scores = file.get_float_array("tokenizer.ggml.scores");
+    if (impl->scores.size() != n_vocab) {
+      throw FormatError(file.path() + ": tokenizer.ggml.scores has " + std::to_string(impl->scores.size()) +
+                        " entries, tokenizer.ggml.tokens has " + std::to_string(n_vocab));
+    }
+    impl->add_space_prefix =
+        file.has("tokenizer.ggml.add_space_prefix") ? file.get_bool("tokenizer.ggml.add_space_prefix") : true;
+  }
   std::vector<std::string> lefts, rights;
-  const std::vector<std::string> merges = file.get_string_array("tokenizer.ggml.merges");
+  const std::vector<std::string> merges =
+      spm && !file.has("tokenizer.ggml.merges") ? std::vector<std::string>{}
+                                                : file.get_string_array("tokenizer.ggml.merges");
   lefts.reserve(merges.size());
   rights.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -81,7 +95,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   impl->eos = optional_token_id(file, "tokenizer.ggml.eos_token_id", n_vocab);
   impl->add_bos = file.has("tokenizer.ggml.add_bos_token")
                       ? file.get_bool("tokenizer.ggml.add_bos_token")
-                      : spec.add_bos;
+                      : (spm || spec.add_bos);  // llama.cpp: SPM adds BOS by default
   impl->ignore_merges = spec.ignore_merges;
   if (file.has("tokenizer.chat_template")) {
     impl->chat_template = file.get_string("tokenizer.chat_template");

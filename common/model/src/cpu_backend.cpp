@@ -119,6 +119,8 @@ const std::vector<float>& CpuBackend::vector(WeightRef w) const {
     case WeightKind::FfnNorm: v = &L.ffn_norm; break;
     case WeightKind::QNorm: v = &L.q_norm; break;
     case WeightKind::KNorm: v = &L.k_norm; break;
+    case WeightKind::PostAttnNorm: v = &L.post_attn_norm; break;
+    case WeightKind::PostFfnNorm: v = &L.post_ffn_norm; break;
     case WeightKind::BiasQ: v = &L.bq; break;
     case WeightKind::BiasK: v = &L.bk; break;
     case WeightKind::BiasV: v = &L.bv; break;
@@ -132,7 +134,10 @@ const std::vector<float>& CpuBackend::vector(WeightRef w) const {
 }
 
 void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) cpu::embedding_row(weights_.token_embd, token_ids[i], out + i * config_.d_model);
+  const int64_t d = config_.d_model;
+  for (int64_t i = 0; i < n; ++i) cpu::embedding_row(weights_.token_embd, token_ids[i], out + i * d);
+  if (config_.embedding_scale != 1.0f)  // gemma3: rows times sqrt(d_model)
+    for (int64_t i = 0; i < n * d; ++i) out[i] *= config_.embedding_scale;
 }
 
 void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows) {
@@ -205,8 +210,8 @@ void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, in
   for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }
 
-void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {
-  cpu::rope(x, positions, n_tokens, n_heads, config_.head_dim, config_.rope_theta, config_.rope_style);
+void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) {
+  cpu::rope(x, positions, n_tokens, n_heads, config_.head_dim, theta, config_.rope_style);
 }
 
 void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const float* v, const BatchView& batch) {
@@ -294,8 +299,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   kv.v_scales = pool.value_scales(layer);
   const cpu::AttentionBatch ab{b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(), b.n_seqs(),
                                b.max_blocks_per_seq, b.block_size, true};
-  const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
-                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.softmax_scale(), c.layer_window(layer)};
   if (attention_backend_ == AttentionBackend::Flash) {
     cpu::flash_attention(q, kv, out, nullptr, ab, shape, flash_workspace_);
     return;
@@ -306,7 +310,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   std::vector<int64_t> decode_seqs;
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
     const int64_t qlen = b.query_len(s);
-    if (qlen == 1 && kv.element == cpu::KvElement::F32) {
+    if (qlen == 1 && kv.element == cpu::KvElement::F32 && shape.window == 0) {
       decode_seqs.push_back(s);
     } else if (qlen > 0) {
       const int32_t qsl[2] = {b.query_start_loc[static_cast<size_t>(s)], b.query_start_loc[static_cast<size_t>(s + 1)]};
@@ -426,6 +430,13 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) { cpu::swiglu(gate, up, out, n); }
+
+void CpuBackend::geglu(const float* gate, const float* up, float* out, int64_t n) { cpu::geglu(gate, up, out, n); }
+
+void CpuBackend::add(float* x, const float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
 
 void CpuBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim, float* out) {
   for (int64_t i = 0; i < n_rows; ++i) std::copy_n(x + rows[i] * dim, dim, out + i * dim);

@@ -131,12 +131,12 @@ void CudaBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, i
   }
 }
 
-void CudaBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) {
+void CudaBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   m.guarded([&] {
     m.op("rope", [&] {
-      cuda::rope(x, positions, n_tokens, n_heads, c.head_dim, c.rope_theta, c.rope_style, m.stream);
+      cuda::rope(x, positions, n_tokens, n_heads, c.head_dim, theta, c.rope_style, m.stream);
     });
   });
 }

@@ -31,6 +31,10 @@ void ModelConfig::validate(const std::string& source) const {
     throw FormatError(source + ": head_dim must be even for RoPE, got " + std::to_string(head_dim));
   if (!(rope_theta > 0.0f)) throw FormatError(source + ": rope theta must be > 0");
   if (!(rms_norm_eps > 0.0f)) throw FormatError(source + ": rms_norm_eps must be > 0");
+  if (sliding_window < 0 || sliding_window_pattern < 0 || rope_theta_local < 0.0f || !(embedding_scale > 0.0f)) {
+    throw FormatError(source + ": sliding window " + std::to_string(sliding_window) + ", pattern " +
+                      std::to_string(sliding_window_pattern) + ", local RoPE base and embedding scale must be >= 0 (> 0)");
+  }
   if (is_mla()) {
     positive(qk_nope_head_dim, "qk_nope_head_dim");
     positive(v_head_dim, "v_head_dim");
@@ -40,6 +44,17 @@ void ModelConfig::validate(const std::string& source) const {
                         std::to_string(qk_rope_head_dim));
     }
   }
+}
+
+int64_t ModelConfig::layer_window(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  const int64_t l = first_layer + layer;
+  const bool global = sliding_window_pattern > 0 && l % sliding_window_pattern == sliding_window_pattern - 1;
+  return global ? 0 : sliding_window;
+}
+
+float ModelConfig::layer_rope_theta(int64_t layer) const {
+  return layer_window(layer) > 0 && rope_theta_local > 0.0f ? rope_theta_local : rope_theta;
 }
 
 float ModelConfig::softmax_scale() const {
@@ -91,6 +106,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   // original weights; NEOX (halves, the weights unpermuted) for qwen2 and qwen3.
   c.rope_style = family.rope_style;
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  if (family.read_config != nullptr) family.read_config(file, c);
   c.validate(file.path());
   return c;
 }

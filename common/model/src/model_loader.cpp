@@ -157,7 +157,11 @@ void bind_weights(const ModelConfig& c, TensorBinder& b, const NameScheme& names
       L.bk = b.vector(names.layer(l, "attn_k", "bias"), c.kv_dim());
       L.bv = b.vector(names.layer(l, "attn_v", "bias"), c.kv_dim());
     }
-    if (family.qk_norm) {  // qwen3
+    if (family.post_norms) {  // gemma3
+      L.post_attn_norm = b.vector(weight(l, "post_attention_norm"), d);
+      L.post_ffn_norm = b.vector(weight(l, "post_ffw_norm"), d);
+    }
+    if (family.qk_norm) {  // qwen3, gemma3
       L.q_norm = b.vector(weight(l, "attn_q_norm"), c.head_dim);
       L.k_norm = b.vector(weight(l, "attn_k_norm"), c.head_dim);
     }

@@ -40,6 +40,14 @@ int64_t norm_width(WeightKind kind, const ModelConfig& config) {
   return kind == WeightKind::QNorm || kind == WeightKind::KNorm ? config.head_dim : config.d_model;
 }
 
+void Backend::geglu(const float*, const float*, float*, int64_t) {
+  throw UnsupportedError("this backend has no GeGLU kernel (gemma3's MLP): run it with --device cpu");
+}
+
+void Backend::add(float*, const float*, int64_t) {
+  throw UnsupportedError("this backend has no residual-add kernel (gemma3's post-norms): run it with --device cpu");
+}
+
 void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
   for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }

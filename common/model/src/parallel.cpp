@@ -161,6 +161,7 @@ LoadedModel shard_model(const LoadedModel& full, const RankPlan& p) {
   out.config = c;
   ModelConfig& lc = out.config;
   lc.n_layers = p.layer_end - p.layer_begin;
+  lc.first_layer = c.first_layer + p.layer_begin;  // which layers are windowed follows the global index
   lc.n_heads = p.head_end - p.head_begin;
   lc.n_kv_heads = p.kv_head_end - p.kv_head_begin;
   lc.d_ff = p.ff_end - p.ff_begin;
@@ -204,6 +205,8 @@ LoadedModel shard_model(const LoadedModel& full, const RankPlan& p) {
     L.bv = span_of(f.bv, p.kv_head_begin * hd, p.kv_head_end * hd);
     L.q_norm = f.q_norm;
     L.k_norm = f.k_norm;
+    L.post_attn_norm = f.post_attn_norm;  // act on the whole (all-reduced) d_model rows
+    L.post_ffn_norm = f.post_ffn_norm;
     w.layers.push_back(std::move(L));
   }
   return out;

@@ -1,5 +1,5 @@
-// tokenizer.h — byte-level BPE (GPT-2 / SmolLM2 / Llama-3 family), special tokens and the
-// chat template. The streaming detokenizer, which never splits a UTF-8 character, is in
+// tokenizer.h — byte-level BPE (GPT-2 / SmolLM2 / Llama-3 / Qwen family) and SentencePiece
+// BPE with byte fallback (Llama 2 / Gemma family), special tokens and the chat template. The streaming detokenizer, which never splits a UTF-8 character, is in
 // lio/detokenizer.h.
 //
 // Sources: GPT-2 encoder.py (bytes_to_unicode, BPE by merge rank; Radford et al. 2019),
@@ -24,16 +24,19 @@ struct ChatMessage {
   std::string content;  ///< message text
 };
 
-/// Byte-level BPE tokenizer. Immutable after construction; thread-safe to use.
+/// Byte-level BPE or SentencePiece tokenizer. Immutable after construction; thread-safe to use.
 class Tokenizer {
  public:
   /// Builds from GGUF metadata: tokenizer.ggml.{model,pre,tokens,token_type,merges,
-  /// bos_token_id,eos_token_id,add_bos_token} and tokenizer.chat_template.
+  /// bos_token_id,eos_token_id,add_bos_token} and tokenizer.chat_template. Model "gpt2":
+  /// byte-level BPE as below. Model "llama": SentencePiece BPE (llama.cpp's SPM vocabulary:
+  /// tokenizer.ggml.scores merge priorities, <0xXX> byte-fallback tokens, spaces as U+2581,
+  /// add_space_prefix (default true), BOS on by default; `pre` is ignored).
   /// `pre` selects the pre-tokenizer regexes as llama.cpp does: smollm/starcoder/refact/
   /// command-r/codeshell/exaone/minerva = `"\p{N}"` then GPT-2's; gpt2/gpt-2 = GPT-2's;
   /// llama-bpe/llama3 = Llama-3's (whole-word tokens skip merging, BOS on by default);
   /// qwen2; "default"/absent = llama.cpp's legacy four-regex fallback.
-  /// Throws UnsupportedError for a tokenizer model other than "gpt2" or an unknown `pre`;
+  /// Throws UnsupportedError for a tokenizer model other than "gpt2" / "llama" or an unknown `pre`;
   /// FormatError naming the key when arrays are missing or inconsistent (token_type length,
   /// a merge that is not "left right", bos/eos id outside the vocabulary).
   static Tokenizer from_gguf(const GgufFile& file);
@@ -87,7 +90,8 @@ class Tokenizer {
 
   /// Renders a conversation with the model's chat template. Supports ChatML
   /// (`<|im_start|>role\ncontent<|im_end|>\n`), including a default system prompt when the
-  /// template carries one (SmolLM2's does). Throws UnsupportedError for other templates.
+  /// template carries one (SmolLM2's does). Throws UnsupportedError for other templates, and for
+  /// none (a base model such as Gemma 3 270M: never ChatML guessed).
   std::string apply_chat_template(std::span<const ChatMessage> messages,
                                   bool add_generation_prompt) const;
   /// The model's chat template text (Jinja source) as read from the file; "" if none.
@@ -97,6 +101,8 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  /// encode() for a SentencePiece vocabulary; `out` holds BOS already when asked for.
+  std::vector<int32_t> encode_spm(std::string_view text, bool parse_special, std::vector<int32_t> out) const;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -106,9 +112,9 @@ class Tokenizer {
 /// `"<|im_start|>{role}\n{content}<|im_end|>\n"`, and `"<|im_start|>assistant\n"` follows when
 /// `add_generation_prompt`. When the template carries a default system prompt as a string
 /// literal `'<|im_start|>system\n...<|im_end|>\n'` (SmolLM2, Qwen2.5), that turn is prepended
-/// if messages is non-empty and messages[0].role != "system". An empty template means
-/// plain ChatML without a default system prompt.
-/// Throws UnsupportedError (quoting the template's start) for any other template family.
+/// if messages is non-empty and messages[0].role != "system".
+/// Throws UnsupportedError for an empty template (a base model: "no chat template ... without
+/// --chat"), and (quoting the template's start) for any other template family.
 std::string render_chat_template(std::string_view chat_template,
                                  std::span<const ChatMessage> messages,
                                  bool add_generation_prompt);

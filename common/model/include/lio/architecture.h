@@ -22,6 +22,7 @@
 namespace lio {
 
 class Backend;
+class GgufFile;
 class KvPool;
 struct BatchView;
 struct ModelConfig;
@@ -63,17 +64,23 @@ struct Architecture {
   RopeStyle rope_style = RopeStyle::Normal;
   bool qkv_bias = false;          ///< layers carry blk.N.attn_{q,k,v}.bias (LayerWeights::bq, bk, bv)
   bool qk_norm = false;           ///< layers carry blk.N.attn_{q,k}_norm.weight (LayerWeights::q_norm, k_norm)
+  /// layers carry blk.N.post_attention_norm.weight and blk.N.post_ffw_norm.weight (gemma3)
+  bool post_norms = false;
   LayerFn layer = nullptr;        ///< the decoder layer
+  /// Reads the family's own keys into a config whose common <arch>.* keys are read (sliding
+  /// window, embedding scale, ...); null when there are none. Throws FormatError /
+  /// UnsupportedError naming the file.
+  void (*read_config)(const GgufFile& file, ModelConfig& config) = nullptr;
 };
 
 /// Every family LIO runs, in registry order (llama first).
 std::span<const Architecture* const> architectures();
 
-/// The names of architectures(), comma-separated: "llama, qwen2, qwen3".
+/// The names of architectures(), comma-separated: "llama, qwen2, qwen3, gemma3".
 std::string architecture_names();
 
 /// The family named `name` (general.architecture). Throws UnsupportedError("<source>:
-/// architecture 'x' is not supported (supported: llama, qwen2, qwen3)") for any other name.
+/// architecture 'x' is not supported (supported: llama, qwen2, qwen3, gemma3)") for any other name.
 const Architecture& find_architecture(std::string_view name, const std::string& source);
 
 }  // namespace lio

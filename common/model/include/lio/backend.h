@@ -43,6 +43,8 @@ enum class WeightKind {
   BiasV,       ///< qwen2: (n_kv_heads * head_dim) per layer
   QNorm,       ///< qwen3 (QK-norm): (head_dim) per layer, RMSNorm of each query head
   KNorm,       ///< qwen3 (QK-norm): (head_dim) per layer, RMSNorm of each key head
+  PostAttnNorm,  ///< gemma3: (d_model) per layer, RMSNorm of the attention output before the residual add
+  PostFfnNorm,   ///< gemma3: (d_model) per layer, RMSNorm of the MLP output before the residual add
 };
 
 /// Elements per row a norm weight normalizes: head_dim for QNorm / KNorm (one row per head),
@@ -173,8 +175,9 @@ class Backend {
   /// out, which is what the default does (and what a ForwardingBackend that watches matmul
   /// sees); a backend may run them as one launch.
   virtual void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows);
-  /// RoPE in place on x (n_tokens, n_heads, head_dim) at `positions` (n_tokens).
-  virtual void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) = 0;
+  /// RoPE in place on x (n_tokens, n_heads, head_dim) at `positions` (n_tokens), base
+  /// frequency `theta` (ModelConfig::layer_rope_theta: Gemma 3's windowed layers use another).
+  virtual void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) = 0;
   /// Writes each row's K and V (n_tokens, kv_dim) into `layer` of the pool at the row's slot
   /// (batch.slot_mapping): vLLM's reshape_and_cache.
   virtual void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
@@ -198,6 +201,13 @@ class Backend {
                              const BatchView& batch);
   /// out = silu(gate) * up over n values; out may alias gate.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  /// GeGLU (Shazeer 2020, eq. 5, GELU in its tanh form as Gemma trains it): out = gelu_tanh(gate)
+  /// * up over n values; out may alias gate. The default throws UnsupportedError (a backend
+  /// without the kernel).
+  virtual void geglu(const float* gate, const float* up, float* out, int64_t n);
+  /// x += y over n values (a residual add the layer cannot fuse into a matmul: Gemma's
+  /// post-norms). The default throws UnsupportedError (a backend without the kernel).
+  virtual void add(float* x, const float* y, int64_t n);
   /// out (n_rows, dim) = x[rows[i]] for i < n_rows; rows: device int32.
   virtual void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                            float* out) = 0;

@@ -65,7 +65,7 @@ class CpuBackend final : public Backend {
   void matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) override;
   /// One OpenMP region for all outputs (x rounded to int8 once).
   void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) override;
-  void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
+  void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) override;
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
                  const BatchView& batch) override;
   void attention(KvPool& pool, int64_t layer, const float* q, float* out,
@@ -74,6 +74,8 @@ class CpuBackend final : public Backend {
   void mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
                      const BatchView& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* x, const float* y, int64_t n) override;
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
   void to_host(const float* src, int64_t n_floats, float* host) override;

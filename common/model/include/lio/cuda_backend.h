@@ -120,7 +120,7 @@ class CudaBackend final : public Backend {
   /// (cuda::quantize_activations_int8) for every output whose matrix takes int8 codes of the
   /// same width (Q, K and V of a layer; gate and up), then one gemv_int8 per output.
   void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) override;
-  void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads) override;
+  void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) override;
   /// cuda::kv_append into `pool` (which must come from a CudaBackend's make_kv_pool; else
   /// InvalidArgument); an f16 / int8 pool: cuda::kv_append_quantized.
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,

@@ -11,9 +11,13 @@ namespace lio {
 
 class GgufFile;
 
+/// The gate activation of the gated MLP: SwiGLU (SiLU; Llama, Qwen) or GeGLU (GELU, tanh form;
+/// Gemma). Shazeer 2020, "GLU Variants Improve Transformer", eqs. 5-6.
+enum class FfnActivation { SiLU, GeluTanh };
+
 /// Shapes and constants of the model. All counts are plain element/token counts.
 struct ModelConfig {
-  std::string architecture = "llama";  ///< the family (general.architecture): "llama", "qwen2", "qwen3"
+  std::string architecture = "llama";  ///< the family (general.architecture): "llama", "qwen2", "qwen3", "gemma3"
   std::string name;             ///< general.name or the directory name
   int64_t n_layers = 0;         ///< decoder blocks
   int64_t d_model = 0;          ///< hidden size (embedding length)
@@ -27,6 +31,18 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;   ///< RMSNorm epsilon
   RopeStyle rope_style = RopeStyle::Normal;  ///< RoPE pairing of head dimensions
   bool tied_embeddings = false; ///< LM head reuses token_embd
+
+  // ---- per-family options (lio/architecture.h); the defaults are llama's ----
+  /// Sliding-window attention (Beltagy et al. 2020; Gemma 3's local layers): a windowed layer's
+  /// row at position p sees keys p - sliding_window + 1 .. p. 0 = no layer is windowed.
+  int64_t sliding_window = 0;
+  /// With a window: global layer l is windowed unless l % pattern == pattern - 1 (gemma3: 6,
+  /// five local layers then one global; llama.cpp's set_swa_pattern). 0 = every layer windowed.
+  int64_t sliding_window_pattern = 0;
+  float rope_theta_local = 0.0f;  ///< RoPE base of windowed layers (gemma3: 10000); 0 = rope_theta
+  float embedding_scale = 1.0f;   ///< embedding rows are multiplied by this (gemma3: sqrt(d_model))
+  FfnActivation ffn_activation = FfnActivation::SiLU;  ///< the MLP's gate activation
+  int64_t first_layer = 0;        ///< global index of this shard's layer 0 (a pipeline stage's first layer)
 
   // ---- multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 sec. 2.1; chapter 02) ----
   // All 0 for a GQA model. An MLA model's layers carry Wq (n_heads * (qk_nope_head_dim +
@@ -56,6 +72,12 @@ struct ModelConfig {
   int64_t kv_bytes_per_token(int64_t bytes_per_elem) const { return 2 * n_layers * kv_dim() * bytes_per_elem; }
   /// The softmax scale: attn_scale when set, else 1/sqrt of the query-key width.
   float softmax_scale() const;
+  /// The window of this shard's layer `layer` (global layer first_layer + layer): sliding_window
+  /// for a windowed layer, 0 for a global one (every layer of a model without a window).
+  int64_t layer_window(int64_t layer) const;
+  /// The RoPE base of this shard's layer `layer`: rope_theta_local on a windowed layer when set,
+  /// else rope_theta.
+  float layer_rope_theta(int64_t layer) const;
 
   /// Throws FormatError naming `source` when a value is missing, non-positive or
   /// inconsistent (n_heads not a multiple of n_kv_heads, odd head_dim, ...).
@@ -63,7 +85,7 @@ struct ModelConfig {
 };
 
 /// Reads a config from GGUF metadata. Throws UnsupportedError("<file>: architecture 'x' is
-/// not supported (supported: llama, qwen2, qwen3)") for other architectures; FormatError for
+/// not supported (supported: llama, qwen2, qwen3, gemma3)") for other architectures; FormatError for
 /// missing keys.
 ModelConfig config_from_gguf(const GgufFile& file);
 

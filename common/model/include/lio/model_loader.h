@@ -37,11 +37,13 @@ struct LayerWeights {
   std::vector<float> bv;         ///< qwen2: (n_kv_heads * head_dim) bias of W_v
   std::vector<float> q_norm;     ///< qwen3: (head_dim) QK-norm weight of the queries (blk.N.attn_q_norm)
   std::vector<float> k_norm;     ///< qwen3: (head_dim) QK-norm weight of the keys
+  std::vector<float> post_attn_norm;  ///< gemma3: (d_model) blk.N.post_attention_norm, on the attention output
+  std::vector<float> post_ffn_norm;   ///< gemma3: (d_model) blk.N.post_ffw_norm, on the MLP output
 
   /// Floats in the layer's vectors (norms and biases).
   int64_t vector_floats() const {
     return static_cast<int64_t>(attn_norm.size() + ffn_norm.size() + bq.size() + bk.size() + bv.size() +
-                                q_norm.size() + k_norm.size());
+                                q_norm.size() + k_norm.size() + post_attn_norm.size() + post_ffn_norm.size());
   }
 };
 

@@ -23,9 +23,10 @@ void qk_norm(LayerPass& p, int64_t l) {
   p.be.rmsnorm(p.k, {WeightKind::KNorm, l}, p.k, p.n_tokens * p.config.n_kv_heads);
 }
 
-void rope_qk(LayerPass& p) {
-  p.be.rope(p.q, p.view.positions, p.n_tokens, p.config.n_heads);
-  p.be.rope(p.k, p.view.positions, p.n_tokens, p.config.n_kv_heads);
+void rope_qk(LayerPass& p, int64_t l) {
+  const float theta = p.config.layer_rope_theta(l);
+  p.be.rope(p.q, p.view.positions, p.n_tokens, p.config.n_heads, theta);
+  p.be.rope(p.k, p.view.positions, p.n_tokens, p.config.n_kv_heads, theta);
 }
 
 void gqa_attend(LayerPass& p, int64_t l) {

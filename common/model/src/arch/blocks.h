@@ -22,8 +22,8 @@ void add_qkv_bias(LayerPass& p, int64_t layer);
 void qk_norm(LayerPass& p, int64_t layer);
 
 /// RoPE (Su et al. 2021) in place on q (n_heads heads) and k (n_kv_heads heads) at the batch's
-/// positions, pairing dimensions as config.rope_style says.
-void rope_qk(LayerPass& p);
+/// positions, pairing dimensions as config.rope_style says, at layer l's base frequency.
+void rope_qk(LayerPass& p, int64_t layer);
 
 /// Grouped-query paged attention (Ainslie et al. 2023; Kwon et al. 2023): k, v into the pool at
 /// the slot mapping, each row's attention over its sequence into attn, then x += attn W_o^T

@@ -19,7 +19,7 @@ void llama_layer(LayerPass& p, int64_t l) {
     mla_self_attention(p, l);
   } else {
     qkv_projection(p, l);
-    rope_qk(p);
+    rope_qk(p, l);
     gqa_attend(p, l);
   }
   swiglu_mlp(p, l);

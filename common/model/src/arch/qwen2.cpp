@@ -11,7 +11,7 @@ namespace {
 void qwen2_layer(LayerPass& p, int64_t l) {
   qkv_projection(p, l);
   add_qkv_bias(p, l);  // the one difference from llama's layer
-  rope_qk(p);
+  rope_qk(p, l);
   gqa_attend(p, l);
   swiglu_mlp(p, l);
 }

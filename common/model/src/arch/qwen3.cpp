@@ -13,7 +13,7 @@ namespace {
 void qwen3_layer(LayerPass& p, int64_t l) {
   qkv_projection(p, l);
   qk_norm(p, l);  // the one difference from llama's layer
-  rope_qk(p);
+  rope_qk(p, l);
   gqa_attend(p, l);
   swiglu_mlp(p, l);
 }

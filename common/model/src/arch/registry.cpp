@@ -8,7 +8,7 @@ namespace lio {
 
 namespace {
 
-constexpr const Architecture* kFamilies[] = {&arch::kLlama, &arch::kQwen2, &arch::kQwen3};
+constexpr const Architecture* kFamilies[] = {&arch::kLlama, &arch::kQwen2, &arch::kQwen3, &arch::kGemma3};
 
 }  // namespace
 

@@ -31,7 +31,7 @@ class ForwardingBackend : public Backend {
   void rmsnorm(const float* x, WeightRef w, float* out, int64_t n) override { inner_->rmsnorm(x, w, out, n); }
   void add_bias(float* y, WeightRef w, int64_t n) override { inner_->add_bias(y, w, n); }
   void matmul(WeightRef w, const float* x, float* y, int64_t n, bool acc) override { inner_->matmul(w, x, y, n, acc); }
-  void rope(float* x, const int32_t* p, int64_t n, int64_t h) override { inner_->rope(x, p, n, h); }
+  void rope(float* x, const int32_t* p, int64_t n, int64_t h, float theta) override { inner_->rope(x, p, n, h, theta); }
   void kv_append(KvPool& pool, int64_t l, const float* k, const float* v, const BatchView& b) override {
     inner_->kv_append(pool, l, k, v, b);
   }
@@ -44,6 +44,8 @@ class ForwardingBackend : public Backend {
     inner_->mla_attention(pool, l, q, latent, out, b);
   }
   void swiglu(const float* g, const float* u, float* out, int64_t n) override { inner_->swiglu(g, u, out, n); }
+  void geglu(const float* g, const float* u, float* out, int64_t n) override { inner_->geglu(g, u, out, n); }
+  void add(float* x, const float* y, int64_t n) override { inner_->add(x, y, n); }
   void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {
     inner_->gather_rows(x, r, n, dim, out);
   }
