@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Batch-1 CPU prefill and decode: LIO vs llama.cpp's llama-bench on the same GGUF files, in one run.
 
-Files: the Q4_1 model as shipped, and an F32 copy made with llama.cpp's own quantize API
+Files: the Q4_1 model as shipped (or --model, e.g. Gemma 3 270M Q4_K_M with --label Q4_K_M), and an F32 copy made with llama.cpp's own quantize API
 (llama_model_quantize, ftype ALL_F32, allow_requantize: the Q4_1 weights dequantized).
 Workloads, as llama-bench names them:
   pp512      prefill of a 512-token prompt (tok/s), from an empty context
@@ -115,6 +115,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=MIN_REPEATS,
                     help=f"interleaved rounds per file (COURSE.md: >= {MIN_REPEATS})")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--f32-model", help="its F32 copy (default: <model dir>/SmolLM2-135M-Instruct.F32.gguf, made "
+                    "with llama.cpp's quantize API when missing)")
+    ap.add_argument("--label", default="Q4_1", help="how the report names --model's weights (e.g. Q4_K_M)")
+    ap.add_argument("--description", default="SmolLM2-135M-Instruct as shipped (Q4_1, token_embd Q8_0)",
+                    help="the model line of the report")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/cpu_decode"))
     ap.add_argument("--plot-only", action="store_true", help="redraw OUT.png from OUT.json")
     a = ap.parse_args()
@@ -128,10 +133,10 @@ def main():
     if below_rule:
         print(f"warning: --repeats {a.repeats}: COURSE.md asks for at least {MIN_REPEATS} to call a ratio", file=sys.stderr)
     prov = provenance()
-    f32 = os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")
+    f32 = a.f32_model or os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")
     make_f32_copy(a.model, f32)
 
-    files = (("Q4_1", a.model, ("f32", "int8")), ("F32", f32, ("f32",)))
+    files = ((a.label, a.model, ("f32", "int8")), ("F32", f32, ("f32",)))
     results = []
     for label, path, settings in files:
         runs = []
@@ -155,13 +160,13 @@ def main():
     lines += provenance_lines(prov)
     lines += [f"- Threads: {a.threads} for both engines; LIO's matmul kernels: "
               f"{results[0]['runs'][0]['lio']['f32']['isa']} (chosen at run time)",
-              "- Model: SmolLM2-135M-Instruct as shipped (Q4_1, token_embd Q8_0) and its F32 copy made by llama.cpp's "
-              "quantize API (the Q4_1 weights dequantized)",
+              f"- Model: {a.description} and its F32 copy made by llama.cpp's "
+              f"quantize API (the {a.label} weights dequantized)",
               f"- Workloads: pp{PREFILL_TOKENS} (prefill tok/s from an empty context) and tg{DECODE_TOKENS}@d{DEPTH} "
               f"(decode tok/s after a {DEPTH}-token context), llama-bench's names; llama.cpp: `llama-bench -p "
               f"{PREFILL_TOKENS} -n 0` and `-p 0 -n {DECODE_TOKENS} -d {DEPTH}`, `-r 1` each; LIO: "
               "`bench_decode --repeats 1` (a warm-up pass, then one timed pass)",
-              "- LIO's activations on the Q4_1 file: f32 (the default) and int8 (per 32-element block, as llama.cpp "
+              f"- LIO's activations on the {a.label} file: f32 (the default) and int8 (per 32-element block, as llama.cpp "
               "rounds them for these weights); bench/results/cpu_activations_kl.md has their accuracy",
               f"- Peer rule (COURSE.md): {a.repeats} rounds per file, the engines alternating in each; cells are "
               "median [min–max] tok/s; ratios are median [min–max] of the per-round ratios LIO / llama.cpp (above 1: "

@@ -6,6 +6,9 @@
 //   ch07_flash_attention kernels       naive vs flash at N = 512 .. 8,192 (prefill, one sequence,
 //                                      causal) and decode (one row at context N, with and without
 //                                      Flash-Decoding's split-KV): scratch bytes, time, speedup
+//   ch07_flash_attention window        sliding-window attention (Gemma 3's local layers): prefill at
+//                                      N = 4,096 and 8,192 with the key tiles wholly outside the
+//                                      window skipped vs gathered and masked: tiles, time, speedup
 //   ch07_flash_attention model         the real model end to end at a long context: prefill of an
 //                                      N-token prompt and decode at depth N, with the backend
 //                                      --attention-backend names
@@ -132,6 +135,37 @@ json cpu_kernel_sweep(const KernelOptions& o) {
   return json{{"prefill", prefill}, {"decode", decode}};
 }
 
+/// Sliding-window prefill (Gemma 3 270M's local layers by default: 4 query heads, 1 KV head of
+/// 256, window 512): per N, the flash kernel with tiles outside the window skipped and with them
+/// gathered and masked (FlashOptions::skip_window_tiles), plus full causal attention; the
+/// skipped run's output against the masked one's.
+json cpu_window_sweep(const KernelOptions& o, int64_t window) {
+  json rows = json::array();
+  for (const int64_t n : o.ns) {
+    Problem p(o.n_heads, o.n_kv_heads, o.head_dim, 0, n);
+    lio::cpu::FlashWorkspace ws;
+    std::vector<float> masked_out(p.out.size());
+    lio::cpu::AttentionStats skip_stats, mask_stats, full_stats;
+    p.shape.window = window;
+    const auto skip_ms = time_ms([&] { skip_stats = lio::cpu::flash_attention(p.q.data(), p.kv(), p.out.data(), nullptr, p.batch(), p.shape, ws, {true, true}); }, o.repeats);
+    const auto mask_ms = time_ms([&] { mask_stats = lio::cpu::flash_attention(p.q.data(), p.kv(), masked_out.data(), nullptr, p.batch(), p.shape, ws, {true, false}); }, o.repeats);
+    float diff = 0.0f;
+    for (size_t i = 0; i < p.out.size(); ++i) diff = std::max(diff, std::fabs(p.out[i] - masked_out[i]));
+    p.shape.window = 0;
+    const auto full_ms = time_ms([&] { full_stats = lio::cpu::flash_attention(p.q.data(), p.kv(), masked_out.data(), nullptr, p.batch(), p.shape, ws); }, o.repeats);
+    json row{{"n", n}, {"window", window}, {"skip_ms", spread(skip_ms)}, {"mask_ms", spread(mask_ms)}, {"full_causal_ms", spread(full_ms)}};
+    row["skip_speedup"] = row["mask_ms"]["median"].get<double>() / row["skip_ms"]["median"].get<double>();
+    row["tiles_gathered_skip"] = skip_stats.key_tiles;
+    row["tiles_skipped"] = skip_stats.window_skipped_tiles;
+    row["tiles_gathered_mask"] = mask_stats.key_tiles;
+    row["tiles_full_causal"] = full_stats.key_tiles;
+    row["max_abs_diff_skip_vs_mask"] = diff;
+    rows.push_back(row);
+  }
+  return json{{"device", "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"},
+              {"n_heads", o.n_heads}, {"n_kv_heads", o.n_kv_heads}, {"head_dim", o.head_dim}, {"prefill", rows}};
+}
+
 std::string mib(int64_t bytes) {
   std::ostringstream s;
   s.precision(bytes < (1 << 20) ? 3 : 1);
@@ -233,6 +267,18 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (0 = all cores)")->capture_default_str();
   auto* kernels = app.add_subcommand("kernels", "naive vs flash kernels at N = 512 .. 8,192 (prefill and decode)");
   auto* model = app.add_subcommand("model", "the real model at a long context, prefill and decode");
+  auto* window_cmd = app.add_subcommand("window", "sliding-window prefill: tiles outside the window skipped vs masked");
+  KernelOptions wk;
+  wk.ns = {4096, 8192};
+  wk.n_heads = 4, wk.n_kv_heads = 1, wk.head_dim = 256;  // Gemma 3 270M's attention
+  int64_t window = 512;
+  window_cmd->add_option("--n", wk.ns, "sequence lengths (comma-separated)")->delimiter(',')->capture_default_str();
+  window_cmd->add_option("--repeats", wk.repeats, "timed samples per kernel (median, min, max)")->capture_default_str();
+  window_cmd->add_option("--heads", wk.n_heads, "query heads")->capture_default_str();
+  window_cmd->add_option("--kv-heads", wk.n_kv_heads, "KV heads")->capture_default_str();
+  window_cmd->add_option("--head-dim", wk.head_dim, "head dimension")->capture_default_str();
+  window_cmd->add_option("--window", window, "keys a row sees (Gemma 3: 512)")->capture_default_str();
+  window_cmd->add_flag("--json", json_out, "print one JSON object");
   for (auto* sub : {kernels}) {
     sub->add_option("--device", k.device, "cpu or cuda")->capture_default_str();
     sub->add_option("--n", k.ns, "sequence lengths (comma-separated)")->delimiter(',')->capture_default_str();
@@ -259,6 +305,26 @@ int main(int argc, char** argv) {
                     j["device"].get<std::string>().c_str(), o.attention_backend.c_str(), static_cast<long long>(context),
                     j["prefill_tok_s"].get<double>(), j["prefill_ms"].get<double>(), static_cast<long long>(context),
                     j["decode_tok_s"].get<double>(), j["decode_ms_per_token"].get<double>());
+      }
+      return 0;
+    }
+    if (*window_cmd) {
+      if (window < 1) throw lio::InvalidArgument("--window must be >= 1, got " + std::to_string(window));
+      const json j = cpu_window_sweep(wk, window);
+      if (json_out) {
+        std::cout << j.dump() << "\n";
+        return 0;
+      }
+      std::printf("sliding window %lld, %lld heads / %lld KV heads of %lld, %s\n", static_cast<long long>(window),
+                  static_cast<long long>(wk.n_heads), static_cast<long long>(wk.n_kv_heads),
+                  static_cast<long long>(wk.head_dim), j["device"].get<std::string>().c_str());
+      std::printf("%7s %12s %12s %9s %14s %14s %12s\n", "N", "skip ms", "mask ms", "speedup", "tiles (skip)",
+                  "tiles (mask)", "full causal");
+      for (const auto& r : j["prefill"]) {
+        std::printf("%7lld %12.2f %12.2f %8.2fx %14lld %14lld %11.2f ms\n", static_cast<long long>(r["n"].get<int64_t>()),
+                    r["skip_ms"]["median"].get<double>(), r["mask_ms"]["median"].get<double>(),
+                    r["skip_speedup"].get<double>(), static_cast<long long>(r["tiles_gathered_skip"].get<int64_t>()),
+                    static_cast<long long>(r["tiles_gathered_mask"].get<int64_t>()), r["full_causal_ms"]["median"].get<double>());
       }
       return 0;
     }

@@ -271,7 +271,7 @@ struct TileCounts {
 /// partials are written to partials + (item.partial0 + c * n_vectors) * (d + 2).
 void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b, const AttentionShape& sh,
                 const WorkItem& item, int64_t c0, int64_t c1, TileScratch& ts, bool fold, float* partials,
-                TileCounts& counts) {
+                TileCounts& counts, bool skip_window_tiles) {
   const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, nv = item.n_rows * group;
   const float* qv[kFlashQueryTile * 16];
   std::vector<const float*> qv_heap;
@@ -293,7 +293,7 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       const int64_t nk = std::min(kFlashKeyTile, split_end - k0);
       const TileMask mask = b.causal ? causal_tile_mask(item.pos0, pos_last, k0, k0 + nk - 1) : TileMask::Full;
       if (mask == TileMask::Skip) break;  // every later tile is further above the diagonal
-      if (k0 + nk <= window_start) {      // wholly before every row's window: skipped, not masked
+      if (skip_window_tiles && k0 + nk <= window_start) {  // before every row's window: skipped, not masked
         ++counts.window_skipped;
         continue;
       }
@@ -404,7 +404,7 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
         const int64_t nv = it.n_rows * group;
         for (int64_t i = 0; i < nv; ++i) clear(ts.running + i * (d + 2), d);
         TileCounts counts;
-        run_splits(q, reader, b, sh, it, 0, it.n_splits, ts, true, nullptr, counts);
+        run_splits(q, reader, b, sh, it, 0, it.n_splits, ts, true, nullptr, counts, options.skip_window_tiles);
         finish(ts.running, it, sh, out, lse);
         add_counts(stats, counts);
       });
@@ -429,7 +429,7 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
       TileScratch ts = scratch(omp_get_thread_num());
       const auto [w, c] = units[u];
       TileCounts counts;
-      run_splits(q, reader, b, sh, items[w], c, c + 1, ts, false, ws.partials.data(), counts);
+      run_splits(q, reader, b, sh, items[w], c, c + 1, ts, false, ws.partials.data(), counts, options.skip_window_tiles);
       add_counts(stats, counts);
     });
   }

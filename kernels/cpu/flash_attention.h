@@ -143,6 +143,10 @@ struct FlashOptions {
   /// bitwise the same either way (each row always folds the same split partials in the same
   /// order with Task 3), so the flag changes time only.
   bool split_kv = true;
+  /// Sliding window: key tiles wholly before a query tile's window are skipped (never gathered).
+  /// Off: they are gathered, scored and masked to nothing — the same result, kept so chapter 07
+  /// can measure what skipping saves.
+  bool skip_window_tiles = true;
 };
 
 /// Memory a kernel call used, for the chapter's O(N^2) vs O(N) curve.
