@@ -90,7 +90,12 @@ int cmd_info(const lio::CommonOptions& o) {
                  {"vocab_size", c.vocab_size},     {"context_length", c.context_length},
                  {"rope_theta", c.rope_theta},     {"rms_norm_eps", c.rms_norm_eps},
                  {"rope_style", c.rope_style == lio::RopeStyle::Normal ? "normal" : "neox"},
-                 {"tied_embeddings", c.tied_embeddings}};
+                 {"tied_embeddings", c.tied_embeddings},
+                 {"sliding_window", c.sliding_window},
+                 {"sliding_window_pattern", c.sliding_window_pattern}};
+  int64_t windowed = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) windowed += c.layer_window(l) > 0 ? 1 : 0;
+  j["windowed_layers"] = windowed;
   j["n_params"] = m.weights.n_params();
   j["weight_bytes"] = m.weights.size_bytes();
   j["kv_bytes_per_token_f32"] = c.kv_bytes_per_token(4);
@@ -126,7 +131,11 @@ int cmd_info(const lio::CommonOptions& o) {
   std::printf("parameters   %lld (%.1f M)\n", (long long)m.weights.n_params(), m.weights.n_params() / 1e6);
   std::printf("weight bytes %lld (%.1f MiB)\n", (long long)m.weights.size_bytes(),
               m.weights.size_bytes() / 1048576.0);
-  std::printf("KV bytes/token (f32) %lld\n\nmetadata:\n", (long long)c.kv_bytes_per_token(4));
+  std::printf("KV bytes/token (f32) %lld\n", (long long)c.kv_bytes_per_token(4));
+  if (windowed > 0)
+    std::printf("sliding window %lld keys on %lld of %lld layers\n", (long long)c.sliding_window, (long long)windowed,
+                (long long)c.n_layers);
+  std::printf("\nmetadata:\n");
   for (const auto& [k, v] : meta.items()) {
     std::string s = v.dump();
     if (s.size() > 100) s = s.substr(0, 97) + "...";
