@@ -168,13 +168,19 @@ TEST(TensorParallel, Q8TinyModelWithPaddedVocabularyEqualsOneRank) {
 }
 
 // qwen2's Q/K/V biases split with their projections' rows (replicated with the KV heads at tp 4);
-// qwen3's QK-norm weights act per head and go whole to every rank.
-TEST(TensorParallel, Qwen2AndQwen3TinyModelsEqualOneRank) {
-  for (const std::string arch : {"qwen2", "qwen3"}) {
+// qwen3's QK-norm weights act per head and go whole to every rank; gemma3's post-norms need the
+// whole all-reduced sub-block output, and a pipeline stage's windowed layers follow their global
+// index (6 layers: five windowed, then a global one, split 3 + 3 at pp 2).
+TEST(TensorParallel, Qwen2Qwen3AndGemma3TinyModelsEqualOneRank) {
+  for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
     testing::TinyModelSpec s = eight_heads();
     s.architecture = arch;
-    s.tied_embeddings = arch == "qwen3";
-    check_grids(tiny_model(s, arch), {{2, 1}, {4, 1}, {2, 2}}, 1e-5);
+    s.tied_embeddings = arch != "qwen2";
+    if (arch == "gemma3") {
+      s.n_layers = 6;
+      s.sliding_window = 4;
+    }
+    check_grids(tiny_model(s, arch), {{2, 1}, {4, 1}, {1, 2}, {2, 2}}, 1e-5);
   }
 }
 
