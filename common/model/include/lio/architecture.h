@@ -67,9 +67,9 @@ struct Architecture {
   /// layers carry blk.N.post_attention_norm.weight and blk.N.post_ffw_norm.weight (gemma3)
   bool post_norms = false;
   LayerFn layer = nullptr;        ///< the decoder layer
-  /// Reads the family's own keys into a config whose common <arch>.* keys are read (sliding
-  /// window, embedding scale, ...); null when there are none. Throws FormatError /
-  /// UnsupportedError naming the file.
+  /// Reads the family's own keys (sliding window, embedding scale, ...) into a config whose
+  /// common keys, those prefixed with the architecture's name, are read; null when there are
+  /// none. Throws FormatError / UnsupportedError naming the file.
   void (*read_config)(const GgufFile& file, ModelConfig& config) = nullptr;
 };
 
