@@ -69,15 +69,20 @@ def gtest_summary(work):
     return rows
 
 
-REAL = re.compile(r"real-model config \| (.+?) \| (.+?) \| (\d+) rows \| top-1 ([0-9.]+) \| max rel ([0-9.eE+-]+|nan|inf)")
+REAL = re.compile(r"real-model config \| (.+?) \| (.+?) \| (\d+) rows \| top-1 ([0-9.]+) \| max rel ([0-9.eE+-]+|nan|inf)"
+                  r"(?: \| vs f32: KL cpu ([0-9.eE+-]+|nan|inf) cuda ([0-9.eE+-]+|nan|inf), top-1 cpu ([0-9.]+) cuda ([0-9.]+))?")
 
 
 def real_model_rows(work):
     rows = []
     for path in sorted(glob.glob(os.path.join(work, "logs", "*.log"))):
         for m in REAL.finditer(read(path)):
-            rows.append({"config": m.group(1), "file": m.group(2), "rows": int(m.group(3)),
-                         "top1": float(m.group(4)), "max_rel": float(m.group(5))})
+            row = {"config": m.group(1), "file": m.group(2), "rows": int(m.group(3)),
+                   "top1": float(m.group(4)), "max_rel": float(m.group(5))}
+            if m.group(6) is not None:  # int8 rows: each device's distance from the f32 run
+                row.update({"kl_cpu": float(m.group(6)), "kl_cuda": float(m.group(7)),
+                            "top1_f32_cpu": float(m.group(8)), "top1_f32_cuda": float(m.group(9))})
+            rows.append(row)
     return rows
 
 
@@ -183,8 +188,15 @@ def main():
                      for g in result["gtest"]])
     if result["real_model"]:
         md += ["", "## The real model: CUDA against CPU logits (teacher-forced text, then 3 decode steps)", ""]
-        md += table(["file", "configuration", "rows", "top-1 agreement", "max error / logit scale"],
-                    [[r["file"], r["config"], r["rows"], f'{r["top1"]:.4f}', f'{r["max_rel"]:.2e}'] for r in result["real_model"]])
+        md += ["The int8 rows are judged by each device's distance from the f32 run (mean KL in nats, top-1 "
+               "agreement), not by CUDA against CPU row by row: two int8 runs that round one code differently "
+               "are independent samples of the rounding noise (tests/unit/test_cuda_runner.cpp says why).", ""]
+        md += table(["file", "configuration", "rows", "top-1 agreement", "max error / logit scale",
+                     "KL from f32: CPU / CUDA", "top-1 vs f32: CPU / CUDA"],
+                    [[r["file"], r["config"], r["rows"], f'{r["top1"]:.4f}', f'{r["max_rel"]:.2e}',
+                      f'{r["kl_cpu"]:.4f} / {r["kl_cuda"]:.4f}' if "kl_cpu" in r else "",
+                      f'{r["top1_f32_cpu"]:.4f} / {r["top1_f32_cuda"]:.4f}' if "kl_cpu" in r else ""]
+                     for r in result["real_model"]])
     if greedy:
         md += ["", "## Greedy text, CPU and CUDA (`lio generate --temperature 0 --max-tokens 48`)", ""]
         md += table(["attention / setting", "required", "same text", "CUDA text"],

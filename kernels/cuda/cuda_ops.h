@@ -176,6 +176,21 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim, cudaStre
 /// Preconditions (throw InvalidArgument): non-null pointers, n >= 0 (0 launches nothing).
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 
+/// GeGLU (Shazeer 2020, eq. 5) with GELU in its tanh form, as Gemma trains it:
+/// out[i] = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) up[i], g = gate[i]; f32, the formula
+/// of cpu::geglu (tanhf vs std::tanh: agreement to a few ulp). gate, up, out: (n) device
+/// pointers; out may alias gate or up. Preconditions (throw InvalidArgument): non-null pointers,
+/// n >= 0 (0 launches nothing). Throws CudaError if the launch fails.
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+/// x[i] += y[i] over n values (Gemma 3's residual add after a post-norm); y may alias x. Same
+/// preconditions and errors as swiglu().
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+
+/// x[i] *= factor over n values (Gemma 3's embeddings x sqrt(d_model)). Same preconditions and
+/// errors as swiglu().
+void scale(float* x, float factor, int64_t n, cudaStream_t stream);
+
 /// Row gather: out[i] = x[rows[i]] for i < n_rows, dim floats each — picks the rows whose
 /// logits are wanted (ForwardBatch::logits_rows) before the final norm and LM head.
 /// x: (>= max(rows) + 1, dim); rows: (n_rows) int32; out: (n_rows, dim); device pointers;
@@ -278,12 +293,17 @@ inline constexpr int64_t kPagedAttentionMaxHeadDim = 256;
 /// launches nothing); n_seqs >= 1 when n_tokens > 0; max_blocks_per_seq >= 1; block_size >= 1;
 /// max_blocks_per_seq * block_size <= INT32_MAX; n_kv_heads > 0; n_heads a multiple of
 /// n_kv_heads and <= 65535; 0 < head_dim <= kPagedAttentionMaxHeadDim; scale finite.
+/// Sliding window (Longformer, Beltagy et al. 2020, sec. 3.1; Gemma 3's local layers): with
+/// window > 0, row p attends to positions max(0, p - window + 1) .. p only, and the key loop
+/// starts at the window's first key (nothing before it is read); 0 = every earlier position.
+/// InvalidArgument for window < 0 or > INT32_MAX.
 /// Throws CudaError if the launch fails.
 void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                      const int32_t* query_start_loc, const int32_t* seq_lens,
                      const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                      int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
-                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream);
+                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream,
+                     int64_t window = 0);
 
 /// Same contract as paged_attention() (any head_dim > 0); one thread per (row, head): it finds
 /// its sequence by binary search over query_start_loc, then walks positions 0 .. p in order
@@ -294,7 +314,7 @@ void paged_attention_naive(const float* q, const float* k_pool, const float* v_p
                            const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                            int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                            int64_t n_kv_heads, int64_t head_dim, float scale,
-                           cudaStream_t stream);
+                           cudaStream_t stream, int64_t window = 0);
 
 // ---- int8 activations (chapter 03: W8A8 / W4A8) -----------------------------------------------
 
@@ -379,13 +399,15 @@ void kv_append_quantized(const float* k, const float* v, const int32_t* slot_map
 /// layout, with K and V dequantized as they are read (vLLM's fp8 KV cache and its
 /// kv_cache_dtype do the same in their paged attention kernels). For Int8 the key scale
 /// multiplies the q . codes dot product once per key and the value scale p_j once per key.
-/// Same preconditions as paged_attention() plus a non-null pool (pool.k, pool.v, and the
-/// scales for Int8); throws InvalidArgument otherwise, CudaError if the launch fails.
+/// Same preconditions (and sliding `window`) as paged_attention() plus a non-null pool (pool.k,
+/// pool.v, and the scales for Int8); throws InvalidArgument otherwise, CudaError if the launch
+/// fails.
 void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, float* out,
                                const int32_t* query_start_loc, const int32_t* seq_lens,
                                const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                                int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
-                               int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream);
+                               int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream,
+                               int64_t window = 0);
 
 // ---- multi-head latent attention (chapter 02) --------------------------------------------------
 
@@ -612,7 +634,10 @@ int64_t flash_attention_workspace_floats(int64_t n_splits, int64_t n_tokens, int
 ///        reading the device); a smaller value leaves rows unwritten (not checked);
 ///   workspace: the caller's scratch (split partials), grown on demand;
 ///   split_kv: false forces one block per row's keys (no Flash-Decoding; the benchmark's
-///        "without").
+///        "without");
+///   window: sliding window (0: none), causal only: row p sees keys p - window + 1 .. p, and key
+///        tiles wholly before a query tile's window are never loaded (the splits cut only the
+///        keys the tile sees), as the CPU kernel's skip_window_tiles.
 /// Work layout: grid (sequence, query tile x split, KV head x head chunk); a block of 128
 /// threads holds a query tile of Br = flash_attention_rows_per_block() rows times the group's
 /// heads (so each K/V tile is gathered through the block table into shared memory ONCE per
@@ -627,7 +652,8 @@ int64_t flash_attention_workspace_floats(int64_t n_splits, int64_t n_tokens, int
 /// beyond 48 KiB, sm_80+, set once per workspace). f32 throughout, summed in another order than
 /// paged_attention_reference (test_cuda_flash_attention holds it to 1e-4 of the outputs' scale).
 /// Preconditions (throw InvalidArgument): paged_attention()'s, with 0 < head_dim <=
-/// kFlashAttentionMaxHeadDim; 1 <= max_query_len <= n_tokens when n_tokens > 0; n_kv_heads and
+/// kFlashAttentionMaxHeadDim; 1 <= max_query_len <= n_tokens when n_tokens > 0; 0 <= window <=
+/// INT32_MAX, and window 0 unless causal; n_kv_heads and
 /// the grid's other dimensions within 65535. Throws CudaError if a launch or allocation fails,
 /// UnsupportedError if the GPU's per-block shared memory is below a tile's.
 void flash_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
@@ -636,7 +662,7 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
                      int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                      int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                      int64_t max_query_len, FlashWorkspace& workspace, cudaStream_t stream,
-                     bool split_kv = true);
+                     bool split_kv = true, int64_t window = 0);
 
 /// Standard attention, flash_attention()'s naive twin (Vaswani et al. 2017, eq. 1; "standard
 /// attention implementation", Dao et al. 2022, Algorithm 0), on the same arguments: for each
@@ -649,7 +675,8 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
 /// CudaBackend), or 0 for the bound max_query_len x max_blocks_per_seq x block_size. A value
 /// below some sequence's query_len x seq_len overruns the buffer (not checked on the device, as
 /// the index arrays are not). Returns the bytes of S this call needed: the O(N^2) memory
-/// FlashAttention avoids. Same preconditions and errors as flash_attention(), plus
+/// FlashAttention avoids. `window` as flash_attention() (S keeps its masked scores: -inf
+/// before the window). Same preconditions and errors as flash_attention(), plus
 /// InvalidArgument for max_scores_per_head < 0 or above the bound.
 int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                         float* lse, const int32_t* query_start_loc, const int32_t* seq_lens,
@@ -657,7 +684,7 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                         int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                         int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                         int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
-                        int64_t max_scores_per_head = 0);
+                        int64_t max_scores_per_head = 0, int64_t window = 0);
 
 /// FlashAttention-2 forward on tensor cores, for the kernel benchmark: one sequence of n tokens,
 /// contiguous bf16 (uint16_t bits, as lio::f32_to_bf16) q (n_heads, n, head_dim) and k, v

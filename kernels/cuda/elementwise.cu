@@ -1,5 +1,6 @@
-// elementwise.cu — SwiGLU on the GPU (out = silu(gate) * up, one thread per value), the bias
-// add of a projection, and the row gather that picks the rows whose logits are wanted.
+// elementwise.cu — SwiGLU and GeGLU on the GPU (out = act(gate) * up, one thread per value), the
+// bias add of a projection, the plain add and scale Gemma 3's post-norms and scaled embeddings
+// need, and the row gather that picks the rows whose logits are wanted.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,6 +27,25 @@ __global__ void swiglu_kernel(const float* gate,  // (n)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = gate[i];
     out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+/// As swiglu_kernel, with GELU in its tanh form (Hendrycks & Gimpel 2016, sec. 2; Gemma's
+/// gelu_pytorch_tanh): 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))), cpu::geglu's formula.
+__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCoef * x * x * x))) * up[i];
+  }
+}
+
+/// Grid-stride: x[i] += y[i] (y may alias x), or x[i] *= scale when y is null.
+__global__ void add_or_scale_kernel(float* x, const float* y, float scale, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    x[i] = y != nullptr ? x[i] + y[i] : x[i] * scale;
   }
 }
 
@@ -63,6 +83,37 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
   const unsigned n_blocks = want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
   swiglu_kernel<<<n_blocks, kBlockThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  return want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n < 0) throw InvalidArgument("cuda::geglu: n must be >= 0, got " + std::to_string(n));
+  if (n == 0) return;
+  if (gate == nullptr || up == nullptr || out == nullptr) {
+    throw InvalidArgument("cuda::geglu: null device pointer (gate, up or out)");
+  }
+  geglu_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n < 0) throw InvalidArgument("cuda::add: n must be >= 0, got " + std::to_string(n));
+  if (n == 0) return;
+  if (x == nullptr || y == nullptr) throw InvalidArgument("cuda::add: null device pointer (x or y)");
+  add_or_scale_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(x, y, 1.0f, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void scale(float* x, float factor, int64_t n, cudaStream_t stream) {
+  if (n < 0) throw InvalidArgument("cuda::scale: n must be >= 0, got " + std::to_string(n));
+  if (n == 0) return;
+  if (x == nullptr) throw InvalidArgument("cuda::scale: null device pointer");
+  add_or_scale_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(x, nullptr, factor, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

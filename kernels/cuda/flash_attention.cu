@@ -16,7 +16,11 @@
 //   m_new = max(m, max_j s_j),  l = l e^(m - m_new) + sum_j e^(s_j - m_new),
 //   acc = acc e^(m - m_new) + sum_j e^(s_j - m_new) v_j;  finally out = acc / l, lse = m + log l.
 // Causal: key tiles past the block's last row are never loaded; every loaded key is compared
-// with its row's position, which only bites on the diagonal tiles.
+// with its row's position, which only bites on the diagonal tiles. Sliding window (Longformer,
+// Beltagy et al. 2020, sec. 3.1; Gemma 3's local layers): row p sees keys p - window + 1 .. p, so
+// the block's keys start at its first row's window and the tiles before it are never loaded
+// either (the split below cuts only the keys the tile sees); a key before its own row's window
+// is masked like one past the diagonal.
 // Flash-Decoding (Dao, Haziza, Massa, Sizov 2023): for decode batches the key range is cut into
 // splits walked by different blocks (grid y = query tile x split); each block writes its partial
 // (m, l, acc) and flash_merge_kernel combines them per (row, head):
@@ -140,6 +144,7 @@ struct FlashParams {
   int head_chunks;      // blocks per group: ceil(group / heads_per_block)
   int rows_per_block;   // Br = kVectors / heads_per_block
   int n_splits;         // key splits (1: none); each block cuts its keys with flash_split_range
+  int window;           // sliding window (0: none): row p sees keys p - window + 1 .. p
   float scale;
   bool causal;
 };
@@ -196,12 +201,17 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
   const int pos_first = seq_len - query_len + row0;  // position of the tile's first row
   const int pos = pos_first + (valid ? row_local : 0);
   const int row_key_end = p.causal ? pos + 1 : seq_len;  // this vector sees keys < row_key_end
-  // Keys any row of the tile sees: tiles past the last row's position are skipped (causal).
+  const int row_key_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;  // ... and >= this
+  // Keys any row of the tile sees: tiles past the last row's position are skipped (causal), and
+  // with a window the tiles before the first row's window.
   const int block_key_end = p.causal ? pos_first + rows_here : seq_len;
-  int key_begin = 0;
+  const int block_key_begin = p.window > 0 ? max(0, pos_first - p.window + 1) : 0;
+  int key_begin = block_key_begin;
   int key_end = block_key_end;
   if constexpr (kSplit) {
-    detail::flash_split_range(block_key_end, p.n_splits, split, kKeyTile, &key_begin, &key_end);
+    detail::flash_split_range(block_key_end - block_key_begin, p.n_splits, split, kKeyTile, &key_begin, &key_end);
+    key_begin += block_key_begin;
+    key_end += block_key_begin;
     if (key_begin >= key_end) {  // past the last key (block-uniform): nothing to load or add
       if (valid && sub == 0) {
         const int64_t vec = static_cast<int64_t>(q_start + row0 + row_local) * p.n_heads + h_first + h_local;
@@ -269,7 +279,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
 #pragma unroll
     for (int jj = 0; jj < kKpt; ++jj) {
       const int key = k0 + sub + kTpv * jj;
-      score[jj] = key < key_end && key < row_key_end ? score[jj] * p.scale : -INFINITY;
+      score[jj] = key < key_end && key < row_key_end && key >= row_key_begin ? score[jj] * p.scale : -INFINITY;
       tile_max = fmaxf(tile_max, score[jj]);
     }
     tile_max = group_max<kTpv>(tile_max);
@@ -331,7 +341,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
 
 /// Grid: (n_tokens * n_heads). Block: kMergeThreads. Flash-Decoding's reduction of one (row, head)
 /// over its n_splits partials; a split that saw no key has m = -inf and weight 0, and is skipped
-/// (an empty split writes only m). Split 0 always holds key 0, so M is finite.
+/// (an empty split writes only m). The split holding the row's own position has a finite m, so M
+/// is finite.
 __global__ void __launch_bounds__(kMergeThreads)
 flash_merge_kernel(const float* partial_acc,  // (n_splits, n_vectors, head_dim)
                    const float* partial_ml,   // (n_splits, n_vectors, 2)
@@ -521,11 +532,13 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
                      const int32_t* query_start_loc, const int32_t* seq_lens, const int32_t* block_tables,
                      int64_t n_tokens, int64_t n_seqs, int64_t max_blocks_per_seq, int64_t block_size,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
-                     int64_t max_query_len, FlashWorkspace& workspace, cudaStream_t stream, bool split_kv) {
+                     int64_t max_query_len, FlashWorkspace& workspace, cudaStream_t stream, bool split_kv,
+                     int64_t window) {
   const detail::PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   detail::check_paged_attention_args("flash_attention", q, k_pool, v_pool, out, query_start_loc, seq_lens,
                                      block_tables, shape, kFlashAttentionMaxHeadDim, scale);
   detail::check_flash_attention_args("flash_attention", shape, max_query_len);
+  detail::check_window("flash_attention", window, causal);
   if (n_tokens == 0) return;
 
   configure_flash_kernels(workspace);
@@ -559,6 +572,7 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
   p.head_chunks = static_cast<int>(t.head_chunks);
   p.rows_per_block = static_cast<int>(t.rows_per_block);
   p.n_splits = static_cast<int>(n_splits);
+  p.window = static_cast<int>(window);
   p.scale = scale;
   p.causal = causal;
   const bool split = n_splits > 1;

@@ -46,12 +46,14 @@ struct NaiveParams {
   const int32_t* seq_lens;         // (n_seqs)
   const int32_t* block_tables;     // (n_seqs, max_blocks_per_seq)
   int s, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim;
+  int window;                      // sliding window (0: none): row p sees keys p - window + 1 .. p
   float scale;
   bool causal;
 };
 
 /// Grid: ceil(n_heads x max(query_len x n_keys) / kNaiveThreads). One thread per score of
-/// sequence p.s: S[h, i, j] = scale q[i, h] . k[j, g], -inf above the diagonal when causal.
+/// sequence p.s: S[h, i, j] = scale q[i, h] . k[j, g], -inf above the diagonal when causal and
+/// before row i's sliding window.
 __global__ void naive_scores_kernel(NaiveParams p) {
   const int q_start = p.query_start_loc[p.s];
   const int query_len = p.query_start_loc[p.s + 1] - q_start;
@@ -61,7 +63,8 @@ __global__ void naive_scores_kernel(NaiveParams p) {
   const int j = static_cast<int>(idx % n_keys);
   const int i = static_cast<int>((idx / n_keys) % query_len);
   const int h = static_cast<int>(idx / n_keys / query_len);
-  if (p.causal && j > n_keys - query_len + i) {
+  const int pos = n_keys - query_len + i;
+  if ((p.causal && j > pos) || (p.window > 0 && j <= pos - p.window)) {
     p.scores[idx] = -INFINITY;
     return;
   }
@@ -75,7 +78,7 @@ __global__ void naive_scores_kernel(NaiveParams p) {
 }
 
 /// Grid: (max_query_len, n_heads). Block: kNaiveThreads. Row (h, i) of S softmaxed in place
-/// (max subtracted; key 0 is never masked, so the max is finite), and its lse.
+/// (max subtracted; the row's own key is never masked, so the max is finite), and its lse.
 __global__ void __launch_bounds__(kNaiveThreads) naive_softmax_kernel(NaiveParams p) {
   const int q_start = p.query_start_loc[p.s];
   const int query_len = p.query_start_loc[p.s + 1] - q_start;
@@ -113,10 +116,11 @@ __global__ void naive_pv_kernel(NaiveParams p) {
   const int i = static_cast<int>(idx / p.head_dim / p.n_heads);
   const int g = h / (p.n_heads / p.n_kv_heads);
   const int key_end = p.causal ? n_keys - query_len + i + 1 : n_keys;  // P is 0 past it
+  const int key_begin = p.window > 0 ? max(0, key_end - p.window) : 0;  // ... and before it
   const float* p_row = p.scores + (static_cast<int64_t>(h) * query_len + i) * n_keys;
   const int32_t* table = p.block_tables + static_cast<int64_t>(p.s) * p.max_blocks_per_seq;
   float o = 0.0f;
-  for (int j = 0; j < key_end; ++j) {
+  for (int j = key_begin; j < key_end; ++j) {
     o += p_row[j] * p.v_pool[(slot_of(table, p.block_size, j) * p.n_kv_heads + g) * p.head_dim + d];
   }
   p.out[(static_cast<int64_t>(q_start + i) * p.n_heads + h) * p.head_dim + d] = o;
@@ -133,11 +137,12 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                         int64_t n_tokens, int64_t n_seqs, int64_t max_blocks_per_seq, int64_t block_size,
                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                         int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
-                        int64_t max_scores_per_head) {
+                        int64_t max_scores_per_head, int64_t window) {
   const detail::PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   detail::check_paged_attention_args("naive_attention", q, k_pool, v_pool, out, query_start_loc, seq_lens,
                                      block_tables, shape, kFlashAttentionMaxHeadDim, scale);
   detail::check_flash_attention_args("naive_attention", shape, max_query_len);
+  detail::check_window("naive_attention", window, causal);
   if (n_tokens == 0) return 0;
   const int64_t max_context = max_blocks_per_seq * block_size;
   if (max_query_len > INT64_MAX / 4 / max_context / n_heads) {
@@ -172,6 +177,7 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                 static_cast<int>(n_heads),
                 static_cast<int>(n_kv_heads),
                 static_cast<int>(head_dim),
+                static_cast<int>(window),
                 scale,
                 causal};
   for (int64_t s = 0; s < n_seqs; ++s) {  // one S at a time: the buffer holds the largest

@@ -71,4 +71,14 @@ inline void check_flash_attention_args(const char* op, const PagedShape& shape, 
   }
 }
 
+/// Checks a sliding window (0 = none): 0 <= window <= INT32_MAX, and a window only on causal
+/// attention (a row's window is counted back from its own position). Throws InvalidArgument.
+inline void check_window(const char* op, int64_t window, bool causal = true) {
+  const std::string where = std::string("cuda::") + op + ": ";
+  if (window < 0 || window > INT_MAX) {
+    throw InvalidArgument(where + "need 0 <= window <= INT32_MAX (0: no sliding window), got " + std::to_string(window));
+  }
+  if (window > 0 && !causal) throw InvalidArgument(where + "a sliding window needs causal attention");
+}
+
 }  // namespace lio::cuda::detail

@@ -26,6 +26,9 @@
 // steps (chapter 07).
 // Naive kernel: one thread per (row, head), binary search, then the running-max loop of
 // cpu::attention_reference over positions 0 .. p — the reference.
+// Sliding window (Gemma 3's local layers; `window` > 0): row p attends to positions
+// max(0, p - window + 1) .. p only; both kernels start their key loop at the window's first key,
+// so nothing before it is read.
 // Quantized pools (chapter 03): the same kernel with another reader (F16Kv, Int8Kv) that widens
 // halves or multiplies int8 codes by their per-(token, head) scale as K and V are read.
 #include <cuda_fp16.h>
@@ -197,7 +200,8 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
                        int n_heads,
                        int n_kv_heads,                  // divides n_heads
                        int head_dim,                    // <= 32 * kDimsPerLane
-                       float scale) {
+                       float scale,
+                       int window) {                    // 0, or row p sees keys p - window + 1 .. p
   static_assert(kDimsPerLane >= 1 && kDimsPerLane <= kMaxDimsPerLane, "head_dim <= 256");
   __shared__ float4 q_shared4[kMaxHeadDim / 4];  // float4: 16-byte aligned for dot_q_k
   __shared__ float acc_shared[kPagedWarps][kMaxHeadDim];
@@ -214,6 +218,7 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
   const int q_start = query_start_loc[s];
   const int query_len = query_start_loc[s + 1] - q_start;
   const int n_keys = seq_lens[s] - query_len + (row - q_start) + 1;  // positions 0 .. p
+  const int key_first = window > 0 ? max(0, n_keys - window) : 0;   // the window's first key
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
 
   const float* q_row = q + (static_cast<int64_t>(row) * n_heads + h) * head_dim;
@@ -228,7 +233,7 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
 
   // Warp-uniform loop: every tile holds at least one key (tile < n_keys), so the tile's max is
   // finite for finite inputs and exp(running_max - new_max) is 0 on the warp's first tile.
-  for (int tile = warp * kKeysPerTile; tile < n_keys; tile += kPagedWarps * kKeysPerTile) {
+  for (int tile = key_first + warp * kKeysPerTile; tile < n_keys; tile += kPagedWarps * kKeysPerTile) {
     const int j = tile + lane;
     int64_t slot = 0;
     float score = -INFINITY;
@@ -266,7 +271,7 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
     if (d < head_dim) acc_shared[warp][d] = acc[c];
   }
   __syncthreads();
-  float block_max = max_shared[0];  // warp 0 always has key 0
+  float block_max = max_shared[0];  // warp 0 always has the first key
 #pragma unroll
   for (int w = 1; w < kPagedWarps; ++w) block_max = fmaxf(block_max, max_shared[w]);
   float weight[kPagedWarps];
@@ -296,7 +301,7 @@ __global__ void paged_attention_naive_kernel(const float* q, const float* k_pool
                                              const int32_t* block_tables, int n_tokens,
                                              int n_seqs, int max_blocks_per_seq, int block_size,
                                              int n_heads, int n_kv_heads, int head_dim,
-                                             float scale) {
+                                             float scale, int window) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_tokens) * n_heads) return;
   const int row = static_cast<int>(idx / n_heads);
@@ -307,9 +312,10 @@ __global__ void paged_attention_naive_kernel(const float* q, const float* k_pool
   const int pos = seq_lens[s] - query_len + (row - query_start_loc[s]);
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
   const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const int first = window > 0 ? max(0, pos + 1 - window) : 0;  // keys first .. pos
   online_softmax_attend(q + idx * head_dim, k_pool + static_cast<int64_t>(g) * head_dim,
-                        v_pool + static_cast<int64_t>(g) * head_dim, kv_stride, pos + 1,
-                        [&](int j) { return slot_of(table, block_size, j); }, head_dim, scale,
+                        v_pool + static_cast<int64_t>(g) * head_dim, kv_stride, pos + 1 - first,
+                        [&](int j) { return slot_of(table, block_size, first + j); }, head_dim, scale,
                         out + idx * head_dim);
 }
 
@@ -323,14 +329,14 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <class MakeKv>
 void launch_paged(MakeKv kv, bool vec4, const float* q, float* out, const int32_t* query_start_loc,
                   const int32_t* seq_lens, const int32_t* block_tables, const PagedShape& p, float scale,
-                  cudaStream_t stream) {
+                  int64_t window, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(p.n_heads));
   const auto launch = [&]<int kDimsPerLane>() {
     const auto args = [&](auto reader) {
       paged_attention_kernel<kDimsPerLane, decltype(reader)><<<grid, kPagedThreads, 0, stream>>>(
           q, reader, out, query_start_loc, seq_lens, block_tables, static_cast<int>(p.n_seqs),
           static_cast<int>(p.max_blocks_per_seq), static_cast<int>(p.block_size), static_cast<int>(p.n_heads),
-          static_cast<int>(p.n_kv_heads), static_cast<int>(p.head_dim), scale);
+          static_cast<int>(p.n_kv_heads), static_cast<int>(p.head_dim), scale, static_cast<int>(window));
     };
     if (vec4) {
       args(kv(std::true_type{}));
@@ -356,24 +362,26 @@ void paged_attention(const float* q, const float* k_pool, const float* v_pool, f
                      const int32_t* query_start_loc, const int32_t* seq_lens,
                      const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                      int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
-                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream) {
+                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream, int64_t window) {
   const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size,
                          n_heads,  n_kv_heads, head_dim};
   check_paged_attention_args("paged_attention", q, k_pool, v_pool, out, query_start_loc,
                              seq_lens, block_tables, shape, kPagedAttentionMaxHeadDim, scale);
+  detail::check_window("paged_attention", window);
   if (n_tokens == 0) return;
   // Every K row starts at (slot * n_kv_heads + g) * head_dim floats: 16-byte aligned when the
   // pool is and head_dim % 4 == 0.
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_pool);
   const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) { return F32Kv<kVec4>{k_pool, v_pool}; };
-  launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, stream);
+  launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, stream);
 }
 
 void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, float* out,
                                const int32_t* query_start_loc, const int32_t* seq_lens,
                                const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                                int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
-                               int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream) {
+                               int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream,
+                               int64_t window) {
   const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   const bool int8 = pool.type == KvQuant::Int8;
   if (int8 && (pool.k_scales == nullptr || pool.v_scales == nullptr)) {
@@ -383,6 +391,7 @@ void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, flo
   check_paged_attention_args("paged_attention_quantized", q, static_cast<const float*>(pool.k),
                              static_cast<const float*>(pool.v), out, query_start_loc, seq_lens, block_tables, shape,
                              kPagedAttentionMaxHeadDim, scale);
+  detail::check_window("paged_attention_quantized", window);
   if (n_tokens == 0) return;
   // A K row starts at (slot * n_kv_heads + g) * head_dim elements: aligned for 4-code (4-byte) or
   // 4-half (8-byte) loads when head_dim % 4 == 0 and the pool is 8-byte aligned.
@@ -392,12 +401,12 @@ void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, flo
       return Int8Kv<kVec4>{static_cast<const int8_t*>(pool.k), static_cast<const int8_t*>(pool.v), pool.k_scales,
                            pool.v_scales};
     };
-    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, stream);
+    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, stream);
   } else {
     const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) {
       return F16Kv<kVec4>{static_cast<const __half*>(pool.k), static_cast<const __half*>(pool.v)};
     };
-    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, stream);
+    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, stream);
   }
 }
 
@@ -406,11 +415,12 @@ void paged_attention_naive(const float* q, const float* k_pool, const float* v_p
                            const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                            int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                            int64_t n_kv_heads, int64_t head_dim, float scale,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, int64_t window) {
   const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size,
                          n_heads,  n_kv_heads, head_dim};
   check_paged_attention_args("paged_attention_naive", q, k_pool, v_pool, out, query_start_loc,
                              seq_lens, block_tables, shape, INT_MAX, scale);
+  detail::check_window("paged_attention_naive", window);
   if (n_tokens == 0) return;
   const int64_t n_threads = n_tokens * n_heads;
   const int64_t n_blocks = (n_threads + kNaiveBlockThreads - 1) / kNaiveBlockThreads;
@@ -421,7 +431,8 @@ void paged_attention_naive(const float* q, const float* k_pool, const float* v_p
   paged_attention_naive_kernel<<<static_cast<unsigned>(n_blocks), kNaiveBlockThreads, 0, stream>>>(
       q, k_pool, v_pool, out, query_start_loc, seq_lens, block_tables, static_cast<int>(n_tokens),
       static_cast<int>(n_seqs), static_cast<int>(max_blocks_per_seq), static_cast<int>(block_size),
-      static_cast<int>(n_heads), static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale);
+      static_cast<int>(n_heads), static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale,
+      static_cast<int>(window));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,7 +4,7 @@
 //     for each GQA group), a 1000-row prefill after a cached prefix, decode rows up to 8192 keys
 //     with and without Flash-Decoding's split, short verification chunks (query_len 2-4), mixed
 //     prefill + decode batches, head_dim 64, 128 and 256 (Gemma 3's), GQA groups 1, 3, 4 and 8,
-//     causal and not;
+//     causal and not, and sliding windows (Gemma 3's local layers; chapter 04's paged kernels too);
 //   cuda::naive_attention (its twin) on the same batches, head_dim 256 too;
 //   cuda::flash_attention_bf16 (wmma) against a host f32 computation on the bf16-rounded inputs.
 // References: causal outputs against lio::cpu::paged_attention_reference (f32, running max) and
@@ -71,8 +71,10 @@ Batch make_batch(const Case& c, uint32_t seed) {
   return b;
 }
 
-/// out and lse of every (row, head) in double precision: causal (keys 0 .. p) or all keys.
-void host_attention(const Case& c, const Batch& b, bool causal, std::vector<float>& out, std::vector<float>& lse) {
+/// out and lse of every (row, head) in double precision: causal (keys 0 .. p; with a sliding
+/// window > 0 keys p - window + 1 .. p) or all keys.
+void host_attention(const Case& c, const Batch& b, bool causal, std::vector<float>& out, std::vector<float>& lse,
+                    int64_t window = 0) {
   const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   out.assign(b.q.size(), 0.0f);
   lse.assign(static_cast<size_t>(b.n_tokens * c.n_heads), 0.0f);
@@ -81,14 +83,16 @@ void host_attention(const Case& c, const Batch& b, bool causal, std::vector<floa
     const int32_t q_len = b.query_start_loc[static_cast<size_t>(s) + 1] - q0;
     const int64_t seq_len = b.seq_lens[static_cast<size_t>(s)];
     for (int32_t i = q0; i < q0 + q_len; ++i) {
-      const int64_t n_keys = causal ? seq_len - q_len + (i - q0) + 1 : seq_len;
+      const int64_t key_end = causal ? seq_len - q_len + (i - q0) + 1 : seq_len;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, key_end - window) : 0;
+      const int64_t n_keys = key_end - first;
       for (int64_t h = 0; h < c.n_heads; ++h) {
         const float* qi = b.q.data() + (i * c.n_heads + h) * hd;
         std::vector<double> scores(static_cast<size_t>(n_keys));
         std::vector<int64_t> at(static_cast<size_t>(n_keys));  // float offset of (slot, g)
         double max_score = -INFINITY;
         for (int64_t j = 0; j < n_keys; ++j) {
-          at[static_cast<size_t>(j)] = b.slot(s, j) * b.kv_dim + (h / group) * hd;
+          at[static_cast<size_t>(j)] = b.slot(s, first + j) * b.kv_dim + (h / group) * hd;
           double dot = 0;
           for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * b.k_pool[static_cast<size_t>(at[static_cast<size_t>(j)] + d)];
           scores[static_cast<size_t>(j)] = dot * b.scale;
@@ -146,25 +150,27 @@ struct Result {
   std::vector<float> out, lse;
 };
 
-Result run_flash(const Case& c, const Batch& b, bool causal, bool split_kv, lio::cuda::FlashWorkspace& ws) {
+Result run_flash(const Case& c, const Batch& b, bool causal, bool split_kv, lio::cuda::FlashWorkspace& ws,
+                 int64_t window = 0) {
   DeviceBatch d(c, b);
   lio::cuda::flash_attention(d.q.data(), d.k.data(), d.v.data(), d.out.data(), d.lse.data(), d.qsl.data(),
                              d.lens.data(), d.tables.data(), b.n_tokens, b.n_seqs, b.max_blocks_per_seq,
                              c.block_size, c.n_heads, c.n_kv_heads, c.head_dim, b.scale, causal, b.max_query_len,
-                             ws, nullptr, split_kv);
+                             ws, nullptr, split_kv, window);
   CUDA_CHECK(cudaDeviceSynchronize());
   return {d.out.to_host(), d.lse.to_host()};
 }
 
 /// naive_attention on `c`; max_scores_per_head as naive_attention takes it (0: the bound).
-Result run_naive(const Case& c, const Batch& b, bool causal, int64_t* score_bytes, int64_t max_scores_per_head = 0) {
+Result run_naive(const Case& c, const Batch& b, bool causal, int64_t* score_bytes, int64_t max_scores_per_head = 0,
+                 int64_t window = 0) {
   DeviceBatch d(c, b);
   DeviceBuffer<float> scores;
   *score_bytes = lio::cuda::naive_attention(d.q.data(), d.k.data(), d.v.data(), d.out.data(), d.lse.data(),
                                             d.qsl.data(), d.lens.data(), d.tables.data(), b.n_tokens, b.n_seqs,
                                             b.max_blocks_per_seq, c.block_size, c.n_heads, c.n_kv_heads,
                                             c.head_dim, b.scale, causal, b.max_query_len, scores, nullptr,
-                                            max_scores_per_head);
+                                            max_scores_per_head, window);
   CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_GE(static_cast<int64_t>(scores.size_bytes()), *score_bytes);
   return {d.out.to_host(), d.lse.to_host()};
@@ -343,6 +349,85 @@ TEST(FlashAttention, MixedPrefillDecodeMatchesReference) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   check_flash_causal({"mixed group 3 d=128", 9, 3, 128, 16, {{0, 70}, {500, 1}, {33, 1}, {16, 17}, {2, 1}}}, 400);
   check_flash_causal({"mixed group 8 d=64 block 1", 8, 1, 64, 1, {{0, 9}, {40, 1}, {3, 5}}}, 401);
+}
+
+// Sliding window (Gemma 3's local layers: window 512 over MQA 4/1 at head_dim 256; and GQA 9/3 at
+// 64): prefill chunks longer than the window after cached prefixes, rows whose window starts
+// mid-tile and mid-block, decode rows of 1 .. 8192 keys with and without Flash-Decoding's split,
+// and windows of 1 (each row sees only itself) and past the context (no effect). Flash (split
+// and not), its naive twin, chapter 04's paged kernel and its naive twin, all against the host
+// loop over keys p - window + 1 .. p. Windowed decode rows must still split (the test checks).
+TEST(FlashAttention, SlidingWindowMatchesHostLoop) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  int sm_count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  struct WindowCase {
+    Case c;
+    int64_t window;
+  };
+  const std::vector<WindowCase> cases = {
+      {{"gemma3 prefill", 4, 1, 256, 16, {{37, 600}, {0, 9}, {700, 70}}}, 512},
+      {{"gemma3 decode", 4, 1, 256, 16, {{0, 1}, {511, 1}, {512, 1}, {999, 1}, {8191, 1}, {600, 3}}}, 512},
+      {{"gqa prefill window 100", 9, 3, 64, 16, {{5, 300}, {250, 2}, {0, 1}}}, 100},
+      {{"gqa decode window 33", 9, 3, 64, 16, {{0, 1}, {32, 1}, {33, 1}, {4000, 1}, {70, 4}}}, 33},
+      {{"window 1", 8, 2, 128, 16, {{10, 40}, {100, 1}}}, 1},
+      {{"window past the context", 8, 2, 128, 1, {{3, 20}, {50, 1}}}, 100000},
+  };
+  uint32_t seed = 700;
+  for (const WindowCase& wc : cases) {
+    const Case& c = wc.c;
+    const std::string what = c.name + " window " + std::to_string(wc.window);
+    const Batch b = make_batch(c, seed++);
+    std::vector<float> want_out, want_lse;
+    host_attention(c, b, true, want_out, want_lse, wc.window);
+    lio::cuda::FlashWorkspace ws;
+    const Result split = run_flash(c, b, true, true, ws, wc.window);
+    expect_close(split.out, want_out, 1e-4, what + " flash out");
+    expect_close(split.lse, want_lse, 1e-4, what + " flash lse");
+    if (b.max_query_len <= lio::cuda::kFlashDecodeMaxQueryLen) {
+      ASSERT_GT(lio::cuda::flash_attention_splits(b.max_query_len, b.n_seqs, c.n_heads, c.n_kv_heads, c.head_dim,
+                                                  sm_count),
+                1)
+          << what << ": the batch does not split";
+      const Result whole = run_flash(c, b, true, false, ws, wc.window);
+      expect_close(split.out, whole.out, 1e-5, what + " split vs no split");
+    }
+    int64_t score_bytes = 0;
+    const Result naive = run_naive(c, b, true, &score_bytes, 0, wc.window);
+    expect_close(naive.out, want_out, 1e-4, what + " naive out");
+    expect_close(naive.lse, want_lse, 1e-4, what + " naive lse");
+    for (const bool literal : {false, true}) {  // chapter 04's kernel and its naive twin
+      DeviceBatch d(c, b);
+      (literal ? lio::cuda::paged_attention_naive : lio::cuda::paged_attention)(
+          d.q.data(), d.k.data(), d.v.data(), d.out.data(), d.qsl.data(), d.lens.data(), d.tables.data(), b.n_tokens,
+          b.n_seqs, b.max_blocks_per_seq, c.block_size, c.n_heads, c.n_kv_heads, c.head_dim, b.scale, nullptr,
+          wc.window);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      expect_close(d.out.to_host(), want_out, 1e-4, what + (literal ? " paged_attention_naive" : " paged_attention"));
+    }
+  }
+}
+
+// A window must be >= 0, and only on causal attention.
+TEST(FlashAttentionArgs, RejectsBadWindows) {
+  float f[4] = {1, 2, 3, 4};  // never read: the checks come before any launch
+  int32_t i[2] = {0, 1};
+  lio::cuda::FlashWorkspace ws;
+  DeviceBuffer<float> scores;
+  const auto flash = [&](bool causal, int64_t window) {
+    lio::cuda::flash_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 1, 64, 0.1f, causal, 1, ws, nullptr,
+                               true, window);
+  };
+  EXPECT_THROW(flash(true, -1), lio::InvalidArgument);
+  EXPECT_THROW(flash(false, 8), lio::InvalidArgument);  // a window counts back from a causal row
+  EXPECT_THROW(lio::cuda::naive_attention(f, f, f, f, nullptr, i, i, i, 1, 1, 1, 16, 4, 1, 64, 0.1f, false, 1,
+                                          scores, nullptr, 0, 8),
+               lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::paged_attention(f, f, f, f, i, i, i, 1, 1, 1, 16, 4, 1, 64, 0.1f, nullptr, -3),
+               lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::paged_attention_naive(f, f, f, f, i, i, i, 1, 1, 1, 16, 4, 1, 64, 0.1f, nullptr,
+                                                int64_t{1} << 40),
+               lio::InvalidArgument);
 }
 
 // Not causal: every row sees all seq_lens[s] keys (cached prefix and the whole chunk), prefill

@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_ops.h"
@@ -64,6 +65,30 @@ std::unique_ptr<lio::ModelRunner> runner(const lio::LoadedModel& m, lio::Device 
                                          int64_t block_size = 16, int64_t n_blocks = 64) {
   return std::make_unique<lio::ModelRunner>(lio::make_backend(m, device),
                                             lio::KvPoolConfig{block_size, n_blocks});
+}
+
+/// Mean over rows of KL(softmax(p) || softmax(q)) in nats; p, q: (rows, vocab) logits.
+double mean_kl(std::span<const float> p, std::span<const float> q, int64_t vocab) {
+  const int64_t rows = int64_t(p.size()) / vocab;
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = p.data() + r * vocab;
+    const float* b = q.data() + r * vocab;
+    const double ma = *std::max_element(a, a + vocab), mb = *std::max_element(b, b + vocab);
+    double za = 0, zb = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      za += std::exp(a[v] - ma);
+      zb += std::exp(b[v] - mb);
+    }
+    const double la = std::log(za), lb = std::log(zb);
+    double kl = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double lp = a[v] - ma - la, lq = b[v] - mb - lb;
+      kl += std::exp(lp) * (lp - lq);
+    }
+    total += kl;
+  }
+  return rows > 0 ? total / double(rows) : 0.0;
 }
 
 /// Copies a forward's logits (the span dies at the next forward).
@@ -354,14 +379,22 @@ TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
   }
 }
 
-// Each decoder family's extras on the GPU (qwen2's bias add, qwen3's per-head QK-norm) against
-// the CPU: prefill, decode steps and a mixed batch.
+// Each decoder family's extras on the GPU (qwen2's bias add, qwen3's per-head QK-norm; gemma3's
+// post-norms, GeGLU, scaled embeddings, per-layer RoPE bases and sliding window) against the CPU:
+// prefill, decode steps and a mixed batch. gemma3's tiny model has a window of 8 on its local
+// layers, so kLongPrompt (24 tokens) and the decode steps after it run rows whose window has slid
+// past the first keys, through every attention kernel and the f16 / int8 KV caches.
 TEST_F(CudaRunnerTest, EveryFamilyMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string arch : {"qwen2", "qwen3"}) {
+  for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
     TinyModelSpec spec;
     spec.architecture = arch;
-    spec.tied_embeddings = arch == "qwen3";
+    spec.tied_embeddings = arch != "qwen2";
+    if (arch == "gemma3") {
+      spec.n_layers = 6;  // five local layers and one global
+      spec.n_kv_heads = 1;
+      spec.head_dim = 256;
+    }
     lio::LoadedModel m = load_tiny(spec);
     auto cpu = runner(m, lio::Device::Cpu);
     auto gpu = runner(m, lio::Device::Cuda);
@@ -369,9 +402,32 @@ TEST_F(CudaRunnerTest, EveryFamilyMatchesCpu) {
     EXPECT_LT(max_rel_error(run(gpu_seq, kPrompt, true), run(cpu_seq, kPrompt, true)), 1e-4) << arch << " prefill";
     for (int32_t token : {11, 250})
       EXPECT_LT(max_rel_error(run(gpu_seq, {token}, false), run(cpu_seq, {token}, false)), 1e-4) << arch << " decode";
+    EXPECT_LT(max_rel_error(run(gpu_seq, kLongPrompt, true), run(cpu_seq, kLongPrompt, true)), 1e-4)
+        << arch << " a chunk past the window";
+    for (int32_t token : {3, 77})
+      EXPECT_LT(max_rel_error(run(gpu_seq, {token}, false), run(cpu_seq, {token}, false)), 1e-4)
+          << arch << " decode past the window";
     auto cpu_b = runner(m, lio::Device::Cpu, 4, 16);
     auto gpu_b = runner(m, lio::Device::Cuda, 4, 16);
     expect_mixed_batch_matches(*cpu_b, *gpu_b, arch);
+    if (arch != "gemma3") continue;
+    // Every attention kernel and KV dtype of the GPU against the CPU in the same setting.
+    using lio::AttentionBackend;
+    using lio::KvCacheDType;
+    for (const auto& [attention, kv, tol] :
+         {std::tuple{AttentionBackend::Naive, KvCacheDType::F32, 1e-4}, {AttentionBackend::Paged, KvCacheDType::F32, 1e-4},
+          {AttentionBackend::Flash, KvCacheDType::F16, 1e-3}, {AttentionBackend::Flash, KvCacheDType::Int8, 1e-3}}) {
+      lio::ModelRunner c(lio::make_backend(m, lio::Device::Cpu, lio::ActivationPrecision::F32, attention),
+                         lio::KvPoolConfig{4, 32, kv});
+      lio::ModelRunner g(lio::make_backend(m, lio::Device::Cuda, lio::ActivationPrecision::F32, attention),
+                         lio::KvPoolConfig{4, 32, kv});
+      const std::string what = arch + " attention " + std::to_string(static_cast<int>(attention)) + " kv " +
+                               lio::kv_cache_dtype_name(kv);
+      lio::SoloSequence cs(c, 64), gs(g, 64);
+      EXPECT_LT(max_rel_error(run(gs, kLongPrompt, true), run(cs, kLongPrompt, true)), tol) << what << " prefill";
+      for (int32_t token : {11, 250, 3})
+        EXPECT_LT(max_rel_error(run(gs, {token}, false), run(cs, {token}, false)), tol) << what << " decode";
+    }
   }
 }
 
@@ -947,9 +1003,16 @@ TEST_F(CudaRunnerTest, RealModelMatchesCpu) {
 // each attention kernel, and --dtype f32 / f16 / bf16 conversions of the file's weights.
 // scripts/gpu_check.sh runs this again with LIO_MODEL set to re-quantized files (Q8_0, Q4_0,
 // Q3_1) to cover more weight readers. Bounds: f32 paths 1e-3 of the logit scale and top-1 >= 0.99
-// (same arithmetic, other summation order); an int8 or f16 rounding can flip on a boundary on
-// one device and carry through 30 layers: 5e-2 and top-1 >= 0.95 there (a broken kernel gives
-// top-1 near 0). One line per configuration is printed for the GPU check's report.
+// (same arithmetic, other summation order); the f16 KV cache 5e-2 and 0.95.
+// The int8 KV cache and int8 activations are not compared with the CPU's int8 run row by row:
+// on the first H200 run (cuda_h200_validation.md) CUDA int8 and CPU int8 agreed on only 0.86-0.92
+// of the top-1 tokens, but so do two CPU builds of the same int8 code (-march=native or not:
+// 0.91 on this text), because a code that rounds the other way at an ulp moves x by a whole
+// quantization step, and 30 layers amplify that into an independent sample of the rounding
+// noise. What must hold is that CUDA's int8 is as close to the f32 model as the CPU's is: mean
+// KL(f32 CPU || config) on each device, CUDA's at most 2x the CPU's + 0.01 nats, and top-1 against
+// the f32 run at most 0.1 below the CPU's (a broken kernel is nats away and near top-1 0).
+// One line per configuration is printed for the GPU check's report.
 TEST_F(CudaRunnerTest, RealModelEveryConfigMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::string path = lio::default_model_path();
@@ -964,20 +1027,32 @@ TEST_F(CudaRunnerTest, RealModelEveryConfigMatchesCpu) {
     KvCacheDType kv;
     AttentionBackend attention;
     double max_rel, min_top1;
+    bool noisy = false;  ///< int8 rounding: judged by each device's distance from the f32 run
   };
   const std::vector<Config> configs = {
       {"stored, f32 KV, flash", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
       {"stored, f32 KV, naive", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Naive, 1e-3, 0.99},
       {"stored, f32 KV, paged", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Paged, 1e-3, 0.99},
       {"stored, f16 KV", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::F16, AttentionBackend::Flash, 5e-2, 0.95},
-      {"stored, int8 KV", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::Int8, AttentionBackend::Flash, 5e-2, 0.95},
-      {"stored, int8 activations /32", lio::WeightMode::AsStored, ActivationPrecision::Int8, KvCacheDType::F32, AttentionBackend::Flash, 5e-2, 0.95},
-      {"stored, int8 activations /token", lio::WeightMode::AsStored, ActivationPrecision::Int8PerToken, KvCacheDType::F32, AttentionBackend::Flash, 5e-2, 0.95},
+      {"stored, int8 KV", lio::WeightMode::AsStored, ActivationPrecision::F32, KvCacheDType::Int8, AttentionBackend::Flash, 0, 0, true},
+      {"stored, int8 activations /32", lio::WeightMode::AsStored, ActivationPrecision::Int8, KvCacheDType::F32, AttentionBackend::Flash, 0, 0, true},
+      {"stored, int8 activations /token", lio::WeightMode::AsStored, ActivationPrecision::Int8PerToken, KvCacheDType::F32, AttentionBackend::Flash, 0, 0, true},
       {"--dtype f32", lio::WeightMode::F32, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
       {"--dtype f16", lio::WeightMode::F16, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
       {"--dtype bf16", lio::WeightMode::BF16, ActivationPrecision::F32, KvCacheDType::F32, AttentionBackend::Flash, 1e-3, 0.99},
   };
   std::map<lio::WeightMode, std::unique_ptr<lio::LoadedModel>> models;
+  std::map<lio::WeightMode, std::vector<float>> f32_reference;  // CPU, f32 activations and KV
+  // Teacher-forced logits of `ids`, then three decode steps (the split-KV path).
+  const auto logits = [](lio::ModelRunner& r, const std::vector<int32_t>& ids) {
+    lio::SoloSequence seq(r, int64_t(ids.size()) + 8);
+    std::vector<float> out = run(seq, ids, true);
+    for (const int32_t token : {11, 12, 13}) {
+      const auto step = run(seq, {token}, false);
+      out.insert(out.end(), step.begin(), step.end());
+    }
+    return out;
+  };
   for (const Config& cfg : configs) {
     if (!models.count(cfg.mode)) models[cfg.mode] = std::make_unique<lio::LoadedModel>(lio::load_model(path, cfg.mode));
     const lio::LoadedModel& m = *models.at(cfg.mode);
@@ -986,32 +1061,45 @@ TEST_F(CudaRunnerTest, RealModelEveryConfigMatchesCpu) {
         "allocated as the sequence grows. A GPU streams the weights once per decode step; batching "
         "many sequences reuses each weight for every row.",
         false, true);
-    lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu, cfg.act, cfg.attention),
-                         lio::KvPoolConfig{16, 16, cfg.kv});
-    lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, cfg.act, cfg.attention),
-                         lio::KvPoolConfig{16, 16, cfg.kv});
     std::vector<float> want, got;
     {
-      lio::SoloSequence cpu_seq(cpu, int64_t(ids.size()) + 8), gpu_seq(gpu, int64_t(ids.size()) + 8);
-      want = run(cpu_seq, ids, true);
-      got = run(gpu_seq, ids, true);
-      for (const int32_t token : {11, 12, 13}) {  // decode steps (the split-KV path)
-        const auto w = run(cpu_seq, {token}, false);
-        const auto g = run(gpu_seq, {token}, false);
-        want.insert(want.end(), w.begin(), w.end());
-        got.insert(got.end(), g.begin(), g.end());
-      }
+      lio::ModelRunner cpu(lio::make_backend(m, lio::Device::Cpu, cfg.act, cfg.attention),
+                           lio::KvPoolConfig{16, 16, cfg.kv});
+      lio::ModelRunner gpu(lio::make_backend(m, lio::Device::Cuda, cfg.act, cfg.attention),
+                           lio::KvPoolConfig{16, 16, cfg.kv});
+      want = logits(cpu, ids);
+      got = logits(gpu, ids);
     }
     const int64_t vocab = m.config.vocab_size;
     const int64_t rows = int64_t(want.size()) / vocab;
-    int64_t agree = 0;
-    for (int64_t i = 0; i < rows; ++i) agree += argmax_row(got, i, vocab) == argmax_row(want, i, vocab);
-    const double top1 = double(agree) / double(rows);
+    const auto top1_of = [&](std::span<const float> a, std::span<const float> b) {
+      int64_t agree = 0;
+      for (int64_t i = 0; i < rows; ++i) agree += argmax_row(a, i, vocab) == argmax_row(b, i, vocab);
+      return double(agree) / double(rows);
+    };
+    const double top1 = top1_of(got, want);
     const double rel = max_rel_error(got, want);
-    std::printf("real-model config | %s | %s | %lld rows | top-1 %.4f | max rel %.3g\n", cfg.name.c_str(),
-                std::filesystem::path(path).filename().c_str(), static_cast<long long>(rows), top1, rel);
-    EXPECT_GE(top1, cfg.min_top1) << cfg.name;
-    EXPECT_LE(rel, cfg.max_rel) << cfg.name;
+    const std::string file = std::filesystem::path(path).filename().string();
+    if (!cfg.noisy) {
+      std::printf("real-model config | %s | %s | %lld rows | top-1 %.4f | max rel %.3g\n", cfg.name.c_str(),
+                  file.c_str(), static_cast<long long>(rows), top1, rel);
+      EXPECT_GE(top1, cfg.min_top1) << cfg.name;
+      EXPECT_LE(rel, cfg.max_rel) << cfg.name;
+      continue;
+    }
+    if (!f32_reference.count(cfg.mode)) {
+      lio::ModelRunner ref(lio::make_backend(m, lio::Device::Cpu, ActivationPrecision::F32, AttentionBackend::Flash),
+                           lio::KvPoolConfig{16, 16, KvCacheDType::F32});
+      f32_reference[cfg.mode] = logits(ref, ids);
+    }
+    const std::vector<float>& ref = f32_reference.at(cfg.mode);
+    const double kl_cpu = mean_kl(ref, want, vocab), kl_gpu = mean_kl(ref, got, vocab);
+    const double top1_cpu = top1_of(want, ref), top1_gpu = top1_of(got, ref);
+    std::printf("real-model config | %s | %s | %lld rows | top-1 %.4f | max rel %.3g | vs f32: KL cpu %.4g cuda %.4g, "
+                "top-1 cpu %.4f cuda %.4f\n",
+                cfg.name.c_str(), file.c_str(), static_cast<long long>(rows), top1, rel, kl_cpu, kl_gpu, top1_cpu, top1_gpu);
+    EXPECT_LE(kl_gpu, 2.0 * kl_cpu + 0.01) << cfg.name;
+    EXPECT_GE(top1_gpu, top1_cpu - 0.1) << cfg.name;
   }
 }
 

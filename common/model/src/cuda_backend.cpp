@@ -69,11 +69,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, Acti
   impl_->device = device;
   // Shapes the kernels cannot run are refused here, before any GPU work, not at the first
   // forward pass.
-  if (config.sliding_window > 0 || config.ffn_activation != FfnActivation::SiLU || config.embedding_scale != 1.0f) {
-    throw UnsupportedError("--device cuda: " + config.architecture +
-                           " (sliding-window attention, GeGLU, scaled embeddings) runs on the CPU only so far; "
-                           "run it with --device cpu");
-  }
   if (!config.is_mla() && (config.head_dim < 1 || config.head_dim > kFlashAttentionMaxHeadDim)) {
     throw UnsupportedError("--device cuda: the attention kernels take head_dim up to " +
                            std::to_string(kFlashAttentionMaxHeadDim) + "; this model has " +

@@ -39,6 +39,8 @@ struct DeviceLayer {
   const float* bv = nullptr;      // qwen2: (kv_dim) bias of W_v
   const float* q_norm = nullptr;  // qwen3: (head_dim)
   const float* k_norm = nullptr;  // qwen3: (head_dim)
+  const float* post_attn_norm = nullptr;  // gemma3: (d_model) RMSNorm of the attention output
+  const float* post_ffn_norm = nullptr;   // gemma3: (d_model) RMSNorm of the MLP output
 };
 
 struct CudaBackend::Impl {

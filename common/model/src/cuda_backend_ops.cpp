@@ -44,6 +44,9 @@ void CudaBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
   Impl& m = *impl_;
   m.guarded([&] {
     m.op("embedding", [&] { cuda::embedding(m.token_embd, token_ids, out, n, m.stream); });
+    if (m.config.embedding_scale != 1.0f) {  // gemma3: rows times sqrt(d_model), as the CPU
+      m.op("embedding scale", [&] { cuda::scale(out, m.config.embedding_scale, n * m.config.d_model, m.stream); });
+    }
   });
 }
 
@@ -170,7 +173,8 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
                           std::to_string(b.block_size) + " is not the pool's " +
                           std::to_string(pool.block_size()));
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = c.softmax_scale();
+  const int64_t window = c.layer_window(layer);  // gemma3's local layers; 0: every earlier key
   if (pool.dtype() != KvCacheDType::F32) {
     // Chapter 03's f16 / int8 pools: chapter 04's kernel with K and V dequantized as they are
     // read, for both attention backends. Flash over a quantized pool is not done.
@@ -179,7 +183,7 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
         paged_attention_quantized(q, static_cast<DeviceKvPool&>(pool).quantized_layer(layer), out,
                                   batch.query_start_loc, batch.seq_lens, batch.block_tables, b.n_tokens(),
                                   b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads,
-                                  c.head_dim, scale, m.stream);
+                                  c.head_dim, scale, m.stream, window);
       });
     });
     return;
@@ -196,21 +200,21 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
       m.op("attention (paged)", [&] {
         paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc, batch.seq_lens,
                         batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads,
-                        c.n_kv_heads, c.head_dim, scale, m.stream);
+                        c.n_kv_heads, c.head_dim, scale, m.stream, window);
       });
     } else if (m.attention_backend == AttentionBackend::Flash) {
       m.op("attention (flash)", [&] {
         flash_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
                         batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
                         b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
-                        m.flash_workspace, m.stream);
+                        m.flash_workspace, m.stream, /*split_kv=*/true, window);
       });
     } else {
       m.op("attention (naive)", [&] {
         naive_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
                         batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
                         b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
-                        m.naive_scores, m.stream, max_scores_per_head);
+                        m.naive_scores, m.stream, max_scores_per_head, window);
       });
     }
   });
@@ -282,6 +286,16 @@ void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, con
 void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
   Impl& m = *impl_;
   m.guarded([&] { m.op("swiglu", [&] { cuda::swiglu(gate, up, out, n, m.stream); }); });
+}
+
+void CudaBackend::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  Impl& m = *impl_;
+  m.guarded([&] { m.op("geglu", [&] { cuda::geglu(gate, up, out, n, m.stream); }); });
+}
+
+void CudaBackend::add(float* x, const float* y, int64_t n) {
+  Impl& m = *impl_;
+  m.guarded([&] { m.op("add", [&] { cuda::add(x, y, n, m.stream); }); });
 }
 
 void CudaBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,

@@ -38,6 +38,8 @@ void CudaBackend::Impl::upload_weights(const Weights& weights) {
     d.bv = optional(L.bv);
     d.q_norm = optional(L.q_norm);
     d.k_norm = optional(L.k_norm);
+    d.post_attn_norm = optional(L.post_attn_norm);
+    d.post_ffn_norm = optional(L.post_ffn_norm);
     m.layers.push_back(d);
   }
   m.output_norm = m.upload(weights.output_norm);
@@ -112,6 +114,8 @@ const float* CudaBackend::Impl::vector(WeightRef ref) const {
     case WeightKind::OutputNorm: v = output_norm; break;
     case WeightKind::QNorm: v = layer(ref).q_norm; break;
     case WeightKind::KNorm: v = layer(ref).k_norm; break;
+    case WeightKind::PostAttnNorm: v = layer(ref).post_attn_norm; break;
+    case WeightKind::PostFfnNorm: v = layer(ref).post_ffn_norm; break;
     case WeightKind::BiasQ: v = layer(ref).bq; break;
     case WeightKind::BiasK: v = layer(ref).bk; break;
     case WeightKind::BiasV: v = layer(ref).bv; break;

@@ -109,6 +109,7 @@ class CudaBackend final : public Backend {
   /// stream is idle). Throws InvalidArgument for a bad id or n_floats < 0.
   float* scratch(Scratch id, int64_t n_floats) override;
 
+  /// cuda::embedding, then cuda::scale by config().embedding_scale when it is not 1 (gemma3).
   void embedding(const int32_t* token_ids, int64_t n, float* out) override;
   void rmsnorm(const float* x, WeightRef norm, float* out, int64_t n_rows) override;
   void add_bias(float* y, WeightRef bias, int64_t n_rows) override;
@@ -125,7 +126,8 @@ class CudaBackend final : public Backend {
   /// InvalidArgument); an f16 / int8 pool: cuda::kv_append_quantized.
   void kv_append(KvPool& pool, int64_t layer, const float* k, const float* v,
                  const BatchView& batch) override;
-  /// Causal attention with scale 1/sqrt(head_dim) over an f32 pool: cuda::flash_attention
+  /// Causal attention with scale config().softmax_scale() and the layer's sliding window
+  /// (config().layer_window(layer): gemma3's local layers) over an f32 pool: cuda::flash_attention
   /// (AttentionBackend::Flash; split-KV for decode batches), cuda::naive_attention (Naive) or
   /// cuda::paged_attention (Paged), their scratch kept in this backend; over an f16 / int8 pool:
   /// cuda::paged_attention_quantized for all three (flash on a quantized pool is not done). Throws InvalidArgument if the pool is
@@ -141,6 +143,10 @@ class CudaBackend final : public Backend {
   void mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
                      const BatchView& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  /// cuda::geglu (gemma3's MLP).
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
+  /// cuda::add (gemma3's residual add after a post-norm).
+  void add(float* x, const float* y, int64_t n) override;
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
   /// Device -> pinned (async), wait for the stream, pinned -> `host`.
