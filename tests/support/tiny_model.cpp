@@ -161,14 +161,14 @@ std::vector<TensorSpec> tensor_specs(const TinyModelSpec& s) {
       out.push_back({hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", {s.head_dim}, true});
       out.push_back({hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", {s.head_dim}, true});
     }
-    if (s.architecture == "gemma3") {  // Gemma's own HF names (no HF form is written for it)
-      out.push_back({hf + "post_attention_norm.weight", gg + "post_attention_norm.weight", {s.d_model}, true});
+    if (s.architecture == "gemma3") {  // Gemma's HF names: post_attention_layernorm is a post-norm
+      out.push_back({hf + "post_attention_layernorm.weight", gg + "post_attention_norm.weight", {s.d_model}, true});
       out.push_back({hf + "post_feedforward_layernorm.weight", gg + "post_ffw_norm.weight", {s.d_model}, true});
     }
     out.push_back(
         {hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {s.d_model, q_dim}, false});
-    out.push_back(
-        {hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {s.d_model}, true});
+    out.push_back({hf + (s.architecture == "gemma3" ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
+                   gg + "ffn_norm.weight", {s.d_model}, true});
     out.push_back(
         {hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {s.d_ff, s.d_model}, false});
     out.push_back({hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {s.d_ff, s.d_model}, false});
@@ -358,20 +358,19 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
     throw InvalidArgument("tiny model: n_shards is " + std::to_string(n_shards) + ", expected 1.." +
                           std::to_string(specs.size()));
   }
-  if (spec.architecture == "gemma3") {
-    throw InvalidArgument("tiny model: no Hugging Face form of a gemma3 model (LIO reads gemma3 from GGUF)");
-  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw InvalidArgument("tiny model: cannot create '" + dir + "': " + ec.message());
 
   // ---- config.json ----
+  const bool gemma3 = spec.architecture == "gemma3";
   const std::string hf_class = spec.architecture == "qwen2"   ? "Qwen2ForCausalLM"
                                : spec.architecture == "qwen3" ? "Qwen3ForCausalLM"
+                               : gemma3                       ? "Gemma3ForCausalLM"
                                                               : "LlamaForCausalLM";
   ordered_json config = {
       {"architectures", {hf_class}},
-      {"model_type", spec.architecture},
+      {"model_type", gemma3 ? std::string("gemma3_text") : spec.architecture},
       {"hidden_size", spec.d_model},
       {"intermediate_size", spec.d_ff},
       {"num_attention_heads", spec.n_heads},
@@ -383,11 +382,22 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
       {"vocab_size", spec.vocab_size()},
       {"tie_word_embeddings", spec.tied_embeddings},
       {"head_dim", spec.head_dim},
-      {"hidden_act", "silu"},
+      {gemma3 ? "hidden_activation" : "hidden_act", gemma3 ? "gelu_pytorch_tanh" : "silu"},
       {"bos_token_id", kBosId},
       {"eos_token_id", kEosId},
       {"torch_dtype", torch_dtype_name(hf_dtype(spec.weight_dtype))},
   };
+  if (gemma3) {  // transformers' Gemma3TextConfig keys; layer_types as transformers >= 4.53 writes it
+    ordered_json types = ordered_json::array();
+    for (int64_t l = 0; l < spec.n_layers; ++l) types.push_back(l % 6 == 5 ? "full_attention" : "sliding_attention");
+    config["sliding_window"] = spec.sliding_window;
+    config["layer_types"] = types;
+    config["rope_local_base_freq"] = 10000.0;
+    config["query_pre_attn_scalar"] = spec.head_dim;
+    config["final_logit_softcapping"] = nullptr;
+    config["attn_logit_softcapping"] = nullptr;
+    config["rope_scaling"] = nullptr;
+  }
   write_json((fs::path(dir) / "config.json").string(), config);
 
   // ---- tokenizer.json ----
@@ -460,7 +470,10 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
       DType dtype = hf_dtype(spec.weight_dtype);
       if (t.is_norm || t.is_bias) dtype = DType::F32;
       if (t.hf_name == "model.embed_tokens.weight") dtype = hf_dtype(spec.embd_dtype);
-      const std::vector<float>& values = tensors.get(t.hf_name);
+      std::vector<float> values = tensors.get(t.hf_name);
+      if (gemma3 && t.is_norm) {  // Gemma's HF norms hold w, its layer multiplies by 1 + w
+        for (float& v : values) v -= 1.0f;
+      }
       w.add_tensor_f32(t.hf_name, dtype, t.shape, values);
       total_bytes += dtype_row_bytes(dtype, static_cast<int64_t>(values.size()));
       weight_map[t.hf_name] = shard_name;

@@ -52,8 +52,9 @@ struct TinyModelSpec {
 /// a merge whose parts are not yet in the vocabulary or whose result is a duplicate).
 void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec);
 
-/// Writes a Hugging Face directory: config.json (LlamaForCausalLM, Qwen2ForCausalLM or
-/// Qwen3ForCausalLM, model_type = spec.architecture), tokenizer.json
+/// Writes a Hugging Face directory: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
+/// Qwen3ForCausalLM, model_type = spec.architecture; or Gemma3ForCausalLM, model_type gemma3_text
+/// with sliding_window and layer_types, its norms stored as w = GGUF's value - 1), tokenizer.json
 /// (byte-level BPE with the same vocabulary and merges), tokenizer_config.json, and
 /// model.safetensors — or, with n_shards > 1, model-0000K-of-0000N.safetensors shards plus
 /// model.safetensors.index.json. Weights in HF layout (unpermuted Q/K). The 2-D matrices

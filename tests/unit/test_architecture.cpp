@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -68,9 +71,10 @@ TEST(Architectures, UnknownFamilyNamesTheOnesThatRun) {
 
 // Each family's file loads with its extras bound, NEOX RoPE for the Qwens, and the same weights
 // written as a Hugging Face directory (unpermuted, rotate-half RoPE, HF's tensor names for the
-// biases and QK-norm) give the same logits.
+// biases and QK-norm; gemma3: model_type gemma3_text, its own norm names, norms stored as w for
+// x_hat * (1 + w), the window and pattern from layer_types) give the same logits.
 TEST_F(ArchitectureTest, GgufAndHfFormsOfEachFamilyAgree) {
-  for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "gemma3"}) {
     const TinyModelSpec spec = family(arch);
     const std::string gguf = dir_ + "/" + arch + ".gguf", hf = dir_ + "/" + arch + "_hf";
     lio::testing::write_tiny_gguf(gguf, spec);
@@ -83,13 +87,53 @@ TEST_F(ArchitectureTest, GgufAndHfFormsOfEachFamilyAgree) {
     const lio::LayerWeights& L = a.weights.layers[1];
     EXPECT_EQ(L.bq.size(), arch == "qwen2" ? size_t(spec.n_heads * spec.head_dim) : 0u) << arch;
     EXPECT_EQ(L.bv.size(), arch == "qwen2" ? size_t(spec.n_kv_heads * spec.head_dim) : 0u) << arch;
-    EXPECT_EQ(L.k_norm.size(), arch == "qwen3" ? size_t(spec.head_dim) : 0u) << arch;
+    EXPECT_EQ(L.k_norm.size(), arch == "qwen3" || arch == "gemma3" ? size_t(spec.head_dim) : 0u) << arch;
     EXPECT_EQ(b.weights.layers[1].bq, L.bq) << arch;
-    EXPECT_EQ(b.weights.layers[1].k_norm, L.k_norm) << arch;
+    ASSERT_EQ(b.weights.layers[1].k_norm.size(), L.k_norm.size()) << arch;
+    for (size_t i = 0; i < L.k_norm.size(); ++i) EXPECT_NEAR(b.weights.layers[1].k_norm[i], L.k_norm[i], 1e-6) << arch;
+    ASSERT_EQ(b.weights.layers[1].post_attn_norm.size(), L.post_attn_norm.size()) << arch;
+    for (size_t i = 0; i < L.post_attn_norm.size(); ++i)
+      EXPECT_NEAR(b.weights.layers[1].post_attn_norm[i], L.post_attn_norm[i], 1e-6) << arch;
+    EXPECT_EQ(b.config.sliding_window, a.config.sliding_window) << arch;
+    EXPECT_EQ(b.config.sliding_window_pattern, a.config.sliding_window_pattern) << arch;
+    EXPECT_EQ(b.config.rope_theta_local, a.config.rope_theta_local) << arch;
+    EXPECT_EQ(b.config.embedding_scale, a.config.embedding_scale) << arch;
+    EXPECT_EQ(b.config.ffn_activation, a.config.ffn_activation) << arch;
+    EXPECT_FLOAT_EQ(b.config.softmax_scale(), a.config.softmax_scale()) << arch;
     const std::vector<float> x = all_logits(a, kTokens), y = all_logits(b, kTokens);
     ASSERT_EQ(x.size(), y.size());
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4) << arch << " at " << i;
   }
+}
+
+// What the gemma3 HF reader refuses instead of running something else: the vision-language
+// wrapper (model_type gemma3, text_config inside), global layers off the pattern, logit
+// soft-capping, another activation. Each is an UnsupportedError naming the file.
+TEST_F(ArchitectureTest, Gemma3HfConfigRefusesWhatItDoesNotRun) {
+  const std::string hf = dir_ + "/gemma3_hf_bad";
+  lio::testing::write_tiny_hf_dir(hf, family("gemma3"));
+  const std::string path = hf + "/config.json";
+  nlohmann::json good;
+  std::ifstream(path) >> good;
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& want) {
+    nlohmann::json j = good;
+    edit(j);
+    std::ofstream(path) << j.dump();
+    try {
+      lio::load_model(hf, lio::WeightMode::AsStored);
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const lio::UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    }
+  };
+  refused([](nlohmann::json& j) { j["model_type"] = "gemma3"; }, "gemma3_text");
+  refused([](nlohmann::json& j) { j["text_config"] = nlohmann::json::object(); }, "multimodal");
+  refused([](nlohmann::json& j) { j["layer_types"][0] = "full_attention"; }, "layer_types[");
+  refused([](nlohmann::json& j) { j["final_logit_softcapping"] = 30.0; }, "soft-capping");
+  refused([](nlohmann::json& j) { j["hidden_activation"] = "silu"; }, "hidden_activation");
+  std::ofstream(path) << good.dump();
+  EXPECT_NO_THROW(lio::load_model(hf, lio::WeightMode::AsStored));
 }
 
 // The extras change the output: the same matrices without qwen2's biases or qwen3's QK-norm

@@ -131,10 +131,18 @@ ModelConfig config_from_hf_json(const std::string& path) {
     for (const auto& a : j["architectures"])
       if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") model_type = "llama";
   }
-  find_architecture(model_type.empty() ? std::string("unknown") : model_type, path);
+  if (j.contains("text_config")) {  // a vision-language wrapper (Gemma3ForConditionalGeneration, ...)
+    throw UnsupportedError(path + ": a multimodal checkpoint (model_type '" + model_type +
+                           "', text_config inside): LIO reads text models only; give the text model's own directory");
+  }
+  const Architecture& family = find_hf_architecture(model_type.empty() ? std::string("unknown") : model_type, path);
+  if (!family.hf_model_type.empty() && model_type != family.hf_model_type) {
+    throw UnsupportedError(path + ": model_type '" + model_type + "': LIO reads " + std::string(family.name) +
+                           " from config.json's model_type '" + std::string(family.hf_model_type) + "'");
+  }
   ModelConfig c;
   try {
-    c.architecture = model_type;
+    c.architecture = std::string(family.name);
     c.name = std::filesystem::path(path).parent_path().filename().string();
     c.n_layers = need("num_hidden_layers").get<int64_t>();
     c.d_model = need("hidden_size").get<int64_t>();
@@ -158,6 +166,13 @@ ModelConfig config_from_hf_json(const std::string& path) {
     throw UnsupportedError(path + ": rope_scaling is not supported yet");
   }
   c.rope_style = RopeStyle::Neox;  // Hugging Face's rotate-half, every family (weights unpermuted)
+  if (family.read_hf_config != nullptr) {
+    try {
+      family.read_hf_config(j, path, c);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(path + ": bad value: " + e.what());
+    }
+  }
   c.validate(path);
   return c;
 }

@@ -132,6 +132,7 @@ const NameScheme kHfNames{
           {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
           {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
           {"attn_k_norm", "self_attn.k_norm"}};
+      if (!hf.count(role)) throw InternalError(std::string("no Hugging Face name for the role ") + role);
       return "model.layers." + std::to_string(l) + "." + hf.at(role) + "." + kind;
     }};
 
@@ -212,7 +213,26 @@ LoadedModel load_hf_dir(const std::string& dir, WeightMode mode) {
     m.config.tied_embeddings = true;  // some exports drop lm_head when it equals the embedding
   }
   TensorBinder binder(dir, std::move(raw), mode, m.weights);
-  bind_weights(m.config, binder, kHfNames, m.weights);
+  const Architecture& family = find_architecture(m.config.architecture, dir);
+  NameScheme names = kHfNames;
+  if (family.hf_layer_role != nullptr) {  // the family's own names first (Gemma's norms)
+    names.layer = [&family](int64_t l, const char* role, const char* kind) {
+      const std::string_view own = family.hf_layer_role(role);
+      return own.empty() ? kHfNames.layer(l, role, kind)
+                         : "model.layers." + std::to_string(l) + "." + std::string(own) + "." + kind;
+    };
+  }
+  bind_weights(m.config, binder, names, m.weights);
+  if (family.hf_norm_plus_one) {  // HF's w -> the 1 + w GGUF stores and the backends multiply by
+    const auto plus_one = [](std::vector<float>& v) {
+      for (float& x : v) x += 1.0f;
+    };
+    for (LayerWeights& L : m.weights.layers) {
+      for (std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.post_attn_norm, &L.post_ffn_norm, &L.q_norm, &L.k_norm})
+        plus_one(*v);
+    }
+    plus_one(m.weights.output_norm);
+  }
   m.tokenizer = load_tokenizer(dir);
   return m;
 }

@@ -7,8 +7,8 @@
 // residual stream, the final norm, the LM head and its logits rows. The layer gets the frame's
 // buffers and the tensor-parallel all-reduce in a LayerPass. Adding a family: a file in arch/
 // that defines an Architecture (its RoPE pairing, which optional tensors its layers carry, its
-// layer function), one line in arch/registry.cpp, and its tensor names in the loader if they
-// are not llama.cpp's standard blk.N.* names.
+// layer function, its own GGUF and config.json keys, its Hugging Face tensor names where they
+// differ from llama's), one line in arch/registry.cpp, and its extra tensors in the loader.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "lio/rope_style.h"
 
@@ -71,6 +73,23 @@ struct Architecture {
   /// common keys, those prefixed with the architecture's name, are read; null when there are
   /// none. Throws FormatError / UnsupportedError naming the file.
   void (*read_config)(const GgufFile& file, ModelConfig& config) = nullptr;
+
+  // ---- the Hugging Face form (a directory: config.json, *.safetensors) ----
+  /// config.json's model_type for the family when it is not `name` (gemma3's text model says
+  /// "gemma3_text"); empty: `name` itself.
+  std::string_view hf_model_type = {};
+  /// Reads the family's own config.json keys (after the common ones); null when there are none.
+  /// Throws FormatError / UnsupportedError naming `path`.
+  void (*read_hf_config)(const nlohmann::json& config, const std::string& path, ModelConfig& c) = nullptr;
+  /// The tensor name under model.layers.N. of a llama.cpp role ("ffn_norm", "post_ffw_norm", ...)
+  /// where the family's HF name differs from llama's (Gemma's post_attention_layernorm is the
+  /// attention block's post-norm, not the FFN's pre-norm); an empty view for llama's name. Null:
+  /// llama's names throughout.
+  std::string_view (*hf_layer_role)(std::string_view role) = nullptr;
+  /// The HF checkpoint stores each RMSNorm weight as w and its layer computes x_hat * (1 + w)
+  /// (Gemma's Gemma3RMSNorm); GGUF stores 1 + w (convert_hf_to_gguf.py adds the 1), which is
+  /// what the backends multiply by: the loader adds 1 to every norm vector of the HF form.
+  bool hf_norm_plus_one = false;
 };
 
 /// Every family LIO runs, in registry order (llama first).
@@ -82,5 +101,9 @@ std::string architecture_names();
 /// The family named `name` (general.architecture). Throws UnsupportedError("<source>:
 /// architecture 'x' is not supported (supported: llama, qwen2, qwen3, gemma3)") for any other name.
 const Architecture& find_architecture(std::string_view name, const std::string& source);
+
+/// The family whose name or hf_model_type is config.json's `model_type`. Throws as
+/// find_architecture() (the message lists the families' names).
+const Architecture& find_hf_architecture(std::string_view model_type, const std::string& source);
 
 }  // namespace lio

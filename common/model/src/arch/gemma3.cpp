@@ -8,7 +8,9 @@
 //   x' = x + PostNorm_attn(W_o Attn(RoPE(QKNorm(W_q n)), RoPE(QKNorm(W_k n)), W_v n)),  n = Norm_attn(x)
 //   y  = x' + PostNorm_ffn(W_down (gelu_tanh(W_gate m) * W_up m)),                    m = Norm_ffn(x')
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "blocks.h"
 #include "families.h"
@@ -68,6 +70,71 @@ void gemma3_config(const GgufFile& file, ModelConfig& c) {
   }
 }
 
+/// config.json of a Gemma3ForCausalLM (model_type gemma3_text; transformers' Gemma3TextConfig):
+/// sliding_window, the window pattern from layer_types ("sliding_attention" / "full_attention",
+/// transformers >= 4.53) or sliding_window_pattern (older exports), rope_local_base_freq,
+/// query_pre_attn_scalar (the softmax scale is its inverse square root), GELU-tanh. The things
+/// this layer does not compute are refused: soft-capping (Gemma 2), RoPE scaling (4B and larger),
+/// another activation, global layers off the every-P-th pattern.
+void gemma3_hf_config(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
+  if (!j.contains("sliding_window") || !j["sliding_window"].is_number_integer()) {
+    throw FormatError(path + ": gemma3_text needs an integer sliding_window");
+  }
+  c.sliding_window = j["sliding_window"].get<int64_t>();
+  c.sliding_window_pattern = 6;
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    const auto& types = j["layer_types"];
+    if (static_cast<int64_t>(types.size()) != c.n_layers) {
+      throw FormatError(path + ": layer_types has " + std::to_string(types.size()) + " entries for " +
+                        std::to_string(c.n_layers) + " layers");
+    }
+    int64_t first_global = -1;
+    for (size_t l = 0; l < types.size() && first_global < 0; ++l)
+      if (types[l].get<std::string>() == "full_attention") first_global = static_cast<int64_t>(l);
+    // The first global layer fixes the pattern; with none, Gemma's 6 when the model is shorter
+    // than one period (nothing contradicts it), else 0: every layer windowed.
+    c.sliding_window_pattern = first_global >= 0 ? first_global + 1 : (c.n_layers < 6 ? 6 : 0);
+    for (size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].get<std::string>();
+      const bool global = c.sliding_window_pattern > 0 &&
+                          static_cast<int64_t>(l) % c.sliding_window_pattern == c.sliding_window_pattern - 1;
+      if ((t != "full_attention" && t != "sliding_attention") || (t == "full_attention") != global) {
+        throw UnsupportedError(path + ": layer_types[" + std::to_string(l) + "] = '" + t +
+                               "' is off the every-" + std::to_string(c.sliding_window_pattern) +
+                               "th-layer-global pattern LIO runs");
+      }
+    }
+  } else if (j.contains("sliding_window_pattern")) {
+    c.sliding_window_pattern = j["sliding_window_pattern"].get<int64_t>();
+  }
+  c.rope_theta_local = j.value("rope_local_base_freq", 10000.0f);
+  if (j.contains("query_pre_attn_scalar") && !j["query_pre_attn_scalar"].is_null()) {
+    c.attn_scale = 1.0f / std::sqrt(j["query_pre_attn_scalar"].get<float>());
+  }
+  c.embedding_scale = std::sqrt(static_cast<float>(c.d_model));
+  c.ffn_activation = FfnActivation::GeluTanh;
+  const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+    throw UnsupportedError(path + ": hidden_activation '" + act + "' (gemma3 runs gelu_pytorch_tanh)");
+  }
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (j.contains(key) && !j[key].is_null()) {
+      throw UnsupportedError(path + ": " + key + " (logit soft-capping, Gemma 2) is not supported");
+    }
+  }
+  c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
+}
+
+/// Gemma's HF names where they differ from llama's: post_attention_layernorm is the attention
+/// block's post-norm (llama's name for the FFN's pre-norm), pre_feedforward_layernorm the FFN's
+/// pre-norm (convert_hf_to_gguf.py's tensor map, MODEL_TENSOR.FFN_NORM / ATTN_POST_NORM).
+std::string_view gemma3_hf_role(std::string_view role) {
+  if (role == "ffn_norm") return "pre_feedforward_layernorm";
+  if (role == "post_attention_norm") return "post_attention_layernorm";
+  if (role == "post_ffw_norm") return "post_feedforward_layernorm";
+  return {};
+}
+
 }  // namespace
 
 const Architecture kGemma3{
@@ -79,6 +146,10 @@ const Architecture kGemma3{
     .post_norms = true,
     .layer = gemma3_layer,
     .read_config = gemma3_config,
+    .hf_model_type = "gemma3_text",
+    .read_hf_config = gemma3_hf_config,
+    .hf_layer_role = gemma3_hf_role,
+    .hf_norm_plus_one = true,
 };
 
 }  // namespace lio::arch

@@ -27,4 +27,10 @@ const Architecture& find_architecture(std::string_view name, const std::string& 
                          architecture_names() + ")");
 }
 
+const Architecture& find_hf_architecture(std::string_view model_type, const std::string& source) {
+  for (const Architecture* a : kFamilies)
+    if (a->hf_model_type == model_type) return *a;
+  return find_architecture(model_type, source);
+}
+
 }  // namespace lio
