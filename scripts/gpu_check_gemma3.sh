@@ -16,7 +16,9 @@
 #   2. greedy text (`lio generate --temperature 0 --max-tokens 64`) on the CPU and on CUDA with
 #      flash, naive and paged attention and the f16 KV cache: the same text is required for the
 #      f32 cache, reported for f16;
-#   3. batch-1 decode tokens/s on CUDA (`lio generate --max-tokens 256 --ignore-eos`, flash).
+#   3. batch-1 decode tokens/s on CUDA (`lio generate --max-tokens 256 --ignore-eos`, flash);
+#   4. `lio batch` of 8 greedy requests at once (prompts of 5 to 700 tokens: decode rows in and
+#      past the window share steps with prefill chunks), CUDA's token ids against the CPU's.
 # Writes <out>/cuda_<gpu>_gemma3.{md,json} (command, commit, machine, date) and gemma3_check.log.
 # Exit status 0 when every required comparison held.
 set -uo pipefail
@@ -115,6 +117,17 @@ for a in flash naive paged; do gen "cuda_$a" --max-tokens 64 --device cuda --att
 gen cuda_f16 --max-tokens 64 --device cuda --kv-cache-dtype f16
 gen cuda_speed --max-tokens 256 --ignore-eos --device cuda
 gen cpu_speed --max-tokens 64 --ignore-eos --device cpu
+"$python" - "$ids" >"$work/batch.jsonl" <<'EOF2'
+import json, sys
+ids = [int(x) for x in sys.argv[1].split(",")]
+for n in [5, 37, 300, 511, 520, 600, 650, len(ids)]:
+    print(json.dumps({"prompt_token_ids": ids[:n], "max_tokens": 32, "ignore_eos": True}))
+EOF2
+for dev in cpu cuda; do
+  "$bin/lio" batch --model "$m" --prompts "$work/batch.jsonl" --temperature 0 --device "$dev" \
+    --out "$work/batch_$dev.jsonl" --summary "$work/batch_summary_$dev.json" 2>"$work/batch_$dev.err" ||
+    echo "[gemma3] lio batch --device $dev failed: $(tail -2 "$work/batch_$dev.err")"
+done
 
 gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
@@ -167,6 +180,14 @@ for name, ref, required in [("cuda_flash", "cpu", True), ("cuda_naive", "cpu", T
                           "text": gens[name].get("text", gens[name].get("error"))})
     ok &= same or not required
 res["cpu_text"] = gens["cpu"].get("text")
+try:
+    rows = {d: [json.loads(x) for x in open(os.path.join(work, f"batch_{d}.jsonl"))] for d in ["cpu", "cuda"]}
+    same = [a["token_ids"] == b["token_ids"] for a, b in zip(rows["cpu"], rows["cuda"])]
+    res["batch"] = {"requests": len(rows["cpu"]), "prompt_tokens": [r["n_prompt_tokens"] for r in rows["cpu"]],
+                    "same_tokens": int(sum(same)) if len(same) == len(rows["cpu"]) == len(rows["cuda"]) else 0}
+    ok &= res["batch"]["same_tokens"] == res["batch"]["requests"] > 0
+except Exception as e:  # noqa: BLE001
+    res["batch"] = {"error": str(e)}; ok = False
 res["decode"] = {k: {"tokens_per_s": gens[k].get("tokens_per_s"), "tpot_ms": gens[k].get("tpot_ms"),
                      "device": gens[k].get("device")} for k in ["cuda_speed", "cpu_speed"]}
 res["passed"] = bool(ok)
@@ -189,6 +210,11 @@ md += ["", "## Greedy text (`lio generate --temperature 0 --max-tokens 64`)", ""
        f"CPU: {json.dumps(res['cpu_text'])}", "", "| CUDA variant | reference | required | same tokens |", "|---|---|---|---|"]
 md += [f"| {g['variant']} | {g['reference']} | {'yes' if g['required'] else 'no'} | {'yes' if g['same_tokens'] else 'NO'} |"
        for g in res["greedy"]]
+B = res["batch"]
+md += ["", "## `lio batch`: 8 greedy requests in one engine, CUDA vs CPU token ids", ""]
+md += [f"error: {B['error']}"] if "error" in B else [
+    f"Prompts of {', '.join(map(str, B['prompt_tokens']))} tokens, 32 tokens each: {B['same_tokens']} of "
+    f"{B['requests']} requests generate the CPU's tokens on CUDA."]
 md += ["", "## Batch-1 decode (`lio generate --ignore-eos`, eager launches; one run each, not a benchmark)", "",
        "| device | tokens/s | TPOT ms |", "|---|---|---|"]
 fmt = lambda x: "" if x is None else f"{x:.1f}"  # noqa: E731
