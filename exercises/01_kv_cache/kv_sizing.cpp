@@ -9,20 +9,23 @@
 namespace lio {
 
 int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, int64_t batch, KvDtype dtype) {
-  // TODO(Task 1): bytes = 2 (K and V) x n_layers x n_kv_heads x head_dim x seq_len x batch x
-  //   kv_dtype_bytes(dtype). Use n_kv_heads, not n_heads: with GQA several query heads share
-  //   one cached K/V head. Reject negative seq_len or batch with lio::InvalidArgument.
+  // TODO(Task 1): the bytes the cache holds for `batch` sequences of `seq_len` tokens: every
+  //   tensor a decode step reads back instead of recomputing, for every layer and token, at
+  //   kv_dtype_bytes(dtype) per element. Which of the model's head counts is cached? (Lesson,
+  //   section 2, "What the cache stores, and how big it is".) Must hold: LLaMA-7B (32 layers, 32
+  //   KV heads, head_dim 128), fp16, 4,096 tokens, batch 16 -> 32 GiB. Reject a negative seq_len
+  //   or batch with lio::InvalidArgument.
   (void)config, (void)seq_len, (void)batch, (void)dtype;
   throw NotImplemented("Task 1 (exercises/01_kv_cache/kv_sizing.cpp): kv_cache_bytes — "
-                       "2 x layers x KV heads x head_dim x tokens x batch x bytes/element");
+                       "what one token caches, times tokens and sequences (docs/01_kv_cache.md, section 2)");
 }
 
 double kv_tokens_per_gib(const ModelConfig& config, KvDtype dtype) {
-  // TODO(Task 1): one GiB is gib(1) = 2^30 bytes; divide it by the bytes one token costs
-  //   (kv_cache_bytes for seq_len 1, batch 1). Return a double.
+  // TODO(Task 1): how many tokens' cache fit in one GiB (gib(1) bytes), as a real number.
+  //   Must hold: LLaMA-7B fp16 -> 2048.
   (void)config, (void)dtype;
   throw NotImplemented("Task 1 (exercises/01_kv_cache/kv_sizing.cpp): kv_tokens_per_gib — "
-                       "2^30 / bytes per token");
+                       "tokens per GiB of cache (docs/01_kv_cache.md, section 2)");
 }
 
 int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype, MemorySize budget,

@@ -14,29 +14,36 @@ namespace lio {
 // ---- Task 2 -----------------------------------------------------------------------------------
 
 BlockQ8_0 quantize_block_q8_0(std::span<const float, kQuantBlockElems> x) {
-  // TODO(Task 2): d = max|x| / 127 (as f16 via f32_to_f16), q[i] = roundf(x[i] / d); multiply
-  //   by 1/d computed once (0 when d is 0), as ggml does, or your bits will differ.
+  // TODO(Task 2): llama.cpp's Q8_0 block of x: one f16 scale d and 32 int8 codes in
+  //   [-127, 127] with x[i] ~ d * qs[i], the largest |x| exactly representable. The test compares
+  //   your bytes with ggml's quantize_row_q8_0_ref on 200 random blocks, so round as ggml does
+  //   (lesson: docs/03_quantization.md, section 2 and "Task 2"; an all-zero block is d = 0).
   (void)x;
   throw NotImplemented("Task 2 (exercises/03_quantization/rtn.cpp): quantize_block_q8_0 — "
-                       "one scale per 32 weights, int8 in [-127, 127]");
+                       "llama.cpp's Q8_0 block, bit for bit (docs/03_quantization.md, Task 2)");
 }
 
 BlockQ4_0 quantize_block_q4_0(std::span<const float, kQuantBlockElems> x) {
-  // TODO(Task 2): m = the x of largest magnitude (sign kept), d = m / -8, q = min(15,
-  //   (int8_t)(x * (1/d) + 8.5f)); pack element i and i + 16 into qs[i] (low, high nibble).
+  // TODO(Task 2): llama.cpp's Q4_0 block of x: one f16 scale d and 32 unsigned 4-bit codes with
+  //   x[i] ~ d * (q[i] - 8), packed two to a byte as ggml packs them (element i in the low
+  //   nibble of qs[i], element i + 16 in the high one). Bit-compared with ggml's
+  //   quantize_row_q4_0_ref: which x sets the scale, and how ggml rounds, are in the lesson
+  //   (docs/03_quantization.md, section 2 and "Task 2").
   (void)x;
   throw NotImplemented("Task 2 (exercises/03_quantization/rtn.cpp): quantize_block_q4_0 — "
-                       "symmetric 4 bits: 16 levels around zero");
+                       "llama.cpp's Q4_0 block, bit for bit (docs/03_quantization.md, Task 2)");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
 
 BlockQ4_1 quantize_block_q4_1(std::span<const float, kQuantBlockElems> x) {
-  // TODO(Task 3): d = (max - min) / 15, m = min (both f16), q = min(15, (int8_t)((x - min) *
-  //   (1/d) + 0.5f)); nibbles as in Q4_0.
+  // TODO(Task 3): llama.cpp's Q4_1 block of x: an f16 scale d, an f16 offset m and 32 4-bit
+  //   codes with x[i] ~ d * q[i] + m, packed as in Q4_0; the block's smallest and largest x are
+  //   both on the grid. Bit-compared with ggml's quantize_row_q4_1_ref (lesson:
+  //   docs/03_quantization.md, section 2 and "Task 3").
   (void)x;
   throw NotImplemented("Task 3 (exercises/03_quantization/rtn.cpp): quantize_block_q4_1 — "
-                       "asymmetric 4 bits: a scale and a minimum per block");
+                       "llama.cpp's Q4_1 block, bit for bit (docs/03_quantization.md, Task 3)");
 }
 
 }  // namespace lio

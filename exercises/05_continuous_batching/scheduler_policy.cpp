@@ -11,11 +11,13 @@ namespace lio {
 // ---- Task 1 -----------------------------------------------------------------------------------
 
 int64_t prefill_chunk(int64_t remaining, int64_t budget, bool chunked_prefill) {
-  // TODO(Task 1): 0 if remaining <= 0 or budget <= 0. Chunked: min(remaining, budget).
-  //   Not chunked: the whole remainder if it fits the budget, else 0 (the prompt waits).
+  // TODO(Task 1): how many of a prompt's `remaining` tokens this step prefills, given the
+  //   step's token `budget` left and whether prompts may be split across steps (chunked
+  //   prefill). Never more than remaining or budget; 0 when either is <= 0. Without chunking a
+  //   prompt is prefilled in one step or waits. Lesson: docs/05_continuous_batching.md, "Task 1".
   (void)remaining, (void)budget, (void)chunked_prefill;
   throw NotImplemented("Task 1 (exercises/05_continuous_batching/scheduler_policy.cpp): prefill_chunk — "
-                       "min(remaining, budget) when chunked, all-or-nothing when not");
+                       "this step's share of the prompt under the token budget (docs/05_continuous_batching.md, Task 1)");
 }
 
 // ---- Task 2 -----------------------------------------------------------------------------------

@@ -72,35 +72,28 @@ KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank)
 
 void ring_all_reduce(float* data, int64_t n, Communicator& comm) {
   // TODO(Task 2): on return, data (n floats) on every rank = the element-wise sum of every
-  //   rank's data, using only comm.send_recv. With p = comm.size(), rank r sends to (r + 1) mod p
-  //   and receives from (r - 1) mod p. Cut data into p chunks of ceil(n / p) floats (the last
-  //   may be shorter, and some EMPTY when n < p: send and receive 0 floats then).
-  //   Reduce-scatter, p - 1 steps: at step s rank r sends chunk (r - s) mod p, receives chunk
-  //   (r - s - 1) mod p into a scratch buffer and adds it in; rank r then holds the full sum of
-  //   chunk (r + 1) mod p. All-gather, p - 1 steps: pass the finished chunks around, copying
-  //   (not adding).
-  //   Careful: C++'s % of a negative number is negative. Never receive into the chunk you are
-  //   sending in the same step. Every rank must end with the SAME bits: each chunk is summed
-  //   once, by one rank, then copied. World size 1 or n == 0: return with data unchanged.
-  //   Throw InvalidArgument if n < 0. Lesson: docs/08_tensor_parallel.md, "Task 2"
-  //   (Patarasuk & Yuan 2009).
+  //   rank's data, using only comm.send_recv, each rank exchanging with its two ring
+  //   neighbours. The lesson's "Task 2" (Patarasuk & Yuan 2009) derives the two phases, which
+  //   piece of data moves at each step, and how much each rank sends. Must hold: every rank ends
+  //   with the SAME bits (the test compares them), n not a multiple of the world size and
+  //   n < world size work, and the bytes each rank sends are the bandwidth-optimal share.
+  //   Careful: C++'s % of a negative number is negative. World size 1 or n == 0: return with
+  //   data unchanged. Throw InvalidArgument if n < 0.
   (void)data, (void)n, (void)comm;
   throw NotImplemented(
       "Task 2 (exercises/08_tensor_parallel/tensor_parallel.cpp): ring_all_reduce — "
-      "reduce-scatter then all-gather, size() - 1 send_recv steps each; "
+      "the sum on every rank over send_recv to the ring's neighbours; "
       "see docs/08_tensor_parallel.md, Task 2");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
 
 RankMemory tp_rank_memory(const TpMemoryInputs& in) {
-  // TODO(Task 3): one rank's memory under tensor parallelism, in bytes (decimal: "40 GB" = 40e9).
-  //   weight_bytes = n_params x bits_per_weight / 8, split evenly over tp_size ranks.
-  //   kv_bytes_per_token = 2 (K and V) x n_layers x the KV heads ONE rank holds (Task 1's
-  //   kv_heads_for_rank: heads replicated past n_kv_heads ranks do not shrink further) x
-  //   head_dim x kv_bytes_per_element.
-  //   kv_budget_bytes = gpu_bytes x memory_utilization - weight_bytes (negative: does not fit).
-  //   max_kv_tokens = floor(budget / kv_bytes_per_token), 0 when the budget is not positive.
+  // TODO(Task 3): one rank's memory under tensor parallelism, in bytes (decimal: "40 GB" = 40e9):
+  //   the RankMemory fields as lio/tensor_parallel.h defines them. The weights split evenly; the
+  //   KV heads one rank caches are Task 1's kv_heads_for_rank (replicated heads do not shrink
+  //   further); the budget is what is left of the share of the card LIO may use (negative: does
+  //   not fit), and whole tokens fit in it (0 when the budget is not positive).
   //   Must hold: lecture note 000's Llama 3.1 70B in AWQ (4.25 bits) does not fit one A100
   //   40 GB, and fits two with TP 2.
   //   Throw InvalidArgument for a non-positive count or size, memory_utilization outside (0, 1],
@@ -108,7 +101,7 @@ RankMemory tp_rank_memory(const TpMemoryInputs& in) {
   (void)in;
   throw NotImplemented(
       "Task 3 (exercises/08_tensor_parallel/tensor_parallel.cpp): tp_rank_memory — "
-      "weights split by tp_size, KV heads as kv_heads_for_rank holds them; "
+      "one rank's weights, KV bytes per token, budget and tokens; "
       "see docs/08_tensor_parallel.md, Task 3");
 }
 
@@ -116,17 +109,17 @@ RankMemory tp_rank_memory(const TpMemoryInputs& in) {
 
 LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t bytes_per_element, int64_t tp_size) {
   // TODO(Task 4): what one decoder layer sends for n_tokens tokens over tp_size ranks.
-  //   all_reduce_bytes: the messages all-reduced in the forward pass — two per layer (after
-  //   o_proj, after down_proj; Megatron-LM sec. 3), each n_tokens x d_model x bytes_per_element.
-  //   bytes_sent_per_rank: what a ring all-reduce (Task 2) sends per rank for them,
-  //   all_reduce_bytes x 2 (n - 1) / n — 0 at TP 1, where there is nothing to sum.
+  //   all_reduce_bytes: the messages the layer all-reduces in the forward pass (where does a
+  //   Megatron layer all-reduce, and what is each message? Megatron-LM sec. 3).
+  //   bytes_sent_per_rank: what your Task 2 ring sends per rank for them — 0 at TP 1, where
+  //   there is nothing to sum.
   //   Must hold: SmolLM2-135M (d_model 576), f32, one token: 4,608 bytes all-reduced.
   //   Throw InvalidArgument if n_tokens < 0, or d_model, bytes_per_element or tp_size < 1.
   //   Lesson: docs/08_tensor_parallel.md, "Task 4".
   (void)n_tokens, (void)d_model, (void)bytes_per_element, (void)tp_size;
   throw NotImplemented(
       "Task 4 (exercises/08_tensor_parallel/tensor_parallel.cpp): layer_comm_volume — "
-      "two all-reduces of the activations per layer, a ring sends 2 (n - 1) / n of each; "
+      "the bytes a layer all-reduces and what a ring sends for them; "
       "see docs/08_tensor_parallel.md, Task 4");
 }
 

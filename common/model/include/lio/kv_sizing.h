@@ -38,14 +38,14 @@ constexpr int64_t gib(double n) { return static_cast<int64_t>(n * 1073741824.0);
 /// `n` decimal gigabytes (GB, 10^9 bytes each) in bytes, rounded down.
 constexpr int64_t gb(double n) { return static_cast<int64_t>(n * 1e9); }
 
-/// Task 1. Bytes of KV cache for `batch` sequences of `seq_len` tokens each:
-///   2 x n_layers x n_kv_heads x head_dim x seq_len x batch x kv_dtype_bytes(dtype).
-/// Example: LLaMA-7B (32 layers, 32 KV heads, head_dim 128), fp16, seq 4096, batch 16 ->
-/// 34,359,738,368 bytes = 32 GiB. Throws InvalidArgument if seq_len or batch is negative.
+/// Task 1. Bytes of KV cache for `batch` sequences of `seq_len` tokens each, elements of
+/// kv_dtype_bytes(dtype) bytes (docs/01_kv_cache.md, section 2, derives it; Kwon et al. 2023,
+/// sec. 2). Example: LLaMA-7B (32 layers, 32 KV heads, head_dim 128), fp16, seq 4096, batch 16
+/// -> 34,359,738,368 bytes = 32 GiB. Throws InvalidArgument if seq_len or batch is negative.
 int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, int64_t batch, KvDtype dtype);
 
 /// Task 1 (second part). How many tokens of KV cache fit in one GiB (2^30 bytes), as a
-/// real number: 2^30 / (bytes per token). LLaMA-7B fp16: 2048 tokens per GiB.
+/// real number. LLaMA-7B fp16: 2048 tokens per GiB.
 double kv_tokens_per_gib(const ModelConfig& config, KvDtype dtype);
 
 /// Unit of a MemorySize. Decimal units (SI, what spec sheets and drive labels use):

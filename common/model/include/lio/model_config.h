@@ -48,8 +48,8 @@ struct ModelConfig {
   // All 0 for a GQA model. An MLA model's layers carry Wq (n_heads * (qk_nope_head_dim +
   // qk_rope_head_dim), d_model), WkvA (kv_lora_rank + qk_rope_head_dim, d_model), WkB
   // (n_heads * qk_nope_head_dim, kv_lora_rank), WvB (n_heads * v_head_dim, kv_lora_rank) and Wo
-  // (d_model, n_heads * v_head_dim); it caches kv_lora_rank + qk_rope_head_dim floats per token
-  // and layer (the latent c_kv, then the shared RoPE key k_pe).
+  // (d_model, n_heads * v_head_dim). What one token leaves in an MLA layer's cache is chapter
+  // 02's Task 2 (docs/02_gqa_mla.md, section 5; the pool's layout: lio/kv_pool.h).
   int64_t kv_lora_rank = 0;      ///< d_c: width of the cached latent c_kv
   int64_t qk_nope_head_dim = 0;  ///< per-head query/key width without RoPE
   int64_t qk_rope_head_dim = 0;  ///< d_h^R: width of the shared RoPE key and each head's RoPE query

@@ -31,26 +31,25 @@ bool model_fits(int64_t n_params, double bits_per_weight, int64_t overhead_bytes
 
 // ---- Task 2 (exercises/03_quantization/rtn.cpp): symmetric -------------------------------
 // Tasks 2-3 are what `lio quantize --method rtn` runs on every block (common/tools/src/
-// quantize.cpp), so with chapter 03 on exercises it writes the learner's bytes. The reference
-// answer (solutions/03_quantization/rtn.cpp) is base's lio::quantize_block (lio/dtype.h), the
-// engine's one RTN quantizer, which the grading tests compare the learner's bytes with.
+// quantize.cpp), so with chapter 03 on exercises it writes the learner's bytes. The grading
+// tests compare those bytes with llama.cpp's (ggml's quantize_row_*_ref) on random blocks; how
+// the scale is chosen and the codes rounded is docs/03_quantization.md, section 2.
 
-/// Q8_0 (symmetric INT8) of one block x (32 finite floats): d = max|x| / 127,
-/// q[i] = round(x[i] / d) (half away from zero; 0 when d = 0), d stored as f16. Dequantized:
-/// x[i] ≈ d * q[i].
+/// Q8_0 (symmetric INT8) of one block x (32 finite floats), bit-identical to ggml's
+/// quantize_row_q8_0_ref: an f16 scale d and codes q[i] in [-127, 127] (all 0, d = 0, for an
+/// all-zero block). Dequantized: x[i] ≈ d * q[i].
 BlockQ8_0 quantize_block_q8_0(std::span<const float, kQuantBlockElems> x);
 
-/// Q4_0 (symmetric INT4) of one block x (32 finite floats): m = the x of largest magnitude,
-/// sign kept; d = m / -8; q[i] = min(15, trunc(x[i] / d + 8.5)) (0 when d = 0), d stored as
-/// f16; element i < 16 in the low nibble of qs[i], element i + 16 in its high nibble.
-/// Dequantized: x[i] ≈ d * (q[i] - 8).
+/// Q4_0 (symmetric INT4) of one block x (32 finite floats), bit-identical to ggml's
+/// quantize_row_q4_0_ref: an f16 scale d and codes q[i] in [0, 15]; element i < 16 in the low
+/// nibble of qs[i], element i + 16 in its high nibble. Dequantized: x[i] ≈ d * (q[i] - 8).
 BlockQ4_0 quantize_block_q4_0(std::span<const float, kQuantBlockElems> x);
 
 // ---- Task 3 (exercises/03_quantization/rtn.cpp): asymmetric ------------------------------
 
-/// Q4_1 (asymmetric INT4) of one block x (32 finite floats): d = (max - min) / 15,
-/// q[i] = min(15, trunc((x[i] - min) / d + 0.5)) (0 when d = 0); d and min stored as f16;
-/// nibbles as Q4_0. Dequantized: x[i] ≈ d * q[i] + min.
+/// Q4_1 (asymmetric INT4) of one block x (32 finite floats), bit-identical to ggml's
+/// quantize_row_q4_1_ref: f16 d and m, codes q[i] in [0, 15], nibbles as Q4_0. Dequantized:
+/// x[i] ≈ d * q[i] + m.
 BlockQ4_1 quantize_block_q4_1(std::span<const float, kQuantBlockElems> x);
 
 // ---- Task 4 (exercises/03_quantization/gptq.cpp): GPTQ ----------------------------------

@@ -8,8 +8,9 @@
 // output projection); vLLM's `vllm/model_executor/layers/linear.py` (ColumnParallelLinear,
 // RowParallelLinear, QKVParallelLinear's KV-head replication when tp_size > num_kv_heads);
 // Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations"
-// (the ring: reduce-scatter then all-gather, 2 (n - 1) / n of the data sent per rank);
-// nccl-tests' doc/PERFORMANCE.md (bus bandwidth = algorithm bandwidth x 2 (n - 1) / n).
+// (the ring: a reduce-scatter then an all-gather); nccl-tests' doc/PERFORMANCE.md (bus
+// bandwidth). The lesson derives what each task computes; the doc comments below state only
+// the contracts.
 //
 // Definitions: exercises/08_tensor_parallel/tensor_parallel.cpp (the learner's) and
 // solutions/08_tensor_parallel/tensor_parallel.cpp; lesson docs/08_tensor_parallel.md.
@@ -71,14 +72,12 @@ struct KvHeadRange {
 /// neither divides nor is a multiple of n_kv_heads.
 KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank);
 
-/// Task 2: ring all-reduce (Patarasuk & Yuan 2009) over `comm`'s send_recv only: on return,
-/// data (n floats) on every rank = the element-wise sum over all ranks. Cut data into size()
-/// chunks (the last may be shorter or empty); n - 1 reduce-scatter steps (rank r sends chunk
-/// (r - s) mod n to rank r + 1, receives chunk (r - s - 1) mod n from r - 1 and adds it) leave
-/// rank r holding the full sum of chunk (r + 1) mod n; n - 1 all-gather steps pass the summed
-/// chunks around. Each rank sends 2 (n - 1) / n of the data. Every rank must end with the same
-/// bits (each chunk is summed once, by one rank, then copied). World size 1: data unchanged.
-/// Throws InvalidArgument if n < 0, as send_recv otherwise.
+/// Task 2: ring all-reduce (Patarasuk & Yuan 2009) over `comm`'s send_recv only, each rank
+/// talking to its two ring neighbours: on return, data (n floats) on every rank = the
+/// element-wise sum over all ranks, with the same bits on every rank, and each rank has sent
+/// the bandwidth-optimal share of the data (docs/08_tensor_parallel.md, "Task 2", derives the
+/// steps and the share). World size 1 or n == 0: data unchanged. Throws InvalidArgument if
+/// n < 0, as send_recv otherwise.
 void ring_all_reduce(float* data, int64_t n, Communicator& comm);
 
 /// One rank's memory under tensor parallelism (decimal units: bytes).
@@ -102,24 +101,25 @@ struct TpMemoryInputs {
   int64_t tp_size = 1;              ///< ranks the model is split over
 };
 
-/// Task 3: one rank's weights (n_params x bits / 8, split evenly over tp_size ranks), its KV bytes
-/// per token (2 x n_layers x KV heads held x head_dim x kv_bytes_per_element, the KV heads held
-/// per kv_heads_for_rank), the KV budget left (gpu_bytes x memory_utilization - weights) and the
-/// tokens it holds. Lecture note 000's deployment: Llama 3.1 70B in AWQ on two A100 40 GB with
-/// TP 2. Throws InvalidArgument for a non-positive count or size, utilization outside (0, 1], or
-/// as kv_heads_for_rank.
+/// Task 3: one rank's share of the weights, the KV-cache bytes one token costs it (the KV heads
+/// it holds are kv_heads_for_rank's), the memory left for the KV cache out of the share of the
+/// card LIO may use, and the tokens that fit there (docs/08_tensor_parallel.md, "Task 3").
+/// Lecture note 000's deployment: Llama 3.1 70B in AWQ does not fit one A100 40 GB and fits two
+/// with TP 2. Throws InvalidArgument for a non-positive count or size, utilization outside
+/// (0, 1], or as kv_heads_for_rank.
 RankMemory tp_rank_memory(const TpMemoryInputs& in);
 
 /// What one decoder layer sends for `n_tokens` tokens under tensor parallelism (bytes).
 struct LayerCommVolume {
-  int64_t all_reduce_bytes = 0;  ///< the messages all-reduced: 2 per layer (after o_proj, after down_proj), each n_tokens x d_model x bytes
-  double bytes_sent_per_rank = 0;  ///< what a ring sends per rank for them: all_reduce_bytes x 2 (n - 1) / n (0 at tp 1)
+  int64_t all_reduce_bytes = 0;    ///< bytes of the messages one layer all-reduces in the forward pass
+  double bytes_sent_per_rank = 0;  ///< bytes a ring all-reduce (Task 2) sends per rank for them (0 at tp 1)
 };
 
 /// Task 4: the communication volume of one layer for n_tokens tokens of width d_model at
-/// bytes_per_element, over tp_size ranks (Megatron-LM sec. 3: two all-reduces per layer in the
-/// forward pass; Patarasuk & Yuan: a ring all-reduce of M bytes sends 2 (n - 1) / n M per rank).
-/// Throws InvalidArgument if n_tokens < 0, or d_model, bytes_per_element or tp_size < 1.
+/// bytes_per_element, over tp_size ranks (Megatron-LM sec. 3 says where a layer all-reduces;
+/// Patarasuk & Yuan what a ring sends; docs/08_tensor_parallel.md, "Task 4"). SmolLM2-135M
+/// (d_model 576), f32, one token: 4,608 bytes all-reduced. Throws InvalidArgument if
+/// n_tokens < 0, or d_model, bytes_per_element or tp_size < 1.
 LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t bytes_per_element, int64_t tp_size);
 
 }  // namespace lio
