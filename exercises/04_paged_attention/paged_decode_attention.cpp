@@ -15,13 +15,11 @@ void paged_decode_attention(const float* q, const float* k_pool, const float* v_
                             std::span<const int32_t> block_table, int64_t n_ctx, int64_t block_size,
                             int64_t n_kv_heads, int64_t kv_head, int64_t head_dim, float scale,
                             std::span<float> scores) {
-  // TODO(Task 5): chapter 01's decode step, but position j's K/V are found through the table:
-  //   slot = block_table[j / block_size] * block_size + j % block_size
-  //   k[j] = k_pool + (slot * n_kv_heads + kv_head) * head_dim   (v[j] likewise in v_pool)
-  //   1. s[j] = scale * dot(q, k[j]) for j in [0, n_ctx), kept in scores[j] (the caller's
-  //      scratch: allocate nothing here, the engine calls this once per (row, head))
-  //   2. p = softmax(s), subtracting max(s) first
-  //   3. out = sum_j p[j] * v[j]
+  // TODO(Task 5): chapter 01's decode attention for one query head over positions
+  //   [0, n_ctx), with each position's K/V found in the pool through the block table (the
+  //   pool's layout: lio/kv_pool.h); numerically stable; `scores` is the caller's scratch of at
+  //   least n_ctx floats (allocate nothing: the engine calls this once per (row, head)).
+  //   Lesson: docs/04_paged_attention.md, "Task 5".
   //   Throw InvalidArgument if n_ctx < 1, block_size < 1, the table has fewer than
   //   ceil(n_ctx / block_size) blocks, or scores holds fewer than n_ctx floats.
   (void)q, (void)k_pool, (void)v_pool, (void)out, (void)block_table, (void)n_ctx, (void)block_size,

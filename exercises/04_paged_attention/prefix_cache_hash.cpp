@@ -10,17 +10,15 @@ namespace lio {
 
 std::vector<int32_t> hash_chain_match(const HashChainIndex& index, std::span<const int32_t> tokens,
                                       int64_t block_size) {
-  // TODO(Task 4): walk the full blocks of tokens[0, tokens.size() - 1) — never the last token:
-  //   parent = 0; for k = 0, 1, ... while (k + 1) * block_size <= tokens.size() - 1:
-  //     h = block_hash(parent, tokens[k * bs, (k + 1) * bs))
-  //     look h up in index.by_hash; stop at a miss
-  //     e = index.entries[block id]: stop unless e.cached, e.parent == parent and e.tokens equal
-  //       the block's tokens (a 64-bit hash can collide; a collision must never hit)
-  //     append the block id; parent = h
-  //   Throw InvalidArgument if block_size < 1.
+  // TODO(Task 4): the cached blocks holding the longest prefix of `tokens` made of whole
+  //   blocks, in order (lio/prefix_cache.h's contract; vLLM's hash chain). Must hold: a block
+  //   matches only with the same tokens AND the same prefix before it; a 64-bit hash collision
+  //   never hits; the prompt's last token is never served from the cache (its logits are
+  //   needed). Lesson: docs/04_paged_attention.md, "Task 4". Throw InvalidArgument if
+  //   block_size < 1.
   (void)index, (void)tokens, (void)block_size;
   throw NotImplemented("Task 4 (exercises/04_paged_attention/prefix_cache_hash.cpp): hash_chain_match — "
-                       "hash each full block with its parent's hash, look it up, verify, stop at a miss");
+                       "the longest verified chain of cached full blocks (docs/04_paged_attention.md, Task 4)");
 }
 
 }  // namespace lio

@@ -10,13 +10,12 @@ namespace lio {
 
 void compute_slot_mapping(std::span<const int32_t> block_table, int64_t start_pos, int64_t block_size,
                           std::span<int32_t> out) {
-  // TODO(Task 1): for each i, pos = start_pos + i:
-  //   block index = pos / block_size (throw InvalidArgument if it is past the table's end),
-  //   out[i] = block_table[block index] * block_size + pos % block_size.
-  //   Throw InvalidArgument if block_size < 1 or start_pos < 0.
+  // TODO(Task 1): out[i] = the pool slot of position start_pos + i, through the block table
+  //   (lio/forward_batch.h's contract; lesson: docs/04_paged_attention.md, "Task 1"). Throw
+  //   InvalidArgument if block_size < 1, start_pos < 0, or a position is past the table's end.
   (void)block_table, (void)start_pos, (void)block_size, (void)out;
   throw NotImplemented("Task 1 (exercises/04_paged_attention/slot_mapping.cpp): compute_slot_mapping — "
-                       "block_table[pos / block_size] * block_size + pos % block_size");
+                       "each position's slot through the block table (docs/04_paged_attention.md, Task 1)");
 }
 
 }  // namespace lio
