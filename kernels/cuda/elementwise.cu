@@ -72,6 +72,12 @@ __global__ void gather_rows_kernel(const float* x,       // (>= max(rows) + 1, d
   for (int64_t i = threadIdx.x; i < dim; i += kBlockThreads) dst[i] = src[i];
 }
 
+/// Blocks for a grid-stride launch over n values: ceil(n / kBlockThreads), at most kMaxBlocks.
+unsigned grid_for(int64_t n) {
+  const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  return want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
+}
+
 }  // namespace
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
@@ -80,15 +86,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   if (gate == nullptr || up == nullptr || out == nullptr) {
     throw InvalidArgument("cuda::swiglu: null device pointer (gate, up or out)");
   }
-  const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
-  const unsigned n_blocks = want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
-  swiglu_kernel<<<n_blocks, kBlockThreads, 0, stream>>>(gate, up, out, n);
+  swiglu_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(gate, up, out, n);
   CUDA_CHECK(cudaGetLastError());
-}
-
-unsigned grid_for(int64_t n) {
-  const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
-  return want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
@@ -125,9 +124,7 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t dim, cudaStre
   if (n_rows == 0) return;
   if (y == nullptr || bias == nullptr) throw InvalidArgument("cuda::add_bias: null device pointer (y or bias)");
   const int64_t n = n_rows * dim;
-  const int64_t want_blocks = (n + kBlockThreads - 1) / kBlockThreads;
-  const unsigned n_blocks = want_blocks > kMaxBlocks ? kMaxBlocks : static_cast<unsigned>(want_blocks);
-  add_bias_kernel<<<n_blocks, kBlockThreads, 0, stream>>>(y, bias, n, dim);
+  add_bias_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(y, bias, n, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -96,8 +96,7 @@ void gemma3_hf_config(const nlohmann::json& j, const std::string& path, ModelCon
     c.sliding_window_pattern = first_global >= 0 ? first_global + 1 : (c.n_layers < 6 ? 6 : 0);
     for (size_t l = 0; l < types.size(); ++l) {
       const std::string t = types[l].get<std::string>();
-      const bool global = c.sliding_window_pattern > 0 &&
-                          static_cast<int64_t>(l) % c.sliding_window_pattern == c.sliding_window_pattern - 1;
+      const bool global = c.layer_window(static_cast<int64_t>(l)) == 0;  // the pattern as the layers read it
       if ((t != "full_attention" && t != "sliding_attention") || (t == "full_attention") != global) {
         throw UnsupportedError(path + ": layer_types[" + std::to_string(l) + "] = '" + t +
                                "' is off the every-" + std::to_string(c.sliding_window_pattern) +
