@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   lio::CommonOptions o;
   lio::add_model_flags(app, o);
   lio::add_device_flag(app, o);
-  lio::add_kv_pool_flags(app, o);
+  lio::add_kv_pool_flags(app, o, /*engine=*/true);
   int64_t n_requests = 32, system_tokens = 384, max_tokens = 16, conversations = 8, turns = 4, sample_tokens = 48;
   std::string json_path;
   app.add_option("--requests", n_requests, "Requests sharing the system prompt")->capture_default_str();

@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   lio::CommonOptions o;
   lio::add_model_flags(app, o);
   lio::add_device_flag(app, o);
-  lio::add_kv_pool_flags(app, o);
+  lio::add_kv_pool_flags(app, o, /*engine=*/true);
   lio::bench::TraceShape shape;
   int64_t n_requests = 200, max_num_seqs = 64, max_num_batched_tokens = 512, small_kv_mib = 0,
           swap_space_mib = 1024;

@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
   lio::CommonOptions o;
   lio::add_model_flags(app, o);
   lio::add_device_flag(app, o);
-  lio::add_kv_pool_flags(app, o);
+  lio::add_kv_pool_flags(app, o, /*engine=*/true);
   std::string trace_path, prefix_cache = "hash";
   uint64_t seed = 42;
   int64_t n_requests = 24, shared_prefix = 64, max_len = 0, max_num_seqs = 64, show_tables = 3;

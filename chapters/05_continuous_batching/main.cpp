@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
   lio::CommonOptions o;
   lio::add_model_flags(app, o);
   lio::add_device_flag(app, o);
-  lio::add_kv_pool_flags(app, o);
+  lio::add_kv_pool_flags(app, o, /*engine=*/true);
   std::string trace_path;
   int64_t extra = 6, max_num_seqs = 3, prompt_tokens = 16;
   double scale = 1.0;

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   lio::add_model_flags(app, o);
   app.remove_option(app.get_option("--json"));  // the server speaks JSON over HTTP
   lio::add_device_flag(app, o);
-  lio::add_kv_pool_flags(app, o);
+  lio::add_kv_pool_flags(app, o, /*engine=*/true);
   lio::add_speculative_flags(app, o);
   app.add_option("--host", sc.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", sc.port, "TCP port (0 = any free port; the one taken is printed)")

@@ -69,7 +69,7 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
   app->add_option("--max-num-batched-tokens", b.max_num_batched_tokens,
                   "Tokens (rows) in one step at most")
       ->capture_default_str();
-  add_kv_pool_flags(*app, o);
+  add_kv_pool_flags(*app, o, /*engine=*/true);
   add_speculative_flags(*app, o);
   app->add_option("--prefix-cache", b.prefix_cache,
                   "Reuse the K/V of cached prompt prefixes: none, hash (full blocks, vLLM) or radix "
@@ -405,6 +405,9 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   s["max_running"] = st.max_running;
   s["prompt_rows_computed"] = st.n_prompt_tokens_computed;
   s["peak_kv_blocks_used"] = st.peak_blocks_used;
+  s["kv_block_bytes"] = runner->kv_pool().block_bytes();
+  s["peak_kv_bytes_used"] = st.peak_blocks_used * runner->kv_pool().block_bytes();
+  s["kv_cache_groups"] = runner->kv_pool().n_groups();
   s["peak_kv_tokens_held"] = st.peak_tokens_held;
   s["kv_block_copies"] = st.n_block_copies;
   s["forked_samples"] = st.n_forks;

@@ -368,7 +368,7 @@ int main(int argc, char** argv) {
   CLI::App* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
   lio::add_model_flags(*gen, gen_o);
   lio::add_device_flag(*gen, gen_o);
-  lio::add_kv_pool_flags(*gen, gen_o);
+  lio::add_kv_pool_flags(*gen, gen_o, /*engine=*/true);
   gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9
   lio::add_generation_flags(*gen, gen_o, /*default_temperature=*/0.2f);
   lio::add_speculative_flags(*gen, gen_o);

@@ -54,7 +54,7 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
 }
 
-void add_kv_pool_flags(CLI::App& app, CommonOptions& o) {
+void add_kv_pool_flags(CLI::App& app, CommonOptions& o, bool engine) {
   app.add_option("--block-size", o.kv_pool.block_size, "Tokens per KV-cache block (PagedAttention)")
       ->capture_default_str();
   app.add_option("--kv-cache-mib", o.kv_pool.kv_cache_mib,
@@ -65,6 +65,11 @@ void add_kv_pool_flags(CLI::App& app, CommonOptions& o) {
                  "KV-cache elements: f32, f16, or int8 (one scale per token and KV head; chapter 03); "
                  "MLA models: f32 only")
       ->capture_default_str();
+  if (!engine) return;
+  o.kv_pool.hybrid = true;
+  app.add_flag("--disable-hybrid-kv-cache-manager{false}", o.kv_pool.hybrid,
+               "Keep every layer of a sliding-window model (Gemma 3) in every KV block: windowed layers then "
+               "keep blocks that slid out of their window instead of giving them back (vLLM's flag)");
 }
 
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature) {

@@ -22,6 +22,22 @@ std::unique_ptr<BlockManager> make_swap_space(const EngineConfig& config, const 
   return std::make_unique<BlockManager>(n, pool.block_size());
 }
 
+/// The windows of KV cache groups 1.. of the runner's pool (empty with one group). Throws
+/// InvalidArgument for what a hybrid pool cannot do: the radix prefix cache, swap preemption.
+std::vector<int64_t> extra_group_windows(const KvPool& pool, const EngineConfig& config) {
+  const KvCacheGroups& g = pool.groups();
+  if (g.n_groups() == 1) return {};
+  if (config.prefix_cache == PrefixCacheMode::Radix) {
+    throw InvalidArgument("--prefix-cache radix does not support a sliding-window model's hybrid KV cache: use "
+                          "--prefix-cache hash (vLLM's) or --disable-hybrid-kv-cache-manager");
+  }
+  if (config.scheduler.preemption == PreemptionMode::Swap) {
+    throw InvalidArgument("--preemption swap: a sliding-window model's hybrid KV cache is preempted by recompute "
+                          "(as vLLM v1 does); use --preemption recompute or --disable-hybrid-kv-cache-manager");
+  }
+  return std::vector<int64_t>(g.window.begin() + 1, g.window.end());
+}
+
 }  // namespace
 
 Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config, ModelRunner* draft)
@@ -31,7 +47,8 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
       blocks_(runner.kv_pool().n_blocks(), runner.kv_pool().block_size()),
       prefix_cache_(make_prefix_cache(config.prefix_cache, blocks_)),
       swap_blocks_(make_swap_space(config, runner.kv_pool(), swap_host_)),
-      scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get()),
+      kv_groups_(blocks_, extra_group_windows(runner.kv_pool(), config)),
+      scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get(), &kv_groups_),
       proposer_(make_proposer(config.speculative, runner, draft)) {
   if (proposer_ && !config.reuse_kv) {
     throw InvalidArgument("speculative decoding needs the KV cache (it verifies drafts against cached K/V)");
@@ -70,7 +87,13 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& p
     throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens; with chunked prefill off one step holds " +
                           std::to_string(sc.max_num_batched_tokens) + " (raise --max-num-batched-tokens)");
   }
-  if (blocks_.blocks_for(n_prompt + 1) + (params.n - 1) > blocks_.n_blocks()) {
+  // Blocks the prompt needs at least: group 0's, and each other group's up to its window.
+  int64_t need = blocks_.blocks_for(n_prompt + 1) + (params.n - 1);
+  for (int64_t g = 0; g < kv_groups_.n_extra_groups(); ++g) {
+    const int64_t w = kv_groups_.window(static_cast<size_t>(g));
+    need += w == 0 ? blocks_.blocks_for(n_prompt + 1) : std::min(blocks_.blocks_for(n_prompt + 1), blocks_.blocks_for(w) + 1);
+  }
+  if (need + (kv_groups_.null_block() >= 0 ? 1 : 0) > blocks_.n_blocks()) {
     throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens" +
                           (params.n > 1 ? " and n = " + std::to_string(params.n) + " samples" : std::string()) +
                           "; the KV pool holds only " + std::to_string(blocks_.n_blocks() * blocks_.block_size()) +
@@ -124,12 +147,19 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   for (size_t i = 1; i < seq.token_times.size(); ++i)
     out.itl_ms.push_back(ms_between(seq.token_times[i - 1], seq.token_times[i]));
   for (const auto& t : seq.token_times) out.token_times_ms.push_back(ms_between(seq.arrival_time, t));
-  if (prefix_cache_ && !seq.block_table.empty()) {  // what it computed stays findable
-    prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, true);
-  }
+  if (prefix_cache_ && !seq.block_table.empty()) cache_insert(seq, true);  // what it computed stays findable
   scheduler_.remove(&seq);  // frees its blocks at once (cached content kept until reused)
   if (proposer_) proposer_->release(seq);
   draft_probs_.erase(seq.id());
+}
+
+void Engine::cache_insert(const Sequence& seq, bool finished) {
+  if (kv_groups_.n_extra_groups() == 0 || seq.group_block_tables.empty()) {
+    prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, finished);
+    return;
+  }
+  prefix_cache_->insert_groups(seq.token_ids(), seq.num_computed_tokens, seq.block_table, seq.group_block_tables,
+                               kv_groups_, finished);
 }
 
 void Engine::fork_samples(Sequence& parent) {
@@ -146,6 +176,7 @@ void Engine::fork_samples(Sequence& parent) {
     child->sample_index = i;
     child->arrival_time = parent.arrival_time;
     child->block_table = blocks_.fork(parent.block_table, n_prompt - 1);
+    child->group_block_tables = kv_groups_.fork(parent.group_block_tables, n_prompt - 1);
     child->num_computed_tokens = n_prompt - 1;
     scheduler_.add_front(child.get());
     live_.emplace(child->id(), std::move(child));
@@ -305,7 +336,7 @@ Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
       std::vector<int32_t> tokens{seq.token_ids().back()};
       tokens.insert(tokens.end(), seq.spec_token_ids.begin(), seq.spec_token_ids.end());
       const auto n_rows = static_cast<int64_t>(tokens.size());
-      step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, n_rows);
+      step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, n_rows, true, seq.group_block_tables);
       step.sampling.push_back(&seq);
       for (int64_t r = 0; r < n_rows; ++r) step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
       step.speculative = true;
@@ -315,7 +346,8 @@ Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
         std::span<const int32_t>(seq.token_ids()).subspan(static_cast<size_t>(seq.num_computed_tokens),
                                                           static_cast<size_t>(s.n_new_tokens));
     const bool completes = seq.num_computed_tokens + s.n_new_tokens == seq.n_tokens();
-    step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0);
+    step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0, true,
+                            seq.group_block_tables);
     if (completes) {
       step.sampling.push_back(&seq);
       step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
@@ -324,7 +356,8 @@ Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
   // Static batching's finished rows (HF generate-style padding): they cost a row, write no
   // K/V, and their greedy token is thrown away.
   for (const PaddingRow& row : sched.padding) {
-    step.batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false);
+    step.batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false,
+                            row.group_block_tables);
     step.rows.push_back({&padding_sampler_, std::span<const int32_t>(&row.token, 1)});
   }
   return step;
@@ -390,7 +423,7 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
     if (!seq.spec_token_ids.empty()) continue;  // advanced below, by what was accepted
     seq.num_computed_tokens += s.n_new_tokens;
     if (seq.forks_pending > 0 && seq.num_computed_tokens >= seq.n_prompt_tokens()) fork_samples(seq);
-    if (prefix_cache_) prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, false);
+    if (prefix_cache_) cache_insert(seq, false);
     if (!config_.reuse_kv) seq.num_computed_tokens = 0;  // chapter 01's baseline: recompute
   }
   const int64_t context_length = runner_.config().context_length;
@@ -414,7 +447,8 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
       const int64_t n_accepted = next[i].n_accepted;
       seq.num_computed_tokens = std::min(seq.num_computed_tokens + 1 + n_accepted, seq.n_tokens());
       blocks_.truncate(seq.block_table, seq.num_computed_tokens);
-      if (prefix_cache_) prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, false);
+      kv_groups_.truncate(seq.group_block_tables, seq.num_computed_tokens);
+      if (prefix_cache_) cache_insert(seq, false);
       const auto k = static_cast<int64_t>(seq.spec_token_ids.size());
       seq.n_spec_drafts += 1;
       seq.n_spec_draft_tokens += k;

@@ -48,11 +48,20 @@ int64_t HashPrefixCache::match(std::span<const int32_t> tokens, std::vector<int3
 
 void HashPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
                              bool /*finished: only full blocks are ever cached*/) {
+  insert_chain(tokens, n_computed, block_table, 0, -1);
+}
+
+void HashPrefixCache::insert_chain(std::span<const int32_t> tokens, int64_t n_computed,
+                                   std::span<const int32_t> block_table, uint64_t seed, int32_t skip) {
   const int64_t bs = blocks_.block_size();
   const int64_t n_full = std::min<int64_t>(n_computed / bs, static_cast<int64_t>(block_table.size()));
-  uint64_t parent = 0;
+  uint64_t parent = seed;
   for (int64_t k = 0; k < n_full; ++k) {
     const int32_t id = block_table[static_cast<size_t>(k)];
+    if (id == skip) {  // a block that slid out of its window: the chain goes on without it
+      parent = block_hash(parent, tokens.subspan(static_cast<size_t>(k * bs), static_cast<size_t>(bs)));
+      continue;
+    }
     HashChainIndex::Entry& e = index_.entries[static_cast<size_t>(id)];
     const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(k * bs), static_cast<size_t>(bs));
     if (e.cached && e.parent == parent && std::equal(block.begin(), block.end(), e.tokens.begin(), e.tokens.end())) {
@@ -66,6 +75,70 @@ void HashPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed
     }
     parent = h;
   }
+}
+
+uint64_t group_chain_seed(int64_t g) { return g == 0 ? 0 : 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(g); }
+
+int64_t PrefixCache::match_groups(std::span<const int32_t>, std::vector<int32_t>&, GroupTables&, KvCacheCoordinator&) {
+  throw UnsupportedError(std::string("--prefix-cache ") + name() +
+                         " does not support a hybrid KV cache (sliding-window layers): use --prefix-cache hash or "
+                         "--disable-hybrid-kv-cache-manager");
+}
+
+void PrefixCache::insert_groups(std::span<const int32_t>, int64_t, std::span<const int32_t>, const GroupTables&,
+                                const KvCacheCoordinator&, bool) {
+  throw UnsupportedError(std::string("--prefix-cache ") + name() + " does not support a hybrid KV cache");
+}
+
+void HashPrefixCache::insert_groups(std::span<const int32_t> tokens, int64_t n_computed,
+                                    std::span<const int32_t> block_table, const GroupTables& groups,
+                                    const KvCacheCoordinator& kv, bool /*finished*/) {
+  insert_chain(tokens, n_computed, block_table, 0, -1);
+  for (size_t g = 0; g < groups.size(); ++g)
+    insert_chain(tokens, n_computed, groups[g], group_chain_seed(static_cast<int64_t>(g) + 1), kv.null_block());
+}
+
+int64_t HashPrefixCache::match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table,
+                                      GroupTables& groups, KvCacheCoordinator& kv) {
+  const int64_t bs = blocks_.block_size();
+  const std::vector<int32_t> hit0 = hash_chain_match(index_, tokens, bs);  // Task 4
+  const auto k0 = static_cast<int64_t>(hit0.size());
+  // Each other group's cached block at every position j < k0 (-1 where it is gone).
+  std::vector<std::vector<int32_t>> ids(groups.size(), std::vector<int32_t>(static_cast<size_t>(k0), -1));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    uint64_t parent = group_chain_seed(static_cast<int64_t>(g) + 1);
+    for (int64_t j = 0; j < k0; ++j) {
+      const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(j * bs), static_cast<size_t>(bs));
+      const uint64_t h = block_hash(parent, block);
+      const auto it = index_.by_hash.find(h);
+      if (it != index_.by_hash.end()) {
+        const HashChainIndex::Entry& e = index_.entries[static_cast<size_t>(it->second)];
+        if (e.cached && e.parent == parent && std::equal(block.begin(), block.end(), e.tokens.begin(), e.tokens.end()))
+          ids[g][static_cast<size_t>(j)] = it->second;
+      }
+      parent = h;
+    }
+  }
+  int64_t k = k0;
+  for (; k > 0; --k) {  // the longest hit every group can serve
+    bool ok = true;
+    for (size_t g = 0; g < groups.size() && ok; ++g)
+      for (int64_t j = kv.first_kept_block(kv.window(g), k * bs); j < k && ok; ++j) ok = ids[g][static_cast<size_t>(j)] >= 0;
+    if (ok) break;
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    blocks_.ref(hit0[static_cast<size_t>(j)]);
+    block_table.push_back(hit0[static_cast<size_t>(j)]);
+  }
+  for (size_t g = 0; g < groups.size() && k > 0; ++g) {
+    const int64_t first = kv.first_kept_block(kv.window(g), k * bs);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t id = j < first ? kv.null_block() : ids[g][static_cast<size_t>(j)];
+      blocks_.ref(id);
+      groups[g].push_back(id);
+    }
+  }
+  return k * bs;
 }
 
 void HashPrefixCache::on_block_reused(int32_t id) {

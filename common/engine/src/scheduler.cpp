@@ -34,9 +34,18 @@ void SchedulerConfig::validate() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache,
-                     BlockManager* swap_space)
-    : config_(config), blocks_(blocks), cache_(prefix_cache), swap_space_(swap_space) {
+                     BlockManager* swap_space, KvCacheCoordinator* kv_groups)
+    : config_(config),
+      blocks_(blocks),
+      own_kv_(kv_groups == nullptr ? std::make_unique<KvCacheCoordinator>(blocks, std::vector<int64_t>{}) : nullptr),
+      kv_(kv_groups != nullptr ? kv_groups : own_kv_.get()),
+      cache_(prefix_cache),
+      swap_space_(swap_space) {
   config_.validate();
+  if (kv_->n_extra_groups() > 0 && swap_space_ != nullptr) {
+    throw InvalidArgument("--preemption swap: a sliding-window model's hybrid KV cache is preempted by recompute "
+                          "(as vLLM v1 does); use --preemption recompute or --disable-hybrid-kv-cache-manager");
+  }
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -57,17 +66,19 @@ void Scheduler::remove(Sequence* seq) {
       seq->num_computed_tokens > 0 && !seq->block_table.empty()) {
     // HF generate: the finished row stays in the batch, decoding padding, until the batch ends.
     const int64_t pos = seq->num_computed_tokens - 1;
-    padding_.push_back({std::move(seq->block_table), seq->token_ids()[static_cast<size_t>(pos)], pos});
+    padding_.push_back({std::move(seq->block_table), std::move(seq->group_block_tables),
+                        seq->token_ids()[static_cast<size_t>(pos)], pos});
     seq->block_table.clear();
+    seq->group_block_tables.clear();
   }
-  blocks_.free(seq->block_table);
+  free_tables(seq->block_table, seq->group_block_tables);
   if (swap_space_ != nullptr) swap_space_->free(seq->host_block_table);
   seq->host_block_table.clear();
   if (queues_.running.empty() && queues_.swapped.empty()) release_padding();  // the batch has ended
 }
 
 void Scheduler::release_padding() {
-  for (PaddingRow& row : padding_) blocks_.free(row.block_table);
+  for (PaddingRow& row : padding_) free_tables(row.block_table, row.group_block_tables);
   padding_.clear();
 }
 
@@ -83,17 +94,23 @@ class Scheduler::StepOps final : public SchedulerOps {
   int64_t n_available_blocks() const override { return s_.blocks_.n_available_blocks(); }
 
   int64_t blocks_needed(const Sequence& seq, int64_t n_new) const override {
+    if (s_.kv_->n_extra_groups() > 0)  // every group's new blocks, less what slid out of a window
+      return s_.kv_->blocks_needed(seq.block_table, tables(seq), seq.num_computed_tokens, n_new);
     return std::max<int64_t>(0, s_.blocks_.blocks_for(seq.num_computed_tokens + n_new) -
                                     static_cast<int64_t>(seq.block_table.size()));
   }
 
   bool can_allocate(const Sequence& seq, int64_t n_tokens) const override {
+    if (s_.kv_->n_extra_groups() > 0)
+      return s_.kv_->can_allocate(seq.block_table, tables(seq), seq.num_computed_tokens,
+                                  std::max<int64_t>(0, n_tokens - seq.num_computed_tokens));
     return s_.blocks_.can_allocate(seq.block_table, n_tokens);
   }
 
   bool append_slots(Sequence& seq, int64_t n_new) override {
-    return allocate_before_padding(
-        [&] { return s_.blocks_.append_slots(seq.block_table, seq.num_computed_tokens, n_new, out_.copies); });
+    return allocate_before_padding([&] {
+      return s_.kv_->append_slots(seq.block_table, tables(seq), seq.num_computed_tokens, n_new, out_.copies);
+    });
   }
 
   void preempt(Sequence& seq) override {
@@ -112,7 +129,7 @@ class Scheduler::StepOps final : public SchedulerOps {
         return;
       }  // swap space full: recompute instead
     }
-    s_.blocks_.free(seq.block_table);
+    s_.free_tables(seq.block_table, seq.group_block_tables);
     requeue_for_recompute(seq, s_.queues_.waiting);  // Task 3
   }
 
@@ -129,7 +146,9 @@ class Scheduler::StepOps final : public SchedulerOps {
 
   bool match_cached_prefix(Sequence& seq) override {
     if (s_.cache_ == nullptr || seq.num_computed_tokens != 0 || !seq.block_table.empty()) return false;
-    const int64_t n_hit = s_.cache_->match(seq.token_ids(), seq.block_table);
+    const int64_t n_hit = s_.kv_->n_extra_groups() > 0
+                              ? s_.cache_->match_groups(seq.token_ids(), seq.block_table, tables(seq), *s_.kv_)
+                              : s_.cache_->match(seq.token_ids(), seq.block_table);
     seq.num_computed_tokens = n_hit;
     matched_.push_back({&seq, n_hit});
     return true;
@@ -137,7 +156,7 @@ class Scheduler::StepOps final : public SchedulerOps {
 
   void unmatch_cached_prefix(Sequence& seq) override {
     if (std::erase_if(matched_, [&](const Match& m) { return m.seq == &seq; }) == 0) return;  // not matched
-    s_.blocks_.free(seq.block_table);  // give the hits back; it looks up again next time
+    s_.free_tables(seq.block_table, seq.group_block_tables);  // give the hits back; it looks up again next time
     seq.num_computed_tokens = 0;
   }
 
@@ -146,7 +165,7 @@ class Scheduler::StepOps final : public SchedulerOps {
     std::erase(s_.queues_.waiting, &seq);
     std::erase(s_.queues_.running, &seq);
     std::erase(s_.queues_.swapped, &seq);
-    s_.blocks_.free(seq.block_table);
+    s_.free_tables(seq.block_table, seq.group_block_tables);
     out_.unfittable.push_back(&seq);
   }
 
@@ -172,6 +191,17 @@ class Scheduler::StepOps final : public SchedulerOps {
     return allocate();
   }
 
+  /// The sequence's extra-group tables, one per group (created empty on first use).
+  std::vector<std::vector<int32_t>>& tables(Sequence& seq) const {
+    if (static_cast<int64_t>(seq.group_block_tables.size()) != s_.kv_->n_extra_groups())
+      seq.group_block_tables = s_.kv_->empty_tables();
+    return seq.group_block_tables;
+  }
+  const std::vector<std::vector<int32_t>>& tables(const Sequence& seq) const {
+    static const std::vector<std::vector<int32_t>> none;
+    return seq.group_block_tables.empty() ? (s_.kv_->n_extra_groups() > 0 ? empty_ : none) : seq.group_block_tables;
+  }
+
   struct Match {
     Sequence* seq;
     int64_t n_hit;
@@ -179,6 +209,7 @@ class Scheduler::StepOps final : public SchedulerOps {
   Scheduler& s_;
   SchedulerOutput& out_;
   std::vector<Match> matched_;  ///< matched this step and not given back
+  std::vector<std::vector<int32_t>> empty_ = s_.kv_->empty_tables();  ///< a new sequence's tables
 };
 
 SchedulerOutput Scheduler::schedule() {

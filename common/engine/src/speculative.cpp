@@ -142,12 +142,15 @@ std::vector<DraftProposal> DraftModelProposer::propose(std::span<Sequence* const
       const std::vector<int32_t>& drafts = out[job.index].tokens;
       const std::span<const int32_t> table = blocks_ ? std::span<const int32_t>(job.state->block_table)
                                                      : std::span<const int32_t>(seq.block_table);
+      // Early exit writes the target's own pool: through every KV cache group's table.
+      const std::span<const std::vector<int32_t>> groups =
+          blocks_ ? std::span<const std::vector<int32_t>>() : std::span<const std::vector<int32_t>>(seq.group_block_tables);
       if (j == 0) {
         const std::span<const int32_t> ids(seq.token_ids());
-        batch.add_sequence(ids.subspan(static_cast<size_t>(job.from)), job.from, table, 1);
+        batch.add_sequence(ids.subspan(static_cast<size_t>(job.from)), job.from, table, 1, true, groups);
       } else {
         batch.add_sequence(std::span<const int32_t>(&drafts[static_cast<size_t>(j - 1)], 1), seq.n_tokens() - 1 + j, table,
-                           1);
+                           1, true, groups);
       }
       in_pass.push_back(&job);
     }

@@ -80,8 +80,13 @@ std::unique_ptr<KvPool> CpuBackend::make_kv_pool(const KvPoolConfig& config) {
 }
 
 BatchView CpuBackend::upload(const ForwardBatch& b) {
-  return BatchView{&b, b.token_ids.data(), b.positions.data(), b.slot_mapping.data(),
-                   b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(), b.logits_rows.data()};
+  BatchView v{&b, b.token_ids.data(), b.positions.data(), b.slot_mapping.data(),
+              b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(), b.logits_rows.data(), {}, {}};
+  for (size_t g = 0; g < b.group_slot_mapping.size(); ++g) {
+    v.group_slot_mapping.push_back(b.group_slot_mapping[g].data());
+    v.group_block_tables.push_back(b.group_block_tables[g].data());
+  }
+  return v;
 }
 
 float* CpuBackend::scratch(Scratch id, int64_t n_floats) {
@@ -254,7 +259,7 @@ void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const fl
   KvCache& slots = host->slots();
   // Chapter 01, Task 3: the slot mapping turns "append at position p" into "write slot s".
   for (int64_t i = 0; i < batch.host->n_tokens(); ++i)
-    if (batch.slot_mapping[i] != kPadSlotId) slots.write(layer, batch.slot_mapping[i], k + i * kvd, v + i * kvd);
+    if (batch.slot_mapping[i] != kPadSlotId) slots.write(pool.lane(layer), batch.slot_mapping[i], k + i * kvd, v + i * kvd);
 }
 
 void CpuBackend::map_rows_to_sequences(const ForwardBatch& b) {
@@ -297,7 +302,8 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   kv.v = pool.value_data(layer);
   kv.k_scales = pool.key_scales(layer);
   kv.v_scales = pool.value_scales(layer);
-  const cpu::AttentionBatch ab{b.query_start_loc.data(), b.seq_lens.data(), b.block_tables.data(), b.n_seqs(),
+  // batch.block_tables: this layer's KV cache group's tables (BatchView::for_group).
+  const cpu::AttentionBatch ab{b.query_start_loc.data(), b.seq_lens.data(), batch.block_tables, b.n_seqs(),
                                b.max_blocks_per_seq, b.block_size, true};
   const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.softmax_scale(), c.layer_window(layer)};
   if (attention_backend_ == AttentionBackend::Flash) {
@@ -314,7 +320,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
       decode_seqs.push_back(s);
     } else if (qlen > 0) {
       const int32_t qsl[2] = {b.query_start_loc[static_cast<size_t>(s)], b.query_start_loc[static_cast<size_t>(s + 1)]};
-      const cpu::AttentionBatch one{qsl, b.seq_lens.data() + s, b.block_tables.data() + s * b.max_blocks_per_seq, 1,
+      const cpu::AttentionBatch one{qsl, b.seq_lens.data() + s, batch.block_tables + s * b.max_blocks_per_seq, 1,
                                     b.max_blocks_per_seq, b.block_size, true};
       cpu::naive_attention(q, kv, out, nullptr, one, shape, naive_scores_);
     }
@@ -330,7 +336,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   for (int64_t pair = 0; pair < n_pairs; ++pair) {
     const int64_t s = decode_seqs[static_cast<size_t>(pair / c.n_heads)], h = pair % c.n_heads;
     const int64_t row = b.query_start_loc[static_cast<size_t>(s)];
-    const std::span<const int32_t> table(b.block_tables.data() + s * b.max_blocks_per_seq,
+    const std::span<const int32_t> table(batch.block_tables + s * b.max_blocks_per_seq,
                                          static_cast<size_t>(b.max_blocks_per_seq));
     const std::span<float> scores(attn_scores_.data() + omp_get_thread_num() * max_ctx, static_cast<size_t>(max_ctx));
     error.run([&] {
@@ -370,7 +376,7 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
   KvCache& slots = host->slots();
   for (int64_t i = 0; i < b.n_tokens(); ++i)
     if (b.slot_mapping[static_cast<size_t>(i)] != kPadSlotId)
-      slots.write(layer, b.slot_mapping[static_cast<size_t>(i)], latent + i * row, latent + i * row + half);
+      slots.write(pool.lane(layer), b.slot_mapping[static_cast<size_t>(i)], latent + i * row, latent + i * row + half);
   // 2. Each sequence's cached latents, gathered through its block table into rows [c | k_pe].
   std::vector<int64_t> first(static_cast<size_t>(b.n_seqs()) + 1, 0);
   for (int64_t s = 0; s < b.n_seqs(); ++s) first[static_cast<size_t>(s) + 1] = first[static_cast<size_t>(s)] + b.seq_lens[static_cast<size_t>(s)];

@@ -227,9 +227,14 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     for (const int32_t len : batch.seq_lens) ctx_first.push_back(ctx_first.back() + len);
   }
   return m.guarded([&] {
-    const std::vector<int32_t>* arrays[] = {
+    // The fixed arrays, then each KV cache group's slot mapping and block tables (groups 1..).
+    std::vector<const std::vector<int32_t>*> arrays = {
         &batch.token_ids, &batch.positions,    &batch.slot_mapping, &batch.query_start_loc,
         &batch.seq_lens,  &batch.block_tables, &batch.logits_rows,  &ctx_first};
+    for (size_t g = 0; g < batch.group_slot_mapping.size(); ++g) {
+      arrays.push_back(&batch.group_slot_mapping[g]);
+      arrays.push_back(&batch.group_block_tables[g]);
+    }
     int64_t total = 0;
     for (const auto* a : arrays) total += size(*a);
     // The previous upload's copy must be done reading the staging array before it is rewritten.
@@ -242,9 +247,9 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     }
     m.grow(m.batch_h, total);
     m.grow(m.batch_d, total);
-    const int32_t* device[std::size(arrays)];
+    std::vector<const int32_t*> device(arrays.size());
     int64_t offset = 0;
-    for (size_t i = 0; i < std::size(arrays); ++i) {
+    for (size_t i = 0; i < arrays.size(); ++i) {
       const int64_t n = size(*arrays[i]);
       if (n > 0) {
         std::memcpy(m.batch_h.data() + offset, arrays[i]->data(),
@@ -264,8 +269,13 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     m.n_logits = batch.n_logits();
     m.mla_ctx_first = device[7];
     m.mla_ctx_total = ctx_first.empty() ? 0 : ctx_first.back();
-    return BatchView{&batch,    device[0], device[1], device[2],
-                     device[3], device[4], device[5], device[6]};
+    BatchView view{&batch,    device[0], device[1], device[2], device[3],
+                   device[4], device[5], device[6], {},        {}};
+    for (size_t i = 8; i + 1 < device.size(); i += 2) {
+      view.group_slot_mapping.push_back(device[i]);
+      view.group_block_tables.push_back(device[i + 1]);
+    }
+    return view;
   });
 }
 

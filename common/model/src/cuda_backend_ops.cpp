@@ -30,12 +30,13 @@ void CudaBackend::Impl::check_pool(const char* op, KvPool& pool, int64_t layer,
                           "the KV pool is not in device memory (make it with "
                           "CudaBackend::make_kv_pool)");
   }
-  if (pool.kv_dim() != config.kv_dim() || pool.n_layers() != config.n_layers) {
+  const auto n_model_layers = static_cast<int64_t>(pool.groups().layer_lane.size());
+  if (pool.kv_dim() != config.kv_dim() || n_model_layers != config.n_layers) {
     throw InvalidArgument(where + "the KV pool was made for another model shape");
   }
-  if (layer < 0 || layer >= pool.n_layers()) {
+  if (layer < 0 || layer >= n_model_layers) {
     throw InvalidArgument(where + "layer " + std::to_string(layer) + " outside [0, " +
-                          std::to_string(pool.n_layers()) + ")");
+                          std::to_string(n_model_layers) + ")");
   }
   if (batch.host == nullptr) throw InvalidArgument(where + "no batch (call upload first)");
 }

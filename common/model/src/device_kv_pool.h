@@ -146,13 +146,9 @@ class DeviceKvPool final : public KvPool {
     LIO_CHECK(dtype() == KvCacheDType::F32, "an f16 / int8 KV pool has no f32 view (read key_data())");
     return p;
   }
-  int64_t checked(int64_t layer) const {
-    if (layer < 0 || layer >= n_layers()) {
-      throw InvalidArgument("KvPool: layer " + std::to_string(layer) + " outside [0, " +
-                            std::to_string(n_layers()) + ")");
-    }
-    return layer;
-  }
+  /// The storage layer (lane) of model layer `layer` (KvPool::lane: the layer itself without
+  /// KV cache groups). Throws InvalidArgument if out of range.
+  int64_t checked(int64_t layer) const { return lane(layer); }
   int device_;
   cudaStream_t stream_;
   PinnedBuffer<std::byte> staging_;  // one block of every layer, host layout (block_floats() floats)

@@ -15,7 +15,8 @@ ForwardBatch::ForwardBatch(int64_t block_size_tokens) : block_size(block_size_to
 }
 
 void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                                std::span<const int32_t> block_table, int64_t n_logits, bool write_kv) {
+                                std::span<const int32_t> block_table, int64_t n_logits, bool write_kv,
+                                std::span<const std::vector<int32_t>> group_tables) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw InvalidArgument("ForwardBatch::add_sequence: no tokens");
   if (start_pos < 0) throw InvalidArgument("ForwardBatch::add_sequence: start_pos < 0");
@@ -30,6 +31,22 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
                           std::to_string(n_blocks_needed) + " blocks of " + std::to_string(block_size) +
                           ", the block table has " + std::to_string(block_table.size()));
   }
+  if (n_seqs() > 0 && group_tables.size() != group_slot_mapping.size()) {
+    throw InvalidArgument("ForwardBatch::add_sequence: " + std::to_string(group_tables.size()) +
+                          " KV cache group tables; the batch's other sequences have " +
+                          std::to_string(group_slot_mapping.size()));
+  }
+  for (const std::vector<int32_t>& t : group_tables) {
+    if (static_cast<int64_t>(t.size()) < n_blocks_needed) {
+      throw InvalidArgument("ForwardBatch::add_sequence: a KV cache group's block table has " +
+                            std::to_string(t.size()) + " blocks; " + std::to_string(seq_len) + " tokens need " +
+                            std::to_string(n_blocks_needed));
+    }
+  }
+  if (n_seqs() == 0) {
+    group_slot_mapping.assign(group_tables.size(), {});
+    group_block_tables.assign(group_tables.size(), {});
+  }
   const int64_t first_row = n_tokens();
   for (int64_t i = 0; i < n; ++i) {
     token_ids.push_back(tokens[static_cast<size_t>(i)]);
@@ -39,27 +56,63 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
   compute_slot_mapping(block_table, start_pos, block_size,
                        std::span<int32_t>(slot_mapping).subspan(static_cast<size_t>(first_row)));  // Task 1
   if (!write_kv) std::fill(slot_mapping.begin() + first_row, slot_mapping.end(), kPadSlotId);
+  for (size_t g = 0; g < group_tables.size(); ++g) {
+    std::vector<int32_t>& sm = group_slot_mapping[g];
+    sm.resize(static_cast<size_t>(first_row + n));
+    compute_slot_mapping(group_tables[g], start_pos, block_size, std::span<int32_t>(sm).subspan(static_cast<size_t>(first_row)));
+    if (!write_kv) std::fill(sm.begin() + first_row, sm.end(), kPadSlotId);
+  }
   for (int64_t i = n - n_logits; i < n; ++i) logits_rows.push_back(static_cast<int32_t>(first_row + i));
   query_start_loc.push_back(static_cast<int32_t>(first_row + n));
   seq_lens.push_back(static_cast<int32_t>(seq_len));
   // Grow the table's width if this sequence needs more columns: re-pad the earlier rows.
   const int64_t n_seqs_before = n_seqs() - 1;
-  if (n_blocks_needed > max_blocks_per_seq) {
+  const auto widen = [&](std::vector<int32_t>& tables) {
     std::vector<int32_t> wider(static_cast<size_t>(n_seqs_before * n_blocks_needed), 0);
     for (int64_t s = 0; s < n_seqs_before; ++s)
-      std::copy_n(block_tables.begin() + s * max_blocks_per_seq, max_blocks_per_seq,
-                  wider.begin() + s * n_blocks_needed);
-    block_tables = std::move(wider);
+      std::copy_n(tables.begin() + s * max_blocks_per_seq, max_blocks_per_seq, wider.begin() + s * n_blocks_needed);
+    tables = std::move(wider);
+  };
+  if (n_blocks_needed > max_blocks_per_seq) {
+    widen(block_tables);
+    for (std::vector<int32_t>& t : group_block_tables) widen(t);
     max_blocks_per_seq = n_blocks_needed;
   }
-  const size_t row0 = block_tables.size();
-  block_tables.resize(row0 + static_cast<size_t>(max_blocks_per_seq), 0);
-  std::copy_n(block_table.begin(), n_blocks_needed, block_tables.begin() + static_cast<ptrdiff_t>(row0));
+  const auto append_row = [&](std::vector<int32_t>& tables, std::span<const int32_t> table) {
+    const size_t row0 = tables.size();
+    tables.resize(row0 + static_cast<size_t>(max_blocks_per_seq), 0);
+    std::copy_n(table.begin(), n_blocks_needed, tables.begin() + static_cast<ptrdiff_t>(row0));
+  };
+  append_row(block_tables, block_table);
+  for (size_t g = 0; g < group_tables.size(); ++g) append_row(group_block_tables[g], group_tables[g]);
 }
 
-void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks) const {
+void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks, int64_t n_groups) const {
   const int64_t n = n_tokens();
   if (n == 0) throw InvalidArgument("forward: the batch has no tokens");
+  if (static_cast<int64_t>(group_slot_mapping.size()) != n_groups - 1 ||
+      group_block_tables.size() != group_slot_mapping.size()) {
+    throw InvalidArgument("forward: the batch carries block tables for " + std::to_string(group_slot_mapping.size() + 1) +
+                          " KV cache groups; the pool has " + std::to_string(n_groups));
+  }
+  for (size_t g = 0; g < group_slot_mapping.size(); ++g) {
+    if (static_cast<int64_t>(group_slot_mapping[g].size()) != n ||
+        static_cast<int64_t>(group_block_tables[g].size()) != n_seqs() * max_blocks_per_seq) {
+      throw InvalidArgument("forward: inconsistent shapes of KV cache group " + std::to_string(g + 1) + "'s tables");
+    }
+    for (const int32_t slot : group_slot_mapping[g]) {
+      if ((slot < 0 && slot != kPadSlotId) || slot >= n_blocks * block_size) {
+        throw InvalidArgument("forward: KV cache group " + std::to_string(g + 1) + " names slot " +
+                              std::to_string(slot) + "; the pool has " + std::to_string(n_blocks * block_size));
+      }
+    }
+    for (const int32_t id : group_block_tables[g]) {
+      if (id < 0 || id >= n_blocks) {
+        throw InvalidArgument("forward: KV cache group " + std::to_string(g + 1) + " names block " +
+                              std::to_string(id) + "; the pool has " + std::to_string(n_blocks));
+      }
+    }
+  }
   if (static_cast<int64_t>(positions.size()) != n || static_cast<int64_t>(slot_mapping.size()) != n ||
       static_cast<int64_t>(query_start_loc.size()) != n_seqs() + 1 || query_start_loc.front() != 0 ||
       query_start_loc.back() != n ||

@@ -1,5 +1,6 @@
 #include "lio/kv_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -31,22 +32,68 @@ int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype) {
   return config.kv_dim() * kv_elem_bytes(dtype) + scales;
 }
 
-int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype) {
+KvCacheGroups kv_cache_groups(const ModelConfig& config, bool hybrid) {
+  KvCacheGroups g;
+  std::vector<int64_t> full, windowed;
+  int64_t window = 0;
+  bool one_window = true;
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const int64_t w = config.layer_window(l);
+    if (w == 0) {
+      full.push_back(l);
+      continue;
+    }
+    if (window != 0 && w != window) one_window = false;
+    window = w;
+    windowed.push_back(l);
+  }
+  const bool split = hybrid && !config.is_mla() && one_window && !full.empty() && !windowed.empty();
+  g.layer_group.assign(static_cast<size_t>(config.n_layers), 0);
+  g.layer_lane.assign(static_cast<size_t>(config.n_layers), 0);
+  const auto add = [&](const std::vector<int64_t>& layers, int64_t w, int64_t lanes) {
+    for (size_t first = 0; first < layers.size(); first += static_cast<size_t>(lanes)) {
+      const auto group = static_cast<int32_t>(g.layers.size());
+      g.layers.emplace_back();
+      g.window.push_back(w);
+      for (size_t j = first; j < std::min(layers.size(), first + static_cast<size_t>(lanes)); ++j) {
+        g.layers.back().push_back(layers[j]);
+        g.layer_group[static_cast<size_t>(layers[j])] = group;
+        g.layer_lane[static_cast<size_t>(layers[j])] = static_cast<int32_t>(j - first);
+      }
+    }
+  };
+  if (!split) {
+    std::vector<int64_t> all(static_cast<size_t>(config.n_layers));
+    for (int64_t l = 0; l < config.n_layers; ++l) all[static_cast<size_t>(l)] = l;
+    g.n_lanes = config.n_layers;
+    add(all, 0, std::max<int64_t>(config.n_layers, 1));
+    return g;
+  }
+  g.n_lanes = static_cast<int64_t>(std::min(full.size(), windowed.size()));
+  add(full, 0, g.n_lanes);
+  add(windowed, window, g.n_lanes);
+  return g;
+}
+
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype, bool hybrid) {
   // MLA: one latent row per token and layer, sized by chapter 02's Task 2 (stored as two halves
   // of kv_dim() floats, so the same bytes as the formula below; the latent pool is f32 only).
   if (config.is_mla()) return block_size * mla_latent_bytes_per_token(config, kv_elem_bytes(dtype));
-  return 2 * config.n_layers * block_size * kv_slot_bytes(config, dtype);
+  const int64_t layers = hybrid ? kv_cache_groups(config, true).n_lanes : config.n_layers;
+  return 2 * layers * block_size * kv_slot_bytes(config, dtype);
 }
 
-int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes, KvCacheDType dtype) {
+int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes, KvCacheDType dtype,
+                             bool hybrid) {
   if (block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(block_size));
   if (budget_bytes < 0) throw InvalidArgument("KV budget must be >= 0 bytes, got " + std::to_string(budget_bytes));
-  return budget_bytes / kv_block_bytes(config, block_size, dtype);
+  return budget_bytes / kv_block_bytes(config, block_size, dtype, hybrid);
 }
 
 KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
     : config_(config),
-      n_layers_(model.n_layers),
+      groups_(kv_cache_groups(model, config.hybrid)),
+      n_layers_(groups_.n_lanes),
       kv_dim_(model.kv_dim()),
       n_kv_heads_(model.n_kv_heads),
       slot_bytes_(kv_slot_bytes(model, config.dtype)) {
@@ -62,7 +109,7 @@ KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
 
 HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
     : KvPool(model, config),
-      slots_(model.n_layers, model.kv_dim(), config.dtype == KvCacheDType::F32 ? config.n_blocks * config.block_size : 1) {
+      slots_(n_layers(), model.kv_dim(), config.dtype == KvCacheDType::F32 ? config.n_blocks * config.block_size : 1) {
   if (config.dtype == KvCacheDType::F32) return;
   const auto elems = static_cast<size_t>(n_layers() * n_slots() * kv_dim() * kv_elem_bytes(config.dtype));
   k_.assign(elems, std::byte{0});
@@ -71,6 +118,14 @@ HostKvPool::HostKvPool(const ModelConfig& model, const KvPoolConfig& config)
     k_scale_.assign(static_cast<size_t>(n_layers() * n_slots() * n_kv_heads()), 0.0f);
     v_scale_.assign(k_scale_.size(), 0.0f);
   }
+}
+
+int64_t KvPool::lane(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(groups_.layer_lane.size())) {
+    throw InvalidArgument("KV pool: layer " + std::to_string(layer) + " is outside [0, " +
+                          std::to_string(groups_.layer_lane.size()) + ")");
+  }
+  return groups_.layer_lane[static_cast<size_t>(layer)];
 }
 
 void KvPool::check_copy(int32_t src, int32_t dst) const {
@@ -85,36 +140,40 @@ KvCache& HostKvPool::slots() {
   return slots_;
 }
 
-float* HostKvPool::keys(int64_t layer) { return slots().keys(layer); }
-float* HostKvPool::values(int64_t layer) { return slots().values(layer); }
+float* HostKvPool::keys(int64_t layer) { return slots().keys(lane(layer)); }
+float* HostKvPool::values(int64_t layer) { return slots().values(lane(layer)); }
 
 void* HostKvPool::key_data(int64_t layer) {
   if (dtype() == KvCacheDType::F32) return keys(layer);
-  return k_.data() + layer * n_slots() * kv_dim() * kv_elem_bytes(dtype());
+  return k_.data() + lane(layer) * n_slots() * kv_dim() * kv_elem_bytes(dtype());
 }
 
 void* HostKvPool::value_data(int64_t layer) {
   if (dtype() == KvCacheDType::F32) return values(layer);
-  return v_.data() + layer * n_slots() * kv_dim() * kv_elem_bytes(dtype());
+  return v_.data() + lane(layer) * n_slots() * kv_dim() * kv_elem_bytes(dtype());
 }
 
 float* HostKvPool::key_scales(int64_t layer) {
-  return dtype() == KvCacheDType::Int8 ? k_scale_.data() + layer * n_slots() * n_kv_heads() : nullptr;
+  return dtype() == KvCacheDType::Int8 ? k_scale_.data() + lane(layer) * n_slots() * n_kv_heads() : nullptr;
 }
 
 float* HostKvPool::value_scales(int64_t layer) {
-  return dtype() == KvCacheDType::Int8 ? v_scale_.data() + layer * n_slots() * n_kv_heads() : nullptr;
+  return dtype() == KvCacheDType::Int8 ? v_scale_.data() + lane(layer) * n_slots() * n_kv_heads() : nullptr;
 }
 
-std::vector<std::pair<std::byte*, int64_t>> HostKvPool::block_ranges(int64_t layer, int32_t block) {
-  const int64_t elems = block_size() * kv_dim() * kv_elem_bytes(dtype());  // bytes per block and layer
-  std::vector<std::pair<std::byte*, int64_t>> r = {
-      {static_cast<std::byte*>(key_data(layer)) + block * elems, elems},
-      {static_cast<std::byte*>(value_data(layer)) + block * elems, elems}};
+std::vector<std::pair<std::byte*, int64_t>> HostKvPool::block_ranges(int64_t lane_index, int32_t block) {
+  const int64_t elems = block_size() * kv_dim() * kv_elem_bytes(dtype());  // bytes per block and lane
+  const int64_t lane_elems = n_slots() * kv_dim() * kv_elem_bytes(dtype());
+  std::byte* k = dtype() == KvCacheDType::F32 ? reinterpret_cast<std::byte*>(slots_.keys(lane_index))
+                                              : k_.data() + lane_index * lane_elems;
+  std::byte* v = dtype() == KvCacheDType::F32 ? reinterpret_cast<std::byte*>(slots_.values(lane_index))
+                                              : v_.data() + lane_index * lane_elems;
+  std::vector<std::pair<std::byte*, int64_t>> r = {{k + block * elems, elems}, {v + block * elems, elems}};
   if (dtype() == KvCacheDType::Int8) {
     const int64_t sc = block_size() * n_kv_heads();
-    r.emplace_back(reinterpret_cast<std::byte*>(key_scales(layer) + block * sc), sc * 4);
-    r.emplace_back(reinterpret_cast<std::byte*>(value_scales(layer) + block * sc), sc * 4);
+    const int64_t lane_sc = n_slots() * n_kv_heads();
+    r.emplace_back(reinterpret_cast<std::byte*>(k_scale_.data() + lane_index * lane_sc + block * sc), sc * 4);
+    r.emplace_back(reinterpret_cast<std::byte*>(v_scale_.data() + lane_index * lane_sc + block * sc), sc * 4);
   }
   return r;
 }

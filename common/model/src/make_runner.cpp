@@ -75,14 +75,15 @@ std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<Backend> backend,
   check_kv_pool_options(pool);
   const ModelConfig& config = backend->config();
   const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
-  const int64_t n_blocks = kv_blocks_for_budget(config, pool.block_size, mib << 20, pool.dtype);
+  const int64_t n_blocks = kv_blocks_for_budget(config, pool.block_size, mib << 20, pool.dtype, pool.hybrid);
   if (n_blocks < 1) {
     throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
                           std::to_string(pool.block_size) + " tokens (" +
-                          std::to_string(kv_block_bytes(config, pool.block_size, pool.dtype)) +
+                          std::to_string(kv_block_bytes(config, pool.block_size, pool.dtype, pool.hybrid)) +
                           " bytes)");
   }
-  return std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
+  return std::make_unique<ModelRunner>(std::move(backend),
+                                       KvPoolConfig{pool.block_size, n_blocks, pool.dtype, pool.hybrid});
 }
 
 std::unique_ptr<ModelRunner> make_parallel_runner(

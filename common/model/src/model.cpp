@@ -16,7 +16,7 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   Backend& be = backend_;
   const ModelConfig& c = be.config();  // this rank's shard (the whole model on one rank)
   const ModelConfig& full = config();
-  batch.validate(full.vocab_size, full.context_length, pool.n_blocks());
+  batch.validate(full.vocab_size, full.context_length, pool.n_blocks(), pool.n_groups());
   if (batch.block_size != pool.block_size()) {
     throw InvalidArgument("forward: the batch uses blocks of " + std::to_string(batch.block_size) +
                           " tokens, the pool " + std::to_string(pool.block_size()));
@@ -88,7 +88,17 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   // ---- the family's decoder layers (lio/architecture.h; arch/<family>.cpp)
   LayerPass pass{be, c, pool, view, n, x, xn, q, k, v, attn, gate, up, accumulate, {}};
   if (tp) pass.all_reduce = all_reduce;
-  for (int64_t l = 0; l < n_run; ++l) arch_.layer(pass, l);
+  if (pool.n_groups() == 1) {
+    for (int64_t l = 0; l < n_run; ++l) arch_.layer(pass, l);
+  } else {  // KV cache groups (lio/kv_pool.h): each layer reads and writes its group's blocks
+    std::vector<BatchView> group_views;
+    for (int64_t g = 0; g < pool.n_groups(); ++g) group_views.push_back(view.for_group(g));
+    for (int64_t l = 0; l < n_run; ++l) {
+      LayerPass lp{be, c, pool, group_views[static_cast<size_t>(pool.groups().layer_group[static_cast<size_t>(l)])],
+                   n, x, xn, q, k, v, attn, gate, up, accumulate, pass.all_reduce};
+      arch_.layer(lp, l);
+    }
+  }
   if (!plan.last_stage()) {  // pipeline: on to the next stage
     staging_.resize(static_cast<size_t>(n * d));
     be.to_host(x, n * d, staging_.data());

@@ -310,12 +310,17 @@ SoloSequence::SoloSequence(ModelRunner& runner, int64_t capacity_tokens) : runne
   }
   const KvPool& pool = runner.kv_pool();
   const int64_t n_blocks = (capacity_tokens + pool.block_size() - 1) / pool.block_size();
-  if (n_blocks > pool.n_blocks()) {
+  if (n_blocks * pool.n_groups() > pool.n_blocks()) {  // every KV cache group its own blocks
     throw InvalidArgument("a sequence of " + std::to_string(capacity_tokens) + " tokens needs " +
-                          std::to_string(n_blocks) + " KV blocks of " + std::to_string(pool.block_size()) +
-                          " tokens; the pool has " + std::to_string(pool.n_blocks()) + " (raise --kv-cache-mib)");
+                          std::to_string(n_blocks * pool.n_groups()) + " KV blocks of " +
+                          std::to_string(pool.block_size()) + " tokens; the pool has " +
+                          std::to_string(pool.n_blocks()) + " (raise --kv-cache-mib)");
   }
   for (int64_t b = 0; b < n_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
+  for (int64_t g = 1; g < pool.n_groups(); ++g) {
+    group_tables_.emplace_back();
+    for (int64_t b = 0; b < n_blocks; ++b) group_tables_.back().push_back(static_cast<int32_t>(g * n_blocks + b));
+  }
 }
 
 ForwardBatch SoloSequence::batch(std::span<const int32_t> tokens, bool all_logits) const {
@@ -326,7 +331,7 @@ ForwardBatch SoloSequence::batch(std::span<const int32_t> tokens, bool all_logit
                           std::to_string(capacity_) + " tokens");
   }
   ForwardBatch b(runner_.kv_pool().block_size());
-  b.add_sequence(tokens, n_tokens_, block_table_, all_logits ? n : 1);
+  b.add_sequence(tokens, n_tokens_, block_table_, all_logits ? n : 1, true, group_tables_);
   return b;
 }
 

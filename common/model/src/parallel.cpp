@@ -280,6 +280,13 @@ std::vector<ForwardBatch> split_micro_batches(const ForwardBatch& batch, int64_t
     for (int32_t row : batch.logits_rows) {
       if (row >= r0 && row < r1) b.logits_rows.push_back(row - r0);
     }
+    for (size_t g = 0; g < batch.group_slot_mapping.size(); ++g) {  // KV cache groups 1.., cut alike
+      const std::vector<int32_t>& sm = batch.group_slot_mapping[g];
+      const std::vector<int32_t>& bt = batch.group_block_tables[g];
+      b.group_slot_mapping.emplace_back(sm.begin() + r0, sm.begin() + r1);
+      b.group_block_tables.emplace_back(bt.begin() + seq * batch.max_blocks_per_seq,
+                                        bt.begin() + end * batch.max_blocks_per_seq);
+    }
     out.push_back(std::move(b));
     seq = end;
   }

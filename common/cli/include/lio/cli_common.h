@@ -53,8 +53,10 @@ void add_model_flags(CLI::App& app, CommonOptions& o);
 /// --tensor-parallel-size, --pipeline-parallel-size and --all-reduce (programs that run the
 /// forward pass).
 void add_device_flag(CLI::App& app, CommonOptions& o);
-/// --block-size, --kv-cache-mib and --kv-cache-dtype (the paged KV pool).
-void add_kv_pool_flags(CLI::App& app, CommonOptions& o);
+/// --block-size, --kv-cache-mib and --kv-cache-dtype (the paged KV pool). `engine`: the program
+/// serves through the Engine, so a sliding-window model gets the hybrid KV cache (KV cache
+/// groups, lio/kv_cache_coordinator.h) and the flag --disable-hybrid-kv-cache-manager.
+void add_kv_pool_flags(CLI::App& app, CommonOptions& o, bool engine = false);
 /// --prompt, --chat, --system, --max-tokens, --stop and the sampler flags.
 void add_generation_flags(CLI::App& app, CommonOptions& o, float default_temperature);
 

@@ -199,6 +199,8 @@ class Engine {
   RequestOutput output_of(const Sequence& seq) const;
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out);
   void fork_samples(Sequence& parent);
+  /// Makes what `seq` computed findable in the prefix cache, every KV cache group's blocks.
+  void cache_insert(const Sequence& seq, bool finished);
 
   ModelRunner& runner_;
   const Tokenizer& tokenizer_;
@@ -208,6 +210,8 @@ class Engine {
   std::vector<float> swap_host_;               ///< (swap blocks, block_floats) host K/V; before
                                                ///< swap_blocks_, whose initializer fills it
   std::unique_ptr<BlockManager> swap_blocks_;  ///< host swap-space block ids (Swap mode)
+  /// Every KV cache group's table of a hybrid pool over blocks_ (one group: BlockManager's own).
+  KvCacheCoordinator kv_groups_;
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
   EngineStats stats_;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lio/block_manager.h"
+#include "lio/kv_cache_coordinator.h"
 
 namespace lio {
 
@@ -62,6 +63,19 @@ class PrefixCache {
   /// Block `id` is about to be rewritten (BlockManager::allocate_block took it off the free
   /// list): forget its content.
   virtual void on_block_reused(int32_t id) = 0;
+  /// match() over every KV cache group of a hybrid pool (lio/kv_cache_coordinator.h): the
+  /// longest prefix whose group-0 blocks are cached and, for each other group, the blocks the
+  /// next query can still see (from kv.first_kept_block(window, hit) on); earlier entries of a
+  /// windowed group name kv.null_block(). Appends to `block_table` and to each of `groups`
+  /// (empty on entry), every entry with a hold. The default throws UnsupportedError (the radix
+  /// tree does not support KV cache groups).
+  virtual int64_t match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table,
+                               GroupTables& groups, KvCacheCoordinator& kv);
+  /// insert() over every KV cache group: group 0's table as insert() takes it, and each other
+  /// group's non-null blocks under that group's own hash chain. The default throws
+  /// UnsupportedError.
+  virtual void insert_groups(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
+                             const GroupTables& groups, const KvCacheCoordinator& kv, bool finished);
   /// Drops the cache's hold on up to `n_blocks` blocks that only it holds, least recently used
   /// first, so they become free. Returns how many became free.
   virtual int64_t evict(int64_t n_blocks) = 0;
@@ -113,6 +127,14 @@ class HashPrefixCache final : public PrefixCache {
   void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
               bool finished) override;
   void on_block_reused(int32_t id) override;
+  /// Group 0 by hash_chain_match(); group g >= 1 under its own chain, h_{-1} = group_chain_seed(g),
+  /// looked up block by block (a windowed group's early blocks may be gone); the hit shrinks a
+  /// block at a time until every group holds what it needs (vLLM: find_longest_cache_hit per
+  /// group, then the shortest wins).
+  int64_t match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table, GroupTables& groups,
+                       KvCacheCoordinator& kv) override;
+  void insert_groups(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
+                     const GroupTables& groups, const KvCacheCoordinator& kv, bool finished) override;
   /// Always 0: cached blocks with no holder are on the free list already.
   int64_t evict(int64_t n_blocks) override;
   int64_t n_evictable() const override { return 0; }
@@ -123,9 +145,18 @@ class HashPrefixCache final : public PrefixCache {
   const HashChainIndex& index() const { return index_; }
 
  private:
+  /// Caches `table`'s full blocks under the chain that starts at `seed`, skipping entries equal
+  /// to `skip` (the null block; -1: none).
+  void insert_chain(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> table, uint64_t seed,
+                    int32_t skip);
   BlockManager& blocks_;
   HashChainIndex index_;
 };
+
+/// The parent hash of block 0 in KV cache group `g`'s chain: 0 for group 0 (hash_chain_match's
+/// chain), a distinct constant for each other group, so equal tokens in two groups never share
+/// a key.
+uint64_t group_chain_seed(int64_t g);
 
 /// SGLang-style radix tree over token ids. Defined in common/engine/src/radix_prefix_cache.cpp.
 class RadixPrefixCache final : public PrefixCache {

@@ -26,10 +26,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "lio/block_manager.h"
+#include "lio/kv_cache_coordinator.h"
 #include "lio/prefix_cache.h"
 #include "lio/sequence.h"
 
@@ -83,6 +85,7 @@ struct ScheduledSequence {
 /// discarded.
 struct PaddingRow {
   std::vector<int32_t> block_table;  ///< the finished sequence's blocks, held until the batch ends
+  std::vector<std::vector<int32_t>> group_block_tables;  ///< its KV cache groups 1.. (hybrid pool)
   int32_t token = 0;                 ///< its last computed token
   int64_t position = 0;              ///< that token's position (its K/V are in block_table)
 };
@@ -116,8 +119,10 @@ class Scheduler {
   /// `prefix_cache` may be nullptr (no prefix caching); `swap_space` (host block ids of the
   /// swap space) may be nullptr, which makes Swap preemption recompute. Throws InvalidArgument
   /// if `config` is invalid.
+  /// `kv_groups` (may be nullptr: one KV cache group) allocates every group's table of a
+  /// hybrid pool over `blocks`; it must outlive the scheduler.
   Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache = nullptr,
-            BlockManager* swap_space = nullptr);
+            BlockManager* swap_space = nullptr, KvCacheCoordinator* kv_groups = nullptr);
 
   /// Queues a new sequence (status Waiting) at the back.
   void add(Sequence* seq);
@@ -153,7 +158,11 @@ class Scheduler {
   class StepOps;  // SchedulerOps over this scheduler, for one schedule() call
   void release_padding();
   SchedulerConfig config_;
+  /// Frees a sequence's (or padding row's) tables of every group.
+  void free_tables(std::vector<int32_t>& table, std::vector<std::vector<int32_t>>& groups) { kv_->free(table, groups); }
   BlockManager& blocks_;
+  std::unique_ptr<KvCacheCoordinator> own_kv_;  ///< one group, when none was given
+  KvCacheCoordinator* kv_;
   PrefixCache* cache_;
   BlockManager* swap_space_;
   SchedulerQueues queues_;

@@ -68,8 +68,12 @@ class Sequence {
   int64_t n_generated() const { return n_tokens() - n_prompt_; }
   /// Tokens whose K/V are in the pool (positions 0 .. num_computed_tokens - 1).
   int64_t num_computed_tokens = 0;
-  /// Physical KV block ids, logical block i -> block_table[i].
+  /// Physical KV block ids, logical block i -> block_table[i] (KV cache group 0's).
   std::vector<int32_t> block_table;
+  /// With a hybrid pool, the block tables of KV cache groups 1 .. G-1 (lio/kv_cache_coordinator.h),
+  /// as long as block_table; a sliding-window group's entries before its window name the null
+  /// block. Empty with one group.
+  std::vector<std::vector<int32_t>> group_block_tables;
   /// While swapped out (status Swapped): the host swap-space blocks holding its K/V, in order.
   std::vector<int32_t> host_block_table;
   SequenceStatus status = SequenceStatus::Waiting;  ///< the scheduler's queue, or finished

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lio/communicator.h"
+#include "lio/error.h"
 #include "lio/forward_batch.h"
 #include "lio/kv_pool.h"
 #include "lio/model_config.h"
@@ -112,6 +113,24 @@ struct BatchView {
   const int32_t* seq_lens = nullptr;       ///< (n_seqs)
   const int32_t* block_tables = nullptr;   ///< (n_seqs, max_blocks_per_seq)
   const int32_t* logits_rows = nullptr;    ///< (n_logits)
+  /// KV cache groups 1 .. G-1 (lio/kv_pool.h, KvCacheGroups; empty with one group): each
+  /// group's (n_tokens) slot mapping and (n_seqs, max_blocks_per_seq) block tables.
+  std::vector<const int32_t*> group_slot_mapping;
+  std::vector<const int32_t*> group_block_tables;  ///< (G - 1) block tables, as block_tables
+
+  /// The view a layer of KV cache group `g` reads: slot_mapping and block_tables of that group
+  /// (group 0: this view). Throws InvalidArgument if the batch has no such group.
+  BatchView for_group(int64_t g) const {
+    if (g == 0) return *this;
+    if (g < 0 || g > static_cast<int64_t>(group_slot_mapping.size())) {
+      throw InvalidArgument("BatchView: the batch has no tables for KV cache group " + std::to_string(g) +
+                            " (it carries " + std::to_string(group_slot_mapping.size() + 1) + ")");
+    }
+    BatchView v = *this;
+    v.slot_mapping = group_slot_mapping[static_cast<size_t>(g - 1)];
+    v.block_tables = group_block_tables[static_cast<size_t>(g - 1)];
+    return v;
+  }
 };
 
 /// What a device argmax finds in one logits row: enough to pick the greedy token, or to see

@@ -58,6 +58,14 @@ struct ForwardBatch {
   /// finishes its prompt or decodes; every row for teacher forcing (`lio logits`); k + 1 rows
   /// per sequence when verifying speculative drafts (chapter 06).
   std::vector<int32_t> logits_rows;
+  /// KV cache groups 1 .. G-1 of a hybrid pool (lio/kv_pool.h, KvCacheGroups; vLLM v1's
+  /// per-group block tables): each group's (n_tokens) slot mapping, computed from its own block
+  /// table as slot_mapping is from group 0's. Empty with one group (every model without both
+  /// full and sliding-window layers). A windowed group's table may name the null block for
+  /// positions that slid out of the window: no row reads them.
+  std::vector<std::vector<int32_t>> group_slot_mapping;
+  /// (G - 1) tables, each (n_seqs, max_blocks_per_seq) as block_tables.
+  std::vector<std::vector<int32_t>> group_block_tables;
   /// Decoder layers to run: 0 = all of them; L in [1, n_layers) = early exit (chapter 06's
   /// self-drafting, Elhoushi et al. 2024, LayerSkip): the first L layers, then the final norm
   /// and the LM head. Only layers 0 .. L - 1 write K/V.
@@ -88,13 +96,18 @@ struct ForwardBatch {
   /// rows re-run their last computed token; HF `generate` keeps such rows in the batch).
   /// Throws InvalidArgument if tokens is empty, start_pos < 0, n_logits outside
   /// [0, query_len], or the block table is too short for start_pos + query_len.
+  /// `group_tables`: with a hybrid pool, the sequence's block tables of KV cache groups
+  /// 1 .. G-1 (each as long as block_table needs); every sequence of a batch passes the same
+  /// number (InvalidArgument otherwise).
   void add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                    std::span<const int32_t> block_table, int64_t n_logits = 1, bool write_kv = true);
+                    std::span<const int32_t> block_table, int64_t n_logits = 1, bool write_kv = true,
+                    std::span<const std::vector<int32_t>> group_tables = {});
 
   /// Checks the batch against a model and a pool before anything runs: token ids in
   /// [0, vocab_size), every slot in [0, n_slots) or kPadSlotId, positions below context_length, block ids
-  /// in [0, n_blocks), shapes consistent. Throws InvalidArgument naming the row or sequence.
-  void validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks) const;
+  /// in [0, n_blocks), shapes consistent, tables for exactly the pool's `n_groups` KV cache
+  /// groups. Throws InvalidArgument naming the row or sequence.
+  void validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks, int64_t n_groups = 1) const;
 };
 
 }  // namespace lio

@@ -50,17 +50,52 @@ struct KvPoolConfig {
   int64_t block_size = 16;                  ///< tokens per block (vLLM's default on GPUs is 16)
   int64_t n_blocks = 0;                     ///< blocks in the pool
   KvCacheDType dtype = KvCacheDType::F32;   ///< element type
+  /// A model with both full-attention and sliding-window layers gets KV cache groups
+  /// (kv_cache_groups()), so windowed layers can give back blocks that slid out of their window.
+  /// false (or a model with one kind of layer): one group, every layer in every block.
+  bool hybrid = false;
 };
+
+/// How the layers of a model share the pool's blocks: vLLM v1's hybrid KV cache manager
+/// (vllm/v1/core/kv_cache_coordinator.py, `KVCacheGroupSpec`; docs/design/hybrid_kv_cache_manager.md).
+/// Layers are cut into groups of `n_lanes` layers of one kind (full attention, or one sliding
+/// window); each group has its own block table per sequence, and a block, while a group holds it,
+/// stores K/V of that group's n_lanes layers only — lane j of a block is layer layers[g][j] of
+/// the group g holding it. All groups have the same block size in bytes, so they draw from one
+/// free list. A sliding-window group's blocks that fall out of the window go back to the pool
+/// (the SlidingWindowManager's remove_skipped_blocks); the full group keeps every block. Gemma 3
+/// 270M (3 global + 15 windowed layers): lanes 3, groups {5, 11, 17}, {0, 1, 2}, {3, 4, 6}, ...
+/// A group short of n_lanes layers (layer counts that do not divide) leaves its last lanes unused.
+struct KvCacheGroups {
+  int64_t n_lanes = 0;                          ///< layers per block (storage layers of the pool)
+  std::vector<std::vector<int64_t>> layers;     ///< (n_groups) model layers of each group
+  std::vector<int64_t> window;                  ///< (n_groups) sliding window, 0 = full attention
+  std::vector<int32_t> layer_group;             ///< (n_layers) group of each model layer
+  std::vector<int32_t> layer_lane;              ///< (n_layers) lane of each model layer
+
+  /// Groups (1 = no hybrid layout).
+  int64_t n_groups() const { return static_cast<int64_t>(layers.size()); }
+};
+
+/// The groups of `config`: with `hybrid` and both full-attention and sliding-window layers
+/// (all windowed layers with one window), lanes = the smaller of the two layer counts, the
+/// full layers' groups first (group 0 is always full attention), then the windowed ones, each
+/// kind in layer order; otherwise one group holding every layer (lanes = n_layers, window 0:
+/// windowed layers then read a full table and mask, as without this layout). MLA models get one
+/// group.
+KvCacheGroups kv_cache_groups(const ModelConfig& config, bool hybrid);
 
 /// Bytes of one block, K and V of every layer: 2 * n_layers * block_size *
 /// kv_slot_bytes(dtype) (f32: 2 * n_layers * block_size * kv_dim * 4). An MLA model's block
 /// holds latent rows: block_size * mla_latent_bytes_per_token (chapter 02, Task 2, lio/mla.h).
-int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype = KvCacheDType::F32);
+/// With `hybrid` (kv_cache_groups()) a block holds n_lanes layers instead of n_layers.
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype = KvCacheDType::F32,
+                       bool hybrid = false);
 
 /// How many blocks of `block_size` fit in `budget_bytes` (rounded down). Throws
 /// InvalidArgument if block_size < 1 or budget_bytes < 0.
 int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes,
-                             KvCacheDType dtype = KvCacheDType::F32);
+                             KvCacheDType dtype = KvCacheDType::F32, bool hybrid = false);
 
 /// K/V storage of all layers as blocks, on one device. Backends create it
 /// (Backend::make_kv_pool) and their attention / append ops read its device pointers.
@@ -74,8 +109,16 @@ class KvPool {
   int64_t n_blocks() const { return config_.n_blocks; }
   /// Slots (token positions) in the pool: n_blocks * block_size.
   int64_t n_slots() const { return config_.n_blocks * config_.block_size; }
-  /// Decoder layers.
+  /// Storage layers of a block: the model's decoder layers, or with KV cache groups their
+  /// lanes (groups().n_lanes). keys(layer) and the other accessors take model layers.
   int64_t n_layers() const { return n_layers_; }
+  /// How layers share blocks (one group unless the config asked for a hybrid layout and the
+  /// model has both full and sliding-window layers).
+  const KvCacheGroups& groups() const { return groups_; }
+  /// KV cache groups (1 without the hybrid layout).
+  int64_t n_groups() const { return groups_.n_groups(); }
+  /// The storage layer (lane) of model layer `layer`. Throws InvalidArgument if out of range.
+  int64_t lane(int64_t layer) const;
   /// Elements per slot and layer, K or V: n_kv_heads * head_dim.
   int64_t kv_dim() const { return kv_dim_; }
   /// KV heads per slot.
@@ -132,6 +175,7 @@ class KvPool {
 
  private:
   KvPoolConfig config_;
+  KvCacheGroups groups_;
   int64_t n_layers_;
   int64_t kv_dim_;
   int64_t n_kv_heads_;
@@ -156,14 +200,14 @@ class HostKvPool final : public KvPool {
   void copy_block(int32_t src, int32_t dst) override;
   void copy_block_to_host(int32_t block, float* host) override;
   void copy_block_from_host(const float* host, int32_t block) override;
-  /// The slots as a KvCache (capacity = n_slots); its write(layer, slot, k, v) appends. f32
-  /// pools only (InternalError otherwise).
+  /// The slots as a KvCache (capacity = n_slots, one KvCache layer per lane: write through
+  /// lane(layer)); its write(lane, slot, k, v) appends. f32 pools only (InternalError otherwise).
   KvCache& slots();
 
  private:
-  /// The byte ranges block `block` of layer `layer` occupies: K elements, V elements, K
-  /// scales, V scales (the last two empty unless int8).
-  std::vector<std::pair<std::byte*, int64_t>> block_ranges(int64_t layer, int32_t block);
+  /// The byte ranges block `block` of storage layer (lane) `lane_index` occupies: K elements,
+  /// V elements, K scales, V scales (the last two empty unless int8).
+  std::vector<std::pair<std::byte*, int64_t>> block_ranges(int64_t lane_index, int32_t block);
 
   KvCache slots_;                      ///< f32: the elements; otherwise one unused slot
   std::vector<std::byte> k_, v_;       ///< f16 / int8: (n_layers, n_slots, kv_dim) elements

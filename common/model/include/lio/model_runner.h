@@ -153,6 +153,8 @@ class SoloSequence {
   int64_t capacity_;
   int64_t n_tokens_ = 0;
   std::vector<int32_t> block_table_;
+  /// KV cache groups 1.. of a hybrid pool: group g holds blocks [g * n, (g + 1) * n).
+  std::vector<std::vector<int32_t>> group_tables_;
 };
 
 /// Where the KV pool's size comes from.
@@ -160,6 +162,11 @@ struct KvPoolOptions {
   int64_t block_size = 16;    ///< tokens per block (--block-size)
   int64_t kv_cache_mib = 0;   ///< pool budget in MiB (--kv-cache-mib); 0 = default_kv_cache_mib
   KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype)
+  /// KV cache groups for a model with both full and sliding-window layers (KvPoolConfig::hybrid).
+  /// The Engine's commands turn it on (off again with --disable-hybrid-kv-cache-manager, vLLM's
+  /// flag); code that builds its own block tables keeps one group. One rank only: the tensor-
+  /// and pipeline-parallel runners keep one group.
+  bool hybrid = false;
 };
 
 /// The default KV budget in MiB: on the CPU a quarter of physical memory, at most 1024 MiB;

@@ -1,0 +1,294 @@
+// The hybrid KV cache (lio/kv_pool.h KvCacheGroups, lio/kv_cache_coordinator.h) on a tiny
+// gemma3 model whose windowed layers see 8 keys: blocks that slide out of the window go back to
+// the pool, and every engine path — chunked batches, parallel sampling (copy-on-write),
+// preemption by recompute, the hash prefix cache, speculative decoding, static batching —
+// gives exactly the tokens of the one-group pool, which keeps every block.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "lio/cpu_backend.h"
+#include "lio/engine.h"
+#include "lio/error.h"
+#include "lio/kv_cache_coordinator.h"
+#include "lio/model_loader.h"
+#include "lio/model_runner.h"
+#include "tiny_model.h"
+
+namespace {
+using lio::testing::TinyModelSpec;
+
+TEST(KvCacheGroupsTest, GemmaLayersSplitIntoGroupsOfTheGlobalLayerCount) {
+  lio::ModelConfig c;
+  c.n_layers = 12;
+  c.sliding_window = 512;
+  c.sliding_window_pattern = 6;  // layers 5 and 11 global, as Gemma 3
+  const lio::KvCacheGroups g = lio::kv_cache_groups(c, true);
+  ASSERT_EQ(g.n_lanes, 2);
+  ASSERT_EQ(g.n_groups(), 6);
+  EXPECT_EQ(g.layers[0], (std::vector<int64_t>{5, 11}));
+  EXPECT_EQ(g.window[0], 0);
+  EXPECT_EQ(g.layers[1], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(g.layers[3], (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(g.layers[5], (std::vector<int64_t>{9, 10}));
+  for (int64_t gi = 1; gi < 6; ++gi) EXPECT_EQ(g.window[static_cast<size_t>(gi)], 512);
+  EXPECT_EQ(g.layer_group[11], 0);
+  EXPECT_EQ(g.layer_lane[11], 1);
+  EXPECT_EQ(g.layer_group[6], 3);
+  EXPECT_EQ(g.layer_lane[6], 1);
+  // Without the hybrid layout, or without windows: one group of every layer.
+  EXPECT_EQ(lio::kv_cache_groups(c, false).n_groups(), 1);
+  EXPECT_EQ(lio::kv_cache_groups(c, false).n_lanes, 12);
+  // A block holds 2 layers instead of 12: 6x more blocks in the same bytes.
+  EXPECT_EQ(lio::kv_block_bytes(c, 16, lio::KvCacheDType::F32, false),
+            6 * lio::kv_block_bytes(c, 16, lio::KvCacheDType::F32, true));
+  lio::ModelConfig llama;
+  llama.n_layers = 4;
+  EXPECT_EQ(lio::kv_cache_groups(llama, true).n_groups(), 1);
+}
+
+TEST(KvCacheCoordinatorTest, WindowedTablesGiveBackWhatSlidOut) {
+  lio::BlockManager blocks(32, 4);
+  lio::KvCacheCoordinator kv(blocks, {8});  // one extra group, window 8
+  ASSERT_EQ(kv.null_block(), 0);
+  EXPECT_EQ(blocks.n_free_blocks(), 31);
+  std::vector<int32_t> table;
+  lio::GroupTables groups = kv.empty_tables();
+  std::vector<lio::BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(table, groups, 0, 20, copies));  // a 20-token prefill: 5 + 5 blocks
+  EXPECT_EQ(blocks.n_free_blocks(), 21);
+  // The next query at position 20 sees keys 13..20: blocks 0..2 (positions 0..11) slide out.
+  EXPECT_EQ(kv.first_kept_block(8, 20), 3);
+  // Position 20 starts block 5 in both tables (2 new blocks), and 3 come back first: none needed.
+  EXPECT_EQ(kv.blocks_needed(table, groups, 20, 1), 0);
+  ASSERT_TRUE(kv.append_slots(table, groups, 20, 1, copies));
+  EXPECT_EQ(groups[0][0], kv.null_block());
+  EXPECT_EQ(groups[0][2], kv.null_block());
+  EXPECT_NE(groups[0][3], kv.null_block());
+  EXPECT_EQ(table.size(), 6u);
+  EXPECT_EQ(groups[0].size(), 6u);
+  EXPECT_EQ(blocks.n_free_blocks(), 21 - 2 + 3);
+  EXPECT_TRUE(copies.empty());
+  kv.free(table, groups);
+  EXPECT_EQ(blocks.n_free_blocks(), 31) << "only the null block stays held";
+  EXPECT_EQ(blocks.ref_count(kv.null_block()), 1);
+}
+
+TEST(KvCacheCoordinatorTest, BlocksNeededNeverOvercommits) {
+  lio::BlockManager blocks(6, 4);
+  lio::KvCacheCoordinator kv(blocks, {8});
+  std::vector<int32_t> table;
+  lio::GroupTables groups = kv.empty_tables();
+  std::vector<lio::BlockCopy> copies;
+  EXPECT_EQ(kv.blocks_needed(table, groups, 0, 12), 6);
+  EXPECT_FALSE(kv.append_slots(table, groups, 0, 12, copies)) << "5 free blocks, 6 needed";
+  EXPECT_TRUE(table.empty());
+  EXPECT_TRUE(groups[0].empty());
+  EXPECT_EQ(blocks.n_free_blocks(), 5);
+  ASSERT_TRUE(kv.append_slots(table, groups, 0, 8, copies));
+  EXPECT_EQ(blocks.n_free_blocks(), 1);
+}
+
+class HybridEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TinyModelSpec spec;
+    spec.architecture = "gemma3";
+    spec.n_layers = 6;  // layer 5 global, 0..4 windowed: lanes 1, six groups
+    spec.sliding_window = 8;
+    spec.context_length = 256;
+    spec.weight_dtype = lio::DType::Q8_0;
+    lio::testing::write_tiny_gguf(dir_ + "/g.gguf", spec);
+    model_ = std::make_unique<lio::LoadedModel>(lio::load_model(dir_ + "/g.gguf", lio::WeightMode::AsStored));
+  }
+  /// A pool of `bytes_blocks` one-group blocks' worth of memory (x6 blocks when hybrid).
+  std::unique_ptr<lio::ModelRunner> runner(bool hybrid, int64_t bytes_blocks, int64_t block_size = 4) const {
+    const int64_t n = hybrid ? bytes_blocks * 6 : bytes_blocks;
+    return std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(model_->config, model_->weights),
+                                              lio::KvPoolConfig{block_size, n, lio::KvCacheDType::F32, hybrid});
+  }
+  static std::vector<int32_t> prompt(int i, int64_t len = 0) {
+    std::mt19937 rng(300 + i);
+    std::uniform_int_distribution<int32_t> id(3, 250);
+    std::vector<int32_t> p(static_cast<size_t>(len > 0 ? len : 5 + 11 * i));
+    for (int32_t& t : p) t = id(rng);
+    return p;
+  }
+  static lio::SamplingParams greedy(int64_t max_tokens, int64_t n = 1, float temperature = 0.0f) {
+    lio::SamplingParams p;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    p.n = n;
+    p.sampler.temperature = temperature;
+    p.sampler.seed = 7;
+    return p;
+  }
+  using Outputs = std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>>;
+  static Outputs run_all(lio::Engine& e) {
+    Outputs out;
+    for (int guard = 0; e.has_unfinished() && guard < 20000; ++guard)
+      for (const lio::RequestOutput& o : e.step()) {
+        auto& v = out[{o.request_id, o.sample_index}];
+        v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      }
+    EXPECT_FALSE(e.has_unfinished()) << "engine did not finish";
+    return out;
+  }
+  /// Serves `requests` on a pool of `bytes_blocks` one-group blocks' worth of memory, hybrid or not.
+  Outputs serve(bool hybrid, const lio::EngineConfig& cfg, int64_t bytes_blocks,
+                const std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>>& requests,
+                lio::EngineStats* stats = nullptr) const {
+    auto r = runner(hybrid, bytes_blocks);
+    EXPECT_EQ(r->kv_pool().n_groups(), hybrid ? 6 : 1);
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    for (const auto& [p, s] : requests) e.add_request(p, s);
+    Outputs out = run_all(e);
+    EXPECT_EQ(e.n_free_blocks(), r->kv_pool().n_blocks() - (hybrid ? 1 : 0)) << "every block but the null block comes back";
+    if (stats) *stats = e.stats();
+    return out;
+  }
+  std::string dir_ = lio::testing::make_temp_dir("lio_test_hybrid_kv");
+  std::unique_ptr<lio::LoadedModel> model_;
+};
+
+TEST_F(HybridEngineTest, ChunkedBatchGivesTheTokensOfTheOneGroupPool) {
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back({prompt(i), greedy(24)});
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_batched_tokens = 16;  // prompts in chunks beside decode rows
+  lio::EngineStats one, hybrid;
+  const Outputs want = serve(false, cfg, 256, reqs, &one);
+  ASSERT_EQ(want.size(), 6u);
+  for (const auto& [k, v] : want) ASSERT_EQ(v.size(), 24u);
+  EXPECT_EQ(serve(true, cfg, 256, reqs, &hybrid), want);
+  // Bytes held at the peak: hybrid blocks are 1/6 of a one-group block.
+  EXPECT_LT(hybrid.peak_blocks_used, 6 * one.peak_blocks_used * 3 / 4)
+      << "windowed layers must give blocks back (" << hybrid.peak_blocks_used << " sixth-blocks vs "
+      << one.peak_blocks_used << " blocks)";
+}
+
+TEST_F(HybridEngineTest, OneLongSequenceHoldsOnlyItsWindowOnWindowedLayers) {
+  auto r = runner(true, 256);
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_batched_tokens = 16;
+  lio::Engine e(*r, *model_->tokenizer, cfg);
+  e.add_request(prompt(0, 40), greedy(120));
+  int64_t held_at_end = 0;
+  while (e.has_unfinished()) {
+    e.step();
+    held_at_end = r->kv_pool().n_blocks() - e.n_free_blocks();
+  }
+  // 160 tokens: the full group holds 40 blocks of 4; each of 5 windowed groups holds the blocks
+  // of the window of 8 plus the block being written (at most 4), never 40.
+  const int64_t peak = e.stats().peak_blocks_used;
+  EXPECT_LE(peak, 1 + 40 + 5 * 4) << "peak blocks held";
+  EXPECT_GE(peak, 40);
+  EXPECT_EQ(held_at_end, 1) << "the null block only";
+}
+
+TEST_F(HybridEngineTest, ParallelSamplingSharesAndCopiesEveryGroup) {
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 1; i < 4; ++i) reqs.push_back({prompt(i), greedy(16, 3, 0.8f)});
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_batched_tokens = 32;
+  const Outputs want = serve(false, cfg, 256, reqs);
+  ASSERT_EQ(want.size(), 9u);
+  EXPECT_EQ(serve(true, cfg, 256, reqs), want);
+}
+
+TEST_F(HybridEngineTest, PreemptionByRecomputeGivesTheSameTokens) {
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back({prompt(i), greedy(30)});
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_batched_tokens = 16;  // prompt chunks a windowed group can hold
+  const Outputs want = serve(false, cfg, 256, reqs);
+  ASSERT_EQ(want.size(), 6u);
+  lio::EngineStats tight;
+  // 14 one-group blocks' worth: 84 sixth-blocks, too few for six sequences at once.
+  EXPECT_EQ(serve(true, cfg, 14, reqs, &tight), want);
+  EXPECT_GT(tight.n_preemptions, 0) << "the pool was meant to be too small";
+}
+
+TEST_F(HybridEngineTest, HashPrefixCacheHitsOnEveryGroupAndChangesNoToken) {
+  const std::vector<int32_t> system = prompt(7, 40);
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> tail = prompt(i, 3 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    reqs.push_back({p, greedy(10)});
+  }
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_seqs = 1;  // one after another: each finds the last one's blocks
+  const Outputs want = serve(false, cfg, 256, reqs);
+  cfg.prefix_cache = lio::PrefixCacheMode::Hash;
+  auto r = runner(true, 256);
+  lio::Engine e(*r, *model_->tokenizer, cfg);
+  for (const auto& [p, s] : reqs) e.add_request(p, s);
+  EXPECT_EQ(run_all(e), want);
+  const lio::PrefixCacheStats& pc = e.prefix_cache()->stats;
+  EXPECT_GE(pc.hits, 4 * 40) << "requests 2-5 reuse the 40-token system prompt";
+}
+
+TEST_F(HybridEngineTest, SpeculativeRollbackKeepsEveryGroupConsistent) {
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = prompt(i, 12);
+    const std::vector<int32_t> again = p;
+    p.insert(p.end(), again.begin(), again.end());  // repeats: n-gram lookup finds drafts
+    reqs.push_back({p, greedy(24)});
+  }
+  lio::EngineConfig plain;
+  plain.scheduler.max_num_batched_tokens = 32;
+  const Outputs want = serve(false, plain, 256, reqs);
+  for (const lio::SpecMethod m : {lio::SpecMethod::Ngram, lio::SpecMethod::EarlyExit}) {
+    lio::EngineConfig cfg = plain;
+    cfg.speculative.method = m;
+    cfg.speculative.num_speculative_tokens = 3;
+    cfg.speculative.draft_layers = 2;
+    cfg.speculative.ngram_min = 2;
+    cfg.speculative.ngram_max = 4;
+    lio::EngineStats st;
+    EXPECT_EQ(serve(true, cfg, 256, reqs, &st), want) << static_cast<int>(m);
+    EXPECT_GT(st.spec_num_draft_tokens, 0);
+  }
+}
+
+TEST_F(HybridEngineTest, StaticBatchingPaddingRowsKeepTheirGroups) {
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back({prompt(i), greedy(6 + 6 * i)});
+  lio::EngineConfig cfg;
+  cfg.scheduler.policy = lio::SchedulingPolicy::Static;
+  cfg.scheduler.max_num_batched_tokens = 128;
+  const Outputs want = serve(false, cfg, 256, reqs);
+  EXPECT_EQ(serve(true, cfg, 256, reqs), want);
+}
+
+TEST_F(HybridEngineTest, RadixCacheAndSwapPreemptionAreRefusedClearly) {
+  auto r = runner(true, 64);
+  lio::EngineConfig radix;
+  radix.prefix_cache = lio::PrefixCacheMode::Radix;
+  EXPECT_THROW(lio::Engine(*r, *model_->tokenizer, radix), lio::InvalidArgument);
+  lio::EngineConfig swap;
+  swap.scheduler.preemption = lio::PreemptionMode::Swap;
+  EXPECT_THROW(lio::Engine(*r, *model_->tokenizer, swap), lio::InvalidArgument);
+  auto one = runner(false, 64);  // the one-group pool does both
+  EXPECT_NO_THROW(lio::Engine(*one, *model_->tokenizer, radix));
+}
+
+TEST_F(HybridEngineTest, SoloSequenceLogitsEqualTheOneGroupPool) {
+  auto a = runner(false, 64);
+  auto b = runner(true, 64);
+  lio::SoloSequence sa(*a, 100), sb(*b, 100);
+  const std::vector<int32_t> p = prompt(3, 50);
+  const std::span<const float> la = sa.forward(p, true);
+  const std::vector<float> want(la.begin(), la.end());
+  const std::span<const float> lb = sb.forward(p, true);
+  ASSERT_EQ(lb.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(lb[i], want[i]) << "logit " << i;
+}
+
+}  // namespace
