@@ -727,6 +727,56 @@ TEST_F(CudaRunnerTest, EngineForksAndPrefixCacheMatchCpu) {
   EXPECT_EQ(gpu_copies, cpu_copies);
 }
 
+// The hybrid KV cache on the GPU (lio/kv_cache_coordinator.h): gemma3's windowed layers in
+// KV cache groups, their blocks given back as the window slides (tiny model: window 8, blocks of
+// 4), through chunked prefill, parallel samples (copy-on-write in every group), hash prefix hits
+// and preemption. The device pool stores lanes and the upload carries each group's tables: tokens
+// must equal the one-group pool's on the same GPU, and the CPU's.
+TEST_F(CudaRunnerTest, EngineHybridKvCacheMatchesOneGroupAndCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.architecture = "gemma3";
+  spec.n_layers = 6;  // five local layers (window 8) and one global: six groups of one lane
+  spec.weight_dtype = DType::Q8_0;
+  lio::LoadedModel m = load_tiny(spec);
+  auto serve = [&](lio::Device device, bool hybrid, int64_t n_blocks, int64_t* preemptions) {
+    lio::ModelRunner r(lio::make_backend(m, device), lio::KvPoolConfig{4, n_blocks, lio::KvCacheDType::F32, hybrid});
+    EXPECT_EQ(r.kv_pool().n_groups(), hybrid ? 6 : 1);
+    lio::EngineConfig cfg;
+    cfg.prefix_cache = lio::PrefixCacheMode::Hash;
+    cfg.scheduler.max_num_batched_tokens = 16;
+    lio::Engine e(r, *m.tokenizer, cfg);
+    std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> out;
+    for (int wave = 0; wave < 2; ++wave) {  // the second wave hits the first one's prefix
+      for (int i = 0; i < 3; ++i) {
+        std::vector<int32_t> prompt = kLongPrompt;
+        prompt.insert(prompt.end(), kPrompt.begin(), kPrompt.begin() + 1 + i);
+        lio::SamplingParams p;
+        p.max_tokens = 20;
+        p.ignore_eos = true;
+        p.n = i == 1 ? 2 : 1;
+        p.sampler.temperature = 0.0f;
+        e.add_request(prompt, p);
+      }
+      while (e.has_unfinished())
+        for (const lio::RequestOutput& o : e.step()) {
+          auto& v = out[{o.request_id, o.sample_index}];
+          v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        }
+    }
+    EXPECT_EQ(e.n_free_blocks(), n_blocks - (hybrid ? 1 : 0)) << "every block but the null block comes back";
+    if (preemptions) *preemptions = e.stats().n_preemptions;
+    return out;
+  };
+  const auto want = serve(lio::Device::Cuda, false, 256, nullptr);
+  ASSERT_EQ(want.size(), 8u);
+  EXPECT_EQ(serve(lio::Device::Cuda, true, 6 * 256, nullptr), want) << "hybrid pool on the GPU";
+  int64_t preempted = 0;
+  EXPECT_EQ(serve(lio::Device::Cuda, true, 6 * 12, &preempted), want) << "hybrid pool, too small for the load";
+  EXPECT_GT(preempted, 0);
+  EXPECT_EQ(serve(lio::Device::Cpu, true, 6 * 256, nullptr), want) << "the CPU's hybrid pool";
+}
+
 // Chapter 05 on the GPU: a pool too small for the load, swap preemption (device blocks copied
 // to host swap space and back with DeviceKvPool::copy_block_to_host / _from_host). Tokens must
 // equal the CPU engine's with a pool large enough for no preemption.
