@@ -1,9 +1,10 @@
-// Chapter 07, Tasks 1-4 — YOUR implementation: the score matrix's bytes, the online-softmax
-// update of one tile, the merge of two partials (Flash-Decoding's reduction) and the causal tile
-// rule. Declarations and contracts: kernels/cpu/flash_attention.h. Lesson:
-// docs/07_flash_attention.md. Grade: ctest -R ch07_task_K (K = 1..4), or scripts/grade.sh 07
+// Chapter 07, Tasks 1-5 — YOUR implementation: the score matrix's bytes, the online-softmax
+// update of one tile, the merge of two partials (Flash-Decoding's reduction), the causal tile
+// rule, and one query tile's loop over its key tiles with the final normalization.
+// Declarations and contracts: kernels/cpu/flash_attention.h. Lesson:
+// docs/07_flash_attention.md. Grade: ctest -R ch07_task_K (K = 1..5), or scripts/grade.sh 07
 // Built with -DLIO_EXERCISES=07, the engine's CPU attention (cpu::flash_attention) runs on
-// Tasks 2-4 below: `build/bin/lio generate` then attends with your recurrence.
+// Tasks 2-5 below: `build/bin/lio generate` then attends with your loop and recurrence.
 #include "flash_attention.h"
 
 #include <algorithm>
@@ -78,6 +79,34 @@ TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int6
   throw NotImplemented(
       "Task 4 (exercises/07_flash_attention/flash_attention.cpp): causal_tile_mask — "
       "compare the tile's corners; see docs/07_flash_attention.md, Task 4");
+}
+
+// ---- Task 5 -----------------------------------------------------------------------------------
+
+void flash_tile_loop(FlashTileSource& src, int64_t key_begin, int64_t key_end, std::span<AttentionPartial> partials,
+                     bool skip_window_tiles) {
+  // TODO(Task 5): FlashAttention-2's inner loop for one query tile (the contract is in
+  //   flash_attention.h). Walk the key range one tile of at most kFlashKeyTile keys at a time;
+  //   decide with your Task 4 which tiles this query tile needs at all and which only in part;
+  //   load a needed tile once (src.load_tile gives every query vector's scores and the values);
+  //   then for each row and each head of the group, fold exactly the keys that row may see into
+  //   its partial with your Task 2. Mind the sliding window (src.window) at both ends: what a row
+  //   may not see, and which tiles no row of the tile can see. Throw InvalidArgument for a
+  //   partials span of the wrong size or a reversed range, as the contract says.
+  //   Lesson: docs/07_flash_attention.md, "Task 5" (FlashAttention-2, Algorithm 1, lines 6-10).
+  (void)src, (void)key_begin, (void)key_end, (void)partials, (void)skip_window_tiles;
+  throw NotImplemented(
+      "Task 5 (exercises/07_flash_attention/flash_attention.cpp): flash_tile_loop — "
+      "the key tiles of one query tile through Tasks 4 and 2; see docs/07_flash_attention.md, Task 5");
+}
+
+void finish_partial(const AttentionPartial& partial, std::span<float> out, float* lse) {
+  // TODO(Task 5): the row's output and logsumexp from its finished partial (Algorithm 1,
+  //   line 12); the contract in flash_attention.h says what to refuse.
+  (void)partial, (void)out, (void)lse;
+  throw NotImplemented(
+      "Task 5 (exercises/07_flash_attention/flash_attention.cpp): finish_partial — "
+      "what (m, l, acc) stand for; see docs/07_flash_attention.md, Task 5");
 }
 
 }  // namespace lio::cpu

@@ -6,13 +6,13 @@
 //   query vectors  Q_t   (n_rows x group, head_dim)   every head of g's group, every row of the tile
 //   for each split c of kFlashKvSplit keys (splits past the tile's last position skipped):
 //     partial P_c = empty                              (m = -inf, l = 0, acc = 0 per query vector)
-//     for each key tile [k0, k1) of kFlashKeyTile keys in c:
+//     flash_tile_loop (Task 5), for each key tile [k0, k1) of kFlashKeyTile keys in c:
 //       causal_tile_mask (Task 4): Skip -> stop; Full / Partial -> row r sees keys <= p_r
 //       K^T, V  (head_dim x Bc), (Bc x head_dim) gathered through the block table, f32
 //       S = scale Q_t K^T   (n_vectors x Bc)         register-blocked FMA chains over head_dim
 //       online_softmax_update (Task 2) per query vector over its visible keys
 //     running = merge_partials(running, P_c)        (Task 3), splits in order
-//   out = running.acc / running.l,  lse = running.m + log(running.l)
+//   finish_partial (Task 5): out = running.acc / running.l,  lse = running.m + log(running.l)
 // With too few items to occupy the threads (a decode batch), the splits of each item run in
 // parallel into a buffer and are merged afterwards in the same order (Flash-Decoding): every row
 // folds the same partials in the same order either way, so its bits never change.
@@ -266,7 +266,49 @@ struct TileCounts {
   int64_t window_skipped = 0;
 };
 
-/// Runs splits [c0, c1) of `item`: each split from an empty partial, through Tasks 4 and 2.
+/// A work item's key tiles for Task 5's loop: gather_tile (through the block table, dequantized)
+/// then tile_scores (the register-blocked K^T product) into this thread's scratch.
+class ItemTiles final : public FlashTileSource {
+ public:
+  ItemTiles(const float* const* qv, const KvReader& reader, const AttentionBatch& b, const AttentionShape& sh,
+            const WorkItem& item, TileScratch& ts, TileCounts& counts)
+      : qv_(qv), reader_(reader), b_(b), scale_(sh.scale), item_(item), ts_(ts), counts_(counts) {
+    n_rows = item.n_rows;
+    group = sh.n_heads / sh.n_kv_heads;
+    head_dim = sh.head_dim;
+    pos0 = item.pos0;
+    causal = b.causal;
+    window = sh.window;
+  }
+  float* load_tile(int64_t k0, int64_t nk, const float** values) override {
+    if (nk < 1 || nk > kFlashKeyTile || k0 < 0 || k0 + nk > b_.seq_lens[item_.seq]) {
+      throw InvalidArgument("FlashTileSource::load_tile: keys " + std::to_string(k0) + " .. " +
+                            std::to_string(k0 + nk - 1) + " are not a tile of this sequence's " +
+                            std::to_string(b_.seq_lens[item_.seq]) + " keys");
+    }
+    ++counts_.gathered;
+    // Gather the tile (HBM -> SRAM on a GPU; DRAM -> L1/L2 here): K transposed, V as rows.
+    gather_tile(reader_, b_, item_, k0, nk, ts_);
+    const int64_t n_cols = (nk + 7) / 8 * 8, d = head_dim;
+    for (int64_t j = nk; j < n_cols; ++j)
+      for (int64_t e = 0; e < d; ++e) ts_.kt[e * kFlashKeyTile + j] = 0.0f;
+    tile_scores(qv_, n_rows * group, ts_.kt, n_cols, d, scale_, ts_.s);
+    *values = ts_.v;
+    return ts_.s;
+  }
+  void window_skipped() override { ++counts_.window_skipped; }
+
+ private:
+  const float* const* qv_;
+  const KvReader& reader_;
+  const AttentionBatch& b_;
+  float scale_;
+  const WorkItem& item_;
+  TileScratch& ts_;
+  TileCounts& counts_;
+};
+
+/// Runs splits [c0, c1) of `item`: each split from an empty partial through Task 5's tile loop.
 /// With `fold`, each split is merged into ts.running (Task 3, in order); otherwise split c's
 /// partials are written to partials + (item.partial0 + c * n_vectors) * (d + 2).
 void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b, const AttentionShape& sh,
@@ -274,51 +316,29 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
                 TileCounts& counts, bool skip_window_tiles) {
   const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, nv = item.n_rows * group;
   const float* qv[kFlashQueryTile * 16];
+  AttentionPartial pv[kFlashQueryTile * 16];
   std::vector<const float*> qv_heap;
+  std::vector<AttentionPartial> pv_heap;
   const float** qp = qv;
-  if (nv > static_cast<int64_t>(std::size(qv))) qv_heap.resize(static_cast<size_t>(nv)), qp = qv_heap.data();
+  AttentionPartial* pp = pv;
+  if (nv > static_cast<int64_t>(std::size(qv))) {
+    qv_heap.resize(static_cast<size_t>(nv)), qp = qv_heap.data();
+    pv_heap.resize(static_cast<size_t>(nv)), pp = pv_heap.data();
+  }
   for (int64_t r = 0; r < item.n_rows; ++r)
     for (int64_t hh = 0; hh < group; ++hh)
       qp[r * group + hh] = q + ((item.row0 + r) * sh.n_heads + item.kv_head * group + hh) * d;
-  const int64_t pos_last = item.pos0 + item.n_rows - 1;
-  // Sliding window: row r sees keys from pos0 + r - window + 1; a key tile ending before the
-  // first row's window start is outside every row's window and is never gathered.
-  const bool windowed = sh.window > 0 && b.causal;
-  const int64_t window_start = windowed ? std::max<int64_t>(0, item.pos0 - sh.window + 1) : 0;
+  ItemTiles tiles(qp, reader, b, sh, item, ts, counts);
   for (int64_t c = c0; c < c1; ++c) {
     float* split = fold ? ts.split : partials + (item.partial0 + c * nv) * (d + 2);
-    for (int64_t i = 0; i < nv; ++i) clear(split + i * (d + 2), d);
-    const int64_t split_end = std::min((c + 1) * kFlashKvSplit, item.n_keys);
-    for (int64_t k0 = c * kFlashKvSplit; k0 < split_end; k0 += kFlashKeyTile) {
-      const int64_t nk = std::min(kFlashKeyTile, split_end - k0);
-      const TileMask mask = b.causal ? causal_tile_mask(item.pos0, pos_last, k0, k0 + nk - 1) : TileMask::Full;
-      if (mask == TileMask::Skip) break;  // every later tile is further above the diagonal
-      if (skip_window_tiles && k0 + nk <= window_start) {  // before every row's window: skipped, not masked
-        ++counts.window_skipped;
-        continue;
-      }
-      ++counts.gathered;
-      // Gather the tile (HBM -> SRAM on a GPU; DRAM -> L1/L2 here): K transposed, V as rows.
-      gather_tile(reader, b, item, k0, nk, ts);
-      const int64_t n_cols = (nk + 7) / 8 * 8;
-      for (int64_t j = nk; j < n_cols; ++j)
-        for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = 0.0f;
-      tile_scores(qp, nv, ts.kt, n_cols, d, sh.scale, ts.s);
-      for (int64_t r = 0; r < item.n_rows; ++r) {
-        // Keys of this tile row r may see: all of them off the diagonal, up to its position on it.
-        const int64_t visible = mask == TileMask::Full ? nk : std::min(nk, item.pos0 + r - k0 + 1);
-        // ... and, in a window, none before its window start.
-        const int64_t first = windowed ? std::clamp<int64_t>(item.pos0 + r - sh.window + 1 - k0, 0, nk) : 0;
-        if (visible - first <= 0) continue;
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const int64_t i = r * group + hh;
-          AttentionPartial p = view(split + i * (d + 2), d);
-          online_softmax_update(p, std::span<float>(ts.s + i * kFlashKeyTile + first, static_cast<size_t>(visible - first)),
-                                ts.v + first * d, d);
-          store(p, split + i * (d + 2), d);
-        }
-      }
+    for (int64_t i = 0; i < nv; ++i) {
+      clear(split + i * (d + 2), d);
+      pp[i] = view(split + i * (d + 2), d);
     }
+    const int64_t split_end = std::min((c + 1) * kFlashKvSplit, item.n_keys);
+    flash_tile_loop(tiles, c * kFlashKvSplit, split_end, std::span<AttentionPartial>(pp, static_cast<size_t>(nv)),
+                    skip_window_tiles);  // Task 5
+    for (int64_t i = 0; i < nv; ++i) store(pp[i], split + i * (d + 2), d);
     if (fold) {
       for (int64_t i = 0; i < nv; ++i) {
         AttentionPartial into = view(ts.running + i * (d + 2), d);
@@ -338,16 +358,15 @@ void add_counts(AttentionStats& stats, const TileCounts& counts) {
 }
 
 /// out / lse of item's rows from its merged partials at `merged` (n_vectors, d + 2).
-void finish(const float* merged, const WorkItem& item, const AttentionShape& sh, float* out, float* lse) {
+void finish(float* merged, const WorkItem& item, const AttentionShape& sh, float* out, float* lse) {
   const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads;
   for (int64_t r = 0; r < item.n_rows; ++r) {
     for (int64_t hh = 0; hh < group; ++hh) {
-      const float* p = merged + (r * group + hh) * (d + 2);
+      float* p = merged + (r * group + hh) * (d + 2);
       const int64_t h = item.kv_head * group + hh;
       float* o = out + ((item.row0 + r) * sh.n_heads + h) * d;
-      const float inv = 1.0f / p[d + 1];
-      for (int64_t e = 0; e < d; ++e) o[e] = p[e] * inv;
-      if (lse != nullptr) lse[(item.row0 + r) * sh.n_heads + h] = p[d] + std::log(p[d + 1]);
+      finish_partial(view(p, d), std::span<float>(o, static_cast<size_t>(d)),  // Task 5
+                     lse != nullptr ? lse + (item.row0 + r) * sh.n_heads + h : nullptr);
     }
   }
 }

@@ -2,12 +2,14 @@
 // softmax, tiles of queries and keys, causal tile skipping, split-KV decode, and the naive twin
 // that does materialize the scores.
 //
-// Chapter 07 exercise points (Tasks 1-4, defined in solutions|exercises/07_flash_attention/
+// Chapter 07 exercise points (Tasks 1-5, defined in solutions|exercises/07_flash_attention/
 // flash_attention.cpp): the score matrix's bytes (Task 1), the online-softmax update of one tile
-// (Task 2), the merge of two partial results (Task 3, Flash-Decoding's reduction) and the causal
-// tile rule (Task 4). cpu::flash_attention (kernels/cpu/flash_attention.cpp) is the kernel built
-// on them: the engine's CPU attention by default, so with chapter 07 switched to exercises the
-// engine attends with the learner's recurrence. cpu::naive_attention is the twin it is tested
+// (Task 2), the merge of two partial results (Task 3, Flash-Decoding's reduction), the causal
+// tile rule (Task 4) and the tile loop of one query tile with the final normalization (Task 5).
+// cpu::flash_attention (kernels/cpu/flash_attention.cpp) is the kernel built on them — work
+// items, threads, splits and their merge around the learner's loop: the engine's CPU attention
+// by default, so with chapter 07 switched to exercises the engine attends with the learner's
+// loop and recurrence. cpu::naive_attention is the twin it is tested
 // against (--attention-backend naive).
 //
 // Sources: Dao, Fu, Ermon, Rudra, Re 2022, "FlashAttention" (Algorithm 1; the recurrence, sec.
@@ -135,6 +137,48 @@ inline constexpr int64_t kFlashKeyTile = 64;     ///< Bc: keys per tile
 inline constexpr int64_t kFlashKvSplit = 512;    ///< keys per split (a multiple of Bc)
 static_assert(kFlashKvSplit % kFlashKeyTile == 0, "a split holds whole key tiles");
 
+/// One query tile's view of its key tiles, for Task 5: the tile's shape, and the given data
+/// movement and score product over one key tile at a time (vectorized: a register-blocked
+/// K^T product over keys gathered through the block table, dequantized from f16 / int8 pools).
+/// Query vector i = r * group + hh is row r (at position pos0 + r) of query head hh of the
+/// group that reads this KV head (GQA, Ainslie et al. 2023).
+class FlashTileSource {
+ public:
+  virtual ~FlashTileSource() = default;
+  int64_t n_rows = 0;    ///< query rows of the tile (<= kFlashQueryTile)
+  int64_t group = 1;     ///< query heads per KV head: n_vectors = n_rows * group
+  int64_t head_dim = 0;  ///< elements of a query, key and value vector
+  int64_t pos0 = 0;      ///< position of row 0; row r is at pos0 + r
+  bool causal = true;    ///< row r sees keys <= pos0 + r (false: every key of the sequence)
+  int64_t window = 0;    ///< sliding window (causal only): row r sees keys > pos0 + r - window; 0 = none
+  /// Gathers keys k0 .. k0 + nk - 1 (1 <= nk <= kFlashKeyTile) and returns their scores
+  /// S = scale Q K^T for every query vector: (n_vectors, kFlashKeyTile) row-major, row i's first
+  /// nk entries valid (and yours to overwrite: Task 2 exponentiates them in place). *values is
+  /// set to the same keys' values, (nk, head_dim) row-major. Valid until the next call.
+  virtual float* load_tile(int64_t k0, int64_t nk, const float** values) = 0;
+  /// Counts a key tile left out because it lies wholly before every row's window (statistics).
+  virtual void window_skipped() = 0;
+};
+
+/// Task 5. FlashAttention-2's inner loop for one query tile (Dao 2023, Algorithm 1, lines 6-10;
+/// docs/07_flash_attention.md, "Task 5"): fold keys [key_begin, key_end) of the sequence into
+/// each query vector's partial, one key tile of at most kFlashKeyTile keys at a time, tiles
+/// starting at key_begin (a multiple of kFlashKeyTile). A causal tile above the diagonal
+/// (causal_tile_mask, Task 4) is never loaded, nor is one that ends before row 0's window when
+/// `skip_window_tiles` (say src.window_skipped() for it); on the diagonal and at a window's edge
+/// each row folds only the keys it may see (online_softmax_update, Task 2), so a row that sees
+/// none of a tile's keys is left alone. partials: (n_vectors) the vectors' partials, empty or
+/// holding earlier keys, acc of head_dim floats each. Throws InvalidArgument if partials has
+/// the wrong size or key_begin > key_end, and what Tasks 2 and 4 throw.
+void flash_tile_loop(FlashTileSource& src, int64_t key_begin, int64_t key_end, std::span<AttentionPartial> partials,
+                     bool skip_window_tiles);
+
+/// Task 5, the end of Algorithm 1 (line 12): a query row's output O = acc / l (out: head_dim
+/// floats) and, if `lse` is not null, its logsumexp m + log(l) (natural log, scaled scores).
+/// Throws InvalidArgument if out's size differs from acc's or the partial is empty (l = 0: no
+/// key was folded, which a causal row never is).
+void finish_partial(const AttentionPartial& partial, std::span<float> out, float* lse);
+
 /// How cpu::flash_attention spreads its work over threads; never changes its result.
 struct FlashOptions {
   /// Flash-Decoding: when a batch has too few (sequence, KV head, query tile) items to keep
@@ -168,16 +212,17 @@ struct FlashWorkspace {
 /// for each sequence, KV head g and tile of kFlashQueryTile rows, the tile's query vectors of
 /// all n_heads / n_kv_heads heads that read g are processed together, so each K/V tile is
 /// gathered through the block table (and dequantized, for an f16 / int8 pool) once per group.
-/// Keys are walked in splits of kFlashKvSplit, each split in tiles of kFlashKeyTile: scores
-/// of a tile (a register-blocked K^T product), causal_tile_mask (Task 4) to skip tiles above
-/// the diagonal and bound rows on it, online_softmax_update (Task 2) per row, and the splits'
-/// partials folded left to right with merge_partials (Task 3). out = acc / l.
+/// Keys are walked in splits of kFlashKvSplit, each split by flash_tile_loop (Task 5) in tiles
+/// of kFlashKeyTile: scores of a tile (a register-blocked K^T product), causal_tile_mask (Task 4)
+/// to skip tiles above the diagonal and bound rows on it, online_softmax_update (Task 2) per
+/// row; the splits' partials folded left to right with merge_partials (Task 3); out = acc / l
+/// by finish_partial (Task 5).
 /// A row's result depends only on its own query and keys: never on the batch, the other rows
 /// of its tile, the thread count or options.split_kv (CPU batch invariance).
 /// q, out: (n_tokens, n_heads, head_dim); lse: (n_tokens, n_heads) each row's logsumexp
 /// m + log l in natural-log units of the scaled scores, or null. Threads: OpenMP over work
 /// items. Returns the scratch bytes it used. Throws InvalidArgument for a bad shape (n_heads not
-/// a multiple of n_kv_heads, head_dim < 1, a null pointer, block_size < 1), and what Tasks 2-4
+/// a multiple of n_kv_heads, head_dim < 1, a null pointer, block_size < 1), and what Tasks 2-5
 /// throw.
 AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* out, float* lse,
                                const AttentionBatch& batch, const AttentionShape& shape,

@@ -1,7 +1,8 @@
-// Chapter 07, Tasks 1-4 — reference solution: the score matrix's bytes, the online-softmax
-// update of one tile, the merge of two partials (Flash-Decoding's reduction) and the causal tile
-// rule. Declarations and contracts: kernels/cpu/flash_attention.h. Lesson:
-// docs/07_flash_attention.md. Grade: ctest -R ch07_task_K (K = 1..4), or scripts/grade.sh 07
+// Chapter 07, Tasks 1-5 — reference solution: the score matrix's bytes, the online-softmax
+// update of one tile, the merge of two partials (Flash-Decoding's reduction), the causal tile
+// rule, and one query tile's loop over its key tiles with the final normalization.
+// Declarations and contracts: kernels/cpu/flash_attention.h. Lesson:
+// docs/07_flash_attention.md. Grade: ctest -R ch07_task_K (K = 1..5), or scripts/grade.sh 07
 #include "flash_attention.h"
 
 #include <algorithm>
@@ -112,6 +113,60 @@ TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int6
   if (k_first > q_last) return TileMask::Skip;  // the last query sees none of the tile
   if (k_last <= q_first) return TileMask::Full;  // the first query sees all of it
   return TileMask::Partial;
+}
+
+// ---- Task 5 -----------------------------------------------------------------------------------
+
+void flash_tile_loop(FlashTileSource& src, int64_t key_begin, int64_t key_end, std::span<AttentionPartial> partials,
+                     bool skip_window_tiles) {
+  const int64_t n_vectors = src.n_rows * src.group;
+  if (static_cast<int64_t>(partials.size()) != n_vectors) {
+    throw InvalidArgument("flash_tile_loop: " + std::to_string(partials.size()) + " partials for " +
+                          std::to_string(n_vectors) + " query vectors");
+  }
+  if (key_begin < 0 || key_begin > key_end) {
+    throw InvalidArgument("flash_tile_loop: key range [" + std::to_string(key_begin) + ", " +
+                          std::to_string(key_end) + ") is not a range");
+  }
+  const int64_t pos_last = src.pos0 + src.n_rows - 1;
+  const bool windowed = src.causal && src.window > 0;
+  // The first key row 0 may see; every later row's window starts later.
+  const int64_t window_start = windowed ? std::max<int64_t>(0, src.pos0 - src.window + 1) : 0;
+  for (int64_t k0 = key_begin; k0 < key_end; k0 += kFlashKeyTile) {
+    const int64_t nk = std::min(kFlashKeyTile, key_end - k0);
+    const TileMask mask = src.causal ? causal_tile_mask(src.pos0, pos_last, k0, k0 + nk - 1) : TileMask::Full;
+    if (mask == TileMask::Skip) break;  // every later tile lies further above the diagonal
+    if (skip_window_tiles && k0 + nk <= window_start) {  // before every row's window: never loaded
+      src.window_skipped();
+      continue;
+    }
+    const float* v = nullptr;
+    float* s = src.load_tile(k0, nk, &v);
+    for (int64_t r = 0; r < src.n_rows; ++r) {
+      // Keys of this tile row r sees: all of them below the diagonal, up to its own position on it,
+      // and in a window none before its window's start.
+      const int64_t end = mask == TileMask::Full ? nk : std::min(nk, src.pos0 + r - k0 + 1);
+      const int64_t first = windowed ? std::clamp<int64_t>(src.pos0 + r - src.window + 1 - k0, 0, nk) : 0;
+      if (end <= first) continue;
+      for (int64_t hh = 0; hh < src.group; ++hh) {
+        const int64_t i = r * src.group + hh;
+        online_softmax_update(partials[static_cast<size_t>(i)],
+                              std::span<float>(s + i * kFlashKeyTile + first, static_cast<size_t>(end - first)),
+                              v + first * src.head_dim, src.head_dim);
+      }
+    }
+  }
+}
+
+void finish_partial(const AttentionPartial& partial, std::span<float> out, float* lse) {
+  if (out.size() != partial.acc.size()) {
+    throw InvalidArgument("finish_partial: out holds " + std::to_string(out.size()) + " floats, acc " +
+                          std::to_string(partial.acc.size()));
+  }
+  if (!(partial.l > 0.0f)) throw InvalidArgument("finish_partial: the partial holds no key (l = 0)");
+  const float inv = 1.0f / partial.l;
+  for (size_t e = 0; e < out.size(); ++e) out[e] = partial.acc[e] * inv;
+  if (lse != nullptr) *lse = partial.m + std::log(partial.l);
 }
 
 }  // namespace lio::cpu
