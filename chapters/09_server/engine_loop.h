@@ -1,10 +1,11 @@
 // engine_loop.h — the engine's own thread, and the queues between it and the HTTP threads.
 //
 // Engine::step() is driven by exactly one thread (engine.h). HTTP threads submit requests
-// (Engine::add_request is thread-safe) and wait on a per-request Job for their outputs; the
-// loop thread steps the engine and hands each output to the Job it belongs to (mutex +
-// condition variable), records the metrics, and counts the prompts not yet scheduled so a
-// full queue can be refused (503) instead of growing without bound.
+// (Engine::add_request is thread-safe) and wait on a per-request Job for their outputs
+// (serving_loop.h); the loop thread turns the serving loop (serve_step, chapter 09's Task 4:
+// cancellations, one engine step, each output to the Job it belongs to, finished requests off
+// the books), records the metrics, and counts the prompts not yet scheduled so a full queue can
+// be refused (503) instead of growing without bound.
 #pragma once
 
 #include <atomic>
@@ -21,32 +22,9 @@
 
 #include "lio/engine.h"
 #include "metrics.h"
+#include "serving_loop.h"
 
 namespace lio::server {
-
-/// One HTTP request's link to the engine: its prompts' engine requests (n samples each), and
-/// the outputs that arrived for them. The loop thread appends; the request's thread takes.
-class Job {
- public:
-  /// Moves the outputs that have arrived into `out` (appending), waiting up to `timeout` when
-  /// none has; `error` gets the engine's failure message ("" = none). Returns true once every
-  /// sequence has finished and its outputs were taken (then nothing more will arrive).
-  bool take(std::vector<RequestOutput>& out, std::string& error, std::chrono::milliseconds timeout);
-  /// The choice `o` belongs to: prompt index * n + o.sample_index (OpenAI numbers the choices
-  /// of a multi-prompt request this way).
-  size_t choice_index(const RequestOutput& o, int64_t n) const;
-  /// The engine request id of each prompt, in order.
-  const std::vector<int64_t>& engine_ids() const { return engine_ids_; }
-
- private:
-  friend class EngineLoop;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<RequestOutput> outputs_;  ///< arrived, not yet taken
-  int64_t n_open_ = 0;                 ///< sequences (prompts x n) not yet finished
-  std::string error_;                  ///< set when an engine step failed under this job
-  std::vector<int64_t> engine_ids_;    ///< constant once submit() returned
-};
 
 /// The thread that drives an Engine for many concurrent requests.
 class EngineLoop {
@@ -75,23 +53,18 @@ class EngineLoop {
   /// nothing of the request stays queued then.
   std::shared_ptr<Job> submit(const std::vector<std::vector<int32_t>>& prompts,
                               const SamplingParams& params, const std::string& prompt_param);
-  /// Aborts every engine request of `job` (their KV blocks are freed at the next step);
-  /// thread-safe, idempotent.
+  /// Cancels every engine request of `job`: the loop's next turn aborts them (serve_step) and
+  /// their KV blocks are free after that step; thread-safe, idempotent.
   void abort(const Job& job);
 
  private:
-  /// An engine request in flight.
-  struct Entry {
-    std::shared_ptr<Job> job;
-    int64_t samples_left = 0;  ///< of its n
-    bool started = false;      ///< scheduled at least once (no longer queued)
-  };
   void run();
   void wake();
-  void publish(std::vector<RequestOutput> outputs);
-  void fail_all(const std::string& message);
+  /// Metrics and gauges after a turn; marks requests the engine has scheduled as started.
+  void publish(const std::vector<RequestOutput>& outputs);
 
   Engine& engine_;
+  EngineSteps steps_;
   ServerMetrics& metrics_;
   int64_t max_queue_;
   std::thread thread_;
@@ -99,9 +72,7 @@ class EngineLoop {
   std::mutex wake_mutex_;
   std::condition_variable wake_cv_;
   bool wake_ = false;
-  std::mutex registry_mutex_;  ///< guards registry_ and n_queued_; taken before any Job's mutex
-  std::unordered_map<int64_t, Entry> registry_;  ///< engine request id -> entry
-  int64_t n_queued_ = 0;                         ///< engine requests not yet scheduled
+  ServingState state_;  ///< its mutex is taken before any Job's
 };
 
 }  // namespace lio::server
