@@ -5,35 +5,45 @@
 
 #include <cstdlib>
 #include <memory>
+#include <string>
+
+#include "lio/error.h"
 
 namespace lio::bench {
 namespace {
-// Sums [begin, end) with 4 independent vector accumulators so the loop is load-bound.
-float sum_range(const float* p, int64_t begin, int64_t end) {
+// Sums [begin, end) as `streams` sequential streams side by side (the range cut in `streams`
+// equal parts), each with two independent vector accumulators so the loop is load-bound.
+float sum_range(const float* p, int64_t begin, int64_t end, int streams) {
+  const int64_t per = (end - begin) / streams / 32 * 32;
+  float s = 0;
 #if defined(__AVX2__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = begin;
-  for (; i + 32 <= end; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  __m256 acc[32];
+  for (int k = 0; k < 2 * streams; ++k) acc[k] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < per; i += 16) {
+    for (int k = 0; k < streams; ++k) {
+      const float* q = p + begin + k * per + i;
+      acc[2 * k] = _mm256_add_ps(acc[2 * k], _mm256_load_ps(q));
+      acc[2 * k + 1] = _mm256_add_ps(acc[2 * k + 1], _mm256_load_ps(q + 8));
+    }
   }
+  __m256 a = acc[0];
+  for (int k = 1; k < 2 * streams; ++k) a = _mm256_add_ps(a, acc[k]);
   alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  float s = 0;
+  _mm256_store_ps(lanes, a);
   for (float v : lanes) s += v;
-  for (; i < end; ++i) s += p[i];
-  return s;
 #else
-  float s = 0;
-  for (int64_t i = begin; i < end; ++i) s += p[i];
-  return s;
+  for (int k = 0; k < streams; ++k)
+    for (int64_t i = 0; i < per; ++i) s += p[begin + k * per + i];
 #endif
+  for (int64_t i = begin + streams * per; i < end; ++i) s += p[i];
+  return s;
 }
 }  // namespace
 
-double measure_read_bandwidth(int64_t buffer_bytes, int repeats) {
+double measure_read_bandwidth(int64_t buffer_bytes, int repeats, int streams) {
+  if (streams < 1 || streams > 16) {
+    throw InvalidArgument("read-bandwidth probe: streams must be in [1, 16], got " + std::to_string(streams));
+  }
   const int64_t n = buffer_bytes / static_cast<int64_t>(sizeof(float)) / 64 * 64;
   std::unique_ptr<float[], decltype(&std::free)> buf(
       static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * sizeof(float))), &std::free);
@@ -49,7 +59,7 @@ double measure_read_bandwidth(int64_t buffer_bytes, int repeats) {
       const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t chunk = (n / nt) / 64 * 64;
       const int64_t begin = t * chunk, end = t == nt - 1 ? n : begin + chunk;
-      total += sum_range(buf.get(), begin, end);
+      total += sum_range(buf.get(), begin, end, streams);
     }
     const double dt = now_s() - t0;
     sink = sink + total;

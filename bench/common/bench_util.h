@@ -159,7 +159,12 @@ inline std::vector<int32_t> repeat_to_length(const std::vector<int32_t>& base, i
 
 /// Measures sustained read bandwidth (bytes/s) with all OpenMP threads summing a buffer
 /// of `buffer_bytes` (much larger than the last-level cache), median of `repeats` passes.
-/// This is the ceiling batch-1 decode can reach: every weight byte is read once per token.
-double measure_read_bandwidth(int64_t buffer_bytes, int repeats);
+/// Each thread reads its share as `streams` concurrent sequential streams (its share cut in
+/// `streams` parts read side by side, as a GEMV reads several weight rows at once): one stream
+/// per thread leaves the memory system idle between a core's prefetches and understates what a
+/// decode step can read (bench/results/read_bandwidth_streams_cpu.md). This is the ceiling
+/// batch-1 decode can reach: every weight byte is read once per token. Throws InvalidArgument
+/// if streams is outside [1, 16].
+double measure_read_bandwidth(int64_t buffer_bytes, int repeats, int streams = 4);
 
 }  // namespace lio::bench

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   int64_t prompt_tokens = 128, decode_tokens = 64;
   int repeats = 5;
   double bw_gib = 1.0;
+  int bw_streams = 4;
   app.add_option("--activations", o.activations,
                  "Matmul activations of quantized weights: f32 (exact) or int8 (per 32-element block)")
       ->capture_default_str();
@@ -34,12 +35,15 @@ int main(int argc, char** argv) {
   app.add_option("--decode-tokens", decode_tokens, "Decode steps per repeat (tokens)")->capture_default_str();
   app.add_option("--repeats", repeats, "Repeats; medians are reported")->capture_default_str();
   app.add_option("--bandwidth-gib", bw_gib, "Buffer size for the read-bandwidth probe (GiB)")->capture_default_str();
+  app.add_option("--bandwidth-streams", bw_streams,
+                 "Concurrent sequential streams per thread in the read-bandwidth probe (1 = the probe before 2026-11-27)")
+      ->capture_default_str();
 
   return lio::run_main(app, argc, argv, [&]() -> int {
     lio::apply_threads(o.threads);
     lio::LoadedModel m = lio::load_from_options(o);
     const lio::ModelConfig& c = m.config;
-    const double bw = lio::bench::measure_read_bandwidth(static_cast<int64_t>(bw_gib * (1 << 30)), 5);
+    const double bw = lio::bench::measure_read_bandwidth(static_cast<int64_t>(bw_gib * (1 << 30)), 5, bw_streams);
 
     // A fixed, real-text prompt, repeated up to the requested length.
     const std::vector<int32_t> prompt = lio::bench::repeat_to_length(
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
                              {"decode_tokens", decode_tokens},
                              {"repeats", repeats},
                              {"read_bandwidth_gbs", bw / 1e9},
+                             {"read_bandwidth_streams", bw_streams},
                              {"prefill_tokens_per_s", pre},
                              {"decode_tokens_per_s", dec},
                              {"decode_achieved_gbs", bytes * dec / 1e9},

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""What the read-bandwidth probe measures, against what a decode step reads (issue 42, item 8:
+docs/09's closing table showed the f32 baseline reading weights faster than the probe of the
+same run).
+
+bench_decode's probe sums a 1 GiB buffer on every thread. Each thread reads its share as S
+sequential streams side by side (--bandwidth-streams S; S = 1 was the probe until 2026-11-27).
+A batch-1 decode step reads every weight once; LIO's f32 GEMV reads several weight rows at once.
+Per round, for S = 1, 2, 4, 8: one bench_decode run on the F32 SmolLM2 file, whose decode
+achieved GB/s (weight bytes x tok/s) is measured alongside; --repeats rounds, the S values
+alternating; medians [min-max].
+
+Writes bench/results/read_bandwidth_streams_cpu.json and .md (command, commit, machine, date).
+  .venv/bin/python bench/cpu_decode/bandwidth_streams.py [--repeats 5] [--threads 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
+from results_meta import provenance, provenance_lines  # noqa: E402
+
+MODEL = "models/SmolLM2-135M-Instruct.F32.gguf"
+STREAMS = [1, 2, 4, 8]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/read_bandwidth_streams_cpu"))
+    a = ap.parse_args()
+    if not os.path.exists(os.path.join(ROOT, MODEL)):
+        sys.exit(f"no {MODEL}: run scripts/setup.sh (it writes the F32 copy)")
+    prov = provenance()
+    probe, decode = {s: [] for s in STREAMS}, []
+    for rep in range(a.repeats):
+        for s in STREAMS:
+            out = subprocess.run([os.path.join(a.bin, "bench_decode"), "--model", os.path.join(ROOT, MODEL), "--json",
+                                  "--prompt-tokens", "16", "--decode-tokens", "32", "--repeats", "1",
+                                  "--threads", str(a.threads), "--bandwidth-streams", str(s)],
+                                 check=True, stdout=subprocess.PIPE, text=True).stdout
+            j = json.loads(out)
+            probe[s].append(j["read_bandwidth_gbs"])
+            decode.append(j["decode_achieved_gbs"])
+            print(f"round {rep + 1}: streams {s}: probe {j['read_bandwidth_gbs']:.1f} GB/s, "
+                  f"f32 decode reads {j['decode_achieved_gbs']:.1f} GB/s", flush=True)
+    spread = lambda v: {"median": statistics.median(v), "min": min(v), "max": max(v), "samples": v}
+    rows = [{"streams": s, "probe_gbs": spread(probe[s])} for s in STREAMS]
+    dec = spread(decode)
+    result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "model": MODEL, "rows": rows,
+              "f32_decode_gbs": dec}
+    with open(a.out + ".json", "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    lines = ["# The read-bandwidth probe vs a decode step's weight reads (CPU)", ""]
+    lines += provenance_lines(prov)
+    lines += [f"- Probe: bench_decode's, a 1 GiB buffer summed by {a.threads} threads, each reading its share as S "
+              "sequential streams side by side; decode: the same runs' batch-1 decode of "
+              f"`{MODEL}` (weight bytes x tok/s); {a.repeats} rounds, S alternating; median [min-max]", "",
+              "| streams per thread | probe GB/s | f32 decode reads, GB/s | decode / probe |", "|---:|---:|---:|---:|"]
+    for r in rows:
+        p = r["probe_gbs"]
+        lines.append(f"| {r['streams']} | {p['median']:.1f} [{p['min']:.1f}-{p['max']:.1f}] | "
+                     f"{dec['median']:.1f} [{dec['min']:.1f}-{dec['max']:.1f}] | {dec['median'] / p['median']:.2f} |")
+    with open(a.out + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
