@@ -3,7 +3,7 @@
 (online softmax, split-KV decode) on the CPU, same shapes, same threads, same run (COURSE.md,
 "Performance method").
 
-    .venv/bin/python bench/07_flash_attention/run.py [--n 512,1024,2048,4096,8192] [--repeats 5]
+    .venv/bin/python bench/07_flash_attention/run.py [--n 16,64,256,512,1024,2048,4096,8192] [--repeats 5]
         [--threads T] [--device cpu]
 
 One `build/bin/ch07_flash_attention kernels --json` process times, at SmolLM2-135M's shape (9
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
 from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
 
 BIN = os.path.join(ROOT, "build", "bin", "ch07_flash_attention")
-DEFAULT_N = "512,1024,2048,4096,8192"
+DEFAULT_N = "16,64,256,512,1024,2048,4096,8192"
 TIMING = ("median", "min", "max")
 PREFILL_KEYS = ("n", "naive_ms", "flash_ms", "speedup", "naive_scratch_bytes", "flash_scratch_bytes", "score_bytes",
                 "max_abs_diff")
