@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The draft's cost ratio c of chapter 06's speedup formula, for LIO and for llama.cpp (issue 42,
+item 8: lesson 06 said the two engines' draft results differ by c without measuring llama.cpp's).
+
+c = (time of one draft decode step) / (time of one target decode step) = target tok/s / draft tok/s
+at batch 1, for the pair lesson 06 runs: target SmolLM2-135M-Instruct F32, draft its shipped Q4_1
+file. Each engine's plain decode: LIO `bench_decode` (decode tok/s after a 128-token prompt),
+llama.cpp `llama-bench -p 0 -n 64 -d 128` (tg at depth 128). Per round the four runs alternate
+(LIO target, llama.cpp target, LIO draft, llama.cpp draft); --repeats rounds; tok/s median
+[min-max]; c is the median of the per-round ratios with their range.
+
+Writes bench/results/06_speculative_draft_cost_cpu.json and .md (command, commit, machine, date).
+  .venv/bin/python bench/06_speculative/draft_cost.py [--repeats 5] [--threads 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
+from results_meta import provenance, provenance_lines  # noqa: E402
+
+LLAMA = os.path.join(os.environ.get("LLAMA_BUILD_DIR", os.path.join(ROOT, "build-llama")), "bin")
+MODELS = {"target": "models/SmolLM2-135M-Instruct.F32.gguf", "draft": "models/SmolLM2-135M-Instruct.Q4_1.gguf"}
+
+
+def run(cmd):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+
+
+def lio_tg(a, model):
+    j = json.loads(run([os.path.join(a.bin, "bench_decode"), "--model", os.path.join(ROOT, model), "--json",
+                        "--prompt-tokens", "128", "--decode-tokens", "64", "--repeats", "1", "--threads",
+                        str(a.threads), "--bandwidth-gib", "0.25"]))
+    return j["decode_tokens_per_s"]
+
+
+def llama_tg(a, model):
+    j = json.loads(run([os.path.join(LLAMA, "llama-bench"), "-m", os.path.join(ROOT, model), "-p", "0", "-n", "64",
+                        "-d", "128", "-t", str(a.threads), "-r", "1", "-o", "json"]))
+    return j[0]["avg_ts"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/06_speculative_draft_cost_cpu"))
+    a = ap.parse_args()
+    if not os.path.exists(os.path.join(LLAMA, "llama-bench")):
+        subprocess.run(["bash", os.path.join(ROOT, "bench", "batched", "build_llama_tools.sh")], check=True)
+    prov = provenance()
+    tok = {(e, r): [] for e in ("LIO", "llama.cpp") for r in MODELS}
+    for rep in range(a.repeats):
+        for role, model in MODELS.items():
+            for engine, fn in (("LIO", lio_tg), ("llama.cpp", llama_tg)):
+                t = fn(a, model)
+                tok[(engine, role)].append(t)
+                print(f"round {rep + 1}: {engine} {role}: {t:.1f} tok/s", flush=True)
+    spread = lambda v: {"median": statistics.median(v), "min": min(v), "max": max(v), "samples": v}
+    rows = []
+    for engine in ("LIO", "llama.cpp"):
+        cs = [t / d for t, d in zip(tok[(engine, "target")], tok[(engine, "draft")])]
+        rows.append({"engine": engine, "target_tok_s": spread(tok[(engine, "target")]),
+                     "draft_tok_s": spread(tok[(engine, "draft")]), "c": spread(cs)})
+    result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "models": MODELS, "rows": rows}
+    with open(a.out + ".json", "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    lines = ["# The draft's cost ratio c (chapter 06): LIO vs llama.cpp, CPU", ""]
+    lines += provenance_lines(prov)
+    lines += [f"- Target `{MODELS['target']}`, draft `{MODELS['draft']}`; batch-1 decode, 64 tokens after 128 "
+              f"(LIO bench_decode, llama.cpp llama-bench -d 128), {a.threads} threads; {a.repeats} rounds, the four runs "
+              "alternating; tok/s median [min-max]; c = target tok/s / draft tok/s per round, median [min-max]", "",
+              "| engine | target (F32) tok/s | draft (Q4_1) tok/s | c |", "|---|---:|---:|---:|"]
+    f = lambda s: f"{s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}]"
+    for r in rows:
+        lines.append(f"| {r['engine']} | {f(r['target_tok_s'])} | {f(r['draft_tok_s'])} | "
+                     f"{r['c']['median']:.2f} [{r['c']['min']:.2f}-{r['c']['max']:.2f}] |")
+    with open(a.out + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
