@@ -64,6 +64,7 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
   limits.max_logits_rows = std::min(sc.max_num_seqs * rows_per_seq, sc.max_num_batched_tokens);
   limits.max_blocks_per_seq =
       std::min(pool.n_blocks(), (runner.config().context_length + pool.block_size() - 1) / pool.block_size());
+  limits.kv_cache_groups = pool.n_groups();
   runner.reserve(limits);
 }
 

@@ -171,9 +171,10 @@ void CudaBackend::reserve(const StepLimits& limits) {
         {Scratch::Logits, rows * c.vocab_size}};
     for (const auto& [id, floats] : sizes) m.grow(m.scratch[static_cast<size_t>(id)], floats);
     // upload(): token ids, positions, slots, query_start_loc, seq_lens, block tables, logits rows
-    // (and MLA's context offsets).
+    // (and MLA's context offsets), then each further KV cache group's slots and block tables.
     const int64_t index_ints = 3 * n + (seqs + 1) + seqs + seqs * limits.max_blocks_per_seq + rows +
-                               (c.is_mla() ? seqs + 1 : 0);
+                               (c.is_mla() ? seqs + 1 : 0) +
+                               (limits.kv_cache_groups - 1) * (n + seqs * limits.max_blocks_per_seq);
     m.grow(m.batch_h, index_ints);
     m.grow(m.batch_d, index_ints);
     if (m.activations != ActivationPrecision::F32) {  // the widest x a matmul rounds

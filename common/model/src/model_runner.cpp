@@ -34,6 +34,7 @@ void Backend::reserve(const StepLimits& limits) {
   if (limits.max_tokens < 0 || limits.max_seqs < 0 || limits.max_logits_rows < 0 || limits.max_blocks_per_seq < 0) {
     throw InvalidArgument("Backend::reserve: negative step limits");
   }
+  if (limits.kv_cache_groups < 1) throw InvalidArgument("Backend::reserve: kv_cache_groups must be >= 1");
 }
 
 int64_t norm_width(WeightKind kind, const ModelConfig& config) {

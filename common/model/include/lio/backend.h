@@ -90,6 +90,7 @@ struct StepLimits {
   int64_t max_seqs = 0;            ///< sequences in one pass (max_num_seqs)
   int64_t max_logits_rows = 0;     ///< logits rows of one pass (max_seqs; k + 1 per sequence when verifying drafts)
   int64_t max_blocks_per_seq = 0;  ///< block-table width: the context length in blocks
+  int64_t kv_cache_groups = 1;     ///< KV cache groups of the pool: a slot mapping and block table each
 };
 
 /// Activation buffers the forward pass asks its backend for (see Backend::scratch).
