@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -122,12 +123,18 @@ DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const 
   d.model = std::make_unique<LoadedModel>(load_model(o.draft_model, WeightMode::AsStored));
   check_draft_tokenizer(*m.tokenizer, *d.model->tokenizer);
   // As many blocks as the target's pool, of the same size and dtype: a draft sequence never
-  // needs more positions than its target sequence.
+  // needs more positions than its target sequence. A hybrid target's blocks hold only a KV
+  // cache group's lanes, so count the blocks its pool would have with one group instead (the
+  // draft's own blocks hold all its layers); when a draft sequence finds no block, it simply
+  // does not speculate that step (DraftModelProposer).
   const KvPool& tp = target.kv_pool();
+  const auto target_layers = static_cast<int64_t>(tp.groups().layer_lane.size());
+  const int64_t n_blocks =
+      tp.n_groups() > 1 ? std::max<int64_t>(1, tp.n_blocks() * tp.n_layers() / target_layers) : tp.n_blocks();
   d.runner = std::make_unique<ModelRunner>(
       make_backend(*d.model, parse_device(o.device), parse_activation_precision(o.activations),
                    parse_attention_backend(o.attention_backend)),
-      KvPoolConfig{tp.block_size(), tp.n_blocks(), tp.dtype()});
+      KvPoolConfig{tp.block_size(), n_blocks, tp.dtype()});
   return d;
 }
 

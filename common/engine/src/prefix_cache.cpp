@@ -79,17 +79,6 @@ void HashPrefixCache::insert_chain(std::span<const int32_t> tokens, int64_t n_co
 
 uint64_t group_chain_seed(int64_t g) { return g == 0 ? 0 : 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(g); }
 
-int64_t PrefixCache::match_groups(std::span<const int32_t>, std::vector<int32_t>&, GroupTables&, KvCacheCoordinator&) {
-  throw UnsupportedError(std::string("--prefix-cache ") + name() +
-                         " does not support a hybrid KV cache (sliding-window layers): use --prefix-cache hash or "
-                         "--disable-hybrid-kv-cache-manager");
-}
-
-void PrefixCache::insert_groups(std::span<const int32_t>, int64_t, std::span<const int32_t>, const GroupTables&,
-                                const KvCacheCoordinator&, bool) {
-  throw UnsupportedError(std::string("--prefix-cache ") + name() + " does not support a hybrid KV cache");
-}
-
 void HashPrefixCache::insert_groups(std::span<const int32_t> tokens, int64_t n_computed,
                                     std::span<const int32_t> block_table, const GroupTables& groups,
                                     const KvCacheCoordinator& kv, bool /*finished*/) {

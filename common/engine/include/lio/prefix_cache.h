@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lio/block_manager.h"
+#include "lio/error.h"
 #include "lio/kv_cache_coordinator.h"
 
 namespace lio {
@@ -69,13 +70,23 @@ class PrefixCache {
   /// windowed group name kv.null_block(). Appends to `block_table` and to each of `groups`
   /// (empty on entry), every entry with a hold. The default throws UnsupportedError (the radix
   /// tree does not support KV cache groups).
+  /// (Defined inline, like every default here: PrefixCache keeps no key function, so its
+  /// typeinfo is emitted wherever it is used, lio_blocks' sanitized builds included.)
   virtual int64_t match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table,
-                               GroupTables& groups, KvCacheCoordinator& kv);
+                               GroupTables& groups, KvCacheCoordinator& kv) {
+    (void)tokens, (void)block_table, (void)groups, (void)kv;
+    throw UnsupportedError(std::string("--prefix-cache ") + name() +
+                           " does not support a hybrid KV cache (sliding-window layers): use --prefix-cache hash "
+                           "or --disable-hybrid-kv-cache-manager");
+  }
   /// insert() over every KV cache group: group 0's table as insert() takes it, and each other
   /// group's non-null blocks under that group's own hash chain. The default throws
   /// UnsupportedError.
   virtual void insert_groups(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-                             const GroupTables& groups, const KvCacheCoordinator& kv, bool finished);
+                             const GroupTables& groups, const KvCacheCoordinator& kv, bool finished) {
+    (void)tokens, (void)n_computed, (void)block_table, (void)groups, (void)kv, (void)finished;
+    throw UnsupportedError(std::string("--prefix-cache ") + name() + " does not support a hybrid KV cache");
+  }
   /// Drops the cache's hold on up to `n_blocks` blocks that only it holds, least recently used
   /// first, so they become free. Returns how many became free.
   virtual int64_t evict(int64_t n_blocks) = 0;
