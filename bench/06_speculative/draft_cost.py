@@ -15,13 +15,12 @@ Writes bench/results/06_speculative_draft_cost_cpu.json and .md (command, commit
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines  # noqa: E402
+from results_meta import provenance, provenance_lines, spread, write_results  # noqa: E402
 
 LLAMA = os.path.join(os.environ.get("LLAMA_BUILD_DIR", os.path.join(ROOT, "build-llama")), "bin")
 MODELS = {"target": "models/SmolLM2-135M-Instruct.F32.gguf", "draft": "models/SmolLM2-135M-Instruct.Q4_1.gguf"}
@@ -44,6 +43,23 @@ def llama_tg(a, model):
     return j[0]["avg_ts"]
 
 
+def markdown(r):
+    """The results file's Markdown, from the result as written."""
+    m = r["models"]
+    lines = ["# The draft's cost ratio c (chapter 06): LIO vs llama.cpp, CPU", ""]
+    lines += provenance_lines(r["provenance"])
+    lines += [f"- Target `{m['target']}`, draft `{m['draft']}`; batch-1 decode, 64 tokens after 128 "
+              f"(LIO bench_decode, llama.cpp llama-bench -d 128), {r['threads']} threads; {r['repeats']} rounds, "
+              "the four runs alternating; tok/s median [min-max]; c = target tok/s / draft tok/s per round, "
+              "median [min-max]", "",
+              "| engine | target (F32) tok/s | draft (Q4_1) tok/s | c |", "|---|---:|---:|---:|"]
+    f = lambda s: f"{s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}]"
+    for row in r["rows"]:
+        lines.append(f"| {row['engine']} | {f(row['target_tok_s'])} | {f(row['draft_tok_s'])} | "
+                     f"{row['c']['median']:.2f} [{row['c']['min']:.2f}-{row['c']['max']:.2f}] |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
@@ -61,29 +77,13 @@ def main():
                 t = fn(a, model)
                 tok[(engine, role)].append(t)
                 print(f"round {rep + 1}: {engine} {role}: {t:.1f} tok/s", flush=True)
-    spread = lambda v: {"median": statistics.median(v), "min": min(v), "max": max(v), "samples": v}
     rows = []
     for engine in ("LIO", "llama.cpp"):
         cs = [t / d for t, d in zip(tok[(engine, "target")], tok[(engine, "draft")])]
         rows.append({"engine": engine, "target_tok_s": spread(tok[(engine, "target")]),
                      "draft_tok_s": spread(tok[(engine, "draft")]), "c": spread(cs)})
     result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "models": MODELS, "rows": rows}
-    with open(a.out + ".json", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    lines = ["# The draft's cost ratio c (chapter 06): LIO vs llama.cpp, CPU", ""]
-    lines += provenance_lines(prov)
-    lines += [f"- Target `{MODELS['target']}`, draft `{MODELS['draft']}`; batch-1 decode, 64 tokens after 128 "
-              f"(LIO bench_decode, llama.cpp llama-bench -d 128), {a.threads} threads; {a.repeats} rounds, the four runs "
-              "alternating; tok/s median [min-max]; c = target tok/s / draft tok/s per round, median [min-max]", "",
-              "| engine | target (F32) tok/s | draft (Q4_1) tok/s | c |", "|---|---:|---:|---:|"]
-    f = lambda s: f"{s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}]"
-    for r in rows:
-        lines.append(f"| {r['engine']} | {f(r['target_tok_s'])} | {f(r['draft_tok_s'])} | "
-                     f"{r['c']['median']:.2f} [{r['c']['min']:.2f}-{r['c']['max']:.2f}] |")
-    with open(a.out + ".md", "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(markdown(write_results(a.out, result, markdown)))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import os
 import platform
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 
@@ -186,6 +187,11 @@ def read_bandwidth_gbs(bin_dir, model, threads):
         return json.loads(out)["read_bandwidth_gbs"]
     except (subprocess.SubprocessError, ValueError, KeyError):
         return None
+
+
+def spread(values):
+    """Median, min, max and the samples of repeated measurements (COURSE.md: median and spread)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "samples": list(values)}
 
 
 def write_results(out_base, result, markdown):

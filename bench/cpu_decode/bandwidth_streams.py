@@ -16,16 +16,31 @@ Writes bench/results/read_bandwidth_streams_cpu.json and .md (command, commit, m
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines  # noqa: E402
+from results_meta import provenance, provenance_lines, spread, write_results  # noqa: E402
 
 MODEL = "models/SmolLM2-135M-Instruct.F32.gguf"
 STREAMS = [1, 2, 4, 8]
+
+
+def markdown(r):
+    """The results file's Markdown, from the result as written."""
+    dec = r["f32_decode_gbs"]
+    lines = ["# The read-bandwidth probe vs a decode step's weight reads (CPU)", ""]
+    lines += provenance_lines(r["provenance"])
+    lines += [f"- Probe: bench_decode's, a 1 GiB buffer summed by {r['threads']} threads, each reading its share as "
+              "S sequential streams side by side; decode: the same runs' batch-1 decode of "
+              f"`{r['model']}` (weight bytes x tok/s); {r['repeats']} rounds, S alternating; median [min-max]", "",
+              "| streams per thread | probe GB/s | f32 decode reads, GB/s | decode / probe |", "|---:|---:|---:|---:|"]
+    for row in r["rows"]:
+        p = row["probe_gbs"]
+        lines.append(f"| {row['streams']} | {p['median']:.1f} [{p['min']:.1f}-{p['max']:.1f}] | "
+                     f"{dec['median']:.1f} [{dec['min']:.1f}-{dec['max']:.1f}] | {dec['median'] / p['median']:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -50,27 +65,10 @@ def main():
             decode.append(j["decode_achieved_gbs"])
             print(f"round {rep + 1}: streams {s}: probe {j['read_bandwidth_gbs']:.1f} GB/s, "
                   f"f32 decode reads {j['decode_achieved_gbs']:.1f} GB/s", flush=True)
-    spread = lambda v: {"median": statistics.median(v), "min": min(v), "max": max(v), "samples": v}
     rows = [{"streams": s, "probe_gbs": spread(probe[s])} for s in STREAMS]
-    dec = spread(decode)
     result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "model": MODEL, "rows": rows,
-              "f32_decode_gbs": dec}
-    with open(a.out + ".json", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    lines = ["# The read-bandwidth probe vs a decode step's weight reads (CPU)", ""]
-    lines += provenance_lines(prov)
-    lines += [f"- Probe: bench_decode's, a 1 GiB buffer summed by {a.threads} threads, each reading its share as S "
-              "sequential streams side by side; decode: the same runs' batch-1 decode of "
-              f"`{MODEL}` (weight bytes x tok/s); {a.repeats} rounds, S alternating; median [min-max]", "",
-              "| streams per thread | probe GB/s | f32 decode reads, GB/s | decode / probe |", "|---:|---:|---:|---:|"]
-    for r in rows:
-        p = r["probe_gbs"]
-        lines.append(f"| {r['streams']} | {p['median']:.1f} [{p['min']:.1f}-{p['max']:.1f}] | "
-                     f"{dec['median']:.1f} [{dec['min']:.1f}-{dec['max']:.1f}] | {dec['median'] / p['median']:.2f} |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+              "f32_decode_gbs": spread(decode)}
+    print(markdown(write_results(a.out, result, markdown)))
 
 
 if __name__ == "__main__":

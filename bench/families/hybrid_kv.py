@@ -25,7 +25,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines  # noqa: E402
+from results_meta import provenance, provenance_lines, write_results  # noqa: E402
 
 MODEL = "models/gemma-3-270m-q4_k_m.gguf"
 CONTEXTS = [1024, 4096, 8192]
@@ -49,6 +49,23 @@ def run(a, n, extra, tmp):
     with open(out) as f:
         tokens = json.loads(f.readline())["token_ids"]
     return s, tokens
+
+
+def markdown(res):
+    """The results file's Markdown, from the result as written."""
+    lines = ["# Sliding-window block freeing on Gemma 3 270M (CPU; chapter 04)", ""]
+    lines += provenance_lines(res["provenance"])
+    lines += [f"- Model: `{res['model']}`; one sequence, N random prompt tokens + {res['generated']} generated "
+              f"(greedy), `lio batch --kv-cache-mib 1024 --max-num-batched-tokens {res['chunk']}`, {res['threads']} "
+              f"threads; {res['repeats']} rounds with the two configurations alternating; tok/s median [min-max]", "",
+              "| N | KV cache | groups | block bytes | peak blocks held | peak KV memory | decode tok/s | "
+              "same tokens |", "|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['context']:,} | {r['config']} | {r['kv_cache_groups']} | {r['kv_block_bytes']:,} | "
+                     f"{r['peak_kv_blocks_used']:,} | {r['peak_kv_bytes_used'] / 2**20:,.1f} MiB | "
+                     f"{r['decode_tok_s']:.1f} [{r['min']:.1f}-{r['max']:.1f}] | "
+                     f"{'yes' if r['same_tokens'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -81,28 +98,13 @@ def main():
         same = rows[(n, CONFIGS[0][0])]["tokens"] == rows[(n, CONFIGS[1][0])]["tokens"]
         for name, _ in CONFIGS:
             r = rows[(n, name)]
-            v = r.pop("tokens") and r["tok_s"]
+            del r["tokens"]
+            v = r["tok_s"]
             out_rows.append({**r, "decode_tok_s": statistics.median(v), "min": min(v), "max": max(v),
                              "same_tokens": same})
     result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "model": MODEL,
               "generated": GENERATED, "chunk": CHUNK, "rows": out_rows}
-    with open(a.out + ".json", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    lines = ["# Sliding-window block freeing on Gemma 3 270M (CPU; chapter 04)", ""]
-    lines += provenance_lines(prov)
-    lines += [f"- Model: `{MODEL}`; one sequence, N random prompt tokens + {GENERATED} generated (greedy), "
-              f"`lio batch --kv-cache-mib 1024 --max-num-batched-tokens {CHUNK}`, {a.threads} threads; {a.repeats} rounds with the two "
-              "configurations alternating; tok/s median [min-max]", "",
-              "| N | KV cache | groups | block bytes | peak blocks held | peak KV memory | decode tok/s | "
-              "same tokens |", "|---:|---|---:|---:|---:|---:|---:|---|"]
-    for r in out_rows:
-        lines.append(f"| {r['context']:,} | {r['config']} | {r['kv_cache_groups']} | {r['kv_block_bytes']:,} | "
-                     f"{r['peak_kv_blocks_used']:,} | {r['peak_kv_bytes_used'] / 2**20:,.1f} MiB | "
-                     f"{r['decode_tok_s']:.1f} [{r['min']:.1f}-{r['max']:.1f}] | {'yes' if r['same_tokens'] else 'NO'} |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(markdown(write_results(a.out, result, markdown)))
 
 
 if __name__ == "__main__":

@@ -198,8 +198,7 @@ class Scheduler::StepOps final : public SchedulerOps {
     return seq.group_block_tables;
   }
   const std::vector<std::vector<int32_t>>& tables(const Sequence& seq) const {
-    static const std::vector<std::vector<int32_t>> none;
-    return seq.group_block_tables.empty() ? (s_.kv_->n_extra_groups() > 0 ? empty_ : none) : seq.group_block_tables;
+    return seq.group_block_tables.size() == empty_.size() ? seq.group_block_tables : empty_;
   }
 
   struct Match {
