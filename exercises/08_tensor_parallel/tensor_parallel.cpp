@@ -1,11 +1,12 @@
-// Chapter 08, Tasks 1-4 — YOUR implementation: the column/row shard of a linear layer and the KV
+// Chapter 08, Tasks 1-5 — YOUR implementation: the column/row shard of a linear layer and the KV
 // heads a rank holds, the ring all-reduce over point-to-point sends, one rank's memory under
-// tensor parallelism, and the bytes a layer sends. Declarations and contracts:
-// common/parallel/include/lio/tensor_parallel.h. Lesson: docs/08_tensor_parallel.md.
-// Grade: ctest -R ch08_task_K (K = 1..4), or scripts/grade.sh 08 (Task 2 runs 3 ranks under
+// tensor parallelism, the bytes a layer sends, and the Megatron-LM forward's meeting points.
+// Declarations and contracts: common/parallel/include/lio/tensor_parallel.h. Lesson:
+// docs/08_tensor_parallel.md.
+// Grade: ctest -R ch08_task_K (K = 1..5), or scripts/grade.sh 08 (Task 2 runs 3 ranks under
 // scripts/mpirun.sh). Built with -DLIO_EXERCISES=08, the engine shards the model with your Task 1
-// (lio generate --tensor-parallel-size N under scripts/mpirun.sh) and `--all-reduce ring` sums
-// with your Task 2.
+// (lio generate --tensor-parallel-size N under scripts/mpirun.sh), runs every row-parallel layer,
+// the embedding and the LM head through your Task 5, and `--all-reduce ring` sums with your Task 2.
 #include "lio/tensor_parallel.h"
 
 #include <algorithm>
@@ -121,6 +122,51 @@ LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t byt
       "Task 4 (exercises/08_tensor_parallel/tensor_parallel.cpp): layer_comm_volume — "
       "the bytes a layer all-reduces and what a ring sends for them; "
       "see docs/08_tensor_parallel.md, Task 4");
+}
+
+// ---- Task 5 -----------------------------------------------------------------------------------
+
+void row_parallel_linear(const PartialProduct& partial, float* out, int64_t count, bool add_to_out,
+                         const TpGroup& group) {
+  // TODO(Task 5), part a: one row-parallel linear layer (o_proj, down) on this rank. Every rank
+  //   holds the same `out` (the residual stream when add_to_out) and computes only its partial
+  //   product (call `partial` once, choosing accumulate). On return every rank must hold
+  //   [out_before +] the sum of all ranks' partials, as lio/tensor_parallel.h states.
+  //   Must hold: the residual counted once at any group size; the engine's logits at TP 2 equal one
+  //   rank's (the grading test runs both under scripts/mpirun.sh). Group size 1: no all-reduce.
+  //   Throw InvalidArgument if count < 0, the rank is outside the group (check_rank), or size > 1
+  //   without an all_reduce.
+  //   Lesson: docs/08_tensor_parallel.md, "Task 5" (Megatron-LM sec. 3, the g operator).
+  (void)partial, (void)out, (void)count, (void)add_to_out, (void)group;
+  throw NotImplemented(
+      "Task 5a (exercises/08_tensor_parallel/tensor_parallel.cpp): row_parallel_linear — "
+      "each rank's partial, summed over the group; see docs/08_tensor_parallel.md, Task 5");
+}
+
+void localize_vocab_ids(std::span<int32_t> ids, int64_t vocab_begin, int64_t vocab_local) {
+  // TODO(Task 5), part b: rewrite the batch's token ids for this rank's slice of the embedding
+  //   table, as lio/tensor_parallel.h states (ids outside the slice become -1: a zero row the
+  //   all-reduce after the lookup fills from the rank that holds it).
+  //   Throw InvalidArgument if vocab_begin < 0 or vocab_local < 1.
+  //   Lesson: docs/08_tensor_parallel.md, "Task 5".
+  (void)ids, (void)vocab_begin, (void)vocab_local;
+  throw NotImplemented(
+      "Task 5b (exercises/08_tensor_parallel/tensor_parallel.cpp): localize_vocab_ids — "
+      "the embedding rows this rank holds; see docs/08_tensor_parallel.md, Task 5");
+}
+
+void gather_vocab_shards(std::span<const float> gathered, int64_t tp_size, int64_t n_rows, int64_t vocab_local,
+                         int64_t vocab, std::span<float> out) {
+  // TODO(Task 5), part c: the all-gathered LM-head logits, (tp_size, n_rows, vocab_local), into
+  //   (n_rows, vocab) in vocabulary order, as lio/tensor_parallel.h states.
+  //   Must hold: a vocabulary that does not split evenly (49,152 at TP 5 gives shards of 9,831 with
+  //   3 padding columns on the last rank) loses nothing and writes nothing past vocab.
+  //   Throw InvalidArgument for the sizes and spans lio/tensor_parallel.h lists.
+  //   Lesson: docs/08_tensor_parallel.md, "Task 5".
+  (void)gathered, (void)tp_size, (void)n_rows, (void)vocab_local, (void)vocab, (void)out;
+  throw NotImplemented(
+      "Task 5c (exercises/08_tensor_parallel/tensor_parallel.cpp): gather_vocab_shards — "
+      "(tp, rows, vocab_local) back to (rows, vocab); see docs/08_tensor_parallel.md, Task 5");
 }
 
 }  // namespace lio

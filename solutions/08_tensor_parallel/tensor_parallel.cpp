@@ -1,7 +1,8 @@
-// Chapter 08, Tasks 1-4 — reference solution: the column/row shard of a linear layer and the KV
+// Chapter 08, Tasks 1-5 — reference solution: the column/row shard of a linear layer and the KV
 // heads a rank holds, the ring all-reduce over point-to-point sends, one rank's memory under
-// tensor parallelism, and the bytes a layer sends. Declarations and contracts:
-// common/parallel/include/lio/tensor_parallel.h. Lesson: docs/08_tensor_parallel.md.
+// tensor parallelism, the bytes a layer sends, and the Megatron-LM forward's meeting points.
+// Declarations and contracts: common/parallel/include/lio/tensor_parallel.h. Lesson:
+// docs/08_tensor_parallel.md.
 #include "lio/tensor_parallel.h"
 
 #include <algorithm>
@@ -135,6 +136,52 @@ LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t byt
   v.bytes_sent_per_rank = static_cast<double>(v.all_reduce_bytes) * 2.0 * static_cast<double>(tp_size - 1) /
                           static_cast<double>(tp_size);
   return v;
+}
+
+// ---- Task 5 -----------------------------------------------------------------------------------
+
+void row_parallel_linear(const PartialProduct& partial, float* out, int64_t count, bool add_to_out,
+                         const TpGroup& group) {
+  if (count < 0) throw InvalidArgument("row_parallel_linear: negative count " + std::to_string(count));
+  check_rank(group.size, group.rank, "row_parallel_linear");
+  if (group.size > 1 && !group.all_reduce) {
+    throw InvalidArgument("row_parallel_linear: a group of " + std::to_string(group.size) + " ranks needs an all_reduce");
+  }
+  // Every rank holds the same residual; only rank 0 keeps it in its partial sum, the others
+  // start from zero, so the all-reduce adds the residual once.
+  partial(out, add_to_out && group.rank == 0);
+  if (group.size > 1) group.all_reduce(out, count);
+}
+
+void localize_vocab_ids(std::span<int32_t> ids, int64_t vocab_begin, int64_t vocab_local) {
+  if (vocab_begin < 0 || vocab_local < 1) {
+    throw InvalidArgument("localize_vocab_ids: vocab_begin " + std::to_string(vocab_begin) + ", vocab_local " +
+                          std::to_string(vocab_local) + " (need >= 0 and >= 1)");
+  }
+  for (int32_t& id : ids) {
+    id = id >= vocab_begin && id < vocab_begin + vocab_local ? static_cast<int32_t>(id - vocab_begin) : -1;
+  }
+}
+
+void gather_vocab_shards(std::span<const float> gathered, int64_t tp_size, int64_t n_rows, int64_t vocab_local,
+                         int64_t vocab, std::span<float> out) {
+  if (tp_size < 1 || vocab_local < 1 || n_rows < 0 || vocab < 0 || vocab_local * tp_size < vocab) {
+    throw InvalidArgument("gather_vocab_shards: tp_size " + std::to_string(tp_size) + ", n_rows " +
+                          std::to_string(n_rows) + ", vocab_local " + std::to_string(vocab_local) + ", vocab " +
+                          std::to_string(vocab) + " (need tp_size, vocab_local >= 1 and tp_size * vocab_local >= vocab)");
+  }
+  if (static_cast<int64_t>(gathered.size()) < tp_size * n_rows * vocab_local ||
+      static_cast<int64_t>(out.size()) < n_rows * vocab) {
+    throw InvalidArgument("gather_vocab_shards: spans of " + std::to_string(gathered.size()) + " and " +
+                          std::to_string(out.size()) + " floats are shorter than their shapes");
+  }
+  for (int64_t r = 0; r < tp_size; ++r) {
+    const int64_t cols = std::min(vocab_local, vocab - r * vocab_local);  // the padding is dropped
+    for (int64_t i = 0; i < n_rows && cols > 0; ++i) {
+      const float* src = gathered.data() + (r * n_rows + i) * vocab_local;
+      std::copy(src, src + cols, out.data() + i * vocab + r * vocab_local);
+    }
+  }
 }
 
 }  // namespace lio

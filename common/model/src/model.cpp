@@ -6,6 +6,7 @@
 
 #include "lio/architecture.h"
 #include "lio/error.h"
+#include "lio/tensor_parallel.h"
 
 namespace lio {
 
@@ -41,10 +42,7 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   const ForwardBatch* run = &batch;
   if (tp) {  // vocabulary-parallel embedding: ids outside this rank's shard become -1 (a zero row)
     local_batch_ = batch;
-    for (int32_t& id : local_batch_.token_ids) {
-      id = id >= plan.vocab_begin && id < plan.vocab_begin + plan.vocab_local ? static_cast<int32_t>(id - plan.vocab_begin)
-                                                                              : -1;
-    }
+    localize_vocab_ids(local_batch_.token_ids, plan.vocab_begin, plan.vocab_local);  // chapter 08, Task 5b
     run = &local_batch_;
   }
   const BatchView view = be.upload(*run);
@@ -68,9 +66,6 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
     par->send_recv.add(n * d * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
     be.from_host(staging_.data(), n * d, x);
   }
-  // Row-parallel layers: y = x + sum over ranks of W_r h_r. Rank 0 adds its partial to x, the
-  // others start from zero, and one all-reduce sums them (Megatron-LM's g operator).
-  const bool accumulate = !tp || plan.tp_rank == 0;
   const auto wait_for_group = [&] {  // measurement mode: the ranks' imbalance apart from the collective
     if (!par->split_wait) return;
     if (!be.host_memory()) be.to_host(x, 0, nullptr);  // this rank's kernels are done before it waits
@@ -86,8 +81,10 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   };
   if (tp && plan.first_stage()) all_reduce(x, n * d);  // each token's embedding row came from one rank's shard
   // ---- the family's decoder layers (lio/architecture.h; arch/<family>.cpp)
-  LayerPass pass{be, c, pool, view, n, x, xn, q, k, v, attn, gate, up, accumulate, {}};
-  if (tp) pass.all_reduce = all_reduce;
+  // Row-parallel layers (y = x + sum over ranks of h_r W_r^T) sum through chapter 08's Task 5a.
+  TpGroup group;
+  if (tp) group = {plan.tp_rank, plan.tp_size, all_reduce};
+  LayerPass pass{be, c, pool, view, n, x, xn, q, k, v, attn, gate, up, group};
   if (pool.n_groups() == 1) {
     for (int64_t l = 0; l < n_run; ++l) arch_.layer(pass, l);
   } else {  // KV cache groups (lio/kv_pool.h): each layer reads and writes its group's blocks
@@ -95,7 +92,7 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
     for (int64_t g = 0; g < pool.n_groups(); ++g) group_views.push_back(view.for_group(g));
     for (int64_t l = 0; l < n_run; ++l) {
       LayerPass lp{be, c, pool, group_views[static_cast<size_t>(pool.groups().layer_group[static_cast<size_t>(l)])],
-                   n, x, xn, q, k, v, attn, gate, up, accumulate, pass.all_reduce};
+                   n, x, xn, q, k, v, attn, gate, up, group};
       arch_.layer(lp, l);
     }
   }
@@ -164,18 +161,11 @@ void Model::forward(const ForwardBatch& batch, KvPool& pool, std::span<float> lo
     const float* device_logits = forward_device(part, pool);
     const int64_t part_out = part.n_logits();
     if (gathers && part_out > 0) {
-      // (tp, part_out, vocab_local) -> (part_out, vocab): rank r's columns are [r * vocab_local, ...).
-      const int64_t vl = plan.vocab_local;
-      staging_.resize(static_cast<size_t>(plan.tp_size * part_out * vl));
+      // (tp, part_out, vocab_local) -> (part_out, vocab): chapter 08, Task 5c.
+      staging_.resize(static_cast<size_t>(plan.tp_size * part_out * plan.vocab_local));
       backend_.to_host(device_logits, static_cast<int64_t>(staging_.size()), staging_.data());
-      float* dst = out + row0 * vocab;
-      for (int64_t r = 0; r < plan.tp_size; ++r) {
-        const int64_t cols = std::min(vl, vocab - r * vl);  // the last shard's padding is dropped
-        for (int64_t i = 0; i < part_out && cols > 0; ++i) {
-          const float* src = staging_.data() + (r * part_out + i) * vl;
-          std::copy(src, src + cols, dst + i * vocab + r * vl);
-        }
-      }
+      gather_vocab_shards(staging_, plan.tp_size, part_out, plan.vocab_local, vocab,
+                          std::span<float>(out + row0 * vocab, static_cast<size_t>(part_out * vocab)));
     }
     row0 += part_out;
   }

@@ -5,7 +5,7 @@
 // A family supplies its decoder layer; the frame around it is the same for every family and
 // lives in Model::forward_device (lio/model.h): embedding, the pipeline-parallel exchange of the
 // residual stream, the final norm, the LM head and its logits rows. The layer gets the frame's
-// buffers and the tensor-parallel all-reduce in a LayerPass. Adding a family: a file in arch/
+// buffers and this rank's tensor-parallel group in a LayerPass. Adding a family: a file in arch/
 // that defines an Architecture (its RoPE pairing, which optional tensors its layers carry, its
 // layer function, its own GGUF and config.json keys, its Hugging Face tensor names where they
 // differ from llama's), one line in arch/registry.cpp, and its extra tensors in the loader.
@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "lio/rope_style.h"
+#include "lio/tensor_parallel.h"
 
 namespace lio {
 
@@ -45,12 +46,10 @@ struct LayerPass {
   float* attn = nullptr;         ///< (n_tokens, attn_out_dim) attention output
   float* gate = nullptr;         ///< (n_tokens, d_ff) MLP gate / hidden
   float* up = nullptr;           ///< (n_tokens, d_ff) MLP up projection
-  /// Row-parallel layers (chapter 08): true where this rank adds its partial product to x (one
-  /// rank, or tensor-parallel rank 0); the other ranks' partials start from zero.
-  bool accumulate = true;
-  /// Sums x (count floats) over the tensor-parallel group after a row-parallel layer
-  /// (Megatron-LM's g operator); empty on one rank.
-  std::function<void(float* x, int64_t count)> all_reduce;
+  /// This rank's tensor-parallel group (chapter 08; size 1 on one rank). A layer's row-parallel
+  /// projections go through arch::row_parallel_out, which runs chapter 08's Task 5a
+  /// (lio/tensor_parallel.h row_parallel_linear) when the group has more than one rank.
+  TpGroup tp;
 };
 
 /// One decoder layer of a family: reads and updates p.x for layer `layer` (this rank's index),

@@ -3,8 +3,18 @@
 
 #include "lio/backend.h"
 #include "lio/model_config.h"
+#include "lio/tensor_parallel.h"
 
 namespace lio::arch {
+
+void row_parallel_out(LayerPass& p, WeightRef w, const float* in, float* out, bool add_to_out) {
+  if (p.tp.size == 1) {
+    p.be.matmul(w, in, out, p.n_tokens, add_to_out);
+    return;
+  }
+  const auto partial = [&](float* y, bool accumulate) { p.be.matmul(w, in, y, p.n_tokens, accumulate); };
+  row_parallel_linear(partial, out, p.n_tokens * p.config.d_model, add_to_out, p.tp);  // chapter 08, Task 5a
+}
 
 void qkv_projection(LayerPass& p, int64_t l) {
   p.be.rmsnorm(p.x, {WeightKind::AttnNorm, l}, p.xn, p.n_tokens);
@@ -32,8 +42,7 @@ void rope_qk(LayerPass& p, int64_t l) {
 void gqa_attend(LayerPass& p, int64_t l) {
   p.be.kv_append(p.pool, l, p.k, p.v, p.view);
   p.be.attention(p.pool, l, p.q, p.attn, p.view);
-  p.be.matmul({WeightKind::Wo, l}, p.attn, p.x, p.n_tokens, p.accumulate);  // x += W_o attn (row-parallel)
-  if (p.all_reduce) p.all_reduce(p.x, p.n_tokens * p.config.d_model);        // all-reduce 1 of 2
+  row_parallel_out(p, {WeightKind::Wo, l}, p.attn, p.x, /*add_to_out=*/true);  // x += W_o attn: all-reduce 1 of 2
 }
 
 void swiglu_mlp(LayerPass& p, int64_t l) {
@@ -42,8 +51,7 @@ void swiglu_mlp(LayerPass& p, int64_t l) {
   const MatmulOut gate_up[] = {{{WeightKind::Gate, l}, p.gate}, {{WeightKind::Up, l}, p.up}};
   p.be.matmul_many(gate_up, p.xn, n);  // column-parallel: this rank's features
   p.be.swiglu(p.gate, p.up, p.gate, n * p.config.d_ff);
-  p.be.matmul({WeightKind::Down, l}, p.gate, p.x, n, p.accumulate);  // x += W_down h (row-parallel)
-  if (p.all_reduce) p.all_reduce(p.x, n * p.config.d_model);         // all-reduce 2 of 2
+  row_parallel_out(p, {WeightKind::Down, l}, p.gate, p.x, /*add_to_out=*/true);  // x += W_down h: all-reduce 2 of 2
 }
 
 }  // namespace lio::arch

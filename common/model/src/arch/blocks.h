@@ -6,8 +6,15 @@
 #include <cstdint>
 
 #include "lio/architecture.h"
+#include "lio/backend.h"
 
 namespace lio::arch {
+
+/// out (n_tokens, config.d_model) = [out +] in W^T for the row-parallel projection `w` (W_o,
+/// W_down: this rank holds W's columns for its slice of in's features), summed over the
+/// tensor-parallel group: on one rank a plain matmul, over ranks chapter 08's Task 5a
+/// (row_parallel_linear, Megatron-LM's g operator). add_to_out: out holds the residual stream.
+void row_parallel_out(LayerPass& p, WeightRef w, const float* in, float* out, bool add_to_out);
 
 /// xn = RMSNorm(x) * attn_norm; q, k, v = xn W_q^T, xn W_k^T, xn W_v^T (one matmul_many; over
 /// tensor parallelism: column-parallel, this rank's heads). Shapes as LayerPass.

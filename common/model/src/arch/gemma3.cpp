@@ -28,8 +28,7 @@ namespace {
 /// added into x.
 void post_normed_residual(LayerPass& p, WeightKind out_kind, const float* in, WeightKind norm, int64_t l) {
   const int64_t n = p.n_tokens, d = p.config.d_model;
-  p.be.matmul({out_kind, l}, in, p.xn, n, /*accumulate=*/false);  // xn is free once read: the sub-block's output
-  if (p.all_reduce) p.all_reduce(p.xn, n * d);
+  row_parallel_out(p, {out_kind, l}, in, p.xn, /*add_to_out=*/false);  // xn is free once read: the sub-block's output
   p.be.rmsnorm(p.xn, {norm, l}, p.xn, n);
   p.be.add(p.x, p.xn, n * d);
 }

@@ -1,7 +1,8 @@
 // tensor_parallel.h — chapter 08's exercise points: how a Llama layer is split over ranks
 // (Megatron-LM's column- and row-parallel linear layers), the ring all-reduce that sums the
 // row-parallel halves back together, and the two numbers a deployment is planned with: the
-// memory each rank holds and the bytes each layer sends.
+// memory each rank holds and the bytes each layer sends; and (Task 5) the Megatron-LM forward
+// on one rank: every point where the ranks meet, which the engine's tensor-parallel path runs.
 //
 // Sources: Shoeybi et al. 2019, "Megatron-LM", sec. 3 (Figure 3: the MLP's A column-split, B
 // row-split, one all-reduce g after B; self-attention split by heads, one all-reduce after the
@@ -9,14 +10,15 @@
 // RowParallelLinear, QKVParallelLinear's KV-head replication when tp_size > num_kv_heads);
 // Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations"
 // (the ring: a reduce-scatter then an all-gather); nccl-tests' doc/PERFORMANCE.md (bus
-// bandwidth). The lesson derives what each task computes; the doc comments below state only
-// the contracts.
+// bandwidth); Megatron-LM's VocabParallelEmbedding and vLLM's ParallelLMHead (Task 5). The
+// lesson derives what each task computes; the doc comments below state only the contracts.
 //
 // Definitions: exercises/08_tensor_parallel/tensor_parallel.cpp (the learner's) and
 // solutions/08_tensor_parallel/tensor_parallel.cpp; lesson docs/08_tensor_parallel.md.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "lio/communicator.h"
@@ -121,5 +123,63 @@ struct LayerCommVolume {
 /// (d_model 576), f32, one token: 4,608 bytes all-reduced. Throws InvalidArgument if
 /// n_tokens < 0, or d_model, bytes_per_element or tp_size < 1.
 LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t bytes_per_element, int64_t tp_size);
+
+// ---- Task 5: the Megatron-LM forward on one rank ----------------------------------------------
+// With Task 1's shards loaded, a column-parallel layer (Q/K/V, gate/up, the LM head) needs no
+// communication in the forward pass: the rank multiplies by the rows it holds (Megatron-LM's f
+// operator is the identity going forward). The ranks meet only where a result is a SUM of their
+// pieces or is spread over them. Task 5 is every such point of the engine's forward pass: the
+// row-parallel layers of every family (o_proj and down; common/model/src/arch/), the
+// vocabulary-parallel embedding's ids and the vocabulary-parallel LM head's gathered logits
+// (common/model/src/model.cpp). The engine calls these only when tensor_parallel_size > 1.
+
+/// This rank's tensor-parallel group as a layer sees it.
+struct TpGroup {
+  int64_t rank = 0;  ///< this rank, 0 .. size - 1
+  int64_t size = 1;  ///< ranks in the group (1: no tensor parallelism)
+  /// Replaces buf (count floats, in the memory the backend computes in: host or device) with
+  /// its element-wise sum over the group's ranks. A collective: every rank calls it the same
+  /// number of times with the same count, or the job hangs. Empty when size == 1.
+  std::function<void(float* buf, int64_t count)> all_reduce;
+};
+
+/// This rank's part of a row-parallel linear layer y = h W^T, h (n_tokens, in_features) and
+/// W (d_out, in_features): with h_r this rank's slice of h's features and W_r the matching
+/// columns of W (Task 1's ParallelStyle::Row shard), writes (accumulate = false) or adds
+/// (accumulate = true) h_r W_r^T, (n_tokens, d_out), into `out`. The caller supplies it (the
+/// model's backend matmul); it may be called at most once per row_parallel_linear.
+using PartialProduct = std::function<void(float* out, bool accumulate)>;
+
+/// Task 5a: a row-parallel linear layer on this rank (Megatron-LM sec. 3, Figure 3: the g
+/// operator after W_o and after W_down). On return, on every rank of `group`,
+///   out = out_before + sum over ranks r of h_r W_r^T   when add_to_out (the residual add),
+///   out = sum over ranks r of h_r W_r^T               otherwise,
+/// where out_before (count floats) is the same on every rank (the replicated residual stream)
+/// and each rank's partial comes from its own `partial`. count = n_tokens * d_out. The residual
+/// must be counted once in the sum, not group.size times. Group size 1: out = [out +] h W^T.
+/// Throws InvalidArgument if count < 0, group.size < 1, group.rank outside [0, size), or
+/// size > 1 without an all_reduce; passes on what partial and all_reduce throw.
+void row_parallel_linear(const PartialProduct& partial, float* out, int64_t count, bool add_to_out,
+                         const TpGroup& group);
+
+/// Task 5b: the vocabulary-parallel embedding's lookup ids (Megatron-LM's
+/// VocabParallelEmbedding; vLLM's vocab_parallel_embedding.py). The rank holds embedding rows
+/// [vocab_begin, vocab_begin + vocab_local) of the table as its rows 0 .. vocab_local - 1.
+/// Rewrites each id in place: an id inside the rank's range becomes its local row; any other id
+/// becomes -1, which the backend's embedding turns into a zero row. The engine then all-reduces
+/// the (n_tokens, d_model) rows: each token's row comes from the one rank that holds it.
+/// Throws InvalidArgument if vocab_begin < 0 or vocab_local < 1 (ids themselves are checked
+/// against the vocabulary before this is called).
+void localize_vocab_ids(std::span<int32_t> ids, int64_t vocab_begin, int64_t vocab_local);
+
+/// Task 5c: the vocabulary-parallel LM head's logits put back in vocabulary order. `gathered`
+/// holds what an all-gather of every rank's logits gives, shape (tp_size, n_rows, vocab_local):
+/// rank r's block holds the logits of vocabulary entries [r * vocab_local, (r + 1) *
+/// vocab_local) for every row. `out` gets shape (n_rows, vocab), row-major. vocab_local *
+/// tp_size may exceed vocab (the last shard padded to a whole split): the padding's columns
+/// are dropped. Throws InvalidArgument if a size is negative, tp_size or vocab_local < 1,
+/// vocab_local * tp_size < vocab, or a span is shorter than its shape.
+void gather_vocab_shards(std::span<const float> gathered, int64_t tp_size, int64_t n_rows, int64_t vocab_local,
+                         int64_t vocab, std::span<float> out);
 
 }  // namespace lio
