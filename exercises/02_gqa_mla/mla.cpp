@@ -31,11 +31,10 @@ void mla_absorbed_attention_head(std::span<const float> q_nope, std::span<const 
                                  std::span<const float> w_uk, std::span<const float> w_uv,
                                  std::span<const float> latents, int64_t n_ctx, const MlaHeadShape& sh,
                                  float scale, std::span<float> out) {
-  // TODO(Task 4): check the span sizes against sh and n_ctx (InvalidArgument). Then, never
-  //   building a key or a value:
-  //   q_lat = W_UK^T q_nope (d_c);  s_j = scale * (q_lat . c_j + q_pe . kpe_j) over the latent
-  //   rows [c_j | kpe_j];  p = softmax(s) (subtract the max);  o_lat = sum_j p_j c_j;
-  //   out = W_UV o_lat.
+  // TODO(Task 4): check the span sizes against sh and n_ctx (InvalidArgument). Then one head's
+  //   attention over the latent rows [c_j | kpe_j] that equals the naive path's (lio/mla.h)
+  //   without building any key or value: section 5 of docs/02_gqa_mla.md derives where W_UK
+  //   and W_UV go. Must hold: finite for scores that overflow exp.
   //   cpu::dot(a, b, n) (kernels/cpu/cpu_ops.h) is a fast dot product if you want one.
   (void)q_nope, (void)q_pe, (void)w_uk, (void)w_uv, (void)latents, (void)n_ctx, (void)sh, (void)scale, (void)out;
   throw NotImplemented("Task 4 (exercises/02_gqa_mla/mla.cpp): mla_absorbed_attention_head — "

@@ -13,9 +13,11 @@ namespace lio {
 
 AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
                             const std::function<double(std::span<const float> scales)>& loss) {
-  // TODO(Task 5): for i = 0 .. n_grid - 1, alpha = i / n_grid:
-  //   s[c] = max(pow(mean_abs_x[c], alpha), 1e-4); s /= sqrt(max(s) * min(s));
-  //   keep the alpha whose loss(s) is smallest (the first on a tie), with its loss and s.
+  // TODO(Task 5): the grid search of lio/quantization.h: the n_grid exponents it lists, each
+  //   one's scales as defined there, scored by `loss`; return the winner (the first on a tie)
+  //   with its loss and scales.
+  //   Must hold: alpha 0 is plain RTN, so the result never loses to RTN on `loss`; every
+  //   candidate passed to `loss` is normalized. Lesson: docs/03_quantization.md, section 3.
   //   Throw InvalidArgument for n_grid < 1 or no channels.
   (void)mean_abs_x;
   (void)n_grid;

@@ -13,12 +13,14 @@ namespace lio {
 
 void gptq_quantize_columns(std::span<float> wt, int64_t rows, std::span<const float> u,
                            const RoundColumn& round_column) {
-  // TODO(Task 4): cols = wt.size() / rows (check the sizes). For j = 0 .. cols - 1:
-  //   q = a copy of row j of wt; round_column(j, q);
-  //   err[r] = (wt[j][r] - q[r]) / u[j][j];  row j of wt = q;
-  //   for k > j: wt[k][r] -= u[j][k] * err[r].
-  //   (Optional: the paper's lazy batches — apply updates past a block of 128 columns once
-  //   per block. Same result, fewer passes over memory.)
+  // TODO(Task 4): GPTQ's column loop (Frantar et al. 2023, Algorithm 1) over wt = W^T, in place:
+  //   each column rounded by round_column in order, its rounding error moved onto the columns
+  //   not yet quantized through the Cholesky factor u. Section 3 of docs/03_quantization.md
+  //   derives the update from the OBS solution; lio/quantization.h states the shapes and what
+  //   the rows of wt must hold when round_column(j, ...) is called.
+  //   Must hold: the first column's update is the OBS closed form; the layer's output error
+  //   ends below round-to-nearest's. Lazy batches of 128 columns are allowed (same result).
+  //   Throw InvalidArgument when wt.size() != cols * rows or u.size() != cols * cols.
   (void)wt;
   (void)rows;
   (void)u;

@@ -12,8 +12,10 @@
 namespace lio {
 
 float quantize_row_int8(std::span<const float> x, std::span<int8_t> q) {
-  // TODO(Task 6): s = max|x[i]| / 127; q[i] = std::round(x[i] / s) (all 0 when s = 0);
-  //   return s. Throw InvalidArgument when the sizes differ or an x[i] is not finite.
+  // TODO(Task 6): one token's symmetric INT8 codes and their one scale, as lio/quantization.h
+  //   defines them (docs/03_quantization.md, section 4). Must hold: the largest |x[i]| maps to
+  //   +-127 and x[i] ~ s * q[i]; a row of zeros does not divide by zero.
+  //   Throw InvalidArgument when the sizes differ or an x[i] is not finite.
   (void)x;
   (void)q;
   throw NotImplemented("Task 6 (exercises/03_quantization/int8.cpp): quantize_row_int8 — "
@@ -21,9 +23,9 @@ float quantize_row_int8(std::span<const float> x, std::span<int8_t> q) {
 }
 
 float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t> qb, float scale_b) {
-  // TODO(Task 6): sum qa[i] * qb[i] in an int32 (exact: no float accumulator), then
-  //   return float(sum) * scale_a * scale_b. Throw InvalidArgument when the lengths differ or
-  //   exceed kInt8DotMaxLen.
+  // TODO(Task 6): a . b for a ~ scale_a * qa and b ~ scale_b * qb, with the products summed
+  //   exactly in integers, as lio/quantization.h states (what an INT8 dot instruction does).
+  //   Throw InvalidArgument when the lengths differ or exceed kInt8DotMaxLen.
   (void)qa;
   (void)scale_a;
   (void)qb;

@@ -76,6 +76,26 @@ TEST(Ch01Task4Contract, AgreesWithPrefillAttentionOnTheLastPosition) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5);
 }
 
+TEST(Ch01Task4Contract, ScoresTooLargeForExpStayFinite) {
+  // Scores near 1,000: exp overflows f32 past 88.7, so a softmax that does not shift them
+  // returns inf / inf = NaN. The answer is still an ordinary weighted mean of the values.
+  const Shape s{40, 4, 2, 16};
+  std::mt19937 rng(23);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(s.n_heads * s.head_dim), k(s.n_ctx * s.n_kv_heads * s.head_dim), v(k.size());
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = dist(rng);
+  for (float& e : q) e *= 250.0f;
+  std::vector<float> out(q.size(), 0.0f);
+  lio::cpu::decode_attention(q.data(), k.data(), v.data(), out.data(), s.n_ctx, s.n_heads, s.n_kv_heads,
+                             s.head_dim, 0.25f);
+  const auto ref = reference(q, k, v, s, 0.25);
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(out[i])) << "element " << i << " is " << out[i];
+    ASSERT_NEAR(out[i], ref[i], 1e-4) << "element " << i;
+  }
+}
+
 TEST(Ch01Task4Contract, RejectsBadShapes) {
   std::vector<float> buf(256, 1.0f);
   EXPECT_THROW(lio::cpu::decode_attention(buf.data(), buf.data(), buf.data(), buf.data(), 0, 4, 2, 8, 1.0f),

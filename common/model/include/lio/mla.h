@@ -22,14 +22,11 @@ namespace lio {
 // ---- Task 2 -------------------------------------------------------------------------------
 
 /// KV-cache bytes one token of an MLA model occupies over all layers, at `bytes_per_elem`
-/// bytes per cached value (4 for the engine's f32 pool, 2 for f16/bf16). Per layer MLA caches
-/// the compressed latent c_kv (kv_lora_rank = d_c values), from which every head's key and
-/// value are rebuilt, and the decoupled RoPE key k_pe (qk_rope_head_dim = d_h^R values), which
-/// all heads share: (d_c + d_h^R) * n_layers values per token, whatever n_heads, n_kv_heads,
-/// head_dim, qk_nope_head_dim or v_head_dim (DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1.4 and
-/// Table 1). DeepSeek-V2 (60 layers, d_c 512, d_h^R 64) at 2 bytes: 69,120 bytes, what GQA with
-/// 2.25 groups of head_dim 128 would cache (2 * 2.25 * 128 = 576 = 512 + 64), 1/56.9 of MHA's
-/// 2 * 128 heads * 128 * 60 layers * 2 bytes = 3,932,160.
+/// bytes per cached value (4 for the engine's f32 pool, 2 for f16/bf16), for the cache of
+/// DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1 (docs/02_gqa_mla.md, section 5, says what a layer
+/// keeps). Must hold: DeepSeek-V2 (60 layers, kv_lora_rank 512, qk_rope_head_dim 64) at 2 bytes
+/// caches 69,120 bytes (sec. 2.1.4, Table 1), and the answer does not change with n_heads,
+/// n_kv_heads, head_dim, qk_nope_head_dim or v_head_dim.
 /// Throws InvalidArgument if the config is not MLA (kv_lora_rank < 1), n_layers < 1,
 /// qk_rope_head_dim < 0 (0 is allowed: no RoPE key) or bytes_per_elem < 1.
 int64_t mla_latent_bytes_per_token(const ModelConfig& config, int64_t bytes_per_elem);
@@ -45,14 +42,11 @@ struct MlaHeadShape {
 // ---- Task 4 -------------------------------------------------------------------------------
 
 /// Absorbed MLA attention of one query head over n_ctx cached latents (DeepSeek-V2 sec.
-/// 2.1.2-2.1.3, "W_UK can be absorbed into W_UQ, and W_UV into W_O"):
-///   q_lat = W_UK^T q_nope                              (d_c)
-///   s_j   = scale * (q_lat . c_j + q_pe . kpe_j)       j < n_ctx
-///   p     = softmax(s)                                 (subtract the max first)
-///   o_lat = sum_j p_j c_j                              (d_c)
-///   out   = W_UV o_lat                                 (d_v)
-/// equal (up to rounding) to the naive path's softmax(q . k_j) v_j with k_j = [W_UK c_j ;
-/// kpe_j], v_j = W_UV c_j (cpu::mla_naive_attention_head), without building any k_j or v_j.
+/// 2.1.2-2.1.3, "W_UK can be absorbed into W_UQ, and W_UV into W_O"; docs/02_gqa_mla.md,
+/// section 5, derives it): out equals (up to rounding) the naive path's
+/// sum_j softmax_j(scale * q . k_j) v_j with q = [q_nope ; q_pe], k_j = [W_UK c_j ; kpe_j] and
+/// v_j = W_UV c_j (cpu::mla_naive_attention_head), computed without building any k_j or v_j
+/// (no (n_ctx, d_nope) or (n_ctx, d_v) tensor), and stays finite for scores that overflow exp.
 /// q_nope: (d_nope); q_pe: (d_R), already rotated; w_uk: this head's W_UK, (d_nope, d_c)
 /// row-major; w_uv: this head's W_UV, (d_v, d_c); latents: (n_ctx, d_c + d_R), row j =
 /// [c_j | kpe_j] (kpe_j rotated); out: (d_v).

@@ -61,10 +61,8 @@ using RoundColumn = std::function<void(int64_t j, std::span<float> column)>;
 /// GPTQ's column loop (Frantar et al. 2023, Algorithm 1; the OBS update of Frantar & Alistarh
 /// 2022, eq. 3-4): quantize W's columns one at a time, j = 0 .. cols - 1, and after each one
 /// move its rounding error onto the columns not yet quantized, the way that least raises the
-/// layer's output error ||W X^T - Q X^T||^2:
-///   q = round_column(j, W[:, j]);  err = (W[:, j] - q) / U[j][j];
-///   W[:, k] -= err * U[j][k]  for every k > j;  W[:, j] = q.
-/// wt: W^T, (cols, rows) row-major — column j of W is row j of wt, contiguous — updated in
+/// layer's output error ||W X^T - Q X^T||^2 (docs/03_quantization.md, section 3, derives the
+/// update through U). wt: W^T, (cols, rows) row-major — column j of W is row j of wt, contiguous — updated in
 /// place; on return row j holds column j's grid values. u: (cols, cols) row-major, the upper
 /// Cholesky factor of H^-1 (H^-1 = U^T U; H = 2 X^T X + damping, X the layer's calibration
 /// inputs), whose row j carries every update column j makes. round_column is called once per
