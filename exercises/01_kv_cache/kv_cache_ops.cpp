@@ -13,17 +13,18 @@
 namespace lio {
 
 void KvCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
-  // TODO(Task 3): check 0 <= pos < capacity_tokens_ and 0 <= layer < n_layers_ (else throw
-  //   lio::InvalidArgument saying which), then copy kv_dim_ floats from k into row `pos` of
-  //   the layer's key slab (keys(layer) + pos * kv_dim_), and the same for v.
+  // TODO(Task 3): keep this step's key and value (kv_dim_ floats each) for position `pos` of
+  //   `layer` in the slabs above, so that key_prefix / value_prefix hand them back in position
+  //   order without copying or allocating. Throw lio::InvalidArgument, saying which, for a
+  //   position outside the capacity or a layer outside the model.
   (void)layer, (void)pos, (void)k, (void)v;
   throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::write — "
                        "copy k and v into row pos of the layer's slabs");
 }
 
 std::span<const float> KvCache::key_prefix(int64_t layer, int64_t n_tokens) const {
-  // TODO(Task 3): validate layer and 0 <= n_tokens <= capacity_tokens_, then return a span
-  //   over the first n_tokens rows of the layer's key slab (n_tokens * kv_dim_ floats).
+  // TODO(Task 3): the cached keys of positions [0, n_tokens) of `layer` as one view, shaped as
+  //   lio/kv_cache.h states (what decode attention reads). Throw as lio/kv_cache.h lists.
   (void)layer, (void)n_tokens;
   throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::key_prefix — "
                        "a view of the first n_tokens rows");
