@@ -7,15 +7,20 @@
 #   3. with --check-stubs (CI): every chapter's grading tests built against the unsolved
 #      stubs in exercises/ must fail, every test case of them (a test that passes on a stub is
 #      a bug in the test). Not for learners whose exercises are already solved.
-# Flags: --no-asan skips stage 2; --check-stubs adds stage 3.
+#   4. coverage-guided fuzzing (preset "fuzz": Clang, libFuzzer, ASan + UBSan): each reader of
+#      untrusted bytes (tests/fuzz) runs LIO_FUZZ_SECONDS (20) from its committed seeds; any
+#      crash, sanitizer report, leak or stray exception fails (scripts/fuzz.sh runs longer).
+# Flags: --no-asan skips stage 2; --check-stubs adds stage 3; --no-fuzz skips stage 4.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 asan=1
+fuzz=1
 check_stubs=0
 for arg in "$@"; do
   case "$arg" in
     --no-asan) asan=0 ;;
+    --no-fuzz) fuzz=0 ;;
     --check-stubs) check_stubs=1 ;;
     *) echo "test.sh: unknown flag $arg" >&2; exit 2 ;;
   esac
@@ -48,5 +53,12 @@ if ((asan)); then
   stage "ctest (asan preset: unit + bad input)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset asan
+fi
+if ((fuzz)); then
+  stage "build (fuzz preset: the libFuzzer targets and what they read through, Clang)"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$(nproc)"
+  stage "ctest (fuzz preset: every target from its seeds, bounded)"
+  ctest --preset fuzz
 fi
 stage "all tests passed in $((SECONDS - t0)) s"

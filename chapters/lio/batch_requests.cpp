@@ -173,6 +173,8 @@ BatchRequest parse_line(const std::string& text, const std::string& name, int64_
     const size_t colon = col == std::string::npos ? std::string::npos : detail.find(": ", col);
     if (colon != std::string::npos) detail = detail.substr(colon + 2);
     line_error(name, line, "not valid JSON at column " + std::to_string(e.byte) + ": " + detail);
+  } catch (const json::exception& e) {  // out_of_range 406: a number past a double ("1e400")
+    line_error(name, line, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) line_error(name, line, "expected a JSON object, got " + short_dump(j));
 

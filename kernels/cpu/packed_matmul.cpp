@@ -24,6 +24,9 @@
 #include "packed_matmul.h"
 
 #include <omp.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -378,15 +381,22 @@ constexpr IsaKernels kAvx512{packed::avx512_f32_panels, packed::avx512_int8_pane
                              packed::avx512_quantize_rows};
 #endif
 
+#if defined(__x86_64__)
+/// ECX bit `bit` of CPUID leaf `leaf`, sub-leaf 0 (Intel SDM vol. 2A, CPUID): F16C is leaf 1
+/// bit 29, AVX512-VNNI leaf 7 bit 11. Clang 14's __builtin_cpu_supports knows neither name.
+static bool cpuid_ecx_bit(unsigned leaf, unsigned bit) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(leaf, 0, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> bit) & 1u) != 0;
+}
+#endif
+
 bool cpu_has(CpuIsa isa) {
 #if defined(__x86_64__)
   if (isa == CpuIsa::Avx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           cpu_has(CpuIsa::Avx2);
+           __builtin_cpu_supports("avx512vl") && cpuid_ecx_bit(7, 11) && cpu_has(CpuIsa::Avx2);
   if (isa == CpuIsa::Avx2)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_ecx_bit(1, 29);
 #endif
   return isa == CpuIsa::Scalar;
 }

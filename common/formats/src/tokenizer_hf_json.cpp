@@ -88,6 +88,16 @@ void add_hf_pre_tokenizer(const json& node, const std::string& path,
   }
 }
 
+/// A token id of tokenizer.json: FormatError unless an integer that fits int64_t (nlohmann's
+/// get<int64_t> converts a float without a range check, undefined behaviour for 5e21: found by
+/// tests/fuzz).
+int64_t json_token_id(const json& v, const std::string& path) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) {
+    throw FormatError(path + ": a token id is not an integer in range: " + v.dump());
+  }
+  return v.get<int64_t>();
+}
+
 /// tokenizer_config.json's bos_token / eos_token: a string, {"content": ...}, or null.
 std::string config_token_text(const json& config, const char* key) {
   if (!config.contains(key) || config[key].is_null()) return {};
@@ -129,21 +139,21 @@ Tokenizer Tokenizer::from_hf_json(const std::string& tokenizer_json_path) {
 
     // Vocabulary: model.vocab plus added_tokens; ids may leave gaps (marked Unused).
     int64_t max_id = -1;
-    for (const auto& [text, id] : model.at("vocab").items()) max_id = std::max<int64_t>(max_id, id);
+    for (const auto& [text, id] : model.at("vocab").items()) max_id = std::max(max_id, json_token_id(id, path));
     const json added = root.value("added_tokens", json::array());
-    for (const json& t : added) max_id = std::max<int64_t>(max_id, t.at("id").get<int64_t>());
+    for (const json& t : added) max_id = std::max(max_id, json_token_id(t.at("id"), path));
     if (max_id < 0) throw FormatError(path + ": model.vocab is empty");
     if (max_id >= (int64_t{1} << 31) - 1) throw FormatError(path + ": token id out of range");
     impl->tokens.assign(static_cast<size_t>(max_id + 1), std::string());
     impl->kinds.assign(static_cast<size_t>(max_id + 1), TokenKind::Unused);
     for (const auto& [text, id] : model.at("vocab").items()) {
-      const int64_t i = id.get<int64_t>();
+      const int64_t i = json_token_id(id, path);
       if (i < 0) throw FormatError(path + ": model.vocab['" + text + "'] has a negative id");
       impl->tokens[i] = text;
       impl->kinds[i] = TokenKind::Normal;
     }
     for (const json& t : added) {
-      const int64_t i = t.at("id").get<int64_t>();
+      const int64_t i = json_token_id(t.at("id"), path);
       if (i < 0) throw FormatError(path + ": added_tokens has a negative id");
       impl->tokens[i] = t.at("content").get<std::string>();
       impl->kinds[i] = t.value("special", false) ? TokenKind::Control : TokenKind::UserDefined;

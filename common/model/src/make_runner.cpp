@@ -118,8 +118,8 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
   const RankPlan plan = make_rank_plan(model.config, model.weights, parallel, world->rank());
   auto shard = std::make_unique<LoadedModel>(shard_model(model, plan));
   // Each rank on its host's next GPU (NCCL needs one per rank); local_rank() may be collective.
-  const int host_rank = local_rank();
-  const int host_ranks = local_size();
+  [[maybe_unused]] const int host_rank = local_rank();  // unused in a build without CUDA
+  [[maybe_unused]] const int host_ranks = local_size();
   int cuda_device = 0;
   if (device == Device::Cuda) {
 #ifdef LIO_HAVE_CUDA

@@ -124,6 +124,16 @@ ModelConfig config_from_hf_json(const std::string& path) {
     if (!j.contains(key)) throw FormatError(path + ": key '" + key + "' missing");
     return j.at(key);
   };
+  // An integer field: nlohmann's get<int64_t> converts a float without a range check, undefined
+  // behaviour for 1e300 (found by tests/fuzz).
+  auto integer = [&](const char* key, const nlohmann::json& v) -> int64_t {
+    if (!v.is_number_integer()) throw FormatError(path + ": " + key + " must be an integer, not " + v.dump());
+    return v.get<int64_t>();
+  };
+  auto need_int = [&](const char* key) { return integer(key, need(key)); };
+  auto int_or = [&](const char* key, int64_t fallback) {
+    return j.contains(key) && !j[key].is_null() ? integer(key, j[key]) : fallback;
+  };
   // model_type names the family as GGUF's general.architecture does ("llama", "qwen2", "qwen3");
   // an export without it names its class (LlamaForCausalLM).
   std::string model_type = j.value("model_type", "");
@@ -144,15 +154,15 @@ ModelConfig config_from_hf_json(const std::string& path) {
   try {
     c.architecture = std::string(family.name);
     c.name = std::filesystem::path(path).parent_path().filename().string();
-    c.n_layers = need("num_hidden_layers").get<int64_t>();
-    c.d_model = need("hidden_size").get<int64_t>();
-    c.n_heads = need("num_attention_heads").get<int64_t>();
-    c.n_kv_heads = j.value("num_key_value_heads", c.n_heads);
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>()
-                                                                     : c.d_model / c.n_heads;
-    c.d_ff = need("intermediate_size").get<int64_t>();
-    c.vocab_size = need("vocab_size").get<int64_t>();
-    c.context_length = j.value("max_position_embeddings", int64_t{2048});
+    c.n_layers = need_int("num_hidden_layers");
+    c.d_model = need_int("hidden_size");
+    c.n_heads = need_int("num_attention_heads");
+    if (c.n_heads < 1) throw FormatError(path + ": num_attention_heads " + std::to_string(c.n_heads) + " < 1");
+    c.n_kv_heads = int_or("num_key_value_heads", c.n_heads);
+    c.head_dim = int_or("head_dim", c.d_model / c.n_heads);
+    c.d_ff = need_int("intermediate_size");
+    c.vocab_size = need_int("vocab_size");
+    c.context_length = int_or("max_position_embeddings", 2048);
     c.rope_theta = j.value("rope_theta", 10000.0f);
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-5f);
     c.tied_embeddings = j.value("tie_word_embeddings", false);

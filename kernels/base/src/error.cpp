@@ -14,8 +14,8 @@ std::string single_quoted(std::string_view s) {
   return out;
 }
 
-void check_failed(const char* expr, const std::string& msg, std::source_location loc) {
-  std::string where = std::string(loc.file_name()) + ":" + std::to_string(loc.line());
+void check_failed(const char* expr, const std::string& msg, const char* file, int line) {
+  std::string where = std::string(file) + ":" + std::to_string(line);
   throw InternalError(where + ": check `" + expr + "` failed" + (msg.empty() ? "" : ": " + msg));
 }
 

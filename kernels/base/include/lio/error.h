@@ -7,7 +7,6 @@
 // source location; `assert` is never used for input.
 #pragma once
 
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -66,8 +65,10 @@ class InternalError : public Error {
 std::string single_quoted(std::string_view s);
 
 /// Throws InternalError("file:line: check `expr` failed: msg"). Used by LIO_CHECK.
-[[noreturn]] void check_failed(const char* expr, const std::string& msg,
-                               std::source_location loc = std::source_location::current());
+/// file and line default to the caller's (GCC's and Clang's __builtin_FILE / __builtin_LINE:
+/// std::source_location needs Clang 15 with libstdc++, and the fuzz build uses Debian's Clang 14).
+[[noreturn]] void check_failed(const char* expr, const std::string& msg, const char* file = __builtin_FILE(),
+                               int line = __builtin_LINE());
 
 }  // namespace lio
 
