@@ -10,17 +10,23 @@
 #   4. coverage-guided fuzzing (preset "fuzz": Clang, libFuzzer, ASan + UBSan): each reader of
 #      untrusted bytes (tests/fuzz) runs LIO_FUZZ_SECONDS (20) from its committed seeds; any
 #      crash, sanitizer report, leak or stray exception fails (scripts/fuzz.sh runs longer).
-# Flags: --no-asan skips stage 2; --check-stubs adds stage 3; --no-fuzz skips stage 4.
+#   5. ThreadSanitizer (preset "tsan", no OpenMP): the server's engine loop, metrics and serving
+#      loop tests, and lio-server's bad-request and disconnect tests (HTTP threads, the engine
+#      thread, cancellation between them); any data race or lock-order report fails.
+# Flags: --no-asan skips stage 2; --check-stubs adds stage 3; --no-fuzz skips stage 4;
+# --no-tsan skips stage 5.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 asan=1
 fuzz=1
+tsan=1
 check_stubs=0
 for arg in "$@"; do
   case "$arg" in
     --no-asan) asan=0 ;;
     --no-fuzz) fuzz=0 ;;
+    --no-tsan) tsan=0 ;;
     --check-stubs) check_stubs=1 ;;
     *) echo "test.sh: unknown flag $arg" >&2; exit 2 ;;
   esac
@@ -54,11 +60,15 @@ if ((asan)); then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset asan
 fi
-if ((fuzz)); then
-  stage "build (fuzz preset: the libFuzzer targets and what they read through, Clang)"
-  cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j "$(nproc)"
-  stage "ctest (fuzz preset: every target from its seeds, bounded)"
-  ctest --preset fuzz
-fi
+# Configures, builds and tests one preset whose build and test presets carry its targets and
+# filters (CMakePresets.json); $2 says what it checks.
+preset_stages() {
+  stage "build ($1 preset: $2)"
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -j "$(nproc)"
+  stage "ctest ($1 preset)"
+  ctest --preset "$1"
+}
+((fuzz)) && preset_stages fuzz "libFuzzer on every reader of untrusted bytes, from its seeds, bounded"
+((tsan)) && preset_stages tsan "ThreadSanitizer on the engine loop, the server and their tests"
 stage "all tests passed in $((SECONDS - t0)) s"

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include "bench_util.h"
 #include "lio/cli_common.h"

@@ -5,7 +5,7 @@
 // agreement, perplexity), and decode tokens/s at each context length and batch (a decode
 // step over a KV pool holding `context` positions per sequence; median over the steps).
 // Ratios are against the stored GQA model. Writes --out-md and --out-json.
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>

@@ -8,7 +8,7 @@
 //    training) at a sweep of latent ranks: mean KL, top-1 agreement and perplexity against the
 //    stored model over chapters/02_gqa_mla/eval_text.txt, and KV bytes per token saved.
 // Writes --out-md and --out-json.
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

@@ -12,7 +12,7 @@
 // heads of one row, paged_attention_reference over the B rows (all heads of a row on one thread).
 // Achieved GB/s counts each K/V byte once per step, next to a read bandwidth measured in the
 // same run (lio::bench::measure_read_bandwidth).
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <cstdio>
 #include <functional>

@@ -1,7 +1,7 @@
 #include "bench_util.h"
 
 #include <immintrin.h>
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <cstdlib>
 #include <memory>

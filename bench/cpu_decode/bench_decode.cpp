@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include "bench_util.h"
 #include "lio/cli_common.h"

@@ -20,7 +20,7 @@
 // driven through a SoloSequence: one sequence, its blocks in order — chapter 01's view.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <cstdio>
 #include <iostream>

@@ -7,7 +7,7 @@
 // and quality against the stored model over a fixed English text (mean KL, top-1
 // agreement, perplexity). Then the same for the model converted to MLA (convert_to_mla) at a
 // few latent ranks, run by the absorbed path (Task 4).
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>

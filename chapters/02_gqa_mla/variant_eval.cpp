@@ -1,7 +1,7 @@
 // variant_eval.cpp — quality and decode-speed measurements of chapter 02 (see variant_eval.h).
 #include "variant_eval.h"
 
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <algorithm>
 #include <chrono>

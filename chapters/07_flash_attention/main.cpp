@@ -21,7 +21,7 @@
 #include <cstdio>
 #include <iostream>
 #include <numeric>
-#include <omp.h>
+#include "lio/omp_compat.h"
 #include <random>
 #include <sstream>
 

@@ -7,6 +7,7 @@
 // Any OpenAI client works: base_url="http://127.0.0.1:8000/v1". See docs/09_server.md.
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -29,16 +30,33 @@ sigset_t stop_signals() {
 
 /// Stops `server` on SIGINT or SIGTERM: main blocks both before any thread starts (OpenMP's,
 /// the engine's, the HTTP pool's inherit the mask), and this thread takes them synchronously
-/// with sigwait, so stop() runs in a normal thread rather than in a signal handler.
-void stop_on_signal(lio::server::OpenAiServer& server) {
-  std::thread([&server] {
-    const sigset_t set = stop_signals();
-    int sig = 0;
-    sigwait(&set, &sig);
-    std::fprintf(stderr, "lio-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    server.stop();
-  }).detach();
-}
+/// with sigwait, so stop() runs in a normal thread rather than in a signal handler. The thread
+/// is joined before the server is destroyed (the destructor wakes it when no signal came):
+/// ThreadSanitizer caught a detached one still inside stop() while main, its serve() returned,
+/// destroyed the engine loop's condition variable under it.
+class StopOnSignal {
+ public:
+  explicit StopOnSignal(lio::server::OpenAiServer& server)
+      : thread_([this, &server] {
+          const sigset_t set = stop_signals();
+          int sig = 0;
+          sigwait(&set, &sig);
+          if (exiting_.load()) return;  // the destructor's wake-up, not a signal from outside
+          std::fprintf(stderr, "lio-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+          server.stop();
+        }) {}
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  ~StopOnSignal() {
+    exiting_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);  // blocked everywhere: only sigwait takes it
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> exiting_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -128,7 +146,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "lio-server: listening on http://%s:%d%s\n", sc.host.c_str(),
                  server.port(), sc.api_key.empty() ? "" : " (API key required)");
-    stop_on_signal(server);
+    StopOnSignal stop_on_signal(server);  // joined before `server` is destroyed
     server.serve();
     return 0;
   });

@@ -21,7 +21,7 @@
 // is independent of the batch (CPU batch invariance, COURSE.md).
 #include "flash_attention.h"
 
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -23,7 +23,7 @@
 // items it got, so the result does not depend on the thread count either.
 #include "packed_matmul.h"
 
-#include <omp.h>
+#include "lio/omp_compat.h"
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif

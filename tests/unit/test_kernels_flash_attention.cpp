@@ -6,7 +6,7 @@
 // invariance (bitwise). Tolerance: f32 outputs of O(1) values within 2e-5 absolute (the three
 // loops sum in different orders, and the flash path's exp is a polynomial within 3e-7).
 #include <gtest/gtest.h>
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <algorithm>
 #include <cmath>

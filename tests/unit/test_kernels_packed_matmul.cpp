@@ -2,7 +2,7 @@
 // the scalar twin's bits, a row's result does not depend on its batch, and the results are the
 // dequantized product within the stated rounding.
 #include <gtest/gtest.h>
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <cmath>
 #include <random>

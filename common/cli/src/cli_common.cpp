@@ -1,6 +1,6 @@
 #include "lio/cli_common.h"
 
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,6 +1,6 @@
 #include "lio/cpu_backend.h"
 
-#include <omp.h>
+#include "lio/omp_compat.h"
 
 #include <algorithm>
 #include <cmath>
