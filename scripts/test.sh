@@ -69,6 +69,6 @@ preset_stages() {
   stage "ctest ($1 preset)"
   ctest --preset "$1"
 }
-((fuzz)) && preset_stages fuzz "libFuzzer on every reader of untrusted bytes, from its seeds, bounded"
-((tsan)) && preset_stages tsan "ThreadSanitizer on the engine loop, the server and their tests"
+if ((fuzz)); then preset_stages fuzz "libFuzzer on every reader of untrusted bytes, from its seeds, bounded"; fi
+if ((tsan)); then preset_stages tsan "ThreadSanitizer on the engine loop, the server and their tests"; fi
 stage "all tests passed in $((SECONDS - t0)) s"
