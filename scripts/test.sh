@@ -8,7 +8,7 @@
 #      stubs in exercises/ must fail, every test case of them (a test that passes on a stub is
 #      a bug in the test). Not for learners whose exercises are already solved.
 #   4. coverage-guided fuzzing (preset "fuzz": Clang, libFuzzer, ASan + UBSan): each reader of
-#      untrusted bytes (tests/fuzz) runs LIO_FUZZ_SECONDS (20) from its committed seeds; any
+#      untrusted bytes (tests/fuzz) runs LIO_FUZZ_SECONDS (10) from its committed seeds; any
 #      crash, sanitizer report, leak or stray exception fails (scripts/fuzz.sh runs longer).
 #   5. ThreadSanitizer (preset "tsan", no OpenMP): the server's engine loop, metrics and serving
 #      loop tests, and lio-server's bad-request and disconnect tests (HTTP threads, the engine
