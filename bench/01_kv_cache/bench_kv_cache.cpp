@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include "lio/atomic_file.h"
 #include "lio/omp_compat.h"
 
 #include "bench_util.h"
@@ -54,8 +55,8 @@ int main(int argc, char** argv) {
                 lio::bench::cpu_name().c_str(), omp_get_max_threads(), lio::bench::local_path_free(m.path).c_str(),
                 o.dtype.c_str(), (long long)prompt_tokens);
     std::printf("%8s %14s %14s %9s %10s\n", "gen_len", "cached_ms", "recompute_ms", "ratio", "identical");
-    std::ofstream csv(csv_path);
-    if (!csv) throw lio::InvalidArgument("cannot write --csv '" + csv_path + "'");
+    lio::AtomicFileWriter csv_file(csv_path);  // throws "cannot write '...'"; the file appears whole
+    std::ofstream& csv = csv_file.stream();
     csv << "gen_tokens,prompt_tokens,cached_ms_median,recompute_ms_median,ratio,cached_runs,recompute_runs,identical\n";
     for (int64_t len : lengths) {
       lio::GenerateOptions g;
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
       csv << len << "," << prompt_tokens << "," << c << "," << rc << "," << rc / c << "," << cached.size() << ","
           << recompute.size() << "," << (same ? "true" : "false") << "\n";
     }
+    csv_file.commit();
     std::printf("wrote %s\n", csv_path.c_str());
     return 0;
   });

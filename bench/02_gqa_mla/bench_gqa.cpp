@@ -5,6 +5,7 @@
 // agreement, perplexity), and decode tokens/s at each context length and batch (a decode
 // step over a KV pool holding `context` positions per sequence; median over the steps).
 // Ratios are against the stored GQA model. Writes --out-md and --out-json.
+#include "lio/atomic_file.h"
 #include "lio/omp_compat.h"
 
 #include <CLI/CLI.hpp>
@@ -146,9 +147,9 @@ int main(int argc, char** argv) {
       }
     }
     std::cout << md.str();
-    if (!out_md.empty()) std::ofstream(out_md) << md.str();
+    if (!out_md.empty()) lio::write_file_atomically(out_md, md.str());
     if (!out_json.empty()) {
-      std::ofstream(out_json) << json{{"provenance",
+      lio::write_file_atomically(out_json, json{{"provenance",
                                        {{"command", lio::bench::command_line(argc, argv)},
                                         {"commit", lio::bench::git_commit()},
                                         {"machine", lio::bench::cpu_name() + ", " +
@@ -163,8 +164,7 @@ int main(int argc, char** argv) {
                                       {"load_average_start", load0},
                                       {"load_average_end", load1},
                                       {"variants", jv}}
-                                     .dump(2)
-                              << "\n";
+                                     .dump(2) + "\n");
     }
     return 0;
   });

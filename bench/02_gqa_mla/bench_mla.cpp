@@ -8,6 +8,7 @@
 //    training) at a sweep of latent ranks: mean KL, top-1 agreement and perplexity against the
 //    stored model over chapters/02_gqa_mla/eval_text.txt, and KV bytes per token saved.
 // Writes --out-md and --out-json.
+#include "lio/atomic_file.h"
 #include "lio/omp_compat.h"
 
 #include <CLI/CLI.hpp>
@@ -271,8 +272,8 @@ int main(int argc, char** argv) {
     out["load_average_start"] = load0;
     out["minutes"] = minutes;
     std::cout << md.str();
-    if (!out_md.empty()) std::ofstream(out_md) << md.str();
-    if (!out_json.empty()) std::ofstream(out_json) << out.dump(2) << "\n";
+    if (!out_md.empty()) lio::write_file_atomically(out_md, md.str());
+    if (!out_json.empty()) lio::write_file_atomically(out_json, out.dump(2) + "\n");
     return 0;
   });
 }

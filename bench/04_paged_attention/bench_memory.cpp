@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "lio/atomic_file.h"
 #include "lio/block_manager.h"
 #include "lio/error.h"
 
@@ -229,9 +230,7 @@ int main(int argc, char** argv) {
     }
     all["settings"] = {{"requests", n_requests}, {"max_len", max_len}, {"budget_tokens", budget_tokens}, {"seed", seed}};
     if (!json_path.empty()) {
-      std::ofstream f(json_path);
-      if (!f) throw lio::InvalidArgument("cannot write --json " + json_path);
-      f << all.dump(2) << "\n";
+      lio::write_file_atomically(json_path, all.dump(2) + "\n");
     }
   } catch (const lio::Error& e) {
     std::cerr << "bench_paged_memory: " << e.what() << "\n";

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "lio/atomic_file.h"
 #include "lio/cli_common.h"
 #include "lio/engine.h"
 #include "lio/error.h"
@@ -267,9 +268,7 @@ int main(int argc, char** argv) {
                        {"block_size", runner->kv_pool().block_size()}, {"requests", n_requests},
                        {"system_tokens", system_tokens}, {"max_tokens", max_tokens}};
     if (!json_path.empty()) {
-      std::ofstream f(json_path);
-      if (!f) throw lio::InvalidArgument("cannot write --out-json " + json_path);
-      f << out.dump(2) << "\n";
+      lio::write_file_atomically(json_path, out.dump(2) + "\n");
     }
     return 0;
   });

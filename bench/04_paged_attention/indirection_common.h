@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "lio/atomic_file.h"
 #include "lio/error.h"
 
 namespace lio::bench::indirection {
@@ -289,8 +290,7 @@ inline json rows_json(const std::vector<Row>& rows, const std::vector<int64_t>& 
 
 /// Writes `j` to `path` (pretty-printed). Throws InvalidArgument if the file cannot be written.
 inline void write_json(const std::string& path, const json& j) {
-  std::ofstream f(path);
-  if (!(f << j.dump(2) << "\n")) throw InvalidArgument("--json: cannot write '" + path + "'");
+  write_file_atomically(path, j.dump(2) + "\n");
 }
 
 }  // namespace lio::bench::indirection

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "lio/atomic_file.h"
 #include "lio/cli_common.h"
 #include "lio/engine.h"
 #include "lio/error.h"
@@ -478,9 +479,7 @@ int main(int argc, char** argv) {
           {"load_average_end", num(load_end)}};
       out["runs"] = runs;
       out["continuous_over_static"] = ratios;
-      std::ofstream f(json_path);
-      if (!f) throw lio::InvalidArgument("cannot write --out-json " + json_path);
-      f << out.dump(2) << "\n";
+      lio::write_file_atomically(json_path, out.dump(2) + "\n");
     }
     return 0;
   });

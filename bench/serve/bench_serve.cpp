@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "bench_util.h"
+#include "lio/atomic_file.h"
 #include "lio/cli_common.h"
 #include "lio/error.h"
 #include "lio/model_loader.h"
@@ -435,9 +436,7 @@ int main(int argc, char** argv) {
       out["targets"] = target_info;
       out["runs"] = runs;
       out["ratios"] = ratios;
-      std::ofstream f(s.json_path);
-      if (!f) throw lio::InvalidArgument("cannot write --json " + s.json_path);
-      f << out.dump(1) << "\n";
+      lio::write_file_atomically(s.json_path, out.dump(1) + "\n");
     }
     return 0;
   });

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -28,22 +29,34 @@ sigset_t stop_signals() {
   return set;
 }
 
-/// Stops `server` on SIGINT or SIGTERM: main blocks both before any thread starts (OpenMP's,
-/// the engine's, the HTTP pool's inherit the mask), and this thread takes them synchronously
-/// with sigwait, so stop() runs in a normal thread rather than in a signal handler. The thread
+/// Shuts `server` down gracefully on SIGINT or SIGTERM (OpenAiServer::shutdown: no new
+/// request, the requests in flight get `timeout_s` to finish, the rest are aborted): main
+/// blocks both signals before any thread starts (OpenMP's, the engine's, the HTTP pool's inherit
+/// the mask), and this thread takes them synchronously with sigwait, so the shutdown runs in a
+/// normal thread rather than in a signal handler. The thread
 /// is joined before the server is destroyed (the destructor wakes it when no signal came):
 /// ThreadSanitizer caught a detached one still inside stop() while main, its serve() returned,
 /// destroyed the engine loop's condition variable under it.
 class StopOnSignal {
  public:
-  explicit StopOnSignal(lio::server::OpenAiServer& server)
-      : thread_([this, &server] {
+  StopOnSignal(lio::server::OpenAiServer& server, double timeout_s)
+      : thread_([this, &server, timeout_s] {
           const sigset_t set = stop_signals();
           int sig = 0;
           sigwait(&set, &sig);
           if (exiting_.load()) return;  // the destructor's wake-up, not a signal from outside
-          std::fprintf(stderr, "lio-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-          server.stop();
+          std::fprintf(stderr,
+                       "lio-server: %s: no new requests; those in flight get %.0f s "
+                       "(--shutdown-timeout)\n",
+                       sig == SIGINT ? "SIGINT" : "SIGTERM", timeout_s);
+          const auto t0 = std::chrono::steady_clock::now();
+          const int64_t aborted = server.shutdown(timeout_s);
+          const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (aborted > 0)
+            std::fprintf(stderr, "lio-server: stopped after %.1f s, %lld request(s) aborted at the deadline\n", took,
+                         static_cast<long long>(aborted));
+          else
+            std::fprintf(stderr, "lio-server: stopped after %.1f s, every request finished\n", took);
         }) {}
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;
@@ -102,6 +115,19 @@ int main(int argc, char** argv) {
   app.add_option("--http-threads", sc.http_threads,
                  "HTTP worker threads: each open connection (a streaming client) holds one")
       ->capture_default_str();
+  app.add_option("--max-request-bytes", sc.max_request_bytes,
+                 "Request bodies larger than this get 413 before they are parsed (TGI's --payload-limit)")
+      ->capture_default_str();
+  app.add_option("--max-model-len", sc.max_model_len,
+                 "Prompt + max_tokens at most, in tokens (vLLM's flag; 0 = the model's context); more is a 400")
+      ->capture_default_str();
+  app.add_option("--max-input-tokens", sc.max_input_tokens,
+                 "Prompt tokens at most (TGI's flag; 0 = --max-model-len - 1); a longer prompt is a 400")
+      ->capture_default_str();
+  app.add_option("--shutdown-timeout", sc.shutdown_timeout_s,
+                 "On SIGTERM / SIGINT: seconds the requests in flight get to finish before they are "
+                 "aborted (new requests get 503 meanwhile); then exit 0")
+      ->capture_default_str();
   app.add_option("--slo-ttft-ms", sc.slo.ttft_ms,
                  "Goodput SLO: time to first token at most this (ms; 0 = none)")
       ->capture_default_str();
@@ -146,7 +172,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "lio-server: listening on http://%s:%d%s\n", sc.host.c_str(),
                  server.port(), sc.api_key.empty() ? "" : " (API key required)");
-    StopOnSignal stop_on_signal(server);  // joined before `server` is destroyed
+    StopOnSignal stop_on_signal(server, sc.shutdown_timeout_s);  // joined before `server` is destroyed
     server.serve();
     return 0;
   });

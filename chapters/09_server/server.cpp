@@ -4,11 +4,13 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "chat_page_html.h"  // generated from web/index.html (see CMakeLists.txt)
 #include "connection.h"
@@ -38,6 +40,22 @@ struct Generation {
   size_t n_choices() const { return prompts.size() * static_cast<size_t>(request.params.n); }
   bool want_logprobs() const { return request.params.sampler.logprobs >= 0; }
 };
+
+/// Counts a request in flight from submission until its response ends (a stream's end, not its
+/// handler's return): shutdown() reports the ones its deadline aborted.
+struct InFlight {
+  explicit InFlight(std::atomic<int64_t>& n) : n(n) { ++n; }
+  ~InFlight() { --n; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  std::atomic<int64_t>& n;
+};
+
+/// The error a request still running at the shutdown deadline ends with.
+ApiError shutdown_error() {
+  return ApiError(503, "The server shut down before the request finished (--shutdown-timeout).", "", "",
+                  "server_error");
+}
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -86,6 +104,10 @@ struct OpenAiServer::Impl {
 
   EngineLoop loop;
 
+  // ---- graceful shutdown (OpenAiServer::shutdown) ----
+  std::atomic<bool> draining{false};  ///< shutdown() began: no new request is taken
+  std::atomic<int64_t> in_flight{0};  ///< generation requests whose response has not ended
+
   std::mutex rng_mutex;
   std::mt19937_64 rng;  ///< seeds for requests without one, response ids
   int64_t created;      ///< start time (Unix seconds), the model's `created`
@@ -119,7 +141,16 @@ struct OpenAiServer::Impl {
       longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
       g.n_prompt_tokens += static_cast<int64_t>(p.size());
     }
-    r.params.max_tokens = resolve_max_tokens(r, longest, model.context_length);
+    const int64_t max_input = max_input_tokens();
+    if (longest > max_input) {
+      const char* where = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+      throw ApiError(400,
+                     std::string("The ") + where + " has " + std::to_string(longest) +
+                         " tokens; this server takes at most " + std::to_string(max_input) +
+                         " (--max-input-tokens). Please reduce the length of the " + where + ".",
+                     where);
+    }
+    r.params.max_tokens = resolve_max_tokens(r, longest, max_model_len());
     if (!r.seed_given) {
       std::lock_guard lock(rng_mutex);
       r.params.sampler.seed = rng();
@@ -138,15 +169,27 @@ struct OpenAiServer::Impl {
     return g;
   }
 
+  /// --max-model-len, or the model's context when 0.
+  int64_t max_model_len() const { return config.max_model_len > 0 ? config.max_model_len : model.context_length; }
+  /// --max-input-tokens, or max_model_len() - 1 when 0.
+  int64_t max_input_tokens() const {
+    return config.max_input_tokens > 0 ? config.max_input_tokens : max_model_len() - 1;
+  }
+
   void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    // Counted before the draining check: shutdown() sets draining, then waits for the count.
+    auto counted = std::make_shared<InFlight>(in_flight);
     try {
+      if (draining) {  // shutdown() began: no new work
+        throw ApiError(503, "The server is shutting down and takes no new requests.", "", "", "server_error");
+      }
       auto g = std::make_shared<Generation>(prepare(req, endpoint));
       std::shared_ptr<Job> job =
           loop.submit(g->prompts, g->request.params,
                       endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
       const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
       if (g->request.stream) {
-        stream(res, g, job, fd);
+        stream(res, g, job, fd, std::move(counted));
       } else {
         respond_whole(res, *g, *job, fd);
       }
@@ -169,7 +212,11 @@ struct OpenAiServer::Impl {
       if (!error.empty())
         throw ApiError(500, "the engine failed: " + error, "", "", "server_error");
       if (over) break;
-      if (loop.stopped() || peer_closed(fd)) {  // nobody left to answer, or shutting down
+      if (loop.stopped()) {  // the shutdown deadline passed
+        loop.abort(job);
+        throw shutdown_error();
+      }
+      if (peer_closed(fd)) {  // nobody left to answer
         loop.abort(job);
         throw ApiError(503, "the request was cancelled", "", "", "server_error");
       }
@@ -184,6 +231,7 @@ struct OpenAiServer::Impl {
     Impl* server;
     std::shared_ptr<Generation> g;
     std::shared_ptr<Job> job;
+    std::shared_ptr<InFlight> counted;  ///< released when the response ends
     int fd = -1;
     std::vector<Choice> choices;
     bool head_sent = false;
@@ -261,7 +309,12 @@ struct OpenAiServer::Impl {
         }
         return finish(sink);
       }
-      if (server->loop.stopped() || (outputs.empty() && peer_closed(fd))) return cancel();
+      if (server->loop.stopped()) {  // the shutdown deadline passed: say so, end the stream cleanly
+        server->loop.abort(*job);
+        if (!write(sink, error_body(shutdown_error()))) return cancel();
+        return finish(sink);
+      }
+      if (outputs.empty() && peer_closed(fd)) return cancel();
       return true;
     }
 
@@ -280,11 +333,12 @@ struct OpenAiServer::Impl {
   };
 
   void stream(httplib::Response& res, std::shared_ptr<Generation> g, std::shared_ptr<Job> job,
-              int fd) {
+              int fd, std::shared_ptr<InFlight> counted) {
     auto st = std::make_shared<Stream>();
     st->server = this;
     st->g = std::move(g);
     st->job = std::move(job);
+    st->counted = std::move(counted);
     st->fd = fd;
     st->choices.resize(st->g->n_choices());
     res.set_header("Cache-Control", "no-cache");
@@ -300,7 +354,7 @@ struct OpenAiServer::Impl {
                 {"object", "model"},
                 {"created", created},
                 {"owned_by", "lio"},
-                {"max_model_len", model.context_length}};
+                {"max_model_len", max_model_len()}};
   }
 
   // ---- routes -------------------------------------------------------------------------
@@ -331,12 +385,14 @@ struct OpenAiServer::Impl {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
-                                                                   httplib::Response& res) {
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
-      const std::string message = res.status == 404   ? "Not found: " + req.method + " " + req.path
-                                  : res.status == 413 ? std::string("The request body is too large")
-                                                      : "HTTP error " + std::to_string(res.status);
+      const std::string message =
+          res.status == 404   ? "Not found: " + req.method + " " + req.path
+          : res.status == 413 ? "The request body is larger than this server takes (" +
+                                    std::to_string(config.max_request_bytes) + " bytes, --max-request-bytes)"
+                              : "HTTP error " + std::to_string(res.status);
       send_error(res, ApiError(res.status, message, "", res.status == 404 ? "not_found" : ""));
       return httplib::Server::HandlerResponse::Handled;
     }));
@@ -356,9 +412,12 @@ struct OpenAiServer::Impl {
       res.set_content(kChatPageHtml.data(), kChatPageHtml.size(), "text/html; charset=utf-8");
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(loop.stopped() ? R"({"status":"stopping"})" : R"({"status":"ok"})",
+      // Draining: a load balancer stops sending here while the requests in flight finish.
+      res.set_content(loop.stopped() ? R"({"status":"stopping"})"
+                      : draining     ? R"({"status":"draining"})"
+                                     : R"({"status":"ok"})",
                       "application/json");
-      if (loop.stopped()) res.status = 503;
+      if (loop.stopped() || draining) res.status = 503;
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
@@ -405,7 +464,19 @@ OpenAiServer::OpenAiServer(Engine& engine, const Tokenizer& tokenizer, const Mod
     httplib::default_socket_options(sock);
     impl_->listen_fd = sock;
   });
-  impl_->http.set_payload_max_length(size_t{32} << 20);
+  if (config.max_request_bytes < 1)
+    throw InvalidArgument("--max-request-bytes must be >= 1, got " + std::to_string(config.max_request_bytes));
+  if (config.max_model_len < 0 || config.max_model_len > model.context_length)
+    throw InvalidArgument("--max-model-len must be in [1, " + std::to_string(model.context_length) +
+                          "] (the model's context), or 0 for the context; got " +
+                          std::to_string(config.max_model_len));
+  if (config.max_input_tokens < 0 || config.max_input_tokens >= impl_->max_model_len())
+    throw InvalidArgument("--max-input-tokens must be in [1, " + std::to_string(impl_->max_model_len() - 1) +
+                          "] (below --max-model-len: room for one generated token), or 0; got " +
+                          std::to_string(config.max_input_tokens));
+  if (!(config.shutdown_timeout_s >= 0))
+    throw InvalidArgument("--shutdown-timeout must be >= 0 seconds");
+  impl_->http.set_payload_max_length(static_cast<size_t>(config.max_request_bytes));
   impl_->http.set_keep_alive_max_count(1000);
   impl_->setup_routes();
 }
@@ -440,6 +511,27 @@ void OpenAiServer::serve() {
   s.loop.start();
   if (!s.loop.stopped()) s.http.listen_after_bind();
   stop();
+}
+
+int64_t OpenAiServer::shutdown(double timeout_s) {
+  Impl& s = *impl_;
+  if (!(timeout_s >= 0)) throw InvalidArgument("shutdown: timeout must be >= 0 seconds");
+  using Clock = std::chrono::steady_clock;
+  // From here every new request is a 503 and /health says "draining"; the engine keeps stepping
+  // for the requests in flight. The listening socket stays open until they are done: cpp-httplib
+  // (0.11) ends every open stream as soon as its listening socket closes.
+  s.draining = true;
+  const auto wait_in_flight = [&](Clock::duration budget) {
+    const Clock::time_point deadline = Clock::now() + budget;
+    while (s.in_flight.load() > 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  wait_in_flight(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s)));
+  const int64_t aborted = s.in_flight.load();
+  s.loop.stop();  // whatever still runs ends now: an error event and [DONE], or a 503
+  wait_in_flight(std::chrono::seconds(5));  // their last bytes go out before the sockets close
+  s.http.stop();  // serve() returns once the HTTP threads are done (an idle keep-alive: <= 5 s)
+  return aborted;
 }
 
 void OpenAiServer::stop() {

@@ -32,6 +32,18 @@ struct ServerConfig {
   int http_threads = 128;   ///< --http-threads: HTTP worker threads (one per open connection)
   RequestLimits limits;     ///< n and prompt-list limits
   SloConfig slo;            ///< --slo-ttft-ms, --slo-tpot-ms (goodput)
+  /// --max-request-bytes: a larger request body is answered 413 before it is parsed (TGI's
+  /// --payload-limit; cpp-httplib skips the body unread past the limit).
+  int64_t max_request_bytes = int64_t{32} << 20;
+  /// --max-model-len: prompt + max_tokens at most, in tokens (vLLM's flag); 0 = the model's
+  /// context length, and at most that. A request over it is a 400 naming the field.
+  int64_t max_model_len = 0;
+  /// --max-input-tokens: prompt tokens at most (TGI's flag); 0 = max_model_len - 1. A longer
+  /// prompt is a 400 before the engine sees it.
+  int64_t max_input_tokens = 0;
+  /// --shutdown-timeout: seconds the requests in flight get to finish after SIGTERM / SIGINT
+  /// (shutdown()) before they are aborted; 0 aborts them at once.
+  double shutdown_timeout_s = 20.0;
 };
 
 /// An OpenAI-compatible server over `engine`. Owns the engine thread; the engine, tokenizer
@@ -56,6 +68,17 @@ class OpenAiServer {
   /// Makes serve() return: open streams end, waiting requests are aborted. Thread-safe; may be
   /// called before serve().
   void stop();
+  /// Graceful shutdown (what SIGTERM does; Kubernetes sends it, then SIGKILL after its 30 s
+  /// grace period): takes no new request from now on (each is answered 503 before any work,
+  /// /health answers 503 "draining" so a load balancer looks elsewhere), lets the requests in
+  /// flight finish for at most `timeout_s` seconds, aborts the rest (a stream gets an error
+  /// event naming --shutdown-timeout, then [DONE]; a whole response a 503), closes the
+  /// listening socket and makes serve() return (an idle keep-alive connection can hold that up
+  /// to cpp-httplib's 5 s keep-alive timeout). The socket stays open while requests run because
+  /// cpp-httplib 0.11 ends every open stream when it closes. Blocks until the abort; returns the
+  /// requests aborted at the deadline (0: all finished). Thread-safe; call it from a thread
+  /// other than serve()'s. Throws InvalidArgument for timeout_s < 0.
+  int64_t shutdown(double timeout_s);
 
   struct Impl;
 

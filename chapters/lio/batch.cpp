@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "batch_requests.h"
+#include "lio/atomic_file.h"
 #include "lio/engine.h"
 #include "lio/error.h"
 #include "lio/model_runner.h"
@@ -242,18 +243,19 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   if (!in) throw InvalidArgument("cannot read --prompts " + single_quoted(b.prompts_path));
   const std::vector<BatchRequest> requests = parse_batch_requests(in, b.prompts_path, defaults);
 
-  std::ofstream out_file;
-  if (!b.out_path.empty()) {
-    out_file.open(b.out_path, std::ios::binary | std::ios::trunc);
-    if (!out_file) throw InvalidArgument("cannot write --out " + single_quoted(b.out_path));
-  }
-  std::ostream& out = b.out_path.empty() ? std::cout : out_file;
-  std::ofstream summary_file;
-  if (!b.summary_path.empty()) {
-    summary_file.open(b.summary_path, std::ios::trunc);
-    if (!summary_file)
-      throw InvalidArgument("cannot write --summary " + single_quoted(b.summary_path));
-  }
+  // Both files are written atomically: the lines go to a temporary beside --out and the file
+  // appears whole when the batch ends; a killed batch leaves no half file (stdout streams).
+  auto open_output = [](const std::string& path, const char* flag) {
+    try {
+      return std::make_unique<AtomicFileWriter>(path);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("cannot write ") + flag + " " + single_quoted(path) + ": " + e.what());
+    }
+  };
+  std::unique_ptr<AtomicFileWriter> out_file, summary_file;
+  if (!b.out_path.empty()) out_file = open_output(b.out_path, "--out");
+  if (!b.summary_path.empty()) summary_file = open_output(b.summary_path, "--summary");
+  std::ostream& out = out_file ? out_file->stream() : std::cout;
 
   // ---- model, runner, engine ----
   LoadedModel m = load_from_options(o);
@@ -360,6 +362,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   if (!out)
     throw InvalidArgument("writing the results failed" +
                           (b.out_path.empty() ? "" : " (--out " + single_quoted(b.out_path) + ")"));
+  if (out_file) out_file->commit();
 
   // ---- summary ----
   int64_t n_failed = 0, n_prompt_tokens = 0;
@@ -438,8 +441,10 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
                    {"max_tokens", defaults.max_tokens},
                    {"temperature", defaults.sampler.temperature},
                    {"ignore_eos", defaults.ignore_eos}};
-  if (summary_file.is_open())
-    summary_file << s.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  if (summary_file) {
+    summary_file->stream() << s.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    summary_file->commit();
+  }
   if (o.json) {
     std::cerr << s.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   } else {

@@ -19,6 +19,7 @@
 
 #include "batch.h"
 #include "lio/architecture.h"
+#include "lio/atomic_file.h"
 #include "lio/cli_common.h"
 #include "lio/error.h"
 #include "lio/generate.h"
@@ -238,9 +239,8 @@ int cmd_logits(const lio::CommonOptions& o, const std::string& ids_text, const s
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, pool_o);
   lio::SoloSequence seq(*runner, static_cast<int64_t>(ids.size()));
   std::span<const float> logits = seq.forward(ids, /*all_logits=*/true);
-  std::ofstream out(out_path, std::ios::binary);
-  if (!out) throw lio::InvalidArgument("cannot write --out '" + out_path + "'");
-  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
+  lio::write_file_atomically(out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),
+                                                       logits.size_bytes()));
   json j{{"n_tokens", ids.size()}, {"vocab_size", m.config.vocab_size}, {"out", out_path}, {"dtype", "f32"},
          {"device", runner->device_description()}};
   std::cout << j.dump() << "\n";

@@ -8,6 +8,7 @@
 #      1 and 3), and a worker rank killed mid-generation.
 # Skips (77) without mpirun, python3 or the model.
 source "$(dirname "$0")/smoke_setup.sh" "$@"
+source "$(dirname "$0")/mpi_common.sh"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 mpirun_sh="$root/scripts/mpirun.sh"
 model="${LIO_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -105,26 +106,8 @@ expect_failure "TP 3 without mpirun" "start it with scripts/mpirun.sh -n 3" 20 "
 "${mpi[@]}" -n 3 "$bin/lio" generate --model "$model" --prompt "Once upon a time" --max-tokens 4000 --ignore-eos \
   --temperature 0 --threads 1 --tensor-parallel-size 3 >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
-victim=""
-for _ in $(seq 1 60); do  # the rank-2 process once it is generating
-  sleep 0.5
-  for p in $(pgrep -f "$bin/lio generate --model" || true); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=2"; then victim=$p; fi
-  done
-  [[ -n "$victim" && -s "$work/kill.out" ]] && break
-done
+victim=$(wait_rank 2 "$bin/lio generate --model" "$work/kill.out")
 [[ -n "$victim" ]] || { kill "$launcher"; fail "rank 2 never started"; }
 kill -KILL "$victim"
-t0=$SECONDS
-for _ in $(seq 1 40); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.25; done
-if kill -0 "$launcher" 2>/dev/null; then
-  kill -KILL "$launcher"; pkill -KILL -f "$bin/lio generate --model" || true
-  fail "a killed worker left the job running for 10 s (a hang)"
-fi
-wait "$launcher"
-rc=$?
-[[ $rc != 0 ]] || fail "the job with a killed worker exited 0"
-left=$(pgrep -f "$bin/lio generate --model" | wc -l)
-[[ $left == 0 ]] || fail "$left rank(s) still running after the job ended"
-echo "ok: worker killed -> the job ended (exit $rc) in $((SECONDS - t0)) s, no rank left"
+expect_job_ends "$launcher" "$bin/lio generate --model" "worker killed"
 echo "PASS"

@@ -243,8 +243,9 @@ class StreamResult:
         return None
 
 
-def stream_post(server, path, body, timeout=300):
-    """POSTs a streaming request (adds "stream": true) and reads it to the end."""
+def stream_post(server, path, body, timeout=300, on_event=None):
+    """POSTs a streaming request (adds "stream": true) and reads it to the end; on_event(), if
+    given, is called as each SSE event arrives."""
     body = dict(body, stream=True)
     h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     h.update(server.auth_headers())
@@ -263,6 +264,8 @@ def stream_post(server, path, body, timeout=300):
                 r.error = {"raw": data.decode("utf-8", "replace")}
             return r
         for payload in sse_events(resp):
+            if on_event is not None:
+                on_event()
             if r.done:
                 r.after_done += 1
             elif payload == "[DONE]":

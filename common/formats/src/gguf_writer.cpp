@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "gguf_format.h"
+#include "lio/atomic_file.h"
 #include "lio/error.h"
 
 namespace lio {
@@ -252,17 +253,7 @@ std::vector<std::byte> GgufWriter::serialize() const {
 
 void GgufWriter::write(const std::string& path) const {
   const std::vector<std::byte> bytes = serialize();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    throw InvalidArgument("cannot write GGUF file '" + path + "': " + std::strerror(errno));
-  }
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) {
-    throw InvalidArgument("cannot write GGUF file '" + path + "': write failed (" +
-                          std::strerror(errno) + ")");
-  }
+  write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace lio

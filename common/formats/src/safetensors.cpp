@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "lio/atomic_file.h"
 #include "lio/error.h"
 
 namespace lio {
@@ -372,21 +373,15 @@ void SafetensorsWriter::write(const std::string& path) const {
   text.resize((text.size() + 7) / 8 * 8, ' ');
   const uint64_t header_bytes = text.size();
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    throw InvalidArgument("cannot write safetensors file '" + path + "': " + std::strerror(errno));
-  }
+  AtomicFileWriter file(path);  // a kill mid-write leaves no half file at `path`
+  std::ofstream& out = file.stream();
   out.write(reinterpret_cast<const char*>(&header_bytes), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const Pending& t : tensors_) {
     out.write(reinterpret_cast<const char*>(t.data.data()),
               static_cast<std::streamsize>(t.data.size()));
   }
-  out.close();
-  if (!out) {
-    throw InvalidArgument("cannot write safetensors file '" + path + "': write failed (" +
-                          std::strerror(errno) + ")");
-  }
+  file.commit();
 }
 
 }  // namespace lio

@@ -34,7 +34,8 @@ class GgufWriter {
                       std::span<const float> values);
   /// Serialized file bytes (version 3, alignment 32 unless `general.alignment` is set).
   std::vector<std::byte> serialize() const;
-  /// Writes serialize() to `path`. Throws InvalidArgument if it cannot be written.
+  /// Writes serialize() to `path` atomically (AtomicFileWriter: a temporary, then rename; a kill
+  /// mid-write leaves no half file). Throws InvalidArgument if it cannot be written.
   void write(const std::string& path) const;
 
  private:

@@ -75,7 +75,8 @@ class SafetensorsWriter {
                       std::span<const float> values);
   /// Sets `key` in the header's "__metadata__" map, replacing an earlier value.
   void set_metadata(const std::string& key, const std::string& value);
-  /// Throws InvalidArgument if the file cannot be written.
+  /// Writes the file to `path` atomically (AtomicFileWriter: a temporary, then rename; a kill
+  /// mid-write leaves no half file). Throws InvalidArgument if the file cannot be written.
   void write(const std::string& path) const;
 
  private:
