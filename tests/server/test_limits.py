@@ -14,7 +14,7 @@ One server with --max-request-bytes 4096 --max-model-len 256 --max-input-tokens 
     and the slow ones hold no engine resource (running, waiting and KV usage 0 throughout)
   - a client that stops sending half-way through its headers is disconnected by the server
     (cpp-httplib's 5 s read timeout) rather than holding its HTTP thread for ever
-Run by ctest as `server_limits` (label `server`, also under ASan and TSan).
+Run by ctest as `server_limits` (label `server`; Release build only).
 """
 import socket
 import subprocess

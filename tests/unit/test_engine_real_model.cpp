@@ -19,7 +19,7 @@ TEST(EngineRealModel, EightChatPromptsTogetherGiveTheTokensEachGivesAlone) {
   const std::string path = lio::default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path << " (run scripts/setup.sh)";
   const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
-  const std::vector<std::string> questions = {
+  std::vector<std::string> questions = {
       "Hi!",
       "What is the capital of France?",
       "Name three primary colors.",
@@ -29,6 +29,11 @@ TEST(EngineRealModel, EightChatPromptsTogetherGiveTheTokensEachGivesAlone) {
       "it generates text one token at a time.",
       "2 + 2 = ?",
       "Give me a short list of fruits that are red, and tell me which one you like best and why."};
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan (several times slower) four of them: the three long ones, which arrive in chunks,
+  // and a short one. The default build runs all eight.
+  questions = {questions[0], questions[3], questions[5], questions[7]};
+#endif
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& q : questions) {
     const std::vector<lio::ChatMessage> chat = {{"user", q}};

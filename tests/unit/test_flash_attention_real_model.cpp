@@ -48,9 +48,6 @@ BackendRun run_backend(const lio::LoadedModel& m, const std::vector<int32_t>& te
 }
 
 TEST(FlashAttentionRealModel, TwoThousandTokensInChunksMatchTheNaiveTwin) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "two 2,048-token prefills run in the default build (minutes under ASan)";
-#endif
   const std::string path = lio::default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path << " (run scripts/setup.sh)";
   const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);

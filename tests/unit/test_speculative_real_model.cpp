@@ -20,10 +20,6 @@
 namespace {
 
 TEST(SpeculativeRealModel, GreedySpeculationGivesPlainTokensAloneAndInABatchOfSixteen) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "runs in the default build (6 minutes under ASan); under ASan the same drafters and "
-                  "batches run on the tiny models (SpeculativeTest) and the real model runs in EngineRealModel";
-#endif
   const std::string path = lio::default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path << " (run scripts/setup.sh)";
   const lio::LoadedModel m = lio::load_model(path, lio::WeightMode::AsStored);
