@@ -305,6 +305,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     warmup_s = args.warmup_s if args.warmup_s is not None else min(600.0, args.duration_s / 6)
+    prov = results_meta.provenance()  # at the start: the commit whose server runs, not the one at the end
     h.Config.server_bin, h.Config.model = args.server, args.model
     h.Config.log_dir = args.log_dir or ""
     server = h.Server(["--prefix-cache", "hash", "--spec-method", "ngram", "--kv-cache-mib", str(args.kv_cache_mib),
@@ -507,13 +508,12 @@ def main():
 
     ok = all(c["ok"] for c in checks)
     if args.out:
-        write_results(args, figures, checks, samples, warmup_s, ok)
+        write_results(args, prov, figures, checks, samples, warmup_s, ok)
     print("soak: " + ("all checks passed" if ok else "FAILED"), flush=True)
     return 0 if ok else 1
 
 
-def write_results(args, figures, checks, samples, warmup_s, ok):
-    prov = results_meta.provenance()
+def write_results(args, prov, figures, checks, samples, warmup_s, ok):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump({"provenance": prov, "passed": ok, "figures": figures, "checks": checks}, f, indent=1)
