@@ -17,19 +17,34 @@
 namespace {
 
 /// A directory holding one small valid shard, model-00001-of-00001.safetensors (2 x 3 f32
-/// "w" and a 4-element "b"), whose index file each input replaces.
-const std::string& shard_dir() {
-  static const std::string dir = [] {
-    const std::string d = (std::filesystem::temp_directory_path() /
-                           ("lio_fuzz_st_" + std::to_string(getpid()))).string();
-    std::filesystem::create_directories(d);
+/// "w" and a 4-element "b"), whose index file each input replaces. Removed when the fuzzer
+/// exits (libFuzzer ends with exit(), which runs static destructors; a crash leaves it, named
+/// after the pid, for the reproducer).
+class ShardDir {
+ public:
+  ShardDir()
+      : path_((std::filesystem::temp_directory_path() / ("lio_fuzz_st_" + std::to_string(getpid()))).string()) {
+    std::filesystem::create_directories(path_);
     lio::SafetensorsWriter w;
     w.add_tensor_f32("w", lio::DType::F32, {2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
     w.add_tensor_f32("b", lio::DType::F32, {4}, std::vector<float>{1, 2, 3, 4});
-    w.write(d + "/model-00001-of-00001.safetensors");
-    return d;
-  }();
-  return dir;
+    w.write(path_ + "/model-00001-of-00001.safetensors");
+  }
+  ~ShardDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ShardDir(const ShardDir&) = delete;
+  ShardDir& operator=(const ShardDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+const std::string& shard_dir() {
+  static const ShardDir dir;
+  return dir.path();
 }
 
 void touch(const lio::SafetensorsSet& set) {
