@@ -249,7 +249,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     try {
       return std::make_unique<AtomicFileWriter>(path);
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(std::string("cannot write ") + flag + " " + single_quoted(path) + ": " + e.what());
+      throw InvalidArgument(std::string(flag) + ": " + e.what());  // "--out: cannot write 'x': reason"
     }
   };
   std::unique_ptr<AtomicFileWriter> out_file, summary_file;
