@@ -34,8 +34,8 @@ LLAMA_BUILD_DIR="$llama_build" bash bench/batched/build_llama_tools.sh --perplex
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 # What the results record (no local paths: the repository root is cut from every path).
 rel() { local p="${1//"$root/"/}"; printf '%s' "${p//"$HOME/"/"~/"}"; }
-commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "not recorded")"
-[[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]] && commit="$commit-dirty"
+# results_meta's rule: LIO_COMMIT when set, else HEAD, "-dirty" only for changed code.
+commit="$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_meta; print(results_meta.git_commit())' "$root/bench/common")"
 command="$(rel "MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_perplexity.sh $*")"
 {
   echo "# Chapter 03: lio perplexity vs llama-perplexity"

@@ -109,15 +109,20 @@ inline std::string command_line(int argc, char** argv) {
   return local_path_free(line);
 }
 
-/// Short hash of the checkout's HEAD, "-dirty" appended when tracked files differ from it;
-/// "not recorded" outside a git checkout (read with `git` from the current directory).
+/// Short hash of the checkout's HEAD, "-dirty" appended when tracked files other than results
+/// and rendered prose (bench/results, docs/*.md, README.md: results_meta.py's NOT_CODE) differ
+/// from it; "not recorded" outside a git checkout (read with `git` from the current directory).
 /// LIO_COMMIT, when set, is taken as it is: binaries run away from their checkout (the GPU
 /// check's bundle, whose manifest records the commit it was built from) say where they came from.
 inline std::string git_commit() {
   if (const char* env = std::getenv("LIO_COMMIT"); env != nullptr && *env != '\0') return env;
   const std::string head = shell_output("git rev-parse --short HEAD 2>/dev/null");
   if (head.empty()) return "not recorded";
-  return shell_output("git status --porcelain --untracked-files=no 2>/dev/null").empty() ? head : head + "-dirty";
+  return shell_output("git status --porcelain --untracked-files=no -- . ':(exclude)bench/results' "
+                      "':(exclude)docs/*.md' ':(exclude)README.md' 2>/dev/null")
+                 .empty()
+             ? head
+             : head + "-dirty";
 }
 
 /// The current date and time in UTC, "YYYY-MM-DD HH:MM UTC".

@@ -69,12 +69,24 @@ def _run(cmd):
         return None
 
 
+# What is not code: a reproduction writes results and re-renders the lessons while it runs, and a
+# results file written after an earlier step's must still name a clean commit (bench_util.h's
+# git_commit() keeps the same list).
+NOT_CODE = ("bench/results", "docs/*.md", "README.md")
+
+
 def git_commit():
-    """Short hash of HEAD, with "-dirty" when tracked files differ from it."""
+    """Short hash of HEAD, with "-dirty" when tracked files other than results and rendered
+    prose (NOT_CODE) differ from it. LIO_COMMIT, when set, is taken as it is (bench/reproduce.py
+    sets it once at the start; the GPU check's bundle sets it to the commit it was built from)."""
+    env = os.environ.get("LIO_COMMIT")
+    if env:
+        return env
     head = _run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
     if not head:
         return "not recorded: no git checkout"
-    dirty = _run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
+    dirty = _run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--", "."]
+                 + [f":(exclude){p}" for p in NOT_CODE])
     return head + ("-dirty" if dirty else "")
 
 
