@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
     const lio::AllReduceAlgorithm algorithm = lio::parse_all_reduce_algorithm(o.all_reduce);
     // Every rank builds its runner (collective), reports what it holds, then the driver runs.
     std::unique_ptr<lio::ModelRunner> runner = lio::make_parallel_runner(
-        m, o.parallel, algorithm, lio::parse_device(o.device), pool, lio::parse_activation_precision(o.activations),
+        m, o.parallel, algorithm, lio::parse_device(o.device), pool, lio::activations_from_options(o),
         lio::parse_attention_backend(o.attention_backend));
     if (micro_batches < 0) throw lio::InvalidArgument("--micro-batches must be >= 0");
     if (runner->parallel() != nullptr) {

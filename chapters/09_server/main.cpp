@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   std::string prefix_cache = "none";
   lio::add_model_flags(app, o);
   app.remove_option(app.get_option("--json"));  // the server speaks JSON over HTTP
+  o.activations = "auto";  // issue 44: the serving commands' default, chosen by measurement
   lio::add_device_flag(app, o);
   lio::add_kv_pool_flags(app, o, /*engine=*/true);
   lio::add_speculative_flags(app, o);

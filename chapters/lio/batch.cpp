@@ -32,6 +32,7 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
       "Run every request of a JSONL file through one engine (offline batched generation); one JSON "
       "result line per request, in input order");
   add_model_flags(*app, o);
+  o.activations = "auto";  // issue 44: the serving commands' default, chosen by measurement
   add_device_flag(*app, o);
   app->add_option("--prompts", b.prompts_path,
                   "JSONL input, one request a line: {\"prompt\": ...} | {\"messages\": [...]} | "

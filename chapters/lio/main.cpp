@@ -367,6 +367,7 @@ int main(int argc, char** argv) {
 
   CLI::App* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
   lio::add_model_flags(*gen, gen_o);
+  gen_o.activations = "auto";  // issue 44: the serving commands' default, chosen by measurement
   lio::add_device_flag(*gen, gen_o);
   lio::add_kv_pool_flags(*gen, gen_o, /*engine=*/true);
   gen_o.sampler.top_p = 0.9f;  // SmolLM2's model card suggests temperature 0.2, top_p 0.9

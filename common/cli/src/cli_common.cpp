@@ -40,8 +40,9 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--activations", o.activations,
                  "Matmul activations (quantized weights): f32 (exact: the weights as stored); int8 (x rounded "
-                 "per 32-element block, integer dot products, as llama.cpp does: about twice as fast, at "
-                 "llama.cpp's own accuracy); int8-token (W8A8: one scale per token, chapter 03)")
+                 "per 32-element block, integer dot products, as llama.cpp does: faster, at llama.cpp's own "
+                 "accuracy); int8-token (W8A8: one scale per token, chapter 03); auto (int8 on the CPU, "
+                 "f32 on a GPU: the default of lio generate, lio batch and lio-server, chosen by measurement)")
       ->capture_default_str();
   app.add_option("--tensor-parallel-size", o.parallel.tensor_parallel_size,
                  "Ranks each layer is split over (chapter 08; Megatron-LM column/row parallel, vLLM's flag); "
@@ -132,7 +133,7 @@ DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const 
   const int64_t n_blocks =
       tp.n_groups() > 1 ? std::max<int64_t>(1, tp.n_blocks() * tp.n_layers() / target_layers) : tp.n_blocks();
   d.runner = std::make_unique<ModelRunner>(
-      make_backend(*d.model, parse_device(o.device), parse_activation_precision(o.activations),
+      make_backend(*d.model, parse_device(o.device), activations_from_options(o),
                    parse_attention_backend(o.attention_backend)),
       KvPoolConfig{tp.block_size(), n_blocks, tp.dtype()});
   return d;
@@ -150,13 +151,17 @@ LoadedModel load_from_options(const CommonOptions& o) {
   return m;
 }
 
+ActivationPrecision activations_from_options(const CommonOptions& o) {
+  if (o.activations != "auto") return parse_activation_precision(o.activations);
+  return parse_device(o.device) == Device::Cpu ? ActivationPrecision::Int8 : ActivationPrecision::F32;
+}
 
 std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const CommonOptions& o,
                                                  const BackendWrapper& wrap) {
   KvPoolOptions pool = o.kv_pool;
   pool.dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   const Device device = parse_device(o.device);
-  const ActivationPrecision activations = parse_activation_precision(o.activations);
+  const ActivationPrecision activations = activations_from_options(o);
   const AttentionBackend attention = parse_attention_backend(o.attention_backend);
   check_kv_pool_options(pool);  // before the backend: a GPU backend uploads the weights
   const AllReduceAlgorithm algorithm = parse_all_reduce_algorithm(o.all_reduce);
