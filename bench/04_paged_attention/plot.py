@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def plot_memory(path, out):
     d = json.load(open(path))
-    sets = [k for k in d if k != "settings"]
+    sets = [k for k in d if k not in ("settings", "provenance")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     width = 0.8 / len(sets)
     for i, name in enumerate(sets):

@@ -41,10 +41,31 @@ for arg in "$@"; do
   esac
 done
 
+# The CPU code: this machine's ISA (-march=native, as our own Release build) without AMX. The AMX
+# kernels of this llama.cpp (the one vendored in llama-cpp-python 0.3.16) give wrong results for
+# Q4_0 / Q4_1 weights (llama.cpp PR #16315, "The AMX backend produces garbage with Q4_0 and Q4_1";
+# fixed by PR #19925): on a 2-core AMX Xeon, llama-perplexity scored SmolLM2's Q4_1 file at
+# PPL 244 with them and 17.65 without (2 chunks of GPL-3), and the peer's speed on a wrong
+# kernel is no baseline. -mno-amx-* must follow -march=native, hence GGML_NATIVE=OFF here and the
+# flags in CMAKE_<LANG>_FLAGS (ggml's own ISA options off: the compiler's macros pick its kernels).
+cpu_flags="-march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF
+     -DGGML_BMI2=OFF -DCMAKE_C_FLAGS="$cpu_flags" -DCMAKE_CXX_FLAGS="$cpu_flags")
+# A build made with other flags (an older version of this script) is rebuilt whole.
+stamp="$build_dir/lio_build_flags.txt"
+want="${isa[*]}"
 missing=()
-for t in "${targets[@]}"; do
-  [[ -x "$build_dir/bin/$t" ]] || missing+=("$t")
-done
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  for t in "${targets[@]}"; do
+    [[ -x "$build_dir/bin/$t" ]] || missing+=("$t")
+  done
+else
+  missing=("${targets[@]}")
+  if [[ -d "$build_dir/bin" ]]; then
+    echo "build_llama_tools: $build_dir was built with other flags: rebuilding" >&2
+    rm -f "$build_dir"/bin/llama-*  # no tool of the old build may pass for one of the new
+  fi
+fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "build_llama_tools: up to date: ${targets[*]} in $build_dir/bin" >&2
   exit 0
@@ -88,9 +109,8 @@ if ((cuda)); then
   fi
   backend=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch")
 fi
-# GGML_NATIVE tunes the CPU code for this machine's ISA, as our own Release build does.
 cmake -S "$src_dir/vendor/llama.cpp" -B "$build_dir" "${generator[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DLLAMA_CURL=OFF \
   "${backend[@]}" -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON >&2
 cmake --build "$build_dir" --target "${missing[@]}" -j "$jobs" >&2
@@ -101,4 +121,5 @@ for t in "${targets[@]}"; do
     exit 1
   fi
 done
+echo "$want" >"$stamp"
 echo "build_llama_tools: built ${missing[*]} in $build_dir/bin" >&2

@@ -62,7 +62,8 @@ TOPICS = ("a robot who learns to paint", "a lighthouse keeper and a storm", "a c
 # (key, title, what lecture note 003 says of it (section 10.1's checklist), flags added)
 STEPS = [
     ("baseline", "baseline", "FP32, eager attention, one request at a time (the lecture's starting point)",
-     ["--dtype", "f32", "--kv-cache-dtype", "f32", "--attention-backend", "naive", "--max-num-seqs", "1"]),
+     ["--dtype", "f32", "--kv-cache-dtype", "f32", "--attention-backend", "naive", "--max-num-seqs", "1",
+      "--activations", "f32"]),  # lio batch's default is int8 on 4-bit weights: the AWQ step alone, please
     ("bf16", "BF16", "1. BF16/FP16: half the memory, faster (no number given)",
      ["--dtype", "bf16", "--kv-cache-dtype", "f16"]),
     ("flash", "FlashAttention", "2. FlashAttention 2: attention 2-4x faster, less memory",

@@ -305,7 +305,10 @@ int main(int argc, char** argv) {
         }
         n_params += m.weights.token_embd.rows * m.weights.token_embd.cols;
         auto runner = lio::make_runner(m, lio::Device::Cpu, lio::KvPoolOptions{16, 64, run.kv}, act);
-        const int64_t bytes = runner->backend().weight_bytes();
+        // The format's bytes as stored (matrices and embedding; a tied head once), not the
+        // backend's packed copies, which add a second copy of the head (engine.md).
+        int64_t bytes = m.weights.size_bytes() - static_cast<int64_t>(m.weights.output_norm.size() * sizeof(float));
+        for (const auto& L : m.weights.layers) bytes -= static_cast<int64_t>(L.vector_floats() * sizeof(float));
         const lio::PerplexityResult ppl =
             lio::perplexity(*runner, text, add_bos ? ref.tokenizer->bos_id() : -1, s.ppl_ctx, s.ppl_chunks);
         runner.reset();
