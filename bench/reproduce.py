@@ -145,27 +145,25 @@ def steps():
            f"--bits 8 && {B}/lio quantize --model {F32} --out {SCRATCH}/SmolLM2-135M-Instruct.rtn-Q4_0.gguf --bits 4")
     ppl_models = f"{F32} {Q41} {SCRATCH}/SmolLM2-135M-Instruct.rtn-Q8_0.gguf {SCRATCH}/SmolLM2-135M-Instruct.rtn-Q4_0.gguf"
     s.append(Step("03", "lio perplexity vs llama-perplexity (check_perplexity.sh)",
-                  [rtn, f'MODELS="{ppl_models}" OUT={R}/03_perplexity_check bash bench/03_quantization/check_perplexity.sh'],
-                  [rtn, f'MODELS="{ppl_models}" OUT={R}/03_perplexity_check bash bench/03_quantization/check_perplexity.sh '
+                  [rtn, f'MODELS="{ppl_models}" OUT={R}/03_perplexity_check.md bash bench/03_quantization/check_perplexity.sh'],
+                  [rtn, f'MODELS="{ppl_models}" OUT={R}/03_perplexity_check.md bash bench/03_quantization/check_perplexity.sh '
                         "--quick"],
                   ("03_perplexity_check.json", "03_perplexity_check.md"), llama=True, est_full=420, est_quick=90))
     kq_models = " ".join(f"models/SmolLM2-135M-Instruct.{q}.gguf" for q in ("Q4_1", "Q4_K_M", "Q6_K"))
     s.append(Step("03", "perplexity of llama.cpp's K-quants (check_perplexity.sh --quick)",
-                  [f'MODELS="{kq_models}" OUT={R}/03_perplexity_check_kquant bash '
+                  [f'MODELS="{kq_models}" OUT={R}/03_perplexity_check_kquant.md bash '
                    "bench/03_quantization/check_perplexity.sh --quick"],
                   None, ("03_perplexity_check_kquant.json",), llama=True, est_full=120))
     meth = " ".join(f"{SCRATCH}/methods/{n}.gguf" for n in ("rtn-4g128", "gptq-4g128", "awq-4g128", "rtn-3g128",
                                                              "gptq-3g128", "awq-3g128", "gptq-3ag128"))
     s.append(Step("03", "perplexity of the GPTQ / AWQ / RTN files (check_perplexity.sh --quick)",
-                  [f'MODELS="{meth}" OUT={R}/03_perplexity_check_methods bash '
+                  [f'MODELS="{meth}" OUT={R}/03_perplexity_check_methods.md bash '
                    "bench/03_quantization/check_perplexity.sh --quick || true"],
                   None, ("03_perplexity_check_methods.json",), llama=True, est_full=240))
     s.append(Step("03", "quantized speed vs llama-bench (peer_speed.py)",
                   [f"{PY} bench/03_quantization/peer_speed.py --repeats 5"],
-                  [f"{PY} bench/03_quantization/peer_speed.py --repeats 2 --variants f32,q8_0,q4_1,q4_1+a8b "
-                   "--gen-tokens 16 --gen-tokens-b32 4 --prompt-tokens 64"],
-                  ("03_quantization_peer_cpu.json", "03_quantization_peer_cpu.md"), llama=True,
-                  est_full=600, est_quick=90))
+                  None,  # every variant the tables name, at lengths its harness can time: no quick form
+                  ("03_quantization_peer_cpu.json", "03_quantization_peer_cpu.md"), llama=True, est_full=600))
     s.append(Step("03", "K-quant speed vs llama-bench (peer_speed.py)",
                   [f"{PY} bench/03_quantization/peer_speed.py --repeats 5 --variants q4_1,q4_1+a8b --files {KQ} "
                    f"--out {R}/03_quantization_peer_kquant_cpu"],
