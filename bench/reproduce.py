@@ -203,17 +203,13 @@ def steps():
                   [f"{cb} > {R}/05_continuous_batching_cpu.md", plot05],
                   [f"{cb_q} > {R}/05_continuous_batching_cpu.md", plot05],
                   ("05_continuous_batching_cpu.json", "05_continuous_batching_cpu.md"), est_full=700, est_quick=90))
-    abc = f"{B}/ch05_continuous_batching --threads 1"
-    abc_q = f"{B}/ch05_continuous_batching --threads 1 --scale 0.2"
-    for cmd, which in ((abc, "full"), (abc_q, "quick")):
-        cmds = [f"{cmd} > {R}/05_abc_cpu.txt", f"{cmd} --json > {R}/05_abc_cpu.json",
+    def abc(cmd):  # the table as text, then as JSON stamped with its command
+        return [f"{cmd} > {R}/05_abc_cpu.txt", f"{cmd} --json > {R}/05_abc_cpu.json",
                 f"python3 bench/common/results_meta.py stamp {R}/05_abc_cpu.json --command {shlex.quote(cmd + ' --json')}"]
-        if which == "full":
-            abc_full = cmds
-        else:
-            abc_quick = cmds
     s.append(Step("05", "the lecture's A, B, C requests, static vs continuous (ch05_continuous_batching)",
-                  abc_full, abc_quick, ("05_abc_cpu.json", "05_abc_cpu.txt"), est_full=120, est_quick=30))
+                  abc(f"{B}/ch05_continuous_batching --threads 1"),
+                  abc(f"{B}/ch05_continuous_batching --threads 1 --scale 0.2"),
+                  ("05_abc_cpu.json", "05_abc_cpu.txt"), est_full=120, est_quick=30))
     # ---- 06 speculative decoding
     s.append(Step("06", "draft model, n-gram, early exit: speedup by k and batch (run.py)",
                   [f"{PY} bench/06_speculative/run.py --repeats 5"],
@@ -347,7 +343,7 @@ def mark_below_rule(outputs, note):
                 d = json.load(f)
             if isinstance(d, dict):
                 d.setdefault("provenance", {})["below_rule"] = note
-                results_meta_write(path, json.dumps(d, indent=1) + "\n")
+                results_meta.write_text(path, json.dumps(d, indent=1) + "\n")
         elif name.endswith((".md", ".txt")):
             with open(path) as f:
                 lines = f.read().splitlines()
@@ -360,14 +356,7 @@ def mark_below_rule(outputs, note):
                     lines[1:1] = ["", banner]
                 else:
                     lines[1:1] = ["", banner, ""]
-            results_meta_write(path, "\n".join(lines) + "\n")
-
-
-def results_meta_write(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+            results_meta.write_text(path, "\n".join(lines) + "\n")
 
 
 def stdout_md_main(a):
@@ -389,11 +378,11 @@ def stdout_md_main(a):
         import csv
         with open(os.path.join(ROOT, R, "01_kv_cache.csv")) as f:
             rows = [{k: (v if k == "identical" else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
-        results_meta_write(os.path.join(ROOT, R, "01_kv_cache.json"),
+        results_meta.write_text(os.path.join(ROOT, R, "01_kv_cache.json"),
                            json.dumps({"provenance": prov, "rows": rows}, indent=1) + "\n")
     else:
         lines += body
-    results_meta_write(a.stdout_md, "\n".join(lines).rstrip("\n") + "\n")
+    results_meta.write_text(a.stdout_md, "\n".join(lines).rstrip("\n") + "\n")
 
 
 def kv_cache_table():
@@ -512,7 +501,7 @@ def main():
         rec = {"provenance": prov, "mode": mode, "seconds": round(total, 1),
                "benchmark_seconds": round(sum(d["seconds"] for d in done), 1), "prepare": prep, "steps": done,
                "skipped": [{"chapter": s.chapter, "name": s.name} for s in skipped], "failed": failed}
-        results_meta_write(out + ".json", json.dumps(rec, indent=1) + "\n")
+        results_meta.write_text(out + ".json", json.dumps(rec, indent=1) + "\n")
         md = [f"# bench/reproduce.sh{' --quick' if a.quick else ''}: every CPU results file in one run", "",
               *results_meta.provenance_lines(prov), "",
               f"Total {fmt_s(total)} (benchmarks {fmt_s(rec['benchmark_seconds'])}, building "
@@ -520,7 +509,7 @@ def main():
               "| chapter | step | seconds | ok |", "|---|---|---:|:---:|"]
         md += [f"| {d['chapter']} | {d['name']} | {d['seconds']:.0f} | {'yes' if d['ok'] else 'NO'} |" for d in done]
         md += [f"| {s.chapter} | {s.name} | skipped by --quick | |" for s in skipped]
-        results_meta_write(out + ".md", "\n".join(md) + "\n")
+        results_meta.write_text(out + ".md", "\n".join(md) + "\n")
     if not a.no_render:
         print("\nreproduce: python3 scripts/render_docs.py", flush=True)
         if subprocess.run(["python3", "scripts/render_docs.py"], env=env).returncode != 0:

@@ -206,16 +206,23 @@ def spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "samples": list(values)}
 
 
+def write_text(path, text):
+    """Writes `text` to `path` atomically: a temporary beside it, then a rename, so a run killed
+    mid-write leaves the old file or the new one, never half of one (lio/atomic_file.h's rule)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def write_results(out_base, result, markdown):
     """Writes `result` (a dict with "provenance") as OUT_BASE.json with local paths taken out,
     and markdown(result as written) as OUT_BASE.md; returns the result as written (what a plot
     should draw)."""
     text = local_path_free(json.dumps(result, indent=1))
-    with open(out_base + ".json", "w") as f:
-        f.write(text + "\n")
+    write_text(out_base + ".json", text + "\n")
     written = json.loads(text)
-    with open(out_base + ".md", "w") as f:
-        f.write(markdown(written))
+    write_text(out_base + ".md", markdown(written))
     return written
 
 
@@ -228,9 +235,7 @@ def stamp(path, command):
         raise SystemExit(f"stamp: {path} does not hold a JSON object")
     out = {"provenance": data.pop("provenance", None) or provenance(command)}
     out.update(without_local_paths(data))
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
+    write_text(path, json.dumps(out, indent=2) + "\n")
 
 
 def main():

@@ -23,7 +23,6 @@ Writes bench/results/cpu_decode_formats.{json,md} with command, commit, machine 
   .venv/bin/python bench/cpu_decode/formats.py [--repeats 5] [--threads 2]
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -32,7 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "cpu_decode"))
-from results_meta import provenance, provenance_lines  # noqa: E402
+from results_meta import provenance, provenance_lines, write_results  # noqa: E402
 from run import DECODE_TOKENS, DEPTH, MIN_REPEATS, ratio_cell, run_lio, run_llama, spread  # noqa: E402
 
 FORMATS = (  # label, file, how it was made, the make_kquant.sh type that makes it (or None)
@@ -139,11 +138,7 @@ def main():
            "repeats": a.repeats, "near": NEAR, "rows": rows, "absent": absent}
     if below:
         out["provenance"]["below_rule"] = f"--repeats {a.repeats} < {MIN_REPEATS}"
-    for ext, text in (("json", json.dumps(out, indent=1) + "\n"), ("md", "\n".join(lines) + "\n")):
-        tmp = f"{a.out}.{ext}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, f"{a.out}.{ext}")
+    write_results(a.out, out, lambda _: "\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"wrote {a.out}.json and .md")
 
