@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Every CPU speedup table of the course from one command, in the course's order (issue 44).
 
-    bench/reproduce.sh [--quick] [--chapter NN ...] [--list] [--dry-run] [--keep-going] [--no-render]
+    bench/reproduce.sh [--quick] [--chapter NN ...] [--resume] [--list] [--dry-run] [--keep-going] [--no-render]
 
 It checks that the code is committed (the results name one clean commit: LIO_COMMIT is set once
 for every producer), builds LIO (`cmake --build build`) and llama.cpp's peer tools once
 (bench/batched/build_llama_tools.sh), runs each chapter's benchmarks and their llama.cpp
 comparisons in order with a progress line (elapsed time, and an estimate of what is left from
 the last recorded run on this machine, else from built-in estimates), writes bench/results/, then
-re-renders the lessons and the README (scripts/render_docs.py) and writes its own timing to
-bench/results/reproduce_cpu.{json,md} (--quick: reproduce_cpu_quick.*).
+re-renders the lessons and the README (scripts/render_docs.py). A run of every chapter writes its
+own timing to bench/results/reproduce_cpu.{json,md} (--quick: reproduce_cpu_quick.*) after each
+step, marked unfinished until the last: the full run takes hours on a 2-core machine, so a run
+cut short goes on with --resume, which runs only the steps the record lacks, on the same machine
+(the record lists each sitting with its commit and time; each results file names its own commit).
 
 --quick runs fewer repeats and shorter sweeps and skips the slowest steps (GPTQ / AWQ making,
 the full perplexity runs, the serving comparison); every results file it writes says so in its
@@ -163,11 +166,11 @@ def steps():
     s.append(Step("03", "quantized speed vs llama-bench (peer_speed.py)",
                   [f"{PY} bench/03_quantization/peer_speed.py --repeats 5"],
                   None,  # every variant the tables name, at lengths its harness can time: no quick form
-                  ("03_quantization_peer_cpu.json", "03_quantization_peer_cpu.md"), llama=True, est_full=600))
+                  ("03_quantization_peer_cpu.json", "03_quantization_peer_cpu.md"), llama=True, est_full=2800))
     s.append(Step("03", "K-quant speed vs llama-bench (peer_speed.py)",
                   [f"{PY} bench/03_quantization/peer_speed.py --repeats 5 --variants q4_1,q4_1+a8b --files {KQ} "
                    f"--out {R}/03_quantization_peer_kquant_cpu"],
-                  None, ("03_quantization_peer_kquant_cpu.json",), llama=True, est_full=400))
+                  None, ("03_quantization_peer_kquant_cpu.json",), llama=True, est_full=1900))
     # ---- 04 paged attention
     s.append(Step("04", "static vs paged KV waste, a simulation (bench_paged_memory)",
                   [stdout_md(f"{R}/04_paged_memory.md", "Chapter 04 — static vs paged KV-cache memory (simulation)",
@@ -242,6 +245,9 @@ def steps():
                   [f"{PY} bench/08_tensor_parallel/run.py --rounds 5 --batch 1,8"],
                   [f"{PY} bench/08_tensor_parallel/run.py --rounds 1 --repeats 1 --batch 1,8 --decode-steps 8"],
                   ("08_tensor_parallel_cpu.json", "08_tensor_parallel_cpu.md"), est_full=420, est_quick=90))
+    numerics = [f"{PY} bench/08_tensor_parallel/numerics.py"]
+    s.append(Step("08", "TP / PP logits against one process, f32 and int8 activations (numerics.py)", numerics,
+                  numerics, ("08_tp_numerics_cpu.json", "08_tp_numerics_cpu.md"), est_full=60, est_quick=60))
     # ---- engine-wide: batch-1 decode, activations, families, batched
     s.append(Step("engine", "batch-1 prefill and decode vs llama-bench, Q4_1 and F32 (cpu_decode/run.py)",
                   [f"{PY} bench/cpu_decode/run.py --repeats 5 --threads 2"],
@@ -402,6 +408,114 @@ def kv_cache_table():
     return out
 
 
+def resumable(path, mode):
+    """The record of an unfinished whole run of `mode` on this machine, for --resume; exits with
+    status 2 when there is none."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"reproduce --resume: no run to resume ({e})")
+    if d.get("mode") != mode or d.get("complete", True):
+        raise SystemExit(f"reproduce --resume: {path} holds a {'finished' if d.get('complete', True) else d.get('mode')} "
+                         f"run, not an unfinished {mode} one: start a new run without --resume")
+    if d.get("provenance", {}).get("machine", {}).get("cpu") != results_meta.machine().get("cpu"):
+        raise SystemExit(f"reproduce --resume: {path} was measured on another machine "
+                         f"({d['provenance']['machine'].get('cpu')}): start a new run")
+    d.setdefault("sittings", [])
+    d.setdefault("prepare", [])
+    return d
+
+
+def steps_to_run(plan, earlier):
+    """The steps of `plan` that the earlier sittings (a resumable() record) did not finish: the
+    failed ones and the ones not reached, in plan order."""
+    finished = {d["name"] for d in earlier["steps"] if d["ok"]}
+    return [s for s in plan if s.name not in finished]
+
+
+def write_record(path, mode, note, earlier, sitting, prep, done, skipped, complete):
+    """Writes the run's timing, PATH.json and PATH.md: the steps of earlier sittings (--resume)
+    followed by this sitting's. `seconds` is the sum of the sittings' wall times."""
+    prov = results_meta.provenance()
+    if mode == "quick":
+        prov["below_rule"] = note
+    if earlier["steps"]:
+        prov["date_first"] = earlier["provenance"].get("date_first", earlier["provenance"]["date"])
+    steps_all = [d for d in earlier["steps"] if d["ok"]] + done
+    sittings = earlier["sittings"] + [dict(sitting)]
+    failed = [d["name"] for d in steps_all if not d["ok"]]
+    rec = {"provenance": prov, "mode": mode, "complete": complete and not failed,
+           "seconds": round(sum(x["seconds"] for x in sittings), 1),
+           "benchmark_seconds": round(sum(d["seconds"] for d in steps_all), 1), "sittings": sittings,
+           "prepare": earlier["prepare"] + prep, "steps": steps_all,
+           "skipped": [{"chapter": s.chapter, "name": s.name} for s in skipped], "failed": failed}
+    results_meta.write_text(path + ".json", json.dumps(rec, indent=1) + "\n")
+    state = "" if rec["complete"] else f" (unfinished: {len(steps_all)} steps so far; go on with --resume)"
+    md = [f"# bench/reproduce.sh{' --quick' if mode == 'quick' else ''}: every CPU results file in one run{state}", "",
+          *results_meta.provenance_lines(prov), "",
+          f"Total {fmt_s(rec['seconds'])} in {len(sittings)} sitting{'s' if len(sittings) > 1 else ''} (benchmarks "
+          f"{fmt_s(rec['benchmark_seconds'])}, building {fmt_s(sum(p['seconds'] for p in rec['prepare']))}); "
+          f"{len(failed)} failed.", "",
+          "| sitting | commit | date | seconds |", "|---:|---|---|---:|"]
+    md += [f"| {i + 1} | {x['commit']} | {x['date']} | {x['seconds']:.0f} |" for i, x in enumerate(sittings)]
+    md += ["", "| chapter | step | commit | seconds | ok |", "|---|---|---|---:|:---:|"]
+    md += [f"| {d['chapter']} | {d['name']} | {d.get('commit', prov['commit'])} | {d['seconds']:.0f} | "
+           f"{'yes' if d['ok'] else 'NO'} |" for d in steps_all]
+    md += [f"| {s.chapter} | {s.name} | | skipped by --quick | |" for s in skipped]
+    results_meta.write_text(path + ".md", "\n".join(md) + "\n")
+
+
+def self_test():
+    """The --resume bookkeeping on a temporary record: a sitting cut short (one step failed) is
+    recorded unfinished; --resume keeps its finished steps, runs the failed one again and adds
+    the second sitting's time; a finished run or another machine's is refused. Exit 0 or 1."""
+    import tempfile
+    problems = []
+
+    def check(cond, what):
+        if not cond:
+            problems.append(what)
+
+    steps_ = [Step("01", "a", ["true"]), Step("02", "b", ["false"]), Step("03", "c", ["true"])]
+
+    def entry(s, ok, seconds):
+        return {"chapter": s.chapter, "name": s.name, "seconds": seconds, "ok": ok, "commit": "c1", "commands": s.full}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "reproduce_cpu")
+        empty = {"steps": [], "sittings": [], "prepare": []}
+        write_record(path, "full", "", empty, {"commit": "c1", "date": "d1", "seconds": 30.0}, [],
+                     [entry(steps_[0], True, 10.0), entry(steps_[1], False, 5.0)], [], False)
+        d = resumable(path + ".json", "full")
+        check(not d["complete"] and d["failed"] == ["b"], "a sitting cut short is recorded unfinished, its failure named")
+        todo = [s.name for s in steps_to_run(steps_, d)]
+        check(todo == ["b", "c"], f"--resume runs the failed and the missing steps, got {todo}")
+        write_record(path, "full", "", d, {"commit": "c2", "date": "d2", "seconds": 40.0}, [],
+                     [entry(steps_[1], True, 6.0), entry(steps_[2], True, 7.0)], [], True)
+        with open(path + ".json") as f:
+            e = json.load(f)
+        check(e["complete"] and not e["failed"], "the second sitting finishes the run")
+        check([x["name"] for x in e["steps"]] == ["a", "b", "c"], "each step once, in order")
+        check(e["seconds"] == 70.0 and e["benchmark_seconds"] == 23.0,
+              f"the sittings' times add up (70 s, steps 23 s), got {e['seconds']}, {e['benchmark_seconds']}")
+        check([x["commit"] for x in e["sittings"]] == ["c1", "c2"], "each sitting keeps its commit")
+        for bad, why in ((dict(e), "a finished run"), (dict(e, complete=False, mode="quick"), "a quick run"),
+                         (dict(e, complete=False, provenance=dict(e["provenance"], machine={"cpu": "elsewhere"})),
+                          "another machine's run")):
+            with open(path + ".json", "w") as f:
+                json.dump(bad, f)
+            try:
+                resumable(path + ".json", "full")
+                problems.append(f"--resume took {why}")
+            except SystemExit:
+                pass
+    for p in problems:
+        print(f"reproduce --self-test: FAIL: {p}", file=sys.stderr)
+    print(f"reproduce --self-test: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, shorter sweeps (below the rule)")
@@ -411,8 +525,12 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="run nothing; exit 1 if a step names a script that is not in the tree or a program "
                          "build/bin lacks (the test suite's check that the plan still matches the code)")
+    ap.add_argument("--self-test", action="store_true", help="check the --resume bookkeeping on a temporary record")
     ap.add_argument("--bin-dir", help="with --check: where the programs are built (default build/bin)")
     ap.add_argument("--keep-going", action="store_true", help="run the remaining steps after a failure")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on with this machine's unfinished whole run (bench/results/reproduce_cpu*.json): "
+                         "run only the steps it has not finished")
     ap.add_argument("--no-render", action="store_true", help="do not re-render the lessons and the README")
     ap.add_argument("--no-build", action="store_true", help="skip cmake --build build and the llama.cpp tools")
     ap.add_argument("--allow-dirty", action="store_true",
@@ -426,8 +544,12 @@ def main():
     a = ap.parse_args()
     if a.stdout_md:
         return stdout_md_main(a)
+    if a.self_test:
+        return self_test()
     os.chdir(ROOT)
     chapters = [chapter_key(c) for arg in a.chapter for c in arg.split(",")]
+    if a.resume and chapters:
+        raise SystemExit("reproduce: --resume goes on with a run of every chapter; it takes no --chapter")
     plan = [s for s in steps() if not chapters or s.chapter in chapters]
     skipped = [s for s in plan if a.quick and s.quick is None]
     plan = [s for s in plan if not (a.quick and s.quick is None)]
@@ -465,10 +587,27 @@ def main():
                 return 1
             prep.append({"command": " ".join(cmd), "seconds": round(time.time() - t, 1)})
     known = recorded_seconds(a.quick)
-    est = [known.get(s.name, s.est_quick if a.quick else s.est_full) for s in plan]
+    record_path = os.path.join(R, "reproduce_cpu_quick" if a.quick else "reproduce_cpu")
     note = ("bench/reproduce.sh --quick: fewer repeats and shorter sweeps than the course's rule "
             "(5 interleaved repeats); for seeing the effects, not for comparing engines")
+    earlier = {"steps": [], "sittings": [], "prepare": []}
+    if a.resume:
+        earlier = resumable(record_path + ".json", mode)
+        plan = steps_to_run(plan, earlier)
+        print(f"reproduce: resuming the {mode} run of {earlier['provenance']['date']}: "
+              f"{sum(d['ok'] for d in earlier['steps'])} steps done, {len(plan)} to run", flush=True)
+    est = [known.get(s.name, s.est_quick if a.quick else s.est_full) for s in plan]
     done, failed, t_run = [], [], time.time()
+    sitting = {"commit": commit, "date": results_meta.provenance()["date"], "seconds": 0.0}
+
+    def record():
+        # The run's timing after every step (for the README and the next run's estimates), so a
+        # run cut short can go on with --resume. Only a run of every chapter is recorded.
+        if chapters:
+            return
+        sitting["seconds"] = round(time.time() - t0, 1)
+        write_record(record_path, mode, note, earlier, sitting, prep, done, skipped, len(plan) == len(done))
+
     for i, s in enumerate(plan):
         elapsed = time.time() - t0
         spent_est = sum(est[:i])
@@ -486,30 +625,14 @@ def main():
         if ok and a.quick:
             mark_below_rule(s.outputs, note)
         done.append({"chapter": s.chapter, "name": s.name, "seconds": round(time.time() - t, 1), "ok": ok,
-                     "commands": s.quick if a.quick else s.full})
+                     "commit": commit, "commands": s.quick if a.quick else s.full})
         if not ok:
             failed.append(s.name)
             print(f"reproduce: step failed: {s.chapter} {s.name}", file=sys.stderr)
-            if not a.keep_going:
-                break
+        record()
+        if not ok and not a.keep_going:
+            break
     total = time.time() - t0
-    if not chapters:  # the timing of a whole run, for the README and the next run's estimates
-        out = os.path.join(R, "reproduce_cpu_quick" if a.quick else "reproduce_cpu")
-        prov = results_meta.provenance()
-        if a.quick:
-            prov["below_rule"] = note
-        rec = {"provenance": prov, "mode": mode, "seconds": round(total, 1),
-               "benchmark_seconds": round(sum(d["seconds"] for d in done), 1), "prepare": prep, "steps": done,
-               "skipped": [{"chapter": s.chapter, "name": s.name} for s in skipped], "failed": failed}
-        results_meta.write_text(out + ".json", json.dumps(rec, indent=1) + "\n")
-        md = [f"# bench/reproduce.sh{' --quick' if a.quick else ''}: every CPU results file in one run", "",
-              *results_meta.provenance_lines(prov), "",
-              f"Total {fmt_s(total)} (benchmarks {fmt_s(rec['benchmark_seconds'])}, building "
-              f"{fmt_s(sum(p['seconds'] for p in prep))}); {len(failed)} failed.", "",
-              "| chapter | step | seconds | ok |", "|---|---|---:|:---:|"]
-        md += [f"| {d['chapter']} | {d['name']} | {d['seconds']:.0f} | {'yes' if d['ok'] else 'NO'} |" for d in done]
-        md += [f"| {s.chapter} | {s.name} | skipped by --quick | |" for s in skipped]
-        results_meta.write_text(out + ".md", "\n".join(md) + "\n")
     if not a.no_render:
         print("\nreproduce: python3 scripts/render_docs.py", flush=True)
         if subprocess.run(["python3", "scripts/render_docs.py"], env=env).returncode != 0:
