@@ -17,9 +17,11 @@ command -v mpirun >/dev/null || { echo "SKIP: no mpirun (scripts/setup.sh instal
 mpi=("$mpirun_sh" -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive)
 fail() { echo "FAIL: $*"; exit 1; }
 # f32 activations (the chapter programs' exact path): the ranks then differ from one process only in
-# the all-reduce's summation order. With lio's default, int8 per 32-block, TP 3's logits sat up to 0.63
-# from one process's on SmolLM2 (f32: 7e-5; int8's own distance from f32 is of that size, 0.9): the
-# ranks round differently (cause not yet traced), enough to flip a near-tie in greedy text.
+# the all-reduce's summation order, in the last bits. With lio's default, int8 per 32-block, rounding
+# x to int8 turns those bits into whole code steps that grow through the layers: TP 3's logits sit
+# about 1 from one process's, as far as a one-ulp nudge of one norm weight moves one process's, and
+# as far as int8 is from f32 (bench/results/08_tp_numerics_cpu.md, docs/08_tensor_parallel.md
+# section 8), enough to flip a near-tie in greedy text.
 gen=(generate --model "$model" --prompt "The three primary colors are" --max-tokens 24 --temperature 0 --threads 1
      --activations f32)
 
