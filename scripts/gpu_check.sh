@@ -21,9 +21,9 @@
 # cache, int8 activations, each attention kernel and --dtype f32 / f16 / bf16); compute-sanitizer
 # memcheck on the flash, paged + kv_append, MLA and elementwise kernels; the real model's logits
 # again on re-quantized files (Q8_0, Q4_0, Q3_1); `lio generate` greedy text on CPU and CUDA with
-# flash, naive and paged attention (and the f16 KV cache, int8 activations: reported); the bf16
-# matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, launches per token, GB/s against the
-# copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling).
+# flash, naive and paged attention, flash and paged with --cuda-graphs (and the f16 KV cache, int8
+# activations: reported); the bf16 matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, eager
+# vs CUDA graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling).
 # Exit status: 0 when every step that ran passed; 1 when one failed; 3 when no GPU answered
 # without --dry-run (the report is written in every case). LIO_GPU_CHECK_ASSUME_GPU=1 runs the GPU
 # steps without a GPU, to test this script's own paths there (they fail, and the report says so).
@@ -297,6 +297,8 @@ if ((gpu)) && [[ -n "$model" ]]; then
   greedy "flash" 1 --attention-backend flash
   greedy "naive" 1 --attention-backend naive
   greedy "paged" 1 --attention-backend paged
+  greedy "flash, CUDA graphs" 1 --attention-backend flash --cuda-graphs  # issue 45: replayed decode steps
+  greedy "paged, CUDA graphs" 1 --attention-backend paged --cuda-graphs
   greedy "f16 KV" 0 --kv-cache-dtype f16
   greedy "int8 activations" 0 --activations int8
 else

@@ -204,7 +204,7 @@ def main():
                       json.dumps(g.get("cuda"))[:120]] for g in greedy])
     if result.get("decode"):
         md += ["", f'## Batch-1 decode (`bench_cuda_decode --repeats {result.get("repeats")}`, prompt '
-                   f'{result.get("prompt_tokens")}, decode {result.get("decode_tokens")} tokens, eager launches)', "",
+                   f'{result.get("prompt_tokens")}, decode {result.get("decode_tokens")} tokens, eager launches; the ", CUDA graph" rows replay each decode step as one graph launch)', "",
                f'Device-to-device copy bandwidth measured in the same run (read + write): {result["copy_bandwidth_gbs"]:,} GB/s.', ""]
         md += table(["variant", "weights MiB", "prefill tok/s", "decode tok/s", "decode GB/s", "% of copy BW", "vs CPU"],
                     [[d["variant"], d["weight_mib"], d["prefill_tokens_per_s"], d["decode_tokens_per_s"], d["decode_gbs"],

@@ -13,9 +13,11 @@
 // to the host for the argmax (what a CPU sampler costs: vocab_size floats over PCIe and a sync
 // per token, against the device argmax's 12 bytes), CUDA with weights converted to f16 (--dtype
 // f16: 2 bytes per weight, no dequantization work).
-// Every GPU step runs eagerly (one launch per kernel, no CUDA graph yet): the kernel launches of
-// one decode step's forward pass are counted by capturing it into a graph
-// (CudaBackend::capture_step; nothing runs), for flash and for paged.
+// The GPU variants run eagerly (one launch per kernel) and, for flash and paged, again with the
+// decode step replayed as a CUDA graph (ModelRunner::capture_decode_graphs, issue 45: one launch
+// per step; what the Engine does by default). The kernel launches of one eager decode step's
+// forward pass are counted by capturing it into a graph (CudaBackend::capture_step; nothing
+// runs), for flash and for paged.
 // Each variant is a ModelRunner (a backend plus a KV pool just large enough for one sequence)
 // driven through a SoloSequence: one sequence, its blocks in order — chapter 01's view.
 #include <CLI/CLI.hpp>
@@ -70,6 +72,8 @@ struct Result {
   double prefill_tps = 0;
   double decode_tps = 0;
   double bytes_per_token = 0;  // weights + mean K/V read per decode step
+  bool cuda_graphs = false;    // decode steps replayed as a CUDA graph
+  int64_t graph_steps = 0;     // forward passes replayed as a graph (every run, the warm-up too)
 };
 
 /// How a variant picks the greedy token.
@@ -122,6 +126,7 @@ Result measure(lio::ModelRunner& runner, const std::string& variant, double weig
   const int64_t p = static_cast<int64_t>(prompt.size());
   lio::Sampler greedy{lio::SamplerConfig{}};  // temperature 0, no penalty: history unused
   std::vector<double> prefill_tps, decode_tps;
+  const int64_t graph_steps_before = runner.graph_steps();
   for (int r = 0; r < repeats + 1; ++r) {
     lio::SoloSequence seq(runner, p + decode_tokens);  // blocks 0.. of the pool, from position 0
     const auto step = [&](std::span<const int32_t> feed) {
@@ -142,6 +147,8 @@ Result measure(lio::ModelRunner& runner, const std::string& variant, double weig
   res.weight_bytes = weight_bytes;
   res.prefill_tps = lio::bench::median(prefill_tps);
   res.decode_tps = lio::bench::median(decode_tps);
+  res.cuda_graphs = !runner.graph_sizes().empty();
+  res.graph_steps = runner.graph_steps() - graph_steps_before;
   const double mean_ctx = static_cast<double>(p) + 0.5 * static_cast<double>(decode_tokens + 1);
   res.bytes_per_token = weight_bytes + static_cast<double>(c.kv_bytes_per_token(sizeof(float))) * mean_ctx;
   return res;
@@ -190,11 +197,20 @@ int main(int argc, char** argv) {
     const int64_t grows_in_steps = cuda_backend(*gpu).buffer_grows() - grows_before;
     results.push_back(measure(*gpu, "cuda " + o.dtype + ", logits to host", gpu_weight_bytes, prompt,
                               decode_tokens, repeats, Argmax::Host));
+    // The same decode steps as one CUDA graph launch each (bucket 1; the prefill stays eager).
+    const lio::GraphCapture capture = gpu->capture_decode_graphs(1);
+    if (capture.sizes.empty()) throw lio::UnsupportedError("CUDA graph capture failed: " + capture.error);
+    results.push_back(measure(*gpu, "cuda " + o.dtype + ", CUDA graph", gpu_weight_bytes, prompt, decode_tokens, repeats));
+    gpu->clear_decode_graphs();
     // Chapter 04's paged kernel in place of flash (the same weights, another runner).
     std::unique_ptr<lio::ModelRunner> gpu_paged =
         make_bench_runner(stored, lio::Device::Cuda, n_positions, lio::AttentionBackend::Paged);
     results.push_back(measure(*gpu_paged, "cuda " + o.dtype + ", paged attention", gpu_weight_bytes, prompt,
                               decode_tokens, repeats));
+    if (gpu_paged->capture_decode_graphs(1).sizes.empty()) throw lio::UnsupportedError("CUDA graph capture failed (paged)");
+    results.push_back(measure(*gpu_paged, "cuda " + o.dtype + ", paged attention, CUDA graph", gpu_weight_bytes, prompt,
+                              decode_tokens, repeats));
+    gpu_paged->clear_decode_graphs();
     json launches = json::array();
     for (const auto& [name, r] : {std::pair<const char*, lio::ModelRunner*>{"flash", gpu.get()}, {"paged", gpu_paged.get()}}) {
       const lio::cuda::CapturedStep step = count_decode_launches(*r, prompt);
@@ -243,7 +259,8 @@ int main(int argc, char** argv) {
            {"decode_tokens", decode_tokens},
            {"cpu_decode_tokens", cpu_decode_tokens},
            {"repeats", repeats},
-           {"copy_bandwidth_gbs", copy_bw / 1e9}};
+           {"copy_bandwidth_gbs", copy_bw / 1e9},
+           {"graph_capture_ms", capture.seconds * 1e3}};
     json rows = json::array();
     for (const Result& r : results) {
       rows.push_back({{"variant", r.variant},
@@ -252,7 +269,9 @@ int main(int argc, char** argv) {
                       {"decode_tokens_per_s", r.decode_tps},
                       {"decode_bytes_per_token", r.bytes_per_token},
                       {"decode_achieved_gbs", r.bytes_per_token * r.decode_tps / 1e9},
-                      {"decode_fraction_of_copy_bandwidth", r.bytes_per_token * r.decode_tps / copy_bw}});
+                      {"decode_fraction_of_copy_bandwidth", r.bytes_per_token * r.decode_tps / copy_bw},
+                      {"cuda_graphs", r.cuda_graphs},
+                      {"graph_steps", r.graph_steps}});
     }
     j["variants"] = rows;
     double total_ms = 0;

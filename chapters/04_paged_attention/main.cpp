@@ -401,6 +401,7 @@ int main(int argc, char** argv) {
     ec.prefix_cache = lio::parse_prefix_cache_mode(prefix_cache);
     ec.scheduler.max_num_seqs = max_num_seqs;
     ec.scheduler.validate();
+    ec.enforce_eager = o.enforce_eager;
     lio::parse_device(o.device);
     const std::vector<TraceRequest> trace =
         trace_path.empty() ? builtin_trace(n_requests, shared_prefix, seed)

@@ -367,6 +367,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = max_num_seqs;
     ec.scheduler.static_padding = !no_padding;
     ec.scheduler.validate();
+    ec.enforce_eager = o.enforce_eager;
     lio::parse_device(o.device);
     const std::vector<TraceRequest> trace = trace_path.empty()
                                                 ? builtin_trace(extra, prompt_tokens, scale)

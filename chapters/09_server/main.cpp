@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
     ec.speculative = lio::speculative_from_options(m, o);
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
     lio::DraftRunner draft = lio::draft_from_options(m, *runner, o, ec.speculative);
+    ec.enforce_eager = o.enforce_eager;
     lio::Engine engine(*runner, *m.tokenizer, ec, draft.runner.get());
     if (sc.served_model_name.empty())
       sc.served_model_name = std::filesystem::path(m.path).stem().string();
@@ -166,6 +167,8 @@ int main(int argc, char** argv) {
                  (long long)pool.block_size(), lio::kv_cache_dtype_name(pool.dtype()),
                  (long long)ec.scheduler.max_num_seqs,
                  (long long)ec.scheduler.max_num_batched_tokens, prefix_cache.c_str());
+    const std::string graphs = lio::describe_graph_capture(engine.graph_capture(), o);
+    if (!graphs.empty()) std::fprintf(stderr, "graphs  %s\n", graphs.c_str());
     if (ec.speculative.method != lio::SpecMethod::None) {
       std::fprintf(stderr, "spec    %s, %lld speculative tokens per step%s\n", o.spec_method.c_str(),
                    (long long)ec.speculative.num_speculative_tokens,

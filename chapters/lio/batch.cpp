@@ -234,6 +234,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   engine_config.scheduler.policy = parse_scheduling_policy(b.scheduling);
   engine_config.scheduler.preemption = parse_preemption_mode(b.preemption);
   engine_config.swap_space_mib = b.swap_space_mib;
+  engine_config.enforce_eager = o.enforce_eager;
   if (b.swap_space_mib < 0) throw InvalidArgument("--swap-space-mib must be >= 0, got " + std::to_string(b.swap_space_mib));
   parse_device(o.device);  // a bad --device fails before the file is read
   parse_spec_method(o.spec_method);
@@ -270,6 +271,9 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   std::fprintf(stderr, "model   %s (%s, %s weights)\n", m.path.c_str(), m.config.name.c_str(),
                o.dtype.c_str());
   std::fprintf(stderr, "device  %s\n", runner->device_description().c_str());
+  if (const std::string graphs = describe_graph_capture(engine.graph_capture(), o); !graphs.empty()) {
+    std::fprintf(stderr, "graphs  %s\n", graphs.c_str());
+  }
   std::fprintf(
       stderr, "KV pool %.1f MiB%s, %s: %lld blocks x %lld tokens = %lld tokens (context %lld)\n",
       pool_mib, o.kv_pool.kv_cache_mib ? "" : " (default budget)", lio::kv_cache_dtype_name(pool.dtype()),
@@ -425,6 +429,12 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     s["prefix_cache_hits"] = pc->stats.hits;
     s["prefix_cache_hit_rate"] = pc->stats.hit_rate();
   }
+  // Issue 45: which forward passes were graph launches (decode steps within a bucket) and which
+  // ran kernel by kernel (prefill, mixed steps, --enforce-eager, the CPU).
+  s["cuda_graphs"] = {{"buckets", engine.graph_capture().sizes},
+                      {"capture_ms", engine.graph_capture().seconds * 1e3},
+                      {"graph_steps", runner->graph_steps()},
+                      {"eager_steps", runner->eager_steps()}};
   s["settings"] = {{"model", m.path},
                    {"dtype", o.dtype},
                    {"device", runner->device_description()},
@@ -441,7 +451,8 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
                    {"kv_tokens", pool.n_slots()},
                    {"max_tokens", defaults.max_tokens},
                    {"temperature", defaults.sampler.temperature},
-                   {"ignore_eos", defaults.ignore_eos}};
+                   {"ignore_eos", defaults.ignore_eos},
+                   {"enforce_eager", o.enforce_eager}};
   if (summary_file) {
     summary_file->stream() << s.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     summary_file->commit();

@@ -177,6 +177,7 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos) {
   g.speculative = spec;
   g.draft = draft.runner.get();
   g.ignore_eos = ignore_eos;
+  g.enforce_eager = o.enforce_eager;
   auto stream = [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

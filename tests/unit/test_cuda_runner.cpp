@@ -128,6 +128,15 @@ void expect_mixed_batch_matches(lio::ModelRunner& cpu, lio::ModelRunner& gpu, co
   EXPECT_LT(max_rel_error(got, want), tol) << what << " mixed step";
 }
 
+/// Steps `e` until every request is done: each request's tokens, by request id.
+std::map<int64_t, std::vector<int32_t>> run_to_completion(lio::Engine& e) {
+  std::map<int64_t, std::vector<int32_t>> out;
+  while (e.has_unfinished())
+    for (const lio::RequestOutput& o : e.step())
+      out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  return out;
+}
+
 /// Six distinct 10-token prompts, 24 greedy tokens each, through an Engine with swap
 /// preemption over a pool of n_blocks blocks of 8 tokens in `dtype` on `device`: the tokens per
 /// request, and the engine's stats in *stats.
@@ -147,10 +156,7 @@ std::map<int64_t, std::vector<int32_t>> serve_with_swap(const lio::LoadedModel& 
     prompt.push_back(10 + i);  // distinct prompts
     e.add_request(prompt, p);
   }
-  std::map<int64_t, std::vector<int32_t>> out;
-  while (e.has_unfinished())
-    for (const lio::RequestOutput& o : e.step())
-      out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  std::map<int64_t, std::vector<int32_t>> out = run_to_completion(e);
   *stats = e.stats();
   return out;
 }
@@ -287,6 +293,128 @@ TEST_F(CudaRunnerTest, ReservedDecodeStepCapturesWithoutAllocatingOrWaiting) {
     const std::span<const float> got = gpu.forward(next);
     EXPECT_LT(max_rel_error(std::vector<float>(got.begin(), got.end()), want_copy), 1e-4) << what;
   }
+}
+
+// Issue 45's decode CUDA graphs: a runner that replays its decode steps as graphs computes what
+// an eager runner computes — five, three, then one sequence decoding (buckets 8, 4 and 1 of
+// graph_capture_sizes(8): padded rows, block tables widened to the reserved width), positions
+// crossing block boundaries, so every replay reads new sequence lengths, slots and block ids
+// from the staging buffers. Flash and paged attention, an int8 KV pool, int8 activations. The
+// padding changes the flash kernel's split count, so the logits agree to rounding, not bitwise;
+// greedy tokens are identical. Every decode step must be a replay, the prefill eager.
+TEST_F(CudaRunnerTest, DecodeGraphsReplayWhatTheEagerPassComputes) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  struct Case {
+    lio::AttentionBackend attention;
+    lio::KvCacheDType kv;
+    lio::ActivationPrecision activations;
+  };
+  const Case cases[] = {{lio::AttentionBackend::Flash, lio::KvCacheDType::F32, lio::ActivationPrecision::F32},
+                        {lio::AttentionBackend::Paged, lio::KvCacheDType::F32, lio::ActivationPrecision::F32},
+                        {lio::AttentionBackend::Flash, lio::KvCacheDType::Int8, lio::ActivationPrecision::F32},
+                        {lio::AttentionBackend::Flash, lio::KvCacheDType::F32, lio::ActivationPrecision::Int8}};
+  const int64_t vocab = m.config.vocab_size;
+  for (const Case& c : cases) {
+    const std::string what = std::string(lio::attention_backend_name(c.attention)) + ", " +
+                             lio::kv_cache_dtype_name(c.kv) + " KV" +
+                             (c.activations == lio::ActivationPrecision::Int8 ? ", int8 activations" : "");
+    const auto make = [&] {
+      return std::make_unique<lio::ModelRunner>(lio::make_backend(m, lio::Device::Cuda, c.activations, c.attention),
+                                                lio::KvPoolConfig{4, 64, c.kv});
+    };
+    auto eager = make();
+    auto graphs = make();
+    const lio::StepLimits limits{64, 8, 8, 8};
+    eager->reserve(limits);
+    graphs->reserve(limits);
+    const lio::GraphCapture capture = graphs->capture_decode_graphs(8);
+    ASSERT_EQ(capture.sizes, (std::vector<int64_t>{1, 2, 4, 8})) << what << ": " << capture.error;
+    const auto table = [](int32_t s) {
+      std::vector<int32_t> t(8);
+      for (int32_t i = 0; i < 8; ++i) t[static_cast<size_t>(i)] = 8 * s + i;
+      return t;
+    };
+    lio::ForwardBatch prefill(4);
+    for (int32_t s = 0; s < 5; ++s) {
+      std::vector<int32_t> prompt = kPrompt;
+      prompt[0] = 20 + s;
+      prefill.add_sequence(prompt, 0, table(s), 1);
+    }
+    const std::span<const float> p0 = eager->forward(prefill);
+    const std::vector<float> want_prefill(p0.begin(), p0.end());
+    const std::span<const float> p1 = graphs->forward(prefill);
+    EXPECT_LT(max_rel_error(std::vector<float>(p1.begin(), p1.end()), want_prefill), 1e-6) << what;
+    std::vector<int32_t> next(5), pos(5, static_cast<int32_t>(kPrompt.size()));
+    for (int64_t s = 0; s < 5; ++s) next[static_cast<size_t>(s)] = static_cast<int32_t>(argmax_row(want_prefill, s, vocab));
+    for (int step = 0; step < 20; ++step) {
+      const int32_t n_seqs = step < 8 ? 5 : step < 14 ? 3 : 1;
+      lio::ForwardBatch b(4);
+      for (int32_t s = 0; s < n_seqs; ++s) {
+        b.add_sequence(std::vector<int32_t>{next[static_cast<size_t>(s)]}, pos[static_cast<size_t>(s)], table(s), 1);
+      }
+      const std::span<const float> w = eager->forward(b);
+      const std::vector<float> want(w.begin(), w.end());
+      const std::span<const float> g = graphs->forward(b);
+      const std::vector<float> got(g.begin(), g.end());
+      ASSERT_EQ(got.size(), want.size()) << what;
+      EXPECT_LT(max_rel_error(got, want), 1e-5) << what << ", step " << step;
+      for (int32_t s = 0; s < n_seqs; ++s) {
+        const auto token = static_cast<int32_t>(argmax_row(want, s, vocab));
+        EXPECT_EQ(argmax_row(got, s, vocab), token) << what << ", step " << step << ", sequence " << s;
+        next[static_cast<size_t>(s)] = token;
+        ++pos[static_cast<size_t>(s)];
+      }
+    }
+    EXPECT_EQ(graphs->graph_steps(), 20) << what << ": a decode step ran eagerly";
+    EXPECT_EQ(graphs->eager_steps(), 1) << what << ": only the prefill runs eagerly";
+    EXPECT_EQ(eager->graph_steps(), 0) << what;
+    // Cleared (--enforce-eager's state), the next decode step runs eagerly.
+    graphs->clear_decode_graphs();
+    EXPECT_TRUE(graphs->graph_sizes().empty());
+    lio::ForwardBatch last(4);
+    last.add_sequence(std::vector<int32_t>{next[0]}, pos[0], table(0), 1);
+    graphs->forward(last);
+    EXPECT_EQ(graphs->eager_steps(), 2) << what;
+    EXPECT_EQ(graphs->graph_steps(), 20) << what;
+  }
+}
+
+// The Engine captures its graphs at start-up (EngineConfig::enforce_eager = false, the default)
+// and its greedy tokens equal an --enforce-eager engine's: six requests, four at a time.
+TEST_F(CudaRunnerTest, EngineWithGraphsMatchesEnforceEager) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  const auto serve = [&](bool enforce_eager, int64_t* graph_steps) {
+    lio::ModelRunner r(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{8, 64});
+    lio::EngineConfig cfg;
+    cfg.scheduler.max_num_seqs = 4;
+    cfg.enforce_eager = enforce_eager;
+    lio::Engine e(r, *m.tokenizer, cfg);
+    const std::vector<int64_t> want_sizes = enforce_eager ? std::vector<int64_t>{} : std::vector<int64_t>{1, 2, 4};
+    EXPECT_EQ(e.graph_capture().sizes, want_sizes) << e.graph_capture().error;
+    lio::SamplingParams p;
+    p.max_tokens = 16;
+    p.ignore_eos = true;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> prompt = kPrompt;
+      prompt.push_back(10 + i);
+      e.add_request(prompt, p);
+    }
+    std::map<int64_t, std::vector<int32_t>> out = run_to_completion(e);
+    *graph_steps = r.graph_steps();
+    return out;
+  };
+  int64_t eager_graph_steps = -1, graph_steps = -1;
+  const auto want = serve(true, &eager_graph_steps);
+  const auto got = serve(false, &graph_steps);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(eager_graph_steps, 0);
+  EXPECT_GT(graph_steps, 0) << "no decode step was replayed";
 }
 
 // Swap preemption's copies are ordered with the passes on the backend's stream (through pinned
@@ -877,10 +1005,7 @@ TEST_F(CudaRunnerTest, EngineStaticPaddingMatchesCpu) {
       prompt.push_back(10 + i);
       e.add_request(prompt, p);
     }
-    std::map<int64_t, std::vector<int32_t>> out;
-    while (e.has_unfinished())
-      for (const lio::RequestOutput& o : e.step())
-        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    std::map<int64_t, std::vector<int32_t>> out = run_to_completion(e);
     *stats = e.stats();
     EXPECT_EQ(e.n_free_blocks(), 64);
     return out;

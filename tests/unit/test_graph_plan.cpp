@@ -94,7 +94,58 @@ TEST(GraphPlan, PaddingLeavesTheRealRowsBitwiseUnchanged) {
     const std::span<const float> got = runner.forward(padded);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "bucket " << bucket << " at " << i;
+    // What a graph replays: every row gets logits, block tables 5 columns wide. The real rows'
+    // logits are the first three rows, bitwise.
+    const lio::ForwardBatch graph = lio::graph_decode_batch(decode_batch(), bucket, 5);
+    EXPECT_EQ(graph.n_logits(), bucket);
+    EXPECT_EQ(graph.max_blocks_per_seq, 5);
+    for (int64_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(graph.block_tables[static_cast<size_t>(s * 5)], s + 1);
+      EXPECT_EQ(graph.block_tables[static_cast<size_t>(s * 5 + 1)], 0);
+    }
+    const std::span<const float> all = runner.forward(graph);
+    ASSERT_EQ(static_cast<int64_t>(all.size()), bucket * m.config.vocab_size);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(all[i], want[i]) << "graph bucket " << bucket << " at " << i;
   }
+  EXPECT_THROW(lio::graph_decode_batch(decode_batch(), 4, 0), lio::InvalidArgument);  // narrower than the batch
+}
+
+// A graph is captured once per bucket and replayed with every batch of that bucket: the capture
+// batch and every replayed batch must have the same array shapes (the replay checks them and
+// runs eagerly otherwise, so a difference here would silently turn graphs off).
+TEST(GraphPlan, EveryBatchOfABucketHasTheCaptureBatchsShapes) {
+  const auto shapes = [](const lio::ForwardBatch& b) {
+    std::vector<size_t> out = {b.token_ids.size(), b.positions.size(), b.slot_mapping.size(),
+                               b.query_start_loc.size(), b.seq_lens.size(), b.block_tables.size(),
+                               b.logits_rows.size(), b.group_slot_mapping.size()};
+    for (size_t g = 0; g < b.group_slot_mapping.size(); ++g) {
+      out.push_back(b.group_slot_mapping[g].size());
+      out.push_back(b.group_block_tables[g].size());
+    }
+    out.push_back(static_cast<size_t>(b.max_blocks_per_seq));
+    return out;
+  };
+  for (int64_t groups : {1, 2}) {
+    const lio::ForwardBatch capture = lio::graph_capture_batch(8, 6, 16, groups);
+    EXPECT_TRUE(lio::is_graph_decode_batch(capture));
+    EXPECT_EQ(capture.n_seqs(), 8);
+    EXPECT_EQ(capture.n_logits(), 8);
+    for (int32_t slot : capture.slot_mapping) EXPECT_EQ(slot, lio::kPadSlotId);  // capturing runs nothing, but no K/V either way
+    for (int64_t n : {1, 5, 8}) {
+      lio::ForwardBatch b(16);
+      for (int64_t s = 0; s < n; ++s) {
+        const int32_t token = 3;
+        const int64_t pos = 10 * s + 7;  // 1 .. 5 blocks
+        std::vector<int32_t> table(static_cast<size_t>(pos / 16 + 1));
+        for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(1 + s * 6 + static_cast<int64_t>(i));
+        const std::vector<std::vector<int32_t>> group_tables(static_cast<size_t>(groups - 1), table);
+        b.add_sequence(std::span(&token, 1), pos, table, 1, true, group_tables);
+      }
+      EXPECT_EQ(shapes(lio::graph_decode_batch(b, 8, 6)), shapes(capture)) << n << " sequences, " << groups << " groups";
+    }
+  }
+  EXPECT_THROW(lio::graph_capture_batch(0, 6, 16, 1), lio::InvalidArgument);
+  EXPECT_THROW(lio::graph_capture_batch(8, 6, 16, 0), lio::InvalidArgument);
 }
 
 }  // namespace

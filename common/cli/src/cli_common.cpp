@@ -68,6 +68,11 @@ void add_kv_pool_flags(CLI::App& app, CommonOptions& o, bool engine) {
                  "MLA models: f32 only")
       ->capture_default_str();
   if (!engine) return;
+  app.add_flag("--enforce-eager,!--cuda-graphs", o.enforce_eager,
+               "--enforce-eager (the default for now, vLLM's flag): every decode step launches its kernels one "
+               "by one. --cuda-graphs: the engine captures the decode step once per batch-size bucket at "
+               "start-up and replays it as one launch (--device cuda; nothing changes on the CPU). Graphs "
+               "become the default once a GPU check has compared them with eager steps (issue 45)");
   o.kv_pool.hybrid = true;
   app.add_flag("--disable-hybrid-kv-cache-manager{false}", o.kv_pool.hybrid,
                "Keep every layer of a sliding-window model (Gemma 3) in every KV block: windowed layers then "
@@ -256,6 +261,26 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   } catch (const std::exception& e) {
     return fail("internal error: ", e.what(), 3);
   }
+}
+
+std::string describe_graph_capture(const GraphCapture& capture, const CommonOptions& o) {
+  if (o.device != "cuda") return "";
+  if (o.enforce_eager) return "off (--enforce-eager; --cuda-graphs turns them on): every decode step launches its kernels one by one";
+  if (capture.sizes.empty()) {
+    return "none (" + (capture.error.empty() ? std::string("this model or attention kernel runs eagerly") : capture.error) +
+           ")";
+  }
+  char text[160];
+  std::snprintf(text, sizeof text, "%zu decode buckets (%lld .. %lld sequences) captured in %.0f ms", capture.sizes.size(),
+                static_cast<long long>(capture.sizes.front()), static_cast<long long>(capture.sizes.back()),
+                capture.seconds * 1e3);
+  std::string out = text;
+  if (capture.device_bytes >= 0) {
+    std::snprintf(text, sizeof text, ", %.1f MiB of device memory", capture.device_bytes / 1048576.0);
+    out += text;
+  }
+  if (!capture.error.empty()) out += "; stopped at " + capture.error + " (larger batches run eagerly)";
+  return out;
 }
 
 }  // namespace lio

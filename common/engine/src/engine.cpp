@@ -65,7 +65,9 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
   limits.max_blocks_per_seq =
       std::min(pool.n_blocks(), (runner.config().context_length + pool.block_size() - 1) / pool.block_size());
   limits.kv_cache_groups = pool.n_groups();
-  runner.reserve(limits);
+  runner.reserve(limits);  // drops graphs an earlier engine captured on this runner
+  // Issue 45: the decode steps as CUDA graphs, one per bucket of sequences (nothing on the CPU).
+  if (!config.enforce_eager) graph_capture_ = runner.capture_decode_graphs(sc.max_num_seqs);
 }
 
 int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {

@@ -16,6 +16,7 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   config.scheduler.max_num_seqs = 1;
   config.scheduler.max_num_batched_tokens = runner.config().context_length;
   config.speculative = options.speculative;
+  config.enforce_eager = options.enforce_eager;
   Engine engine(runner, tokenizer, config, options.draft);
   SamplingParams params;
   params.max_tokens = options.max_tokens;

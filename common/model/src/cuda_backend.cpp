@@ -37,12 +37,20 @@ CudaBackend::Impl::~Impl() {
   // destructor must not throw; a broken context reports itself at the next checked call).
   cudaSetDevice(device);  // the destroying thread may have another current device
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  destroy_graphs();
   cublas.reset();  // bound to `stream`: destroy it first
   for (auto& [start, stop] : events) {
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }
   if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+void CudaBackend::Impl::destroy_graphs() {
+  for (auto& [key, g] : graphs) {
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+  }
+  graphs.clear();
 }
 
 void CudaBackend::Impl::wait() {
@@ -205,6 +213,55 @@ void CudaBackend::reserve(const StepLimits& limits) {
 
 // ---- one forward pass -----------------------------------------------------------------------
 
+namespace {
+
+/// upload()'s index arrays of `batch` in their staging order: the fixed arrays (token ids,
+/// positions, slots, query_start_loc, seq_lens, block tables, logits rows, MLA's context offsets
+/// `ctx_first`), then each further KV cache group's slot mapping and block tables.
+std::vector<const std::vector<int32_t>*> batch_arrays(const ForwardBatch& batch, const std::vector<int32_t>& ctx_first) {
+  std::vector<const std::vector<int32_t>*> arrays = {
+      &batch.token_ids, &batch.positions,    &batch.slot_mapping, &batch.query_start_loc,
+      &batch.seq_lens,  &batch.block_tables, &batch.logits_rows,  &ctx_first};
+  for (size_t g = 0; g < batch.group_slot_mapping.size(); ++g) {
+    arrays.push_back(&batch.group_slot_mapping[g]);
+    arrays.push_back(&batch.group_block_tables[g]);
+  }
+  return arrays;
+}
+
+std::vector<int64_t> array_sizes(const std::vector<const std::vector<int32_t>*>& arrays) {
+  std::vector<int64_t> sizes;
+  for (const auto* a : arrays) sizes.push_back(static_cast<int64_t>(a->size()));
+  return sizes;
+}
+
+}  // namespace
+
+std::vector<const int32_t*> CudaBackend::Impl::stage(const std::vector<const std::vector<int32_t>*>& arrays,
+                                                     int64_t* total) {
+  *total = 0;
+  for (const auto* a : arrays) *total += static_cast<int64_t>(a->size());
+  // The previous pass's copy must be done reading the staging array before it is rewritten.
+  // Every pass ends in a wait (to_host, greedy_argmax, or a throwing op's drain), so it is:
+  // no event to wait on inside a step. A caller that skipped the wait costs one sync here.
+  if (!stream_idle) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    stream_idle = true;
+    ++upload_syncs;
+  }
+  grow(batch_h, *total);
+  grow(batch_d, *total);
+  std::vector<const int32_t*> device(arrays.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const auto n = static_cast<int64_t>(arrays[i]->size());
+    if (n > 0) std::memcpy(batch_h.data() + offset, arrays[i]->data(), static_cast<size_t>(n) * sizeof(int32_t));
+    device[i] = batch_d.data() + offset;
+    offset += n;
+  }
+  return device;
+}
+
 BatchView CudaBackend::upload(const ForwardBatch& batch) {
   Impl& m = *impl_;
   const int64_t n_tokens = batch.n_tokens(), n_seqs = batch.n_seqs();
@@ -228,37 +285,10 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     for (const int32_t len : batch.seq_lens) ctx_first.push_back(ctx_first.back() + len);
   }
   return m.guarded([&] {
-    // The fixed arrays, then each KV cache group's slot mapping and block tables (groups 1..).
-    std::vector<const std::vector<int32_t>*> arrays = {
-        &batch.token_ids, &batch.positions,    &batch.slot_mapping, &batch.query_start_loc,
-        &batch.seq_lens,  &batch.block_tables, &batch.logits_rows,  &ctx_first};
-    for (size_t g = 0; g < batch.group_slot_mapping.size(); ++g) {
-      arrays.push_back(&batch.group_slot_mapping[g]);
-      arrays.push_back(&batch.group_block_tables[g]);
-    }
+    const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, ctx_first);
+    if (m.capturing) m.captured_layout = array_sizes(arrays);
     int64_t total = 0;
-    for (const auto* a : arrays) total += size(*a);
-    // The previous upload's copy must be done reading the staging array before it is rewritten.
-    // Every pass ends in a wait (to_host, greedy_argmax, or a throwing op's drain), so it is:
-    // no event to wait on inside a step. A caller that skipped the wait costs one sync here.
-    if (!m.stream_idle) {
-      CUDA_CHECK(cudaStreamSynchronize(m.stream));
-      m.stream_idle = true;
-      ++m.upload_syncs;
-    }
-    m.grow(m.batch_h, total);
-    m.grow(m.batch_d, total);
-    std::vector<const int32_t*> device(arrays.size());
-    int64_t offset = 0;
-    for (size_t i = 0; i < arrays.size(); ++i) {
-      const int64_t n = size(*arrays[i]);
-      if (n > 0) {
-        std::memcpy(m.batch_h.data() + offset, arrays[i]->data(),
-                    static_cast<size_t>(n) * sizeof(int32_t));
-      }
-      device[i] = m.batch_d.data() + offset;
-      offset += n;
-    }
+    const std::vector<const int32_t*> device = m.stage(arrays, &total);
     m.op("upload (batch indices)", [&] {
       if (total > 0) {
         CUDA_CHECK(cudaMemcpyAsync(m.batch_d.data(), m.batch_h.data(),
@@ -348,6 +378,93 @@ int64_t CudaBackend::buffer_grows() const { return impl_->buffer_grows + impl_->
 int64_t CudaBackend::upload_syncs() const { return impl_->upload_syncs; }
 
 // ---- graph capture (what a CUDA graph of a step would hold) ------------------------------------
+
+bool CudaBackend::supports_graphs() const {
+  return !impl_->config.is_mla() && impl_->attention_backend != AttentionBackend::Naive;
+}
+
+void CudaBackend::capture_graph(int64_t key, const std::function<float*()>& forward) {
+  Impl& m = *impl_;
+  if (!supports_graphs()) {
+    throw UnsupportedError("CudaBackend::capture_graph: no CUDA graphs for " +
+                           std::string(m.config.is_mla() ? "an MLA model" : "the naive attention kernel"));
+  }
+  if (m.profiling) throw InvalidArgument("CudaBackend::capture_graph: turn profiling off first");
+  CUDA_CHECK(cudaSetDevice(m.device));
+  m.wait();
+  const int64_t grows_before = m.buffer_grows;
+  m.capturing = true;
+  m.captured_layout.clear();
+  // Thread-local mode: another thread's CUDA calls (the server's) cannot invalidate the capture.
+  CUDA_CHECK(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+  std::exception_ptr failure;
+  float* logits = nullptr;
+  try {
+    logits = forward();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(m.stream, &graph);
+  m.capturing = false;
+  m.stream_idle = true;  // a capture queues nothing for execution
+  (void)cudaGetLastError();
+  const auto drop = [&] {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  };
+  if (failure) {
+    drop();
+    std::rethrow_exception(failure);
+  }
+  if (ended != cudaSuccess) drop();
+  CUDA_CHECK(ended);  // e.g. cudaErrorStreamCaptureInvalidated: the pass synchronized
+  if (m.buffer_grows != grows_before || m.captured_layout.empty()) {
+    drop();
+    throw InvalidArgument(m.captured_layout.empty()
+                              ? "CudaBackend::capture_graph: the pass uploaded no batch"
+                              : "CudaBackend::capture_graph: a per-step buffer grew during the capture (call reserve() "
+                                "with limits that hold the batch first)");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  drop();
+  CUDA_CHECK(made);
+  auto it = m.graphs.find(key);
+  if (it != m.graphs.end()) {
+    cudaGraphExecDestroy(it->second.exec);
+    m.graphs.erase(it);
+  }
+  m.graphs[key] = Impl::Graph{exec, logits, m.captured_layout, m.buffer_grows};
+}
+
+float* CudaBackend::replay_graph(int64_t key, const ForwardBatch& batch) {
+  Impl& m = *impl_;
+  const auto it = m.graphs.find(key);
+  if (it == m.graphs.end() || m.profiling) return nullptr;
+  const Impl::Graph& g = it->second;
+  if (g.buffer_grows != m.buffer_grows) return nullptr;  // a buffer the graph uses may have moved
+  const std::vector<int32_t> no_ctx;  // MLA's offsets: MLA models have no graphs
+  const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, no_ctx);
+  if (array_sizes(arrays) != g.layout) return nullptr;
+  return m.guarded([&] {
+    int64_t total = 0;
+    m.stage(arrays, &total);  // the staging array the graph's memcpy node reads
+    CUDA_CHECK(cudaGraphLaunch(g.exec, m.stream));
+    m.stream_idle = false;
+    m.n_logits = batch.n_logits();
+    ++m.graph_replays;
+    return g.logits;
+  });
+}
+
+void CudaBackend::clear_graphs() {
+  Impl& m = *impl_;
+  cudaSetDevice(m.device);
+  m.wait();
+  m.destroy_graphs();
+}
+
+int64_t CudaBackend::graph_replays() const { return impl_->graph_replays; }
 
 CapturedStep CudaBackend::capture_step(const std::function<void()>& body) {
   Impl& m = *impl_;

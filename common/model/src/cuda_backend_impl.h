@@ -91,6 +91,25 @@ struct CudaBackend::Impl {
   DeviceBuffer<ArgmaxResult> argmax_d;  // (rows)
   PinnedBuffer<ArgmaxResult> argmax_h;
 
+  // ---- decode CUDA graphs (issue 45): one executable graph per bucket, replayed by replay_graph
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    float* logits = nullptr;      // the captured pass's device logits
+    std::vector<int64_t> layout;  // the captured upload's array sizes, in staging order
+    int64_t buffer_grows = 0;     // buffer_grows at the capture: a later growth moves a buffer it uses
+  };
+  std::map<int64_t, Graph> graphs;
+  bool capturing = false;                // capture_graph is running: upload() records its layout
+  std::vector<int64_t> captured_layout;  // that upload's array sizes
+  int64_t graph_replays = 0;
+  /// Destroys every graph (errors dropped: also called from the destructor).
+  void destroy_graphs();
+  /// Copies `arrays` back to back into batch_h (after waiting for the previous pass's copy to
+  /// have read it, growing both staging buffers first); sets *total to their summed length and
+  /// returns each array's address in batch_d. The copy itself is the caller's (upload()'s op, or
+  /// the memcpy node of a replayed graph).
+  std::vector<const int32_t*> stage(const std::vector<const std::vector<int32_t>*>& arrays, int64_t* total);
+
   // ---- profiling
   bool profiling = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;  // pool, reused every pass

@@ -42,8 +42,55 @@ void pad_decode_batch(ForwardBatch& b, int64_t bucket) {
                           std::to_string(b.n_seqs()) + " sequences");
   }
   const std::vector<int32_t> block0(static_cast<size_t>(std::max<int64_t>(b.max_blocks_per_seq, 1)), 0);
+  const std::vector<std::vector<int32_t>> group_tables(b.group_block_tables.size(), block0);
   const int32_t token = 0;
-  while (b.n_seqs() < bucket) b.add_sequence(std::span(&token, 1), 0, block0, /*n_logits=*/0, /*write_kv=*/false);
+  while (b.n_seqs() < bucket) {
+    b.add_sequence(std::span(&token, 1), 0, block0, /*n_logits=*/0, /*write_kv=*/false, group_tables);
+  }
+}
+
+namespace {
+
+/// (n_seqs, from) row-major block tables -> (n_seqs, to), the new columns 0.
+void widen_tables(std::vector<int32_t>& tables, int64_t n_seqs, int64_t from, int64_t to) {
+  std::vector<int32_t> wider(static_cast<size_t>(n_seqs * to), 0);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    std::copy_n(tables.begin() + s * from, from, wider.begin() + s * to);
+  }
+  tables = std::move(wider);
+}
+
+}  // namespace
+
+ForwardBatch graph_decode_batch(const ForwardBatch& b, int64_t bucket, int64_t width) {
+  if (width < b.max_blocks_per_seq) {
+    throw InvalidArgument("graph_decode_batch: width " + std::to_string(width) + " < the batch's " +
+                          std::to_string(b.max_blocks_per_seq) + " block-table columns");
+  }
+  ForwardBatch g = b;
+  pad_decode_batch(g, bucket);
+  g.logits_rows.resize(static_cast<size_t>(bucket));
+  for (int64_t row = 0; row < bucket; ++row) g.logits_rows[static_cast<size_t>(row)] = static_cast<int32_t>(row);
+  if (width > g.max_blocks_per_seq) {
+    widen_tables(g.block_tables, g.n_seqs(), g.max_blocks_per_seq, width);
+    for (std::vector<int32_t>& t : g.group_block_tables) widen_tables(t, g.n_seqs(), g.max_blocks_per_seq, width);
+    g.max_blocks_per_seq = width;
+  }
+  return g;
+}
+
+ForwardBatch graph_capture_batch(int64_t bucket, int64_t width, int64_t block_size, int64_t n_groups) {
+  if (bucket < 1 || width < 1 || block_size < 1 || n_groups < 1) {
+    throw InvalidArgument("graph_capture_batch: bucket, width, block_size and n_groups must be >= 1, got " +
+                          std::to_string(bucket) + ", " + std::to_string(width) + ", " + std::to_string(block_size) +
+                          ", " + std::to_string(n_groups));
+  }
+  ForwardBatch b(block_size);
+  const std::vector<int32_t> block0(static_cast<size_t>(width), 0);
+  const std::vector<std::vector<int32_t>> group_tables(static_cast<size_t>(n_groups - 1), block0);
+  const int32_t token = 0;
+  b.add_sequence(std::span(&token, 1), 0, block0, /*n_logits=*/1, /*write_kv=*/false, group_tables);
+  return graph_decode_batch(b, bucket, width);
 }
 
 }  // namespace lio

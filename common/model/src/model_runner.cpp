@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
+#include "lio/cuda_graph_plan.h"
 #include "lio/error.h"
 
 namespace lio {
@@ -29,6 +31,12 @@ void Backend::from_host(const float* host, int64_t n_floats, float* dst) {
   }
   if (n_floats > 0) std::memcpy(dst, host, static_cast<size_t>(n_floats) * sizeof(float));
 }
+
+void Backend::capture_graph(int64_t, const std::function<float*()>&) {
+  throw UnsupportedError("Backend::capture_graph: this backend has no CUDA graphs (" + device_description() + ")");
+}
+
+float* Backend::replay_graph(int64_t, const ForwardBatch&) { return nullptr; }
 
 void Backend::reserve(const StepLimits& limits) {
   if (limits.max_tokens < 0 || limits.max_seqs < 0 || limits.max_logits_rows < 0 || limits.max_blocks_per_seq < 0) {
@@ -226,8 +234,76 @@ void ModelRunner::swap_in(std::span<const BlockCopy> copies, const float* host) 
   for (const BlockCopy& c : copies) pool_->copy_block_from_host(host + c.src * pool_->block_floats(), c.dst);
 }
 
+void ModelRunner::reserve(const StepLimits& limits) {
+  clear_decode_graphs();  // captured with the old buffers
+  backend_->reserve(limits);
+  limits_ = limits;
+}
+
+GraphCapture ModelRunner::capture_decode_graphs(int64_t max_num_seqs) {
+  if (max_num_seqs < 1) {
+    throw InvalidArgument("capture_decode_graphs: max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
+  }
+  clear_decode_graphs();
+  GraphCapture out;
+  const int64_t cap = std::min({max_num_seqs, limits_.max_seqs, limits_.max_tokens, limits_.max_logits_rows});
+  if (parallel_ || !backend_->supports_graphs() || cap < 1 || limits_.max_blocks_per_seq < 1 ||
+      limits_.kv_cache_groups != pool_->n_groups()) {
+    return out;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t free_before = backend_->free_memory_bytes();
+  for (const int64_t bucket : graph_capture_sizes(cap)) {
+    const ForwardBatch batch =
+        graph_capture_batch(bucket, limits_.max_blocks_per_seq, pool_->block_size(), pool_->n_groups());
+    try {
+      const float* warm = model_.forward_device(batch, *pool_);  // padding rows: no K/V written
+      backend_->to_host(warm, 0, nullptr);                      // waits
+      backend_->capture_graph(bucket, [&] { return model_.forward_device(batch, *pool_); });
+    } catch (const std::exception& e) {
+      out.error = "bucket " + std::to_string(bucket) + ": " + e.what();
+      break;
+    }
+    out.sizes.push_back(bucket);
+  }
+  const int64_t free_after = backend_->free_memory_bytes();
+  if (free_before >= 0 && free_after >= 0) out.device_bytes = std::max<int64_t>(free_before - free_after, 0);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  graph_sizes_ = out.sizes;
+  return out;
+}
+
+void ModelRunner::clear_decode_graphs() {
+  if (!graph_sizes_.empty()) backend_->clear_graphs();
+  graph_sizes_.clear();
+}
+
+float* ModelRunner::forward_device(const ForwardBatch& batch) {
+  if (!graph_sizes_.empty() && is_graph_decode_batch(batch) && batch.max_blocks_per_seq <= limits_.max_blocks_per_seq &&
+      batch.block_size == pool_->block_size()) {
+    const int64_t bucket = graph_bucket(graph_sizes_, batch.n_seqs());
+    if (bucket > 0) {
+      // Model::forward_device's checks, on the real rows (the padding is ours).
+      const ModelConfig& c = config();
+      batch.validate(c.vocab_size, c.context_length, pool_->n_blocks(), pool_->n_groups());
+      const ForwardBatch padded = graph_decode_batch(batch, bucket, limits_.max_blocks_per_seq);
+      if (float* logits = backend_->replay_graph(bucket, padded)) {
+        ++graph_steps_;
+        return logits;  // rows 0 .. n_logits - 1 are the real rows'
+      }
+    }
+  }
+  ++eager_steps_;
+  return model_.forward_device(batch, *pool_);
+}
+
 std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));
+  if (!graph_sizes_.empty()) {  // one process (a grid captures none): Model::forward's one-rank path
+    const float* device_logits = forward_device(batch);
+    backend_->to_host(device_logits, batch.n_logits() * config().vocab_size, logits_.data());
+    return logits_;
+  }
   if (parallel_ && parallel_->world->size() > 1) {
     // Checked before the workers see it: a bad batch is the caller's error, not the job's end.
     batch.validate(config().vocab_size, config().context_length, pool_->n_blocks());
@@ -275,7 +351,7 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
     }
     return tokens;
   }
-  float* device_logits = model_.forward_device(batch, *pool_);
+  float* device_logits = forward_device(batch);
   const std::vector<ArgmaxRow> found = backend_->greedy_argmax(device_logits, greedy, penalty_tokens, penalties);
   std::vector<uint8_t> done(static_cast<size_t>(n_out), 0);
   for (size_t g = 0; g < greedy.size(); ++g) {

@@ -40,6 +40,12 @@ struct EngineConfig {
   bool reuse_kv = true;
   /// Speculative decoding (chapter 06): who drafts and how many tokens per step.
   SpeculativeConfig speculative;
+  /// true: no CUDA graphs, every decode step launches its kernels one by one (vLLM's
+  /// --enforce-eager). false: the Engine captures the decode graphs at start-up
+  /// (ModelRunner::capture_decode_graphs; nothing on the CPU). The default stays true until a
+  /// GPU check has run the graph path (issue 45): a replay nobody has compared on a card could
+  /// give wrong tokens silently, so graphs are opt-in (--cuda-graphs) until then.
+  bool enforce_eager = true;
 };
 
 /// What one request got in one step.
@@ -162,6 +168,9 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   /// The runner.
   ModelRunner& runner() { return runner_; }
+  /// The decode CUDA graphs captured at construction (empty sizes with enforce_eager, on the
+  /// CPU, or where the runner captures none).
+  const GraphCapture& graph_capture() const { return graph_capture_; }
   /// Free KV blocks right now (all of them once every request is done and no radix tree holds
   /// cached blocks).
   int64_t n_free_blocks() const { return blocks_.n_free_blocks(); }
@@ -218,6 +227,7 @@ class Engine {
   Sampler padding_sampler_{SamplerConfig{}};  ///< greedy; static batching's padding rows
   std::unique_ptr<Proposer> proposer_;         ///< chapter 06's drafter; nullptr = no speculation
   std::map<int64_t, std::vector<float>> draft_probs_;  ///< this step's q rows, by sequence id
+  GraphCapture graph_capture_;  ///< the decode graphs captured at construction
 
   mutable std::mutex inbox_mutex_;
   std::vector<std::unique_ptr<Sequence>> inbox_add_;

@@ -32,6 +32,7 @@ struct GenerateOptions {
   SamplerConfig sampler;          ///< token selection (validated by Sampler)
   SpeculativeConfig speculative;  ///< chapter 06: who drafts (method None: plain decoding)
   ModelRunner* draft = nullptr;   ///< the draft model's runner for SpecMethod::Draft (not owned)
+  bool enforce_eager = true;      ///< no CUDA graphs (EngineConfig::enforce_eager, and its default)
 };
 
 /// Output text, token ids and timings of one generate() call.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -259,6 +260,28 @@ class Backend {
   virtual std::vector<ArgmaxRow> greedy_argmax(float* logits, std::span<const int32_t> rows,
                                                const std::vector<std::vector<int32_t>>& penalty_tokens,
                                                std::span<const float> penalties);
+
+  // ---- decode CUDA graphs (issue 45; CUDA Programming Guide, "CUDA Graphs") -----------------
+  /// True when capture_graph() and replay_graph() work for this model: the CUDA backend, except
+  /// where a launch's shape depends on the sequence lengths (MLA's naive path, the naive attention
+  /// kernel). The CPU has none: its ops are function calls, there is no launch to save.
+  virtual bool supports_graphs() const { return false; }
+  /// Captures what `forward` queues on the device — one forward pass (Model::forward_device),
+  /// which returns its device logits — into an executable graph kept under `key` (one of that key
+  /// is replaced); nothing runs. Call it after reserve(): the pass must allocate nothing. Throws
+  /// UnsupportedError unless supports_graphs(), InvalidArgument if a per-step buffer grew during
+  /// the capture or profiling is on, CudaError when the pass cannot be captured (it synchronized),
+  /// and what `forward` throws.
+  virtual void capture_graph(int64_t key, const std::function<float*()>& forward);
+  /// Replays graph `key` for `batch`: its index arrays go to the buffers the capture's upload()
+  /// read, then the whole pass is one launch. `batch` must have the array shapes of the batch the
+  /// graph was captured with (graph_decode_batch of the same bucket and width). Returns the
+  /// device logits (batch.n_logits(), vocab_size), or nullptr — and queues nothing — when there is
+  /// no such graph, the shapes differ, or a per-step buffer has moved since the capture: the
+  /// caller then runs the pass eagerly. The base has no graphs (nullptr).
+  virtual float* replay_graph(int64_t key, const ForwardBatch& batch);
+  /// Frees every captured graph (their device memory with them). The base has none.
+  virtual void clear_graphs() {}
 };
 
 }  // namespace lio

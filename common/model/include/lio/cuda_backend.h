@@ -190,6 +190,23 @@ class CudaBackend final : public Backend {
   /// synchronized, and whatever `body` throws.
   CapturedStep capture_step(const std::function<void()>& body);
 
+  // ---- decode CUDA graphs (issue 45) ----------------------------------------------------
+  /// False for MLA models (the naive path sizes its gather from the sequence lengths) and for
+  /// the naive attention kernel (its scores buffer and grid follow the longest sequence).
+  bool supports_graphs() const override;
+  /// cudaStreamBeginCapture (thread-local mode) around `forward`, cudaGraphInstantiate, kept
+  /// under `key`; upload() records the captured batch's array sizes, which replay_graph checks.
+  /// Waits for the stream first. Throws as Backend::capture_graph.
+  void capture_graph(int64_t key, const std::function<float*()>& forward) override;
+  /// Writes the batch's arrays into the pinned staging array the captured upload copies from
+  /// (same order and sizes as the capture's), then cudaGraphLaunch: one launch for the whole
+  /// forward pass. Returns nullptr as Backend::replay_graph says, and while profiling (a graph
+  /// has no per-op events).
+  float* replay_graph(int64_t key, const ForwardBatch& batch) override;
+  void clear_graphs() override;
+  /// Graphs replayed since construction.
+  int64_t graph_replays() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

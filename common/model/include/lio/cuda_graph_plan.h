@@ -34,10 +34,25 @@ int64_t graph_bucket(std::span<const int64_t> sizes, int64_t n);
 bool is_graph_decode_batch(const ForwardBatch& b);
 
 /// Appends bucket - n_seqs padding sequences to the decode batch `b`: one row each, token 0 at
-/// position 0, slot kPadSlotId (no K/V written), seq_len 1, a block table row of block 0 (read,
-/// never written: the row's result is discarded), no logits. The real rows, their logits rows
+/// position 0, slot kPadSlotId (no K/V written), seq_len 1, a block table row of block 0 in every
+/// KV cache group (read, never written: the row's result is discarded), no logits. The real rows, their logits rows
 /// and their order are unchanged, so their results are too (rows are independent in every
 /// operator). Throws InvalidArgument if !is_graph_decode_batch(b) or bucket < b.n_seqs().
 void pad_decode_batch(ForwardBatch& b, int64_t bucket);
+
+/// The batch a decode graph replays for the decode batch `b`: padded to `bucket` sequences
+/// (pad_decode_batch), every row asking for logits (a graph's LM head runs a fixed number of rows:
+/// the padding rows' logits are computed and ignored), and every block table widened to `width`
+/// columns with zeros (the graph's attention kernels were captured with that row stride). The real
+/// rows keep their rows, their results and logits rows 0 .. b.n_seqs() - 1, in order. Throws
+/// InvalidArgument as pad_decode_batch, or if width < b.max_blocks_per_seq.
+ForwardBatch graph_decode_batch(const ForwardBatch& b, int64_t bucket, int64_t width);
+
+/// The batch a decode graph of `bucket` sequences is captured with: `bucket` padding rows (token 0
+/// at position 0, slot kPadSlotId, seq_len 1, block 0), each asking for logits, block tables of
+/// `width` columns in `n_groups` KV cache groups. Capturing runs nothing, so only its array shapes
+/// matter: every batch graph_decode_batch makes for that bucket and width has the same ones.
+/// Throws InvalidArgument if bucket, width, block_size or n_groups is < 1.
+ForwardBatch graph_capture_batch(int64_t bucket, int64_t width, int64_t block_size, int64_t n_groups);
 
 }  // namespace lio

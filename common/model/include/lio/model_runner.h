@@ -38,6 +38,18 @@ struct SampleRow {
   std::span<const int32_t> output;     ///< generated tokens (presence / frequency penalties)
 };
 
+/// What ModelRunner::capture_decode_graphs captured.
+struct GraphCapture {
+  std::vector<int64_t> sizes;  ///< buckets captured, ascending (empty: every pass runs eagerly)
+  double seconds = 0;          ///< wall time of the warm-up passes, captures and instantiations
+  /// Device memory the graphs took (free memory before minus after), bytes; -1 when the backend
+  /// cannot tell.
+  int64_t device_bytes = -1;
+  /// Why the capture stopped before the last bucket (the larger buckets then run eagerly), or
+  /// empty.
+  std::string error;
+};
+
 /// A backend, its KV pool and the forward pass. Not thread-safe (the Engine's thread uses it).
 class ModelRunner {
  public:
@@ -86,7 +98,30 @@ class ModelRunner {
 
   /// Sizes the backend's per-step buffers for steps within `limits` (Backend::reserve), once at
   /// start-up: the Engine calls it with its scheduler's limits. Throws as Backend::reserve.
-  void reserve(const StepLimits& limits) { backend_->reserve(limits); }
+  void reserve(const StepLimits& limits);
+
+  // ---- decode CUDA graphs (issue 45; vLLM's CUDAGraphRunner and cudagraph_capture_sizes) ----
+  /// After reserve(): captures the decode forward pass once per bucket of
+  /// graph_capture_sizes(max_num_seqs) (capped at the reserved limits), each bucket first run
+  /// once eagerly on padding rows (it loads the kernels and sets cuBLAS up outside the capture;
+  /// the rows write no K/V). From then on forward() and forward_sample() run a plain decode batch
+  /// (is_graph_decode_batch) of up to the largest bucket as one graph launch, padded to its bucket
+  /// and block tables reserve()'s width (graph_decode_batch); prefill, mixed, speculative and
+  /// larger batches run eagerly, as does every batch after a per-step buffer grew. Replaces the
+  /// graphs captured before. Captures nothing (empty sizes) when the backend has no graphs
+  /// (Backend::supports_graphs: the CPU, MLA, the naive attention kernel), on a rank of a
+  /// parallel grid, or before reserve(). A bucket whose capture throws ends the capture (its
+  /// error is in the result; the buckets before it stay). Throws InvalidArgument if
+  /// max_num_seqs < 1.
+  GraphCapture capture_decode_graphs(int64_t max_num_seqs);
+  /// Frees the graphs: every pass runs eagerly again (vLLM's --enforce-eager).
+  void clear_decode_graphs();
+  /// The captured buckets, ascending (empty: eager).
+  const std::vector<int64_t>& graph_sizes() const { return graph_sizes_; }
+  /// Forward passes run as a graph launch since construction.
+  int64_t graph_steps() const { return graph_steps_; }
+  /// Forward passes run eagerly (one launch per kernel) since construction.
+  int64_t eager_steps() const { return eager_steps_; }
 
   /// Carries out copy-on-write copies (BlockManager::append_slots) before the next forward
   /// pass, in order. Throws InvalidArgument on an id outside the pool.
@@ -113,6 +148,9 @@ class ModelRunner {
  private:
   /// Driver: sends command `cmd` with `payload` to the workers (no-op without a grid).
   void broadcast_command(int32_t cmd, const std::vector<int32_t>& payload);
+  /// The forward pass on the device: a graph replay when `batch` fits a captured bucket, else
+  /// Model::forward_device. Returns the device logits (batch.n_logits(), vocab_size) first.
+  float* forward_device(const ForwardBatch& batch);
   std::unique_ptr<ParallelContext> parallel_;  ///< chapter 08's grid, or null (first: owns the shard the backend reads)
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvPool> pool_;
@@ -120,6 +158,10 @@ class ModelRunner {
   std::vector<float> logits_;  ///< (n_logits, vocab_size) host copy
   std::vector<float> worker_swap_;  ///< a worker's host blocks for swap preemption
   bool workers_stopped_ = false;
+  StepLimits limits_;                 ///< the last reserve()'s (graph buckets and block-table width)
+  std::vector<int64_t> graph_sizes_;  ///< captured decode buckets, ascending
+  int64_t graph_steps_ = 0;
+  int64_t eager_steps_ = 0;
 };
 
 /// One sequence run straight on a runner, without an Engine: it owns blocks 0 .. of the
