@@ -201,6 +201,13 @@ int main(int argc, char** argv) {
     const lio::GraphCapture capture = gpu->capture_decode_graphs(1);
     if (capture.sizes.empty()) throw lio::UnsupportedError("CUDA graph capture failed: " + capture.error);
     results.push_back(measure(*gpu, "cuda " + o.dtype + ", CUDA graph", gpu_weight_bytes, prompt, decode_tokens, repeats));
+    // The fused decode kernels (--fused-kernels) inside the graph: 3 launches where there were 10.
+    gpu->backend().set_fused_kernels(true);
+    if (gpu->capture_decode_graphs(1).sizes.empty()) throw lio::UnsupportedError("CUDA graph capture failed (fused)");
+    results.push_back(measure(*gpu, "cuda " + o.dtype + ", CUDA graph + fused kernels", gpu_weight_bytes, prompt,
+                              decode_tokens, repeats));
+    const lio::cuda::CapturedStep fused_step = count_decode_launches(*gpu, prompt);
+    gpu->backend().set_fused_kernels(false);
     gpu->clear_decode_graphs();
     // Chapter 04's paged kernel in place of flash (the same weights, another runner).
     std::unique_ptr<lio::ModelRunner> gpu_paged =
@@ -217,6 +224,8 @@ int main(int argc, char** argv) {
       launches.push_back({{"attention", name}, {"kernel_launches", step.kernels}, {"copies", step.copies},
                           {"other_nodes", step.other}});
     }
+    launches.push_back({{"attention", "flash, fused kernels"}, {"kernel_launches", fused_step.kernels},
+                        {"copies", fused_step.copies}, {"other_nodes", fused_step.other}});
     gpu_paged.reset();
 
     // Per-kernel breakdown: one profiled decode run (events around every op), after timing.

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "device_buffer.h"
 #include "lio/dtype.h"
@@ -65,6 +66,14 @@ void rmsnorm_naive(const float* x, const float* weight, float* out, int64_t n_ro
 /// Throws CudaError if the launch fails.
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, float theta_base, RopeStyle style, cudaStream_t stream);
+
+/// rope() on a layer's queries and keys in one launch (issue 45): q (n_tokens, n_heads, head_dim)
+/// and k (n_tokens, n_kv_heads, head_dim), both rotated in place at `positions`. Each pair is
+/// rotated exactly as rope() rotates it (the same cos/sin, the same arithmetic), so results equal
+/// two rope() calls bit for bit. Preconditions as rope() for both tensors (throw
+/// InvalidArgument); CudaError if the launch fails.
+void rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads,
+             int64_t head_dim, float theta_base, RopeStyle style, cudaStream_t stream);
 
 /// Same contract as rope(); one thread per (token, head, pair), recomputing its angle.
 void rope_naive(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
@@ -122,6 +131,41 @@ void dequantize(const DeviceMatrix& w, float* out, cudaStream_t stream);
 /// cols a multiple of 32 for quantized dtypes; row_bytes == dtype_row_bytes(dtype, cols).
 /// Throws CudaError if the launch fails.
 void gemv(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cudaStream_t stream);
+
+// ---- fused decode kernels (issue 45; gemv_fused.cu) ------------------------------------------
+
+/// Most matrices one rmsnorm_gemv_many() launch computes (Q, K and V).
+inline constexpr int kMaxFusedGemvOuts = 3;
+
+/// One output of rmsnorm_gemv_many(): y (w.rows floats, device) = w xn.
+struct FusedGemvOut {
+  DeviceMatrix w;
+  float* y = nullptr;
+};
+
+/// Whether the fused kernels take rows of `dim` floats: a positive multiple of 32 (whole
+/// quantized blocks) that fits shared memory (<= kGemvMaxSharedCols).
+bool fused_gemv_supports(int64_t dim);
+
+/// One decode row through RMSNorm (Zhang & Sennrich 2019, eq. 4) and up to kMaxFusedGemvOuts
+/// matrices in one launch: xn = x / sqrt(mean(x^2) + eps) * norm_weight, then
+/// outs[m].y = outs[m].w xn for every m. x, norm_weight: (dim) f32 device pointers; every
+/// outs[m].w: (rows_m, dim), all of one dtype (any gemv() takes). Equals cuda::rmsnorm then
+/// cuda::gemv per matrix up to summation order (~1e-6 relative). Throws InvalidArgument for null
+/// pointers, 0 or more than kMaxFusedGemvOuts outputs, a dim fused_gemv_supports() refuses, a
+/// matrix whose cols differ from dim or whose dtype differs from the first's, a negative or
+/// non-finite eps; CudaError if the launch fails.
+void rmsnorm_gemv_many(const float* x, const float* norm_weight, int64_t dim, float eps,
+                       std::span<const FusedGemvOut> outs, cudaStream_t stream);
+
+/// One decode row through RMSNorm, the gate and up projections and SwiGLU (Shazeer 2020, eq. 6)
+/// in one launch: xn as rmsnorm_gemv_many(), then out[i] = silu(gate_i . xn) * (up_i . xn), silu(g) =
+/// g / (1 + exp(-g)) (cuda::swiglu's formula). gate, up: (rows, dim) of one dtype; out: (rows)
+/// f32 device pointer, not overlapping x. Equals cuda::rmsnorm, two cuda::gemv and cuda::swiglu
+/// up to summation order. Throws as rmsnorm_gemv_many(), and InvalidArgument if gate and up
+/// differ in rows or out is null.
+void rmsnorm_gemv_swiglu(const float* x, const float* norm_weight, int64_t dim, float eps, const DeviceMatrix& gate,
+                         const DeviceMatrix& up, float* out, cudaStream_t stream);
 
 /// Same contract as gemv(); one thread per row, elements dequantized one at a time in column
 /// order (the CPU's scalar loop). The reference gemv() is tested against.

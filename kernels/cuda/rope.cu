@@ -63,6 +63,28 @@ __device__ __forceinline__ void rotate_pair(float* xh, int k, int half, float c,
 
 // ---- kernels --------------------------------------------------------------------------------
 
+/// One block's work for one token: its cos/sin table (head_dim/2 entries, in shared memory), then
+/// heads head_begin .. + kRopeHeadsPerBlock - 1 of x (n_tokens, n_heads, head_dim) rotated, one
+/// thread per pair. Every thread of the block calls it (it has a barrier).
+template <RopeStyle kStyle>
+__device__ __forceinline__ void rope_block(float* x, int64_t token, int32_t pos, int n_heads, int head_begin,
+                                           int head_dim, double theta_base) {
+  __shared__ float cos_table[kRopeMaxPairs];
+  __shared__ float sin_table[kRopeMaxPairs];
+  const int half = head_dim / 2;
+  for (int k = threadIdx.x; k < half; k += kRopeBlockThreads) {
+    rope_cos_sin(pos, k, head_dim, theta_base, &cos_table[k], &sin_table[k]);
+  }
+  __syncthreads();
+  const int heads_here = min(kRopeHeadsPerBlock, n_heads - head_begin);
+  float* x_heads = x + (token * n_heads + head_begin) * head_dim;
+  for (int idx = threadIdx.x; idx < heads_here * half; idx += kRopeBlockThreads) {
+    const int h = idx / half;
+    const int k = idx - h * half;
+    rotate_pair<kStyle>(x_heads + static_cast<int64_t>(h) * head_dim, k, half, cos_table[k], sin_table[k]);
+  }
+}
+
 /// Grid: (n_tokens, ceil(n_heads / kRopeHeadsPerBlock)). Block: (kRopeBlockThreads).
 template <RopeStyle kStyle>
 __global__ void __launch_bounds__(kRopeBlockThreads)
@@ -71,25 +93,24 @@ rope_kernel(float* x,                  // (n_tokens, n_heads, head_dim), rotated
             int n_heads,
             int head_dim,              // even, <= kRopeMaxHeadDim
             double theta_base) {
-  __shared__ float cos_table[kRopeMaxPairs];
-  __shared__ float sin_table[kRopeMaxPairs];
-  const int half = head_dim / 2;
   const int64_t token = blockIdx.x;
-  const int32_t pos = positions[token];
-  for (int k = threadIdx.x; k < half; k += kRopeBlockThreads) {
-    rope_cos_sin(pos, k, head_dim, theta_base, &cos_table[k], &sin_table[k]);
-  }
-  __syncthreads();
+  rope_block<kStyle>(x, token, positions[token], n_heads, static_cast<int>(blockIdx.y) * kRopeHeadsPerBlock, head_dim,
+                     theta_base);
+}
 
-  const int head_begin = blockIdx.y * kRopeHeadsPerBlock;
-  const int heads_here = min(kRopeHeadsPerBlock, n_heads - head_begin);
-  float* x_heads = x + (token * n_heads + head_begin) * head_dim;
-  for (int idx = threadIdx.x; idx < heads_here * half; idx += kRopeBlockThreads) {
-    const int h = idx / half;
-    const int k = idx - h * half;
-    rotate_pair<kStyle>(x_heads + static_cast<int64_t>(h) * head_dim, k, half, cos_table[k],
-                        sin_table[k]);
-  }
+/// rope_kernel over two tensors at once (rope_qk): blocks y < q_blocks rotate q's heads,
+/// the rest k's. Grid: (n_tokens, q_blocks + ceil(n_kv_heads / kRopeHeadsPerBlock)).
+template <RopeStyle kStyle>
+__global__ void __launch_bounds__(kRopeBlockThreads)
+rope_qk_kernel(float* q,                  // (n_tokens, n_heads, head_dim), rotated in place
+               float* k,                  // (n_tokens, n_kv_heads, head_dim), rotated in place
+               const int32_t* positions,  // (n_tokens)
+               int n_heads, int n_kv_heads, int head_dim, double theta_base, int q_blocks) {
+  const int64_t token = blockIdx.x;
+  const bool is_q = static_cast<int>(blockIdx.y) < q_blocks;
+  const int block = is_q ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) - q_blocks;
+  rope_block<kStyle>(is_q ? q : k, token, positions[token], is_q ? n_heads : n_kv_heads, block * kRopeHeadsPerBlock,
+                     head_dim, theta_base);
 }
 
 /// Grid: (ceil(n_tokens * n_heads * head_dim/2 / kNaiveBlockThreads)). Block:
@@ -118,22 +139,22 @@ __global__ void rope_naive_kernel(float* x,                  // (n_tokens, n_hea
 /// Throws InvalidArgument unless the arguments meet rope()'s preconditions.
 void check_rope_args(const char* op, const float* x, const int32_t* positions, int64_t n_tokens,
                      int64_t n_heads, int64_t head_dim, float theta_base) {
-  const std::string where = std::string("cuda::") + op + ": ";
+  const auto where = [op] { return std::string("cuda::") + op + ": "; };  // built only to throw
   if (x == nullptr || positions == nullptr) {
-    throw InvalidArgument(where + "null device pointer (x or positions)");
+    throw InvalidArgument(where() + "null device pointer (x or positions)");
   }
   if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kRopeMaxHeadDim) {
-    throw InvalidArgument(where + "head_dim must be even and in (0, " +
+    throw InvalidArgument(where() + "head_dim must be even and in (0, " +
                           std::to_string(kRopeMaxHeadDim) + "], got " + std::to_string(head_dim));
   }
   if (n_tokens < 0 || n_tokens > INT_MAX || n_heads <= 0 || n_heads > INT_MAX / head_dim) {
-    throw InvalidArgument(where + "need 0 <= n_tokens <= INT32_MAX and 0 < n_heads * head_dim "
+    throw InvalidArgument(where() + "need 0 <= n_tokens <= INT32_MAX and 0 < n_heads * head_dim "
                           "<= INT32_MAX, got n_tokens=" + std::to_string(n_tokens) +
                           " n_heads=" + std::to_string(n_heads) +
                           " head_dim=" + std::to_string(head_dim));
   }
   if (!(theta_base > 0.0f) || !std::isfinite(theta_base)) {
-    throw InvalidArgument(where + "theta_base must be finite and > 0, got " +
+    throw InvalidArgument(where() + "theta_base must be finite and > 0, got " +
                           std::to_string(theta_base));
   }
 }
@@ -160,6 +181,29 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
   } else {
     rope_kernel<RopeStyle::Neox>
         <<<grid, block, 0, stream>>>(x, positions, n_heads_i, head_dim_i, base);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads,
+             int64_t head_dim, float theta_base, RopeStyle style, cudaStream_t stream) {
+  check_rope_args("rope_qk", q, positions, n_tokens, n_heads, head_dim, theta_base);
+  check_rope_args("rope_qk", k, positions, n_tokens, n_kv_heads, head_dim, theta_base);
+  if (n_tokens == 0) return;
+  const int64_t q_blocks = (n_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock;
+  const int64_t k_blocks = (n_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock;
+  if (q_blocks + k_blocks > 65535) {
+    throw InvalidArgument("cuda::rope_qk: n_heads=" + std::to_string(n_heads) + " and n_kv_heads=" +
+                          std::to_string(n_kv_heads) + " are too many");
+  }
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(q_blocks + k_blocks));
+  const int nh = static_cast<int>(n_heads), nkv = static_cast<int>(n_kv_heads), hd = static_cast<int>(head_dim);
+  const int qb = static_cast<int>(q_blocks);
+  const double base = theta_base;
+  if (style == RopeStyle::Normal) {
+    rope_qk_kernel<RopeStyle::Normal><<<grid, kRopeBlockThreads, 0, stream>>>(q, k, positions, nh, nkv, hd, base, qb);
+  } else {
+    rope_qk_kernel<RopeStyle::Neox><<<grid, kRopeBlockThreads, 0, stream>>>(q, k, positions, nh, nkv, hd, base, qb);
   }
   CUDA_CHECK(cudaGetLastError());
 }

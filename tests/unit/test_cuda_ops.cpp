@@ -34,6 +34,7 @@
 namespace {
 
 using lio::DType;
+using lio::RopeStyle;
 using lio::cuda::DeviceBuffer;
 using lio::cuda::DeviceMatrix;
 
@@ -228,6 +229,145 @@ TEST(CudaSwiglu, MatchesCpu) {
   lio::cuda::swiglu(d_gate.data(), d_up.data(), d_gate.data(), n, nullptr);  // in place
   CUDA_CHECK(cudaDeviceSynchronize());
   expect_close(d_gate.to_host(), want, 8 * FLT_EPSILON, 1e-30, "swiglu");
+}
+
+// ---- fused decode kernels (issue 45) -----------------------------------------------------------
+
+/// x (dim) and the norm's weight for a fused test, and cpu::rmsnorm's xn of them.
+struct NormedRow {
+  std::vector<float> x, weight, xn;
+  NormedRow(int64_t dim, uint32_t seed)
+      : x(random_floats(size_t(dim), -3.0f, 3.0f, seed)), weight(random_floats(size_t(dim), 0.5f, 1.5f, seed + 1)),
+        xn(size_t(dim)) {
+    lio::cpu::rmsnorm(x.data(), weight.data(), xn.data(), 1, dim, 1e-5f);
+  }
+};
+
+// RMSNorm + Q/K/V in one launch against cpu::rmsnorm then cpu::matmul per matrix. dim 576
+// (SmolLM2's d_model: two full 256-column warp steps and a partial one); 75 + 20 + 13 rows, so
+// warps of one block straddle the matrices; one and two outputs too.
+TEST(CudaFused, RmsnormGemvManyMatchesCpuEveryDtype) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t dim = 576;
+  const int64_t rows[] = {75, 20, 13};
+  uint32_t seed = 601;
+  for (DType t : kAllDtypes) {
+    const NormedRow in(dim, seed);
+    const auto d_x = DeviceBuffer<float>::from_host(in.x);
+    const auto d_w = DeviceBuffer<float>::from_host(in.weight);
+    std::vector<TestMatrix> mats;
+    mats.reserve(3);
+    for (int64_t r : rows) mats.emplace_back(t, r, dim, seed += 3);
+    for (size_t n_outs = 1; n_outs <= mats.size(); ++n_outs) {
+      std::vector<DeviceBuffer<float>> ys;
+      std::vector<lio::cuda::FusedGemvOut> outs;
+      for (size_t m = 0; m < n_outs; ++m) {
+        ys.emplace_back(mats[m].host.rows);
+        CUDA_CHECK(cudaMemset(ys.back().data(), 0xFF, ys.back().size_bytes()));  // NaN: a skipped row fails
+        outs.push_back({mats[m].device, ys.back().data()});
+      }
+      lio::cuda::rmsnorm_gemv_many(d_x.data(), d_w.data(), dim, 1e-5f, outs, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      for (size_t m = 0; m < n_outs; ++m) {
+        std::vector<float> want(size_t(mats[m].host.rows));
+        lio::cpu::matmul(mats[m].host, in.xn.data(), want.data(), 1);
+        const auto got = ys[m].to_host();
+        for (int64_t r = 0; r < mats[m].host.rows; ++r) {
+          ASSERT_NEAR(got[r], want[r], 4e-6 * mats[m].abs_dot(r, in.xn.data()) + 1e-6)
+              << dtype_name(t) << " " << n_outs << " outputs, matrix " << m << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// RMSNorm + gate + up + SwiGLU in one launch against the CPU's four ops.
+TEST(CudaFused, RmsnormGemvSwigluMatchesCpuEveryDtype) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t dim = 576, rows = 99;
+  uint32_t seed = 701;
+  for (DType t : kAllDtypes) {
+    const NormedRow in(dim, seed);
+    const TestMatrix gate(t, rows, dim, seed + 3), up(t, rows, dim, seed + 5);
+    seed += 10;
+    const auto d_x = DeviceBuffer<float>::from_host(in.x);
+    const auto d_w = DeviceBuffer<float>::from_host(in.weight);
+    DeviceBuffer<float> d_out(rows);
+    CUDA_CHECK(cudaMemset(d_out.data(), 0xFF, d_out.size_bytes()));
+    lio::cuda::rmsnorm_gemv_swiglu(d_x.data(), d_w.data(), dim, 1e-5f, gate.device, up.device, d_out.data(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> g(static_cast<size_t>(rows)), u(static_cast<size_t>(rows)), want(static_cast<size_t>(rows));
+    lio::cpu::matmul(gate.host, in.xn.data(), g.data(), 1);
+    lio::cpu::matmul(up.host, in.xn.data(), u.data(), 1);
+    lio::cpu::swiglu(g.data(), u.data(), want.data(), rows);
+    const auto got = d_out.to_host();
+    for (int64_t r = 0; r < rows; ++r) {
+      // d silu / dg <= 1.1: an error eg in g moves h by <= 1.1 eg |u|, an error eu in u by |silu(g)| eu.
+      const double eg = 4e-6 * gate.abs_dot(r, in.xn.data()) + 1e-6;
+      const double eu = 4e-6 * up.abs_dot(r, in.xn.data()) + 1e-6;
+      ASSERT_NEAR(got[r], want[r], 1.1 * eg * (std::fabs(u[r]) + eu) + (std::fabs(g[r]) + eg) * eu + 1e-6)
+          << dtype_name(t) << " row " << r;
+    }
+  }
+}
+
+// RoPE of Q and K in one launch: bit for bit two cuda::rope calls (the same cos/sin, the same
+// arithmetic), both pairings, more heads than one block rotates.
+TEST(CudaFused, RopeQkEqualsTwoRopesBitwise) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n_tokens = 3, n_heads = 9, n_kv_heads = 3, head_dim = 64;
+  const std::vector<int32_t> positions = {0, 17, 4095};
+  const auto d_pos = DeviceBuffer<int32_t>::from_host(positions);
+  for (RopeStyle style : {RopeStyle::Normal, RopeStyle::Neox}) {
+    const auto q = random_floats(size_t(n_tokens * n_heads * head_dim), -1.0f, 1.0f, 801);
+    const auto k = random_floats(size_t(n_tokens * n_kv_heads * head_dim), -1.0f, 1.0f, 802);
+    auto q1 = DeviceBuffer<float>::from_host(q), k1 = DeviceBuffer<float>::from_host(k);
+    auto q2 = DeviceBuffer<float>::from_host(q), k2 = DeviceBuffer<float>::from_host(k);
+    lio::cuda::rope(q1.data(), d_pos.data(), n_tokens, n_heads, head_dim, 10000.0f, style, nullptr);
+    lio::cuda::rope(k1.data(), d_pos.data(), n_tokens, n_kv_heads, head_dim, 10000.0f, style, nullptr);
+    lio::cuda::rope_qk(q2.data(), k2.data(), d_pos.data(), n_tokens, n_heads, n_kv_heads, head_dim, 10000.0f, style,
+                       nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(q2.to_host(), q1.to_host()) << "q, style " << int(style);
+    EXPECT_EQ(k2.to_host(), k1.to_host()) << "k, style " << int(style);
+  }
+}
+
+// The fused launchers' host-side checks (no GPU needed: every call throws before launching).
+TEST(CudaFused, LaunchersRejectBadArgumentsBeforeLaunching) {
+  auto* fake = reinterpret_cast<float*>(uintptr_t{256});
+  const auto* fake_bytes = reinterpret_cast<const std::byte*>(uintptr_t{256});
+  const auto* fake_ids = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  const DeviceMatrix w576{DType::Q4_1, 8, 576, lio::dtype_row_bytes(DType::Q4_1, 576), fake_bytes};
+  const DeviceMatrix w320{DType::Q4_1, 8, 320, lio::dtype_row_bytes(DType::Q4_1, 320), fake_bytes};
+  const DeviceMatrix q8{DType::Q8_0, 8, 576, lio::dtype_row_bytes(DType::Q8_0, 576), fake_bytes};
+  EXPECT_TRUE(lio::cuda::fused_gemv_supports(576));
+  EXPECT_FALSE(lio::cuda::fused_gemv_supports(70));  // not whole 32-element blocks
+  EXPECT_FALSE(lio::cuda::fused_gemv_supports(lio::cuda::kGemvMaxSharedCols + 32));
+  const lio::cuda::FusedGemvOut one[] = {{w576, fake}};
+  const lio::cuda::FusedGemvOut four[] = {{w576, fake}, {w576, fake}, {w576, fake}, {w576, fake}};
+  const lio::cuda::FusedGemvOut mixed_cols[] = {{w576, fake}, {w320, fake}};
+  const lio::cuda::FusedGemvOut mixed_dtype[] = {{w576, fake}, {q8, fake}};
+  const lio::cuda::FusedGemvOut null_y[] = {{w576, nullptr}};
+  using lio::cuda::rmsnorm_gemv_many;
+  EXPECT_THROW(rmsnorm_gemv_many(nullptr, fake, 576, 1e-5f, one, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 70, 1e-5f, one, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 576, NAN, one, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 576, 1e-5f, {}, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 576, 1e-5f, four, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 576, 1e-5f, mixed_cols, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 576, 1e-5f, mixed_dtype, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_many(fake, fake, 576, 1e-5f, null_y, nullptr), lio::InvalidArgument);
+  using lio::cuda::rmsnorm_gemv_swiglu;
+  const DeviceMatrix w576_9{DType::Q4_1, 9, 576, lio::dtype_row_bytes(DType::Q4_1, 576), fake_bytes};
+  EXPECT_THROW(rmsnorm_gemv_swiglu(fake, fake, 576, 1e-5f, w576, w576_9, fake, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_swiglu(fake, fake, 576, 1e-5f, w576, q8, fake, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_swiglu(fake, fake, 576, 1e-5f, w576, w576, nullptr, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rmsnorm_gemv_swiglu(fake, nullptr, 576, 1e-5f, w576, w576, fake, nullptr), lio::InvalidArgument);
+  using lio::cuda::rope_qk;
+  EXPECT_THROW(rope_qk(fake, nullptr, fake_ids, 1, 9, 3, 64, 1e4f, RopeStyle::Normal, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rope_qk(fake, fake, fake_ids, 1, 9, 0, 64, 1e4f, RopeStyle::Normal, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(rope_qk(fake, fake, fake_ids, 1, 9, 3, 63, 1e4f, RopeStyle::Normal, nullptr), lio::InvalidArgument);
 }
 
 // ---- attention --------------------------------------------------------------------------------

@@ -382,6 +382,57 @@ TEST_F(CudaRunnerTest, DecodeGraphsReplayWhatTheEagerPassComputes) {
   }
 }
 
+// Issue 45's fused decode kernels (--fused-kernels): a runner with them computes what one without
+// them computes — Q4_1, Q8_0 and F32 tiny models, a prefill (unfused: 9 rows) then 12 batch-1
+// decode steps (fused) — to summation order, with the same greedy tokens; and a decode step
+// launches at most 8 kernels per layer (10 of them become 3), counted by capturing it.
+TEST_F(CudaRunnerTest, FusedKernelsMatchTheUnfusedOps) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const DType dtype : {DType::Q4_1, DType::Q8_0, DType::F32}) {
+    TinyModelSpec spec;
+    spec.weight_dtype = dtype;
+    lio::LoadedModel m = load_tiny(spec);
+    const std::string what(lio::dtype_info(dtype).name);
+    const int64_t vocab = m.config.vocab_size;
+    lio::ModelRunner plain(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{4, 16});
+    lio::ModelRunner fused(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{4, 16});
+    ASSERT_TRUE(fused.backend().set_fused_kernels(true));
+    const std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+    lio::ForwardBatch prefill(4);
+    prefill.add_sequence(kPrompt, 0, table, 1);
+    const std::span<const float> a0 = plain.forward(prefill);
+    const std::vector<float> want0(a0.begin(), a0.end());
+    const std::span<const float> b0 = fused.forward(prefill);
+    EXPECT_LT(max_rel_error(std::vector<float>(b0.begin(), b0.end()), want0), 1e-6) << what << ": prefill is not fused";
+    auto next = static_cast<int32_t>(argmax_row(want0, 0, vocab));
+    for (int step = 0; step < 12; ++step) {
+      lio::ForwardBatch b(4);
+      b.add_sequence(std::vector<int32_t>{next}, static_cast<int64_t>(kPrompt.size()) + step, table, 1);
+      const std::span<const float> w = plain.forward(b);
+      const std::vector<float> want(w.begin(), w.end());
+      const std::span<const float> g = fused.forward(b);
+      const std::vector<float> got(g.begin(), g.end());
+      EXPECT_LT(max_rel_error(got, want), 1e-5) << what << ", step " << step;
+      const auto token = static_cast<int32_t>(argmax_row(want, 0, vocab));
+      EXPECT_EQ(argmax_row(got, 0, vocab), token) << what << ", step " << step;
+      next = token;
+    }
+    lio::ForwardBatch b(4);
+    b.add_sequence(std::vector<int32_t>{next}, static_cast<int64_t>(kPrompt.size()) + 12, table, 1);
+    auto& plain_backend = dynamic_cast<lio::cuda::CudaBackend&>(plain.backend());
+    auto& fused_backend = dynamic_cast<lio::cuda::CudaBackend&>(fused.backend());
+    const int64_t n_plain = plain_backend.capture_step([&] { plain.model().forward_device(b, plain.kv_pool()); }).kernels;
+    const int64_t n_fused = fused_backend.capture_step([&] { fused.model().forward_device(b, fused.kv_pool()); }).kernels;
+    std::printf("%s decode step, %lld layers: %lld kernels unfused, %lld fused\n", what.c_str(),
+                static_cast<long long>(m.config.n_layers), static_cast<long long>(n_plain),
+                static_cast<long long>(n_fused));
+    EXPECT_EQ(n_plain - n_fused, 7 * m.config.n_layers) << what << ": 10 launches per layer became 3";
+    // embedding + per layer (fused QKV, RoPE, kv_append, attention <= 2, W_o, fused MLP, W_down)
+    // + gather, final norm, LM head
+    EXPECT_LE(n_fused, 1 + 8 * m.config.n_layers + 3) << what;
+  }
+}
+
 // The Engine captures its graphs at start-up (EngineConfig::enforce_eager = false, the default)
 // and its greedy tokens equal an --enforce-eager engine's: six requests, four at a time.
 TEST_F(CudaRunnerTest, EngineWithGraphsMatchesEnforceEager) {

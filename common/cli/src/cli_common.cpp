@@ -33,6 +33,10 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
                  "KV heads (chapter 02): gqa (as stored), mha (one per query head, K/V heads "
                  "repeated: same outputs), mqa (one, mean-pooled), or gqa:N")
       ->capture_default_str();
+  app.add_flag("--fused-kernels", o.fused_kernels,
+               "CUDA: a decode row's RMSNorm + Q/K/V projections, RMSNorm + gate/up + SwiGLU, and RoPE of Q "
+               "and K each as one kernel (issue 45). Off by default until a GPU check has compared them "
+               "with the unfused kernels; no effect on the CPU");
   app.add_option("--attention-backend", o.attention_backend,
                  "Attention kernels (chapter 07): flash (tiled, online softmax, split-KV decode; "
                  "O(N) memory), naive (the score matrix materialized; O(N^2) memory) or paged "
@@ -172,6 +176,7 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
   const AllReduceAlgorithm algorithm = parse_all_reduce_algorithm(o.all_reduce);
   if (o.parallel.world_size() == 1 && world_size() == 1) {
     std::unique_ptr<Backend> backend = make_backend(m, device, activations, attention);
+    backend->set_fused_kernels(o.fused_kernels);
     return make_runner(wrap ? wrap(std::move(backend)) : std::move(backend), pool);
   }
   // The workers serve one runner's commands: a second runner over the ranks (a draft model's,

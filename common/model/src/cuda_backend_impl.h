@@ -91,6 +91,13 @@ struct CudaBackend::Impl {
   DeviceBuffer<ArgmaxResult> argmax_d;  // (rows)
   PinnedBuffer<ArgmaxResult> argmax_h;
 
+  // ---- fused decode kernels (issue 45; off until a GPU check has compared them)
+  bool fused_kernels = false;
+  /// Whether one decode row of `outs` (reading the norm `norm`'s output) can go through the fused
+  /// kernels: fused kernels on, one row, at most kMaxFusedGemvOuts matrices of one dtype whose cols
+  /// equal the norm's width and fused_gemv_supports(), none taking int8 activations.
+  bool can_fuse(WeightRef norm, std::span<const WeightRef> weights, int64_t n_rows) const;
+
   // ---- decode CUDA graphs (issue 45): one executable graph per bucket, replayed by replay_graph
   struct Graph {
     cudaGraphExec_t exec = nullptr;

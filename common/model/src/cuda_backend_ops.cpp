@@ -2,6 +2,7 @@
 // one or two launches of a kernels/cuda operator on the backend's stream, guarded (a throwing
 // op drains the stream) and timed when profiling.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -24,21 +25,22 @@ const char* matmul_op_name(int64_t n) {
 
 void CudaBackend::Impl::check_pool(const char* op, KvPool& pool, int64_t layer,
                                    const BatchView& batch) const {
-  const std::string where = std::string("CudaBackend::") + op + ": ";
+  // Every layer's kv_append and attention call this: the message is built only when it throws.
+  const auto where = [op] { return std::string("CudaBackend::") + op + ": "; };
   if (dynamic_cast<DeviceKvPool*>(&pool) == nullptr) {
-    throw InvalidArgument(where +
+    throw InvalidArgument(where() +
                           "the KV pool is not in device memory (make it with "
                           "CudaBackend::make_kv_pool)");
   }
   const auto n_model_layers = static_cast<int64_t>(pool.groups().layer_lane.size());
   if (pool.kv_dim() != config.kv_dim() || n_model_layers != config.n_layers) {
-    throw InvalidArgument(where + "the KV pool was made for another model shape");
+    throw InvalidArgument(where() + "the KV pool was made for another model shape");
   }
   if (layer < 0 || layer >= n_model_layers) {
-    throw InvalidArgument(where + "layer " + std::to_string(layer) + " outside [0, " +
+    throw InvalidArgument(where() + "layer " + std::to_string(layer) + " outside [0, " +
                           std::to_string(n_model_layers) + ")");
   }
-  if (batch.host == nullptr) throw InvalidArgument(where + "no batch (call upload first)");
+  if (batch.host == nullptr) throw InvalidArgument(where() + "no batch (call upload first)");
 }
 
 void CudaBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
@@ -133,6 +135,80 @@ void CudaBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, i
   for (const MatmulOut& o : outs) {
     if (!m.int8_activations_for(o.w, m.matrix(o.w))) matmul(o.w, x, o.y, n_rows, false);
   }
+}
+
+// ---- fused decode kernels (issue 45) -----------------------------------------------------------
+
+bool CudaBackend::set_fused_kernels(bool on) {
+  impl_->fused_kernels = on;
+  return true;
+}
+
+bool CudaBackend::Impl::can_fuse(WeightRef norm, std::span<const WeightRef> weights, int64_t n_rows) const {
+  if (!fused_kernels || n_rows != 1 || weights.empty() || weights.size() > static_cast<size_t>(kMaxFusedGemvOuts)) {
+    return false;
+  }
+  const int64_t width = norm_width(norm.kind, config);
+  if (!fused_gemv_supports(width)) return false;
+  const DType dtype = matrix(weights[0]).dtype;
+  for (const WeightRef w : weights) {
+    const DeviceMatrix& mat = matrix(w);
+    if (mat.cols != width || mat.dtype != dtype || int8_activations_for(w, mat)) return false;
+  }
+  return true;
+}
+
+void CudaBackend::rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
+                                      int64_t n_rows) {
+  Impl& m = *impl_;
+  std::array<WeightRef, kMaxFusedGemvOuts> refs{};
+  const size_t n_outs = std::min(outs.size(), refs.size());
+  for (size_t i = 0; i < n_outs; ++i) refs[i] = outs[i].w;
+  if (outs.size() > refs.size() || !m.can_fuse(norm, std::span(refs.data(), n_outs), n_rows)) {
+    Backend::rmsnorm_matmul_many(x, norm, xn, outs, n_rows);
+    return;
+  }
+  std::array<FusedGemvOut, kMaxFusedGemvOuts> fused{};
+  for (size_t i = 0; i < n_outs; ++i) fused[i] = {m.matrix(outs[i].w), outs[i].y};
+  const float* weight = m.vector(norm);
+  const int64_t width = norm_width(norm.kind, m.config);
+  m.guarded([&] {
+    m.op("rmsnorm + gemv (fused)", [&] {
+      rmsnorm_gemv_many(x, weight, width, m.config.rms_norm_eps, std::span(fused.data(), n_outs), m.stream);
+    });
+  });
+}
+
+void CudaBackend::rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, WeightRef w_gate, WeightRef w_up,
+                                 float* gate, float* up, int64_t n_rows) {
+  Impl& m = *impl_;
+  const WeightRef refs[] = {w_gate, w_up};
+  if (!m.can_fuse(norm, refs, n_rows) || m.matrix(w_gate).rows != m.matrix(w_up).rows) {
+    Backend::rmsnorm_swiglu(x, norm, xn, w_gate, w_up, gate, up, n_rows);
+    return;
+  }
+  const float* weight = m.vector(norm);
+  const int64_t width = norm_width(norm.kind, m.config);
+  m.guarded([&] {
+    m.op("rmsnorm + gemv + swiglu (fused)", [&] {
+      rmsnorm_gemv_swiglu(x, weight, width, m.config.rms_norm_eps, m.matrix(w_gate), m.matrix(w_up), gate, m.stream);
+    });
+  });
+}
+
+void CudaBackend::rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
+                          int64_t n_kv_heads, float theta) {
+  Impl& m = *impl_;
+  if (!m.fused_kernels) {
+    Backend::rope_qk(q, k, positions, n_tokens, n_heads, n_kv_heads, theta);
+    return;
+  }
+  const ModelConfig& c = m.config;
+  m.guarded([&] {
+    m.op("rope q + k (fused)", [&] {
+      cuda::rope_qk(q, k, positions, n_tokens, n_heads, n_kv_heads, c.head_dim, theta, c.rope_style, m.stream);
+    });
+  });
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) {

@@ -61,6 +61,26 @@ void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64
   for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
 }
 
+void Backend::rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
+                                  int64_t n_rows) {
+  rmsnorm(x, norm, xn, n_rows);
+  matmul_many(outs, xn, n_rows);
+}
+
+void Backend::rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, WeightRef w_gate, WeightRef w_up, float* gate,
+                             float* up, int64_t n_rows) {
+  rmsnorm(x, norm, xn, n_rows);
+  const MatmulOut gate_up[] = {{w_gate, gate}, {w_up, up}};
+  matmul_many(gate_up, xn, n_rows);
+  swiglu(gate, up, gate, n_rows * config().d_ff);
+}
+
+void Backend::rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
+                      int64_t n_kv_heads, float theta) {
+  rope(q, positions, n_tokens, n_heads, theta);
+  rope(k, positions, n_tokens, n_kv_heads, theta);
+}
+
 void Backend::all_reduce(Communicator& comm, float* x, int64_t n) {
   if (comm.size() == 1 || n == 0) return;
   const bool device_comm = comm.memory_kind() == CommMemory::Device;

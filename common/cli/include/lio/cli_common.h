@@ -39,6 +39,7 @@ struct CommonOptions {
   KvPoolOptions kv_pool;        ///< --block-size, --kv-cache-mib (its dtype: from kv_cache_dtype)
   std::string kv_cache_dtype = "f32";  ///< --kv-cache-dtype f32|f16|int8, parsed by runner_from_options
   bool json = false;            ///< --json: one machine-readable summary on stdout
+  bool fused_kernels = false;   ///< --fused-kernels: issue 45's fused decode kernels (CUDA; Backend::set_fused_kernels)
   bool enforce_eager = true;    ///< --enforce-eager (default) / --cuda-graphs (engine commands; EngineConfig)
   std::string spec_method = "none";  ///< --spec-method none|draft|ngram|early-exit (chapter 06)
   std::string draft_model;      ///< --draft-model: the draft's .gguf file or HF directory

@@ -196,6 +196,24 @@ class Backend {
   /// out, which is what the default does (and what a ForwardingBackend that watches matmul
   /// sees); a backend may run them as one launch.
   virtual void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows);
+  /// A layer's RMSNorm and the projections that read it (Q/K/V): xn (n_rows, d_model) =
+  /// rmsnorm(x, norm), then matmul_many(outs, xn, n_rows). The default does exactly that; a
+  /// backend may fuse them into one launch (CudaBackend with fused kernels on:
+  /// cuda::rmsnorm_gemv_many), and then leaves xn unwritten — callers must not read xn afterwards.
+  /// Throws as rmsnorm() and matmul_many().
+  virtual void rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
+                                   int64_t n_rows);
+  /// The SwiGLU MLP's first half (Shazeer 2020, eq. 6): xn = rmsnorm(x, norm), gate (n_rows,
+  /// d_ff) = xn W_gate^T, up = xn W_up^T, then gate = silu(gate) * up (d_ff: config().d_ff, this
+  /// rank's features under tensor parallelism). The default runs rmsnorm, matmul_many and swiglu;
+  /// a backend may fuse them (cuda::rmsnorm_gemv_swiglu) and leave xn and up unwritten. Throws as
+  /// those ops.
+  virtual void rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, WeightRef w_gate, WeightRef w_up, float* gate,
+                              float* up, int64_t n_rows);
+  /// rope(q, positions, n_tokens, n_heads, theta) then rope(k, ..., n_kv_heads, theta): what the
+  /// default does; a backend may rotate both in one launch (cuda::rope_qk), with the same results.
+  virtual void rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
+                       int64_t n_kv_heads, float theta);
   /// RoPE in place on x (n_tokens, n_heads, head_dim) at `positions` (n_tokens), base
   /// frequency `theta` (ModelConfig::layer_rope_theta: Gemma 3's windowed layers use another).
   virtual void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) = 0;
@@ -262,6 +280,15 @@ class Backend {
                                                std::span<const float> penalties);
 
   // ---- decode CUDA graphs (issue 45; CUDA Programming Guide, "CUDA Graphs") -----------------
+  /// Turns the fused decode kernels on or off (issue 45: RMSNorm + Q/K/V, RMSNorm + gate/up +
+  /// SwiGLU, RoPE of Q and K, each one launch for a decode row; rmsnorm_matmul_many and friends).
+  /// Returns whether this backend has them (the CUDA backend; the CPU's ops are not launches).
+  /// Off by default until a GPU check has compared them with the unfused ops (--fused-kernels).
+  virtual bool set_fused_kernels(bool on) {
+    (void)on;
+    return false;
+  }
+
   /// True when capture_graph() and replay_graph() work for this model: the CUDA backend, except
   /// where a launch's shape depends on the sequence lengths (MLA's naive path, the naive attention
   /// kernel). The CPU has none: its ops are function calls, there is no launch to save.

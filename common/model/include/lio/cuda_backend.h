@@ -190,6 +190,20 @@ class CudaBackend final : public Backend {
   /// synchronized, and whatever `body` throws.
   CapturedStep capture_step(const std::function<void()>& body);
 
+  // ---- fused decode kernels (issue 45) ---------------------------------------------------
+  /// Backend::set_fused_kernels; returns true.
+  bool set_fused_kernels(bool on) override;
+  /// With fused kernels on and one row whose matrices fused_gemv_supports(), all of one dtype,
+  /// no int8 activations: cuda::rmsnorm_gemv_many (xn unwritten); else the default.
+  void rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
+                           int64_t n_rows) override;
+  /// Likewise cuda::rmsnorm_gemv_swiglu (xn and up unwritten); else the default.
+  void rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, WeightRef w_gate, WeightRef w_up, float* gate,
+                      float* up, int64_t n_rows) override;
+  /// With fused kernels on: cuda::rope_qk (bitwise the two rope() calls); else the default.
+  void rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads,
+               float theta) override;
+
   // ---- decode CUDA graphs (issue 45) ----------------------------------------------------
   /// False for MLA models (the naive path sizes its gather from the sequence lengths) and for
   /// the naive attention kernel (its scores buffer and grid follow the longest sequence).

@@ -17,9 +17,9 @@ void row_parallel_out(LayerPass& p, WeightRef w, const float* in, float* out, bo
 }
 
 void qkv_projection(LayerPass& p, int64_t l) {
-  p.be.rmsnorm(p.x, {WeightKind::AttnNorm, l}, p.xn, p.n_tokens);
+  // One launch where the backend fuses them (issue 45); xn is not read afterwards.
   const MatmulOut qkv[] = {{{WeightKind::Wq, l}, p.q}, {{WeightKind::Wk, l}, p.k}, {{WeightKind::Wv, l}, p.v}};
-  p.be.matmul_many(qkv, p.xn, p.n_tokens);
+  p.be.rmsnorm_matmul_many(p.x, {WeightKind::AttnNorm, l}, p.xn, qkv, p.n_tokens);
 }
 
 void add_qkv_bias(LayerPass& p, int64_t l) {
@@ -35,8 +35,7 @@ void qk_norm(LayerPass& p, int64_t l) {
 
 void rope_qk(LayerPass& p, int64_t l) {
   const float theta = p.config.layer_rope_theta(l);
-  p.be.rope(p.q, p.view.positions, p.n_tokens, p.config.n_heads, theta);
-  p.be.rope(p.k, p.view.positions, p.n_tokens, p.config.n_kv_heads, theta);
+  p.be.rope_qk(p.q, p.k, p.view.positions, p.n_tokens, p.config.n_heads, p.config.n_kv_heads, theta);
 }
 
 void gqa_attend(LayerPass& p, int64_t l) {
@@ -46,11 +45,9 @@ void gqa_attend(LayerPass& p, int64_t l) {
 }
 
 void swiglu_mlp(LayerPass& p, int64_t l) {
-  const int64_t n = p.n_tokens;
-  p.be.rmsnorm(p.x, {WeightKind::FfnNorm, l}, p.xn, n);
-  const MatmulOut gate_up[] = {{{WeightKind::Gate, l}, p.gate}, {{WeightKind::Up, l}, p.up}};
-  p.be.matmul_many(gate_up, p.xn, n);  // column-parallel: this rank's features
-  p.be.swiglu(p.gate, p.up, p.gate, n * p.config.d_ff);
+  // RMSNorm, gate and up (column-parallel: this rank's features), SwiGLU: one launch where fused.
+  p.be.rmsnorm_swiglu(p.x, {WeightKind::FfnNorm, l}, p.xn, {WeightKind::Gate, l}, {WeightKind::Up, l}, p.gate, p.up,
+                      p.n_tokens);
   row_parallel_out(p, {WeightKind::Down, l}, p.gate, p.x, /*add_to_out=*/true);  // x += W_down h: all-reduce 2 of 2
 }
 
