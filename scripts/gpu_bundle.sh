@@ -2,7 +2,7 @@
 # gpu_bundle.sh — builds HERE (no GPU needed) everything scripts/gpu_check.sh runs on a lent GPU
 # machine, so the loan's minutes go to the GPU, not to configuring and compiling on a bare image.
 #
-#   scripts/gpu_bundle.sh [--arch 90] [--out .gpu] [--build-dir build-gpu] [--part-mib N] [--no-model]
+#   scripts/gpu_bundle.sh [--arch 90] [--out .gpu] [--build-dir build-gpu] [--part-mib N] [--no-model] [--no-llama]
 #   scripts/gpu_bundle.sh --print-programs     the programs it bundles beside the CUDA tests
 #
 # 1. Configures build-gpu/ for one GPU architecture (sm_90 = H100 / H200 by default; --arch 80 for
@@ -20,6 +20,10 @@
 #    the parts fill the fewest device calls of 64 MiB beside the working tree (--part-mib caps a
 #    call's payload lower), and writes those calls, ready to paste, to <out>/CALLS.md
 #    (docs/cuda_backend.md, "Validate on a GPU in one call", explains them).
+# 5. When build-llama-cuda/ holds llama.cpp's CUDA tools for the same architecture
+#    (bench/batched/build_llama_tools.sh --cuda-arch 90, made here without a GPU), packs llama-bench,
+#    llama-batched-bench and their shared libraries as <out>/llama-cuda.tar.xz, carried in the same
+#    calls: gpu_check.sh then measures the peer on the same card (issue 45). --no-llama leaves it out.
 # Prints the archive's size and the build time. <out> and build-gpu/ are gitignored.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +34,7 @@ out=.gpu
 build_dir=build-gpu
 part_mib=0  # 0: as much as a call carries
 with_model=1
+with_llama=1
 jobs="$(nproc)"
 print_programs=0
 while [[ $# -gt 0 ]]; do
@@ -39,9 +44,10 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build_dir="$2"; shift ;;
     --part-mib) part_mib="$2"; shift ;;
     --no-model) with_model=0 ;;
+    --no-llama) with_llama=0 ;;
     --jobs) jobs="$2"; shift ;;
     --print-programs) print_programs=1 ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -125,6 +131,26 @@ if ((bundle_bytes > kBundleMaxMiB * 1048576)); then
   exit 1
 fi
 
+# ---- 4b. llama.cpp's CUDA tools, when built for this architecture ---------------------------------
+llama_build=build-llama-cuda
+rm -f "$out/llama-cuda.tar.xz"
+llama_bytes=0
+if ((with_llama)); then
+  llama_arch="$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$llama_build/CMakeCache.txt" 2>/dev/null)"
+  if [[ -x "$llama_build/bin/llama-bench" && -x "$llama_build/bin/llama-batched-bench" && "$llama_arch" == "$arch" ]]; then
+    lstage="$out/stage/llama-cuda"
+    mkdir -p "$lstage/bin" "$lstage/lib"
+    cp "$llama_build/bin/llama-bench" "$llama_build/bin/llama-batched-bench" "$lstage/bin/"
+    cp -L "$llama_build"/bin/lib*.so* "$lstage/lib/" 2>/dev/null || true
+    strip --strip-unneeded "$lstage"/bin/* "$lstage"/lib/* 2>/dev/null || true
+    log "packing $out/llama-cuda.tar.xz (llama.cpp's CUDA tools, sm_$arch)"
+    XZ_OPT="-9 -T$jobs" tar -C "$out/stage" -cJf "$out/llama-cuda.tar.xz" llama-cuda
+    llama_bytes=$(stat -c %s "$out/llama-cuda.tar.xz")
+  else
+    log "no llama.cpp CUDA tools for sm_$arch in $llama_build (bench/batched/build_llama_tools.sh --cuda-arch $arch): the check runs without the peer"
+  fi
+fi
+
 # ---- 5. device calls: each carries what fits beside the working tree ----------------------------
 # The working tree travels with every call (tracked files and untracked ones git does not ignore).
 tree_bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 -r stat -c %s -- 2>/dev/null |
@@ -138,11 +164,24 @@ fi
 # Call 1 carries the bundle and the model's first bytes up to the budget, each later call the
 # next budget's worth: the fewest calls for the bytes.
 calls=("$out/lio-gpu.tar.xz")
+room=$((budget - bundle_bytes))
+if ((llama_bytes > 0)); then
+  if ((llama_bytes > budget)); then
+    echo "gpu_bundle.sh: llama-cuda.tar.xz ($((llama_bytes / 1048576)) MiB) does not fit a call (--no-llama leaves it out)" >&2
+    exit 1
+  fi
+  if ((llama_bytes <= room)); then
+    calls[0]="${calls[0]} $out/llama-cuda.tar.xz"
+    room=$((room - llama_bytes))
+  else
+    calls+=("$out/llama-cuda.tar.xz")
+    room=$((budget - llama_bytes))
+  fi
+fi
 if ((with_model)); then
   [[ -f "$model" ]] || { echo "gpu_bundle.sh: $model missing: run scripts/fetch_model.sh (or pass --no-model)" >&2; exit 1; }
   model_bytes=$(stat -L -c %s "$model")
   offset=0
-  room=$((budget - bundle_bytes))
   part=0
   while ((offset < model_bytes)); do
     if ((room <= 0)); then calls+=(""); room=$budget; fi
@@ -162,7 +201,7 @@ n_calls=${#calls[@]}
 {
   echo "# Device calls for the GPU check (written by scripts/gpu_bundle.sh at commit $commit)"
   echo
-  echo "Bundle $(numfmt --to=iec-i --suffix=B "$bundle_bytes"), working tree $(numfmt --to=iec-i --suffix=B "$tree_bytes");"
+  echo "Bundle $(numfmt --to=iec-i --suffix=B "$bundle_bytes")$( ((llama_bytes > 0)) && echo ", llama.cpp's CUDA tools $(numfmt --to=iec-i --suffix=B "$llama_bytes")"), working tree $(numfmt --to=iec-i --suffix=B "$tree_bytes");"
   echo "$n_calls call(s). Make them back to back: a warm machine is given back after 30 s idle, and"
   echo "what the first calls leave in /tmp/lio-gpu is gone with it. Each call: the device tool's \`run\`"
   echo "with the carry list and command below (kind left out: an H100 unless none is free)."
@@ -186,9 +225,14 @@ n_calls=${#calls[@]}
   done
   echo "The last call's \$OUT holds cuda_<gpu>_validation.{md,json} and gpu_check.log: copy the first two"
   echo "into bench/results/ and commit them."
+  if ((llama_bytes > 0)); then
+    echo "With llama.cpp carried, it also holds the peer comparisons cuda_peer_decode.{md,json} and"
+    echo "cuda_batched.{md,json,csv}: commit them as bench/results/cuda_<gpu>_peer_decode.* and cuda_<gpu>_batched.*."
+  fi
 } >"$out/CALLS.md"
 
 log "bundle: $out/lio-gpu.tar.xz, $(numfmt --to=iec-i --suffix=B "$bundle_bytes") (limit $kBundleMaxMiB MiB; commit $commit, sm_$arch)"
 log "libraries carried: ${!bundled[*]}"
+if ((llama_bytes > 0)); then log "llama.cpp CUDA tools: $out/llama-cuda.tar.xz, $(numfmt --to=iec-i --suffix=B "$llama_bytes")"; fi
 if ((with_model)); then log "model: $(ls "$out"/model.part* | wc -l) part(s), $(numfmt --to=iec-i --suffix=B "$budget") of payload per call at most"; fi
 log "device calls: $n_calls (see $out/CALLS.md); built in ${t_build} s, total $((SECONDS - t0)) s"

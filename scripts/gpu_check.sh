@@ -23,7 +23,9 @@
 # again on re-quantized files (Q8_0, Q4_0, Q3_1); `lio generate` greedy text on CPU and CUDA with
 # flash, naive and paged attention, flash and paged with --cuda-graphs (and the f16 KV cache, int8
 # activations: reported); the bf16 matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, eager
-# vs CUDA graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling).
+# vs CUDA graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling);
+# when the bundle carries llama.cpp's CUDA build, the peer on the same card (bench/cuda_decode/peer.py,
+# bench/batched/run.py --device cuda), each writing its own results files into --out.
 # Exit status: 0 when every step that ran passed; 1 when one failed; 3 when no GPU answered
 # without --dry-run (the report is written in every case). LIO_GPU_CHECK_ASSUME_GPU=1 runs the GPU
 # steps without a GPU, to test this script's own paths there (they fail, and the report says so).
@@ -299,6 +301,7 @@ if ((gpu)) && [[ -n "$model" ]]; then
   greedy "paged" 1 --attention-backend paged
   greedy "flash, CUDA graphs" 1 --attention-backend flash --cuda-graphs  # issue 45: replayed decode steps
   greedy "paged, CUDA graphs" 1 --attention-backend paged --cuda-graphs
+  greedy "flash, CUDA graphs + fused kernels" 1 --attention-backend flash --cuda-graphs --fused-kernels
   greedy "f16 KV" 0 --kv-cache-dtype f16
   greedy "int8 activations" 0 --activations int8
 else
@@ -328,6 +331,30 @@ else
   skip "bf16 matmul ceiling (PyTorch)" "no GPU (dry run)"
   skip "bench_cuda_decode" "no GPU (dry run)"
   skip "ch07_flash_attention kernels --device cuda" "no GPU (dry run)"
+fi
+
+# ---- the peer on the same card (issue 45): llama.cpp's CUDA build, when the bundle carries it ---------
+# scripts/gpu_bundle.sh packs build-llama-cuda/ (bench/batched/build_llama_tools.sh --cuda-arch N, made
+# without a GPU) as llama-cuda.tar.xz. Both comparisons interleave the engines, 5 rounds, and write their
+# own results files into $out: cuda_peer_decode.* (batch 1: llama-bench pp512 / tg128 against lio
+# generate, eager and with CUDA graphs) and cuda_batched.* (llama-batched-bench against lio batch).
+llama_dir=""
+if [[ -n "$from" && -f "$from/llama-cuda.tar.xz" ]]; then
+  if tar -C "$work" -xJf "$from/llama-cuda.tar.xz" 2>/dev/null ||
+     "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$from/llama-cuda.tar.xz" "$work"; then
+    llama_dir="$work/llama-cuda"
+  fi
+fi
+if ((gpu)) && [[ -n "$model" && -n "$llama_dir" ]]; then
+  export LD_LIBRARY_PATH="$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  run "peer: batch-1 decode and prefill vs llama-bench (CUDA)" 200 "$python" "$root/bench/cuda_decode/peer.py" \
+    --lio "$bin/lio" --llama-bench "$llama_dir/bin/llama-bench" --model "$model" --out "$out/cuda_peer_decode"
+  run "peer: batched decode vs llama-batched-bench (CUDA)" 240 "$python" "$root/bench/batched/run.py" \
+    --device cuda --lio "$bin/lio" --llama-bench "$llama_dir/bin/llama-batched-bench" --model "$model" \
+    --concurrency 1,4,16,64 --prompt-tokens 128 --gen-tokens 128 --lio-args "--cuda-graphs" \
+    --out "$out/cuda_batched"
+else
+  skip "peer: llama.cpp CUDA on the same card" "$( ((gpu)) || echo "no GPU (dry run)"; ((gpu)) && [[ -z "$llama_dir" ]] && echo "the bundle carries no llama-cuda.tar.xz (bench/batched/build_llama_tools.sh --cuda-arch N, then scripts/gpu_bundle.sh)"; ((gpu)) && [[ -n "$llama_dir" && -z "$model" ]] && echo "no model")"
 fi
 
 # ---- the report ------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 # method"). Idempotent: does nothing when the binaries already exist.
 #
 # Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity] [--quantize] [--speculative] [--cuda]
+#                                           [--cuda-arch N]
 #   --server      also build llama-server (slower; not needed by bench/batched/run.py)
 #   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
 #   --quantize    also build llama-quantize (chapter 03's K-quant files: Q4_K_M made by llama.cpp)
@@ -12,6 +13,10 @@
 #                 llama-server with -DGGML_CUDA=ON, CMAKE_CUDA_ARCHITECTURES for the card that
 #                 nvidia-smi reports, into build-llama-cuda/); needs nvcc and a GPU; run it on the
 #                 lent machine itself (16 cores build it in minutes)
+#   --cuda-arch N the CUDA build for compute capability N (90: H100 / H200) made HERE, without a
+#                 GPU, to be carried to the lent machine (issue 45: its minutes go to measuring, not
+#                 compiling; bench/cuda_decode/peer_bundle.sh packs it): nvcc only, and the CPU code
+#                 for any x86-64 with AVX2 (-ngl 99 leaves it only the sampling), not this machine's ISA
 # Env: LLAMA_BUILD_DIR (default build-llama/, or build-llama-cuda/ with --cuda; gitignored by
 # /build*/), LLAMA_SRC_PARENT (where the sdist is unpacked; default build-llama/src), JOBS (nproc).
 # Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [, llama-server, llama-perplexity, llama-quantize].
@@ -21,7 +26,17 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 
 cuda=0
-for arg in "$@"; do [[ "$arg" == --cuda ]] && cuda=1; done
+cuda_arch=""
+args=("$@")
+for ((i = 0; i < ${#args[@]}; ++i)); do
+  case "${args[i]}" in
+    --cuda) cuda=1 ;;
+    --cuda-arch)
+      cuda=1
+      cuda_arch="${args[i + 1]:-}"
+      [[ "$cuda_arch" =~ ^[0-9]+a?$ ]] || { echo "build_llama_tools: --cuda-arch wants a compute capability like 90, got '$cuda_arch'" >&2; exit 2; } ;;
+  esac
+done
 if ((cuda)); then
   build_dir="${LLAMA_BUILD_DIR:-$root/build-llama-cuda}"
 else
@@ -30,9 +45,12 @@ fi
 jobs="${JOBS:-$(nproc)}"
 targets=(llama-batched-bench)
 ((cuda)) && targets+=(llama-bench llama-server)
+skip_next=0
 for arg in "$@"; do
+  if ((skip_next)); then skip_next=0; continue; fi
   case "$arg" in
     --cuda) ;;
+    --cuda-arch) skip_next=1 ;;
     --server) targets+=(llama-server) ;;
     --perplexity) targets+=(llama-perplexity) ;;
     --quantize) targets+=(llama-quantize) ;;
@@ -51,6 +69,9 @@ done
 cpu_flags="-march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF
      -DGGML_BMI2=OFF -DCMAKE_C_FLAGS="$cpu_flags" -DCMAKE_CXX_FLAGS="$cpu_flags")
+if [[ -n "$cuda_arch" ]]; then  # carried to another machine: no -march=native
+  isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF)
+fi
 # A build made with other flags (an older version of this script) is rebuilt whole.
 stamp="$build_dir/lio_build_flags.txt"
 want="${isa[*]}"
@@ -102,12 +123,15 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 backend=(-DGGML_CUDA=OFF)
 if ((cuda)); then
   # The card's architecture only (compute capability 9.0 -> 90): one target keeps the build short.
-  arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')"
+  arch="$cuda_arch"
+  [[ -n "$arch" ]] || arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')"
   if [[ -z "$arch" ]]; then
-    echo "build_llama_tools: --cuda needs a GPU that nvidia-smi reports (none here)" >&2
+    echo "build_llama_tools: --cuda needs a GPU that nvidia-smi reports (none here; --cuda-arch N builds without one)" >&2
     exit 1
   fi
-  backend=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch")
+  nvcc_bin="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  # llama.cpp's CUDA graphs on (its standalone default): the peer as its users run it.
+  backend=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DGGML_CUDA_GRAPHS=ON)
 fi
 cmake -S "$src_dir/vendor/llama.cpp" -B "$build_dir" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DLLAMA_CURL=OFF \

@@ -26,6 +26,13 @@ Writes bench/results/batched.csv, .json, .md and .png; the .json and .md record 
 commit, machine and date (bench/common/results_meta.py), with no local paths.
 Usage: .venv/bin/python bench/batched/run.py [--quick] [--repeats 5] [--concurrency 1,4,16,32,64]
 Needs build/bin/lio (Release) and bench/batched/build_llama_tools.sh run once.
+
+--device cuda (issue 45): the same comparison on a GPU, both engines on the card — LIO with
+`--device cuda` (plus --lio-args, e.g. --cuda-graphs), llama-batched-bench with `-ngl 99` (every
+layer on the GPU; from build_llama_tools.sh --cuda-arch N, its libraries found through
+LD_LIBRARY_PATH) — on the Q4_1 file only; the targets are issue 45's at C=64 (2x the 11,711 decode
+tok/s measured before, and 1.5x llama.cpp's S_TG). scripts/gpu_check.sh runs it when the bundle
+carries llama.cpp.
 """
 import argparse
 import json
@@ -73,6 +80,17 @@ def machine_info():
     except OSError:
         pass
     return info
+
+
+def gpu_info():
+    """The first GPU's name and driver from nvidia-smi, or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True).stdout
+        name, driver = [f.strip() for f in out.splitlines()[0].split(",")[:2]]
+        return {"gpu": name, "driver": driver}
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        return None
 
 
 def lio_json(lio, *args):
@@ -134,7 +152,7 @@ def run_llama(a, model, npl):
     ctx = max(npl) * (a.prompt_tokens + a.gen_tokens) + 64
     cmd = [a.llama_bench, "-m", model, "-c", str(ctx), "-b", "2048", "-ub", "512",
            "-npp", str(a.prompt_tokens), "-ntg", str(a.gen_tokens), "-npl", ",".join(map(str, npl)),
-           "-t", str(a.threads), "-tb", str(a.threads)]
+           "-t", str(a.threads), "-tb", str(a.threads)] + a.llama_args.split()
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit(f"llama-batched-bench failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
@@ -259,7 +277,14 @@ def main():
                     help='extra flags for every `lio batch` run, e.g. "--activations int8" or "--device cuda" '
                          "(recorded in the .md's command line; llama.cpp still runs on the CPU)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/batched"))
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: both engines on the GPU (LIO --device cuda, llama.cpp -ngl 99), Q4_1 only")
+    ap.add_argument("--llama-args", default="", help="extra arguments for llama-batched-bench")
     a = ap.parse_args()
+    if a.device == "cuda":
+        a.lio_args = ("--device cuda " + a.lio_args).strip()
+        a.llama_args = ("-ngl 99 " + a.llama_args).strip()
+        a.weights = "Q4_1"  # the F32 copy is made by the Python gguf tools, which a GPU image lacks
     if a.quick:
         a.concurrency, a.requests, a.waves, a.repeats = "1,4,16", 16, 4, 2
     below_rule = a.repeats < MIN_REPEATS and not a.skip_llama
@@ -279,6 +304,11 @@ def main():
         make_f32_copy(files["Q4_1"], files["F32"])
     machine = machine_info()
     prov = provenance()
+    gpu = gpu_info() if a.device == "cuda" else None
+    if a.device == "cuda":
+        if gpu is None:
+            sys.exit("--device cuda: nvidia-smi reports no GPU")
+        prov.setdefault("machine", {}).update(gpu)
     load_start = os.getloadavg()[0]
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     if load_start > 1.0:
@@ -404,7 +434,18 @@ def main():
     print("\n".join(lines))
 
     targets = []
-    if TARGET_C in concurrency and concurrency[0] == 1:
+    if a.device == "cuda":
+        # Issue 45's goals: decode at 64 sequences >= 2x the 11,711 tok/s of the first GPU run
+        # (bench/results/cuda_h100_validation.md) and >= 1.5x llama-batched-bench's S_TG.
+        t = next((t for t in table if t["c"] == 64), None)
+        if t is None:
+            targets.append("- not evaluated (needs C=64 in the run)")
+        else:
+            vs = fmt_ratio(t["dec_ratio"], t["dec_ratio_min"], t["dec_ratio_max"], t["dec_tie"])
+            targets.append(f"- decode at C=64: {t['lio_dec']:.0f} tok/s (target >= {2 * 11711}: "
+                           f"**{'met' if t['lio_dec'] >= 2 * 11711 else 'missed'}**); {vs}x llama.cpp's S_TG "
+                           f"(target >= 1.5x: **{'met' if t['dec_ratio'] >= 1.5 else 'missed'}**)")
+    elif TARGET_C in concurrency and concurrency[0] == 1:
         for dtype in weights:
             t = next(t for t in table if t["weights"] == dtype and t["c"] == TARGET_C)
             ok1 = t["lio_vs_c1"] >= TARGET_VS_C1
@@ -431,13 +472,20 @@ def main():
                    "rows": [no_nan(r) for r in rows], "table": [no_nan(t) for t in table],
                    "repeat_pairs": pairs_out}, f, indent=2)
         f.write("\n")
-    write_plot(a.out + ".png", rows, concurrency, a.prompt_tokens, a.gen_tokens)
+    try:
+        write_plot(a.out + ".png", rows, concurrency, a.prompt_tokens, a.gen_tokens)
+        plotted = True
+    except ImportError:  # a GPU image without matplotlib: the table and the JSON still stand
+        plotted = False
     cpu = (f"{machine['cpu']}, {machine['cpus']} logical CPUs ({machine.get('threads_per_core', '?')} per core), "
            f"{machine.get('mem_gib', '?')} GiB, {machine['arch']}")
     bw = f"{bandwidth:.1f} GB/s (bench_decode's probe, same run)" if bandwidth else "not measured (no bench_decode)"
     with open(a.out + ".md", "w") as f:
-        f.write("# Offline batched throughput: LIO vs llama.cpp\n\n")
+        f.write("# Offline batched throughput: LIO vs llama.cpp" + (f" on {gpu['gpu']}" if gpu else "") + "\n\n")
         f.write("\n".join(provenance_lines(prov)) + "\n")
+        if gpu:
+            f.write(f"- GPU: {gpu['gpu']}, driver {gpu['driver']}; both engines run every layer on it "
+                    f"(LIO `{a.lio_args}`, llama.cpp `{a.llama_args}`)\n")
         f.write(f"- CPUs (lscpu): {cpu}; {a.threads} threads for both engines; read bandwidth {bw}\n")
         f.write("- Model: SmolLM2-135M-Instruct, as shipped (Q4_1, token_embd Q8_0) and an F32 copy made with "
                 "llama.cpp's quantize API\n")
@@ -468,7 +516,9 @@ def main():
         if llama_cmd:
             f.write(f"  - `{llama_cmd}`\n")
         f.write("\n" + "\n".join(lines) + "\n\n")
-        f.write(f"Targets (at C={TARGET_C}):\n" + "\n".join(targets) + "\n\n![throughput](batched.png)\n")
+        f.write(f"Targets (at C={64 if gpu else TARGET_C}):\n" + "\n".join(targets) + "\n")
+        if plotted:
+            f.write(f"\n![throughput]({os.path.basename(a.out)}.png)\n")
     print(f"wrote {a.out}.csv, .md, .png ({elapsed_min:.1f} min)")
 
 
