@@ -18,10 +18,35 @@ void check_cublas(cublasStatus_t status, const char* what, std::source_location 
                                         cublasGetStatusString(status) + ")");
 }
 
-CublasHandle::CublasHandle() { check_cublas(cublasCreate(&handle_), "cublasCreate"); }
+CublasHandle::CublasHandle() {
+  check_cublas(cublasCreate(&handle_), "cublasCreate");
+  int device = 0, major = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  const size_t bytes = (major >= 9 ? 32u : 4u) << 20;  // the cuBLAS API reference's recommendation
+  if (status == cudaSuccess) status = cudaMalloc(&workspace_, bytes);
+  if (status != cudaSuccess) {
+    cublasDestroy(handle_);
+    handle_ = nullptr;
+    workspace_ = nullptr;
+    CUDA_CHECK(status);
+  }
+  workspace_bytes_ = bytes;
+  const cublasStatus_t set = cublasSetWorkspace(handle_, workspace_, workspace_bytes_);
+  if (set != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(handle_);
+    cudaFree(workspace_);
+    handle_ = nullptr;
+    workspace_ = nullptr;
+    check_cublas(set, "cublasSetWorkspace");
+  }
+}
 
 CublasHandle::~CublasHandle() {
-  if (handle_ != nullptr) cublasDestroy(handle_);  // a destructor must not throw
+  // A destructor must not throw: errors are dropped (a broken context reports itself at the
+  // next checked call).
+  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
 }
 
 }  // namespace lio::cuda

@@ -4,13 +4,19 @@
 
 #include <cublas_v2.h>
 
+#include <cstddef>
 #include <source_location>
 
 namespace lio::cuda {
 
-/// Owns one cuBLAS handle (cublasCreate / cublasDestroy). Default math mode: SGEMM runs in
-/// full f32 (no TF32), so prefill logits stay close to the CPU path.
-/// Throws CudaError (with the cuBLAS status name) if creation fails.
+/// Owns one cuBLAS handle (cublasCreate / cublasDestroy) and its workspace. Default math mode:
+/// SGEMM runs in full f32 (no TF32), so prefill logits stay close to the CPU path.
+/// The workspace is ours (cublasSetWorkspace, at the size the cuBLAS API reference recommends:
+/// 32 MiB on Hopper, 4 MiB before it), allocated once here, so a matmul captured into a CUDA graph
+/// (issue 45: decode buckets past kGemvBatchedMaxRows go through cuBLAS) allocates nothing inside
+/// the capture and every graph shares one workspace — PyTorch does the same for the same reason
+/// (pytorch/pytorch#83461). Throws CudaError (with the cuBLAS status name) if creation fails or
+/// the workspace cannot be allocated.
 class CublasHandle {
  public:
   CublasHandle();
@@ -19,9 +25,13 @@ class CublasHandle {
   CublasHandle& operator=(const CublasHandle&) = delete;
   /// The raw handle, for cublas* calls.
   cublasHandle_t get() const { return handle_; }
+  /// Bytes of the workspace set on the handle.
+  size_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
   cublasHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;  // device memory, workspace_bytes_
+  size_t workspace_bytes_ = 0;
 };
 
 /// Throws CudaError naming the cuBLAS call `what`, its status and the caller's source location
