@@ -9,7 +9,7 @@
 #    an A100), host code without -march=native (the packed CPU kernels pick their ISA at run time,
 #    so the binaries run on the lent machine's CPU, which is not this one) and without MPI (that
 #    image has no Open MPI; NCCL is loaded at run time when it is there), RUNPATH $ORIGIN/../lib.
-# 2. Builds every CUDA test binary, bench_cuda_decode, ch07_flash_attention, lio and lio-server,
+# 2. Builds every CUDA test binary, bench_cuda_decode, bench_cuda_gemv, ch07_flash_attention, lio and lio-server,
 #    strips them, and copies beside them the shared libraries the GPU image lacks (found with ldd:
 #    everything but glibc, libstdc++/libgcc and the CUDA toolkit's cuBLAS, which that image has;
 #    the CUDA runtime travels too, it is small). No path of this machine is needed there: the model
@@ -54,7 +54,7 @@ while [[ $# -gt 0 ]]; do
 done
 # The programs gpu_check.sh runs besides the CUDA test binaries (--print-programs lists them: CI's
 # dry run checks each exists in the build, so a renamed target cannot break the next GPU loan).
-programs=(bench_cuda_decode ch07_flash_attention lio lio-server)
+programs=(bench_cuda_decode bench_cuda_gemv ch07_flash_attention lio lio-server)
 if ((print_programs)); then printf '%s\n' "${programs[@]}"; exit 0; fi
 [[ "$arch" =~ ^[0-9]+a?$ ]] || { echo "gpu_bundle.sh: --arch wants a compute capability like 90 or 80, got $arch" >&2; exit 2; }
 command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||

@@ -24,6 +24,7 @@
 # flash, naive and paged attention, flash and paged with --cuda-graphs (and the f16 KV cache, int8
 # activations: reported); the bf16 matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, eager
 # vs CUDA graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling);
+# bench_cuda_gemv (each decode matmul kernel alone, fused and unfused: GB/s against the copy rate);
 # when the bundle carries llama.cpp's CUDA build, the peer on the same card (bench/cuda_decode/peer.py,
 # bench/batched/run.py --device cuda), each writing its own results files into --out.
 # Exit status: 0 when every step that ran passed; 1 when one failed; 3 when no GPU answered
@@ -327,10 +328,16 @@ print(json.dumps({"bf16_matmul_tflops": 2 * 8192**3 / (ms * 1e-3) / 1e12, "n": 8
     skip "bench_cuda_decode" "no model"
   fi
   run "ch07_flash_attention kernels --device cuda" 180 "$bin/ch07_flash_attention" kernels --device cuda --json
+  if [[ -n "$model" ]]; then  # issue 45: each decode matmul kernel alone, GB/s against the copy rate
+    run "bench_cuda_gemv" 120 "$bin/bench_cuda_gemv" --model "$model" --out "$out/cuda_gemv"
+  else
+    skip "bench_cuda_gemv" "no model"
+  fi
 else
   skip "bf16 matmul ceiling (PyTorch)" "no GPU (dry run)"
   skip "bench_cuda_decode" "no GPU (dry run)"
   skip "ch07_flash_attention kernels --device cuda" "no GPU (dry run)"
+  skip "bench_cuda_gemv" "no GPU (dry run)"
 fi
 
 # ---- the peer on the same card (issue 45): llama.cpp's CUDA build, when the bundle carries it ---------
