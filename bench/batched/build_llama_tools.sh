@@ -71,6 +71,9 @@ isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FM
      -DGGML_BMI2=OFF -DCMAKE_C_FLAGS="$cpu_flags" -DCMAKE_CXX_FLAGS="$cpu_flags")
 if [[ -n "$cuda_arch" ]]; then  # carried to another machine: no -march=native
   isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF)
+  # libggml-cuda.so calls the driver API (cuMemCreate, ...: its VMM pool), whose libcuda.so.1 comes
+  # with the GPU driver: on the lent machine, not here. The programs link without resolving it.
+  isa+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
 fi
 # A build made with other flags (an older version of this script) is rebuilt whole.
 stamp="$build_dir/lio_build_flags.txt"

@@ -9,7 +9,8 @@
 //           the kernel is shorter than its launch).
 // Bytes per launch: the matrix (every weight read once) plus x and y; the fused kernels also
 // read x once per block (from L2), which is not counted. Kernels: cuda::gemv on layer 0's
-// W_q, W_k, W_o, W_gate, W_down and the LM head; cuda::rmsnorm_gemv_many on W_q/W_k/W_v and
+// W_q, W_k, W_o, W_gate, W_down and the LM head, cuda::gemv_q4_1_wide (issue 45's wide Q4_1
+// reader) on W_q, W_gate and W_down; cuda::rmsnorm_gemv_many on W_q/W_k/W_v and
 // cuda::rmsnorm_gemv_swiglu on W_gate/W_up (issue 45's fused kernels) against the unfused
 // launches they replace. Writes --out.json and --out.md (command, commit, GPU, driver, date).
 #include <CLI/CLI.hpp>
@@ -149,6 +150,16 @@ int main(int argc, char** argv) {
     };
     std::vector<Case> cases = {gemv_case("W_q", wq.m),       gemv_case("W_k", wk.m),     gemv_case("W_o", wo.m),
                                gemv_case("W_gate", gate.m), gemv_case("W_down", down.m), gemv_case("LM head", head.m)};
+    // Issue 45's wide Q4_1 reader on the same matrices (4-byte aligned Q4_1 only).
+    for (const auto& [name, w] : {std::pair<const char*, const DeviceMatrix*>{"W_q", &wq.m}, {"W_gate", &gate.m},
+                                  {"W_down", &down.m}}) {
+      if (!lio::cuda::gemv_wide_supports(*w)) continue;
+      Case k = gemv_case(name, *w);
+      k.name = "wide " + k.name;
+      const DeviceMatrix mat = *w;
+      k.launch = [&, mat](cudaStream_t s) { lio::cuda::gemv_q4_1_wide(mat, x.data(), y.data(), false, s); };
+      cases.push_back(std::move(k));
+    }
     const double qkv_bytes = static_cast<double>(wq.m.size_bytes() + wk.m.size_bytes() + wv.m.size_bytes());
     cases.push_back({"unfused: rmsnorm + gemv W_q, W_k, W_v (4 launches)", qkv_bytes, [&](cudaStream_t s) {
                        lio::cuda::rmsnorm(x.data(), norm.data(), y3.data(), 1, c.d_model, eps, s);

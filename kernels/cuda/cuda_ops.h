@@ -167,6 +167,17 @@ void rmsnorm_gemv_many(const float* x, const float* norm_weight, int64_t dim, fl
 void rmsnorm_gemv_swiglu(const float* x, const float* norm_weight, int64_t dim, float eps, const DeviceMatrix& gate,
                          const DeviceMatrix& up, float* out, cudaStream_t stream);
 
+/// Whether gemv_q4_1_wide() takes `w`: Q4_1, cols a multiple of 32 and <= kGemvMaxSharedCols,
+/// data and row_bytes 4-byte aligned (the 32-bit loads). Host-only, no GPU needed.
+bool gemv_wide_supports(const DeviceMatrix& w);
+
+/// gemv() for a Q4_1 matrix with issue 45's wide reader: each lane reads one 32-bit word of a
+/// block's codes and one of its d and m (detail::q4_1_word_dot), so every weight byte is read once
+/// with a quarter of the load instructions, where gemv()'s lanes read each code byte twice, one byte
+/// at a time. Same results as gemv() up to summation order. Throws InvalidArgument as gemv() and
+/// when !gemv_wide_supports(w); CudaError if the launch fails.
+void gemv_q4_1_wide(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cudaStream_t stream);
+
 /// Same contract as gemv(); one thread per row, elements dequantized one at a time in column
 /// order (the CPU's scalar loop). The reference gemv() is tested against.
 void gemv_naive(const DeviceMatrix& w, const float* x, float* y, bool accumulate,

@@ -72,6 +72,22 @@ gemv_kernel(const std::byte* w,   // (rows, row_bytes) in kType
   if (lane == 0) y[row] = accumulate ? y[row] + acc : acc;
 }
 
+/// gemv_kernel<Q4_1, staged> with issue 45's wide reader (q4_1_row_partial_wide: 32-bit loads,
+/// each weight byte read once). Grid and block as gemv_kernel; dynamic shared memory: cols floats.
+__global__ void __launch_bounds__(kGemvThreads)
+gemv_q4_1_wide_kernel(const std::byte* w, int64_t row_bytes, int rows, int cols, const float* x, float* y,
+                      bool accumulate) {
+  extern __shared__ float4 x_shared4[];
+  float* xs = reinterpret_cast<float*>(x_shared4);
+  for (int i = threadIdx.x; i < cols; i += kGemvThreads) xs[i] = x[i];
+  __syncthreads();
+  const int lane = threadIdx.x % detail::kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / detail::kWarpSize;
+  if (row >= rows) return;
+  const float acc = detail::warp_sum(detail::q4_1_row_partial_wide(w + row * row_bytes, cols, xs, lane));
+  if (lane == 0) y[row] = accumulate ? y[row] + acc : acc;
+}
+
 /// Grid: (ceil(rows / kNaiveBlockThreads)). Block: (kNaiveBlockThreads). One thread per row.
 template <DType kType>
 __global__ void gemv_naive_kernel(const std::byte* w,  // (rows, row_bytes) in kType
@@ -116,6 +132,23 @@ void gemv(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cuda
           w.data, w.row_bytes, rows, cols, x, y, accumulate);
     }
   });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool gemv_wide_supports(const DeviceMatrix& w) {
+  return w.dtype == DType::Q4_1 && w.cols > 0 && w.cols % 32 == 0 && w.cols <= kGemvMaxSharedCols &&
+         w.row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 4 == 0;
+}
+
+void gemv_q4_1_wide(const DeviceMatrix& w, const float* x, float* y, bool accumulate, cudaStream_t stream) {
+  check_gemv_args("gemv_q4_1_wide", w, x, y);
+  if (!gemv_wide_supports(w)) {
+    throw InvalidArgument("cuda::gemv_q4_1_wide: needs a 4-byte aligned Q4_1 matrix of at most kGemvMaxSharedCols "
+                          "columns (gemv_wide_supports)");
+  }
+  const unsigned n_blocks = static_cast<unsigned>((w.rows + kGemvWarps - 1) / kGemvWarps);
+  gemv_q4_1_wide_kernel<<<n_blocks, kGemvThreads, static_cast<size_t>(w.cols) * sizeof(float), stream>>>(
+      w.data, w.row_bytes, static_cast<int>(w.rows), static_cast<int>(w.cols), x, y, accumulate);
   CUDA_CHECK(cudaGetLastError());
 }
 

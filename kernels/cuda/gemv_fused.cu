@@ -9,7 +9,8 @@
 // Layout: every block first stages xn in shared memory — it sums the squares of x (block
 // reduction, reduce.cuh), scales, multiplies by the norm weight — then each of its warps computes
 // one output row as gemv.cu's kernel does (lane l reads the 8 weights at columns l*8 + 256*i,
-// dequantized in registers, quant.cuh's dot8). The norm is recomputed by every block: d_model
+// dequantized in registers, quant.cuh's dot8; 4-byte aligned Q4_1 rows through the wide reader,
+// q4_1_row_partial_wide, as gemv_q4_1_wide does). The norm is recomputed by every block: d_model
 // floats read from L2, against the kilobytes of weights each block streams.
 // The unfused twins (cuda::rmsnorm, cuda::gemv, cuda::swiglu) are the reference these kernels are
 // tested against (tests/unit/test_cuda_kernels.cpp, tests/unit/test_cuda_runner.cpp).
@@ -59,9 +60,14 @@ __device__ __forceinline__ void stage_rmsnorm(const float* x, const float* weigh
 }
 
 /// One row's dot product with the staged xs (cols a multiple of 32: whole dot8 groups, none
-/// straddling a quantized block), summed over the warp: every lane gets it.
-template <DType kType>
+/// straddling a quantized block), summed over the warp: every lane gets it. kWide (Q4_1 rows,
+/// 4-byte aligned): the wide reader, each weight byte read once (detail::q4_1_row_partial_wide).
+template <DType kType, bool kWide>
 __device__ __forceinline__ float row_dot(const std::byte* w_row, int cols, const float* xs, int lane) {
+  if constexpr (kWide) {
+    static_assert(kType == DType::Q4_1, "the wide reader is Q4_1's");
+    return detail::warp_sum(detail::q4_1_row_partial_wide(w_row, cols, xs, lane));
+  }
   float acc = 0.0f;
   for (int e0 = lane * detail::kDot8Elems; e0 < cols; e0 += detail::kDot8Elems * detail::kWarpSize) {
     float x8[detail::kDot8Elems];
@@ -73,7 +79,7 @@ __device__ __forceinline__ float row_dot(const std::byte* w_row, int cols, const
 
 /// Grid: (ceil(sum of rows / kFusedWarps)). Block: (kFusedThreads). Dynamic shared memory: dim
 /// floats. Warp w of block b computes row b * kFusedWarps + w of the outputs laid end to end.
-template <DType kType>
+template <DType kType, bool kWide>
 __global__ void __launch_bounds__(kFusedThreads)
 rmsnorm_gemv_many_kernel(const float* x,            // (dim)
                          const float* norm_weight,  // (dim)
@@ -89,14 +95,14 @@ rmsnorm_gemv_many_kernel(const float* x,            // (dim)
     ++m;
   }
   if (m == o.n_outs) return;  // whole warps leave together
-  const float acc = row_dot<kType>(o.w[m] + static_cast<int64_t>(row) * o.row_bytes[m], dim, xs, lane);
+  const float acc = row_dot<kType, kWide>(o.w[m] + static_cast<int64_t>(row) * o.row_bytes[m], dim, xs, lane);
   if (lane == 0) o.y[m][row] = acc;
 }
 
 /// Grid: (ceil(rows / kFusedWarps)). Block: (kFusedThreads). Dynamic shared memory: dim floats.
 /// Warp w of block b computes feature b * kFusedWarps + w: its gate and up rows, then SwiGLU
 /// (cuda::swiglu's formula, g / (1 + exp(-g)) * u).
-template <DType kType>
+template <DType kType, bool kWide>
 __global__ void __launch_bounds__(kFusedThreads)
 rmsnorm_gemv_swiglu_kernel(const float* x, const float* norm_weight, int dim, float eps,
                            const std::byte* gate,  // (rows, row_bytes)
@@ -109,8 +115,8 @@ rmsnorm_gemv_swiglu_kernel(const float* x, const float* norm_weight, int dim, fl
   const int lane = threadIdx.x % detail::kWarpSize;
   const int row = static_cast<int>(blockIdx.x) * kFusedWarps + static_cast<int>(threadIdx.x) / detail::kWarpSize;
   if (row >= rows) return;
-  const float g = row_dot<kType>(gate + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
-  const float u = row_dot<kType>(up + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
+  const float g = row_dot<kType, kWide>(gate + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
+  const float u = row_dot<kType, kWide>(up + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
   if (lane == 0) out[row] = g / (1.0f + expf(-g)) * u;
 }
 
@@ -165,9 +171,17 @@ void rmsnorm_gemv_many(const float* x, const float* norm_weight, int64_t dim, fl
   const unsigned n_blocks = static_cast<unsigned>((total_rows + kFusedWarps - 1) / kFusedWarps);
   const size_t shared_bytes = static_cast<size_t>(dim) * sizeof(float);
   const int dim_i = static_cast<int>(dim);
-  detail::dispatch_dtype(outs[0].w.dtype, [&]<DType kType>() {
-    rmsnorm_gemv_many_kernel<kType><<<n_blocks, kFusedThreads, shared_bytes, stream>>>(x, norm_weight, dim_i, eps, o);
-  });
+  bool wide = true;  // every matrix Q4_1 and 4-byte aligned: the wide reader
+  for (const FusedGemvOut& out : outs) wide &= gemv_wide_supports(out.w);
+  if (wide) {
+    rmsnorm_gemv_many_kernel<DType::Q4_1, true><<<n_blocks, kFusedThreads, shared_bytes, stream>>>(x, norm_weight, dim_i,
+                                                                                                    eps, o);
+  } else {
+    detail::dispatch_dtype(outs[0].w.dtype, [&]<DType kType>() {
+      rmsnorm_gemv_many_kernel<kType, false><<<n_blocks, kFusedThreads, shared_bytes, stream>>>(x, norm_weight, dim_i,
+                                                                                                 eps, o);
+    });
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -185,10 +199,15 @@ void rmsnorm_gemv_swiglu(const float* x, const float* norm_weight, int64_t dim, 
   const size_t shared_bytes = static_cast<size_t>(dim) * sizeof(float);
   const int dim_i = static_cast<int>(dim);
   const int rows = static_cast<int>(gate.rows);
-  detail::dispatch_dtype(gate.dtype, [&]<DType kType>() {
-    rmsnorm_gemv_swiglu_kernel<kType><<<n_blocks, kFusedThreads, shared_bytes, stream>>>(
+  if (gemv_wide_supports(gate) && gemv_wide_supports(up)) {
+    rmsnorm_gemv_swiglu_kernel<DType::Q4_1, true><<<n_blocks, kFusedThreads, shared_bytes, stream>>>(
         x, norm_weight, dim_i, eps, gate.data, up.data, gate.row_bytes, rows, out);
-  });
+  } else {
+    detail::dispatch_dtype(gate.dtype, [&]<DType kType>() {
+      rmsnorm_gemv_swiglu_kernel<kType, false><<<n_blocks, kFusedThreads, shared_bytes, stream>>>(
+          x, norm_weight, dim_i, eps, gate.data, up.data, gate.row_bytes, rows, out);
+    });
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -253,6 +253,55 @@ __host__ __device__ __forceinline__ float dot8(const std::byte* row, int e0,
   return load_weights8<kType>(row, e0).dot(x);
 }
 
+/// Issue 45's wide Q4_1 reader. Word `word` (0..3) of a Q4_1 block {f16 d, f16 m, uint8 qs[16]}
+/// is qs bytes 4*word .. 4*word + 3: their low nibbles are elements 4*word .. +3 of the block,
+/// their high nibbles elements 16 + 4*word .. +3. One 32-bit load reads the word, another d and m;
+/// the 8 weights (d*q + m) are dotted with their activations x_lo (elements 4*word ..) and x_hi
+/// (elements 16 + 4*word ..). Four lanes reading words 0..3 read each byte of the block once,
+/// where dot8's lanes (8 consecutive columns each) read every qs byte twice, one byte at a time.
+/// `block` must be 4-byte aligned (Q4_1's 20-byte blocks are, in a row that starts 4-aligned).
+/// Host-callable: tests/unit/test_cuda_quant_host.cu checks the nibble order on the CPU.
+__host__ __device__ __forceinline__ float q4_1_word_dot(const std::byte* block, int word, const float (&x_lo)[4],
+                                                        const float (&x_hi)[4]) {
+  uint32_t dm = 0, qs = 0;
+#ifdef __CUDA_ARCH__
+  dm = *reinterpret_cast<const uint32_t*>(block);
+  qs = *reinterpret_cast<const uint32_t*>(block + 4 + 4 * word);
+#else
+  std::memcpy(&dm, block, sizeof dm);
+  std::memcpy(&qs, block + 4 + 4 * word, sizeof qs);
+#endif
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dm & 0xFFFFu)));
+  const float m = __half2float(__ushort_as_half(static_cast<unsigned short>(dm >> 16)));
+  float sum_qx = 0.0f;
+  float sum_x = 0.0f;
+  for (int j = 0; j < 4; ++j) {
+    sum_qx += static_cast<float>((qs >> (8 * j)) & 0x0Fu) * x_lo[j] +
+              static_cast<float>((qs >> (8 * j + 4)) & 0x0Fu) * x_hi[j];
+    sum_x += x_lo[j] + x_hi[j];
+  }
+  return d * sum_qx + m * sum_x;  // sum (d*q + m) x
+}
+
+#ifdef __CUDACC__
+/// Lane `lane`'s part of a Q4_1 row's dot product with x (cols floats, a multiple of 32; x
+/// 16-byte aligned, e.g. staged in shared memory): word lane % 4 of blocks lane / 4, + 8, + 16,
+/// ... (q4_1_word_dot), so a warp step covers 8 blocks, 256 columns, as dot8's mapping does, and
+/// reads each weight byte once. The row must be 4-byte aligned. The caller sums over the warp.
+__device__ __forceinline__ float q4_1_row_partial_wide(const std::byte* row, int cols, const float* x, int lane) {
+  const int word = lane & 3;
+  float acc = 0.0f;
+  for (int b = lane >> 2; b * 32 < cols; b += 8) {
+    const float4 lo = *reinterpret_cast<const float4*>(x + 32 * b + 4 * word);
+    const float4 hi = *reinterpret_cast<const float4*>(x + 32 * b + 16 + 4 * word);
+    const float x_lo[4] = {lo.x, lo.y, lo.z, lo.w};
+    const float x_hi[4] = {hi.x, hi.y, hi.z, hi.w};
+    acc += q4_1_word_dot(row + static_cast<int64_t>(b) * 20, word, x_lo, x_hi);
+  }
+  return acc;
+}
+#endif
+
 /// The 8 weights of a Weights8 as signed int8 codes c_j, four to an int32 (byte j % 4 of
 /// word j / 4, little-endian: __dp4a's operand layout), with w_j = d * c_j + m. Q4_0's and Q5_0's
 /// offsets (-8, -16) and Q6_K's (-32) are in the codes; Q4_1's, Q5_1's and Q4_K's minimum is m.

@@ -156,6 +156,15 @@ TEST(CudaGemv, MatchesCpuEveryDtype) {
   }
 }
 
+// Issue 45's wide Q4_1 reader (32-bit loads, each byte once) against the CPU, as gemv is tested:
+// rows = 75 (a partial last block of warps), cols = 320 and 576 (a partial warp step).
+TEST(CudaGemv, Q4_1WideMatchesCpu) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_gemv(lio::cuda::gemv_q4_1_wide, DType::Q4_1, 75, 320, 151);
+  check_gemv(lio::cuda::gemv_q4_1_wide, DType::Q4_1, 8, 576, 157);
+  check_gemv(lio::cuda::gemv_q4_1_wide, DType::Q4_1, 3, lio::cuda::kGemvMaxSharedCols, 163);
+}
+
 TEST(CudaGemv, NaiveMatchesCpuEveryDtype) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
   uint32_t seed = 131;
@@ -364,6 +373,18 @@ TEST(CudaFused, LaunchersRejectBadArgumentsBeforeLaunching) {
   EXPECT_THROW(rmsnorm_gemv_swiglu(fake, fake, 576, 1e-5f, w576, q8, fake, nullptr), lio::InvalidArgument);
   EXPECT_THROW(rmsnorm_gemv_swiglu(fake, fake, 576, 1e-5f, w576, w576, nullptr, nullptr), lio::InvalidArgument);
   EXPECT_THROW(rmsnorm_gemv_swiglu(fake, nullptr, 576, 1e-5f, w576, w576, fake, nullptr), lio::InvalidArgument);
+  // The wide Q4_1 GEMV: Q4_1 only, 4-byte aligned, rows staged in shared memory.
+  EXPECT_TRUE(lio::cuda::gemv_wide_supports(w576));
+  EXPECT_FALSE(lio::cuda::gemv_wide_supports(q8));
+  const DeviceMatrix odd{DType::Q4_1, 8, 576, lio::dtype_row_bytes(DType::Q4_1, 576),
+                         reinterpret_cast<const std::byte*>(uintptr_t{258})};
+  EXPECT_FALSE(lio::cuda::gemv_wide_supports(odd));
+  const int64_t too_wide = lio::cuda::kGemvMaxSharedCols + 32;
+  const DeviceMatrix wide{DType::Q4_1, 8, too_wide, lio::dtype_row_bytes(DType::Q4_1, too_wide), fake_bytes};
+  EXPECT_FALSE(lio::cuda::gemv_wide_supports(wide));
+  EXPECT_THROW(lio::cuda::gemv_q4_1_wide(q8, fake, fake, false, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::gemv_q4_1_wide(odd, fake, fake, false, nullptr), lio::InvalidArgument);
+  EXPECT_THROW(lio::cuda::gemv_q4_1_wide(w576, nullptr, fake, false, nullptr), lio::InvalidArgument);
   using lio::cuda::rope_qk;
   EXPECT_THROW(rope_qk(fake, nullptr, fake_ids, 1, 9, 3, 64, 1e4f, RopeStyle::Normal, nullptr), lio::InvalidArgument);
   EXPECT_THROW(rope_qk(fake, fake, fake_ids, 1, 9, 0, 64, 1e4f, RopeStyle::Normal, nullptr), lio::InvalidArgument);

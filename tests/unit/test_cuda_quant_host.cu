@@ -83,6 +83,32 @@ TEST(CudaQuantHost, Dot8EqualsDequantizedDotEveryDtype) {
   }
 }
 
+// Issue 45's wide Q4_1 reader: the four words of every block, each read with one 32-bit load,
+// dotted with their activations (low nibbles: elements 4w..4w+3, high nibbles: 16+4w..), sum to
+// the block's dequantized dot. A wrong nibble order or word offset fails here, on any machine.
+TEST(CudaQuantHost, Q4_1WordDotsSumToTheBlocksDot) {
+  const int64_t cols = 576;  // SmolLM2's d_model: 18 blocks
+  const Row r = make_row(DType::Q4_1, cols, 1234);
+  const auto x = random_floats(size_t(cols), -3.0f, 3.0f, 4321);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    double want = 0, scale = 0;
+    for (int64_t j = 0; j < 32; ++j) {
+      want += double(r.dequant[size_t(32 * b + j)]) * x[size_t(32 * b + j)];
+      scale += std::fabs(double(r.dequant[size_t(32 * b + j)]) * x[size_t(32 * b + j)]);
+    }
+    double got = 0;
+    for (int w = 0; w < 4; ++w) {
+      float lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        lo[j] = x[size_t(32 * b + 4 * w + j)];
+        hi[j] = x[size_t(32 * b + 16 + 4 * w + j)];
+      }
+      got += lio::cuda::detail::q4_1_word_dot(r.bytes.data() + 20 * b, w, lo, hi);
+    }
+    ASSERT_NEAR(got, want, 2e-6 * scale + 1e-7) << "block " << b;
+  }
+}
+
 // Every 8-column group of every block-quantized dtype: Codes8 (the codes gemv_int8 packs for
 // __dp4a) dotted with 8 int8 activation codes equals sum_j w_j * (dx * qx_j) over the
 // dequantized weights, within 1e-6 of the sum of |terms|. The codes must fit int8 and the

@@ -35,8 +35,8 @@ void add_device_flag(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_flag("--fused-kernels", o.fused_kernels,
                "CUDA: a decode row's RMSNorm + Q/K/V projections, RMSNorm + gate/up + SwiGLU, and RoPE of Q "
-               "and K each as one kernel (issue 45). Off by default until a GPU check has compared them "
-               "with the unfused kernels; no effect on the CPU");
+               "and K each as one kernel, and Q4_1 GEMVs with 32-bit loads (issue 45). Off by default until a "
+               "GPU check has compared them with the unfused kernels; no effect on the CPU");
   app.add_option("--attention-backend", o.attention_backend,
                  "Attention kernels (chapter 07): flash (tiled, online softmax, split-KV decode; "
                  "O(N) memory), naive (the score matrix materialized; O(N^2) memory) or paged "

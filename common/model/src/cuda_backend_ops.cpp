@@ -98,6 +98,10 @@ void CudaBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, 
     });
     return;
   }
+  if (m.fused_kernels && n_rows == 1 && gemv_wide_supports(matrix)) {  // issue 45: the wide Q4_1 reader
+    m.guarded([&] { m.op("gemv (Q4_1, wide loads)", [&] { gemv_q4_1_wide(matrix, x, y, accumulate, m.stream); }); });
+    return;
+  }
   m.guarded([&] {
     if (n_rows > kGemvBatchedMaxRows && matrix.dtype != DType::F32) {
       m.grow(m.dequant_scratch, std::max(m.max_dequant_floats, matrix.rows * matrix.cols));
