@@ -142,6 +142,15 @@ if ((with_llama)); then
     mkdir -p "$lstage/bin" "$lstage/lib"
     cp "$llama_build/bin/llama-bench" "$llama_build/bin/llama-batched-bench" "$lstage/bin/"
     cp -L "$llama_build"/bin/lib*.so* "$lstage/lib/" 2>/dev/null || true
+    # What the image lacks, as for LIO's binaries (the CUDA runtime, libgomp); never the driver,
+    # cuBLAS or glibc (keep_out).
+    for b in "$lstage"/bin/* "$lstage"/lib/*; do
+      while read -r soname path; do
+        [[ -n "$path" && -f "$path" ]] || continue
+        [[ "$soname" =~ $keep_out || -e "$lstage/lib/$soname" ]] && continue
+        cp -L "$path" "$lstage/lib/$soname"
+      done < <(LD_LIBRARY_PATH="$lstage/lib" ldd "$b" | awk '$2 == "=>" {print $1, $3}')
+    done
     strip --strip-unneeded "$lstage"/bin/* "$lstage"/lib/* 2>/dev/null || true
     log "packing $out/llama-cuda.tar.xz (llama.cpp's CUDA tools, sm_$arch)"
     XZ_OPT="-9 -T$jobs" tar -C "$out/stage" -cJf "$out/llama-cuda.tar.xz" llama-cuda
