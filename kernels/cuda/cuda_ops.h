@@ -139,8 +139,8 @@ inline constexpr int kMaxFusedGemvOuts = 3;
 
 /// One output of rmsnorm_gemv_many(): y (w.rows floats, device) = w xn.
 struct FusedGemvOut {
-  DeviceMatrix w;
-  float* y = nullptr;
+  DeviceMatrix w;       ///< the weight, (rows, dim)
+  float* y = nullptr;   ///< (w.rows) f32 device output
 };
 
 /// Whether the fused kernels take rows of `dim` floats: a positive multiple of 32 (whole
