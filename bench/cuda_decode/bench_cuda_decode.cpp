@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "copy_bandwidth.h"
 #include "cuda_check.h"
 #include "device_buffer.h"
 #include "lio/cli_common.h"
@@ -42,29 +43,6 @@
 namespace {
 
 using json = nlohmann::ordered_json;
-
-/// Device-to-device copy rate in bytes/s (2 x bytes per copy: read + write), median of
-/// `repeats` copies of `bytes`, timed with CUDA events.
-double measure_copy_bandwidth(int64_t bytes, int repeats) {
-  lio::cuda::DeviceBuffer<std::byte> a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemset(a.data(), 1, static_cast<size_t>(bytes)));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> rates;
-  for (int r = 0; r < repeats + 1; ++r) {  // copy 0 warms up
-    CUDA_CHECK(cudaEventRecord(start));
-    CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice));
-    CUDA_CHECK(cudaEventRecord(stop));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return lio::bench::median(rates);
-}
 
 struct Result {
   std::string variant;
@@ -190,7 +168,7 @@ int main(int argc, char** argv) {
     // Throws UnsupportedError without a GPU.
     std::unique_ptr<lio::ModelRunner> gpu = make_bench_runner(stored, lio::Device::Cuda, n_positions);
     const double gpu_weight_bytes = static_cast<double>(gpu->backend().weight_bytes());
-    const double copy_bw = measure_copy_bandwidth(static_cast<int64_t>(copy_gib * (1 << 30)), 10);
+    const double copy_bw = lio::bench::measure_copy_bandwidth(static_cast<int64_t>(copy_gib * (1 << 30)), 10);
     std::vector<Result> results;
     const int64_t grows_before = cuda_backend(*gpu).buffer_grows();
     results.push_back(measure(*gpu, "cuda " + o.dtype, gpu_weight_bytes, prompt, decode_tokens, repeats));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "copy_bandwidth.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "cuda_runtime_info.h"
@@ -90,19 +91,6 @@ double time_launches(const std::function<void(cudaStream_t)>& launch, int reps, 
   return lio::bench::median(ms);
 }
 
-/// Device-to-device copy rate, bytes/s (read + write), median of `repeats` copies of 1 GiB.
-double copy_bandwidth(int repeats, cudaStream_t stream) {
-  const int64_t bytes = int64_t{1} << 30;
-  DeviceBuffer<std::byte> a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemset(a.data(), 1, static_cast<size_t>(bytes)));
-  const double ms = time_launches(
-      [&](cudaStream_t s) {
-        CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, s));
-      },
-      1, repeats, false, stream);
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,7 +114,7 @@ int main(int argc, char** argv) {
     const lio::LayerWeights& L = model.weights.layers[0];
     cudaStream_t stream = nullptr;
     CUDA_CHECK(cudaStreamCreate(&stream));
-    const double copy_bw = copy_bandwidth(repeats, stream);
+    const double copy_bw = lio::bench::measure_copy_bandwidth(int64_t{1} << 30, repeats);
 
     const DeviceWeight wq(L.wq), wk(L.wk), wv(L.wv), wo(L.wo), gate(L.w_gate), up(L.w_up), down(L.w_down);
     const DeviceWeight head(model.weights.output);

@@ -28,7 +28,6 @@ Exit status: 0 when every run worked, 1 when one failed, 2 for bad arguments.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from results_meta import local_path_free, provenance, provenance_lines, spread  # noqa: E402
 
 MIN_ROUNDS = 5             # COURSE.md: peer comparisons repeat at least this many times
 TARGET_DECODE_TPS = 2500   # issue 45: batch-1 decode on the Q4_1 file
@@ -73,10 +72,6 @@ def llama_bench(a):
         test = f"pp{r['n_prompt']}" if r.get("n_gen", 0) == 0 else f"tg{r['n_gen']}"
         out[(test, int(bool(r.get("flash_attn"))))] = float(r["avg_ts"])
     return out
-
-
-def spread(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "samples": values}
 
 
 def cell(s, digits=0):

@@ -383,52 +383,55 @@ bool CudaBackend::supports_graphs() const {
   return !impl_->config.is_mla() && impl_->attention_backend != AttentionBackend::Naive;
 }
 
+CudaBackend::Impl::GraphPtr CudaBackend::Impl::capture(const char* op, const std::function<void()>& body,
+                                                        cudaStreamCaptureMode mode) {
+  if (profiling) throw InvalidArgument(std::string("CudaBackend::") + op + ": turn profiling off first");
+  CUDA_CHECK(cudaSetDevice(device));
+  wait();  // the pass starts as every pass does: after the last one's wait
+  CUDA_CHECK(cudaStreamBeginCapture(stream, mode));
+  std::exception_ptr failure;
+  try {
+    body();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
+  GraphPtr graph(raw, &cudaGraphDestroy);
+  stream_idle = true;  // a capture queues nothing for execution
+  (void)cudaGetLastError();
+  if (failure) std::rethrow_exception(failure);
+  CUDA_CHECK(ended);  // e.g. cudaErrorStreamCaptureInvalidated: the body allocated or synchronized
+  return graph;
+}
+
 void CudaBackend::capture_graph(int64_t key, const std::function<float*()>& forward) {
   Impl& m = *impl_;
   if (!supports_graphs()) {
     throw UnsupportedError("CudaBackend::capture_graph: no CUDA graphs for " +
                            std::string(m.config.is_mla() ? "an MLA model" : "the naive attention kernel"));
   }
-  if (m.profiling) throw InvalidArgument("CudaBackend::capture_graph: turn profiling off first");
-  CUDA_CHECK(cudaSetDevice(m.device));
-  m.wait();
   const int64_t grows_before = m.buffer_grows;
-  m.capturing = true;
   m.captured_layout.clear();
-  // Thread-local mode: another thread's CUDA calls (the server's) cannot invalidate the capture.
-  CUDA_CHECK(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-  std::exception_ptr failure;
   float* logits = nullptr;
+  Impl::GraphPtr graph(nullptr, &cudaGraphDestroy);
+  m.capturing = true;
   try {
-    logits = forward();
+    // Thread-local mode: another thread's CUDA calls (the server's) cannot invalidate the capture.
+    graph = m.capture("capture_graph", [&] { logits = forward(); }, cudaStreamCaptureModeThreadLocal);
   } catch (...) {
-    failure = std::current_exception();
+    m.capturing = false;
+    throw;
   }
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(m.stream, &graph);
   m.capturing = false;
-  m.stream_idle = true;  // a capture queues nothing for execution
-  (void)cudaGetLastError();
-  const auto drop = [&] {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  };
-  if (failure) {
-    drop();
-    std::rethrow_exception(failure);
-  }
-  if (ended != cudaSuccess) drop();
-  CUDA_CHECK(ended);  // e.g. cudaErrorStreamCaptureInvalidated: the pass synchronized
   if (m.buffer_grows != grows_before || m.captured_layout.empty()) {
-    drop();
     throw InvalidArgument(m.captured_layout.empty()
                               ? "CudaBackend::capture_graph: the pass uploaded no batch"
                               : "CudaBackend::capture_graph: a per-step buffer grew during the capture (call reserve() "
                                 "with limits that hold the batch first)");
   }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-  drop();
-  CUDA_CHECK(made);
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
   auto it = m.graphs.find(key);
   if (it != m.graphs.end()) {
     cudaGraphExecDestroy(it->second.exec);
@@ -468,42 +471,24 @@ int64_t CudaBackend::graph_replays() const { return impl_->graph_replays; }
 
 CapturedStep CudaBackend::capture_step(const std::function<void()>& body) {
   Impl& m = *impl_;
-  if (m.profiling) throw InvalidArgument("CudaBackend::capture_step: turn profiling off first");
-  CUDA_CHECK(cudaSetDevice(m.device));
-  m.wait();  // the step starts as every step does: after the last pass's wait
-  CUDA_CHECK(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeGlobal));
-  std::exception_ptr failure;
-  try {
-    body();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(m.stream, &graph);
-  m.stream_idle = true;  // a capture queues nothing for execution
-  (void)cudaGetLastError();
+  const Impl::GraphPtr graph = m.capture("capture_step", body, cudaStreamCaptureModeGlobal);
   CapturedStep out;
-  if (ended == cudaSuccess && graph != nullptr) {
-    size_t n_nodes = 0;
-    cudaError_t listed = cudaGraphGetNodes(graph, nullptr, &n_nodes);
-    std::vector<cudaGraphNode_t> nodes(n_nodes);
-    if (listed == cudaSuccess && n_nodes > 0) listed = cudaGraphGetNodes(graph, nodes.data(), &n_nodes);
-    for (size_t i = 0; listed == cudaSuccess && i < n_nodes; ++i) {
-      cudaGraphNodeType type{};
-      listed = cudaGraphNodeGetType(nodes[i], &type);
-      if (type == cudaGraphNodeTypeKernel) {
-        ++out.kernels;
-      } else if (type == cudaGraphNodeTypeMemcpy) {
-        ++out.copies;
-      } else {
-        ++out.other;
-      }
+  if (graph == nullptr) return out;
+  size_t n_nodes = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &n_nodes));
+  std::vector<cudaGraphNode_t> nodes(n_nodes);
+  if (n_nodes > 0) CUDA_CHECK(cudaGraphGetNodes(graph.get(), nodes.data(), &n_nodes));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel) {
+      ++out.kernels;
+    } else if (type == cudaGraphNodeTypeMemcpy) {
+      ++out.copies;
+    } else {
+      ++out.other;
     }
-    cudaGraphDestroy(graph);
-    if (!failure) CUDA_CHECK(listed);
   }
-  if (failure) std::rethrow_exception(failure);
-  CUDA_CHECK(ended);  // e.g. cudaErrorStreamCaptureInvalidated: the body allocated or synchronized
   return out;
 }
 

@@ -11,9 +11,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -111,6 +113,13 @@ struct CudaBackend::Impl {
   int64_t graph_replays = 0;
   /// Destroys every graph (errors dropped: also called from the destructor).
   void destroy_graphs();
+  /// A captured graph, destroyed with its owner.
+  using GraphPtr = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, decltype(&cudaGraphDestroy)>;
+  /// Waits for the stream, then runs `body` with the stream capturing in `mode` and returns what
+  /// it queued (null when nothing). capture_step and capture_graph share it. Throws
+  /// InvalidArgument (naming `op`) while profiling, what `body` throws, and CudaError when the
+  /// capture failed (cudaErrorStreamCaptureInvalidated: `body` allocated or synchronized).
+  GraphPtr capture(const char* op, const std::function<void()>& body, cudaStreamCaptureMode mode);
   /// Copies `arrays` back to back into batch_h (after waiting for the previous pass's copy to
   /// have read it, growing both staging buffers first); sets *total to their summed length and
   /// returns each array's address in batch_d. The copy itself is the caller's (upload()'s op, or
