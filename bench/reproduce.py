@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every CPU speedup table of the course from one command, in the course's order (issue 44).
 
-    bench/reproduce.sh [--quick] [--chapter NN ...] [--resume] [--list] [--dry-run] [--keep-going] [--no-render]
+    bench/reproduce.sh [--quick] [--chapter NN ...] [--resume] [--stop-after MIN] [--list] [--dry-run]
+                       [--keep-going] [--no-render]
 
 It checks that the code is committed (the results name one clean commit: LIO_COMMIT is set once
 for every producer), builds LIO (`cmake --build build`) and llama.cpp's peer tools once
@@ -13,6 +14,14 @@ own timing to bench/results/reproduce_cpu.{json,md} (--quick: reproduce_cpu_quic
 step, marked unfinished until the last: the full run takes hours on a 2-core machine, so a run
 cut short goes on with --resume, which runs only the steps the record lacks, on the same machine
 (the record lists each sitting with its commit and time; each results file names its own commit).
+--stop-after MIN ends a sitting before a step that would run past MIN minutes.
+
+One run, one machine: when bench/results holds another machine's full run (reproduce_cpu.json
+names its CPU), this machine's sittings are staged in bench/results/runs/<machine>/ (its record
+and every results file its finished steps wrote); bench/results is put back as it was whenever a
+sitting ends unfinished, and the staged run is published (its files and record in bench/results,
+the stage removed) only when it is whole. So two machines can each go on with their own run, and
+the published files never mix them.
 
 --quick runs fewer repeats and shorter sweeps and skips the slowest steps (GPTQ / AWQ making,
 the full perplexity runs, the serving comparison); every results file it writes says so in its
@@ -34,6 +43,7 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -325,9 +335,12 @@ def fmt_s(seconds):
         f"{seconds // 60}:{seconds % 60:02d}"
 
 
-def recorded_seconds(quick):
-    """{step name: seconds} from this machine's last recorded run of the same kind, if any."""
+def recorded_seconds(quick, staged=None):
+    """{step name: seconds} from this machine's last recorded run of the same kind (its staged
+    record, else the published one), if any."""
     path = os.path.join(ROOT, R, "reproduce_cpu_quick.json" if quick else "reproduce_cpu.json")
+    if staged and os.path.exists(os.path.join(ROOT, staged)):
+        path = os.path.join(ROOT, staged)
     try:
         with open(path) as f:
             d = json.load(f)
@@ -408,6 +421,112 @@ def kv_cache_table():
     return out
 
 
+RUNS = "runs"  # under bench/results: the staged sittings of machines that do not own the published run
+
+
+def machine_slug(cpu):
+    """A directory name for a CPU model: "AMD EPYC" -> "amd-epyc"."""
+    import re
+    return re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or "unknown-cpu"
+
+
+def needs_stage(published_json, cpu):
+    """True when bench/results holds another machine's full run (finished or not): a full run on
+    this machine then stages its results (Stage) and publishes them only when it is whole, so the
+    published files never mix two machines' sittings and the other machine can still resume."""
+    try:
+        with open(published_json) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return d.get("provenance", {}).get("machine", {}).get("cpu") not in (None, cpu)
+
+
+class Stage:
+    """The staged sittings of one machine's full run: results_dir/runs/<machine>/ holds its record
+    (reproduce_cpu.{json,md}) and, under files/, every results file its finished steps wrote.
+
+    begin() remembers the published files (every file under results_dir except runs/) and lays the
+    staged ones over them, so a step that reads an earlier step's results (chapter 03's plots) reads
+    this machine's. keep() copies what differs from the published files into files/ (after each
+    finished step); reset() drops what a failed step left; restore() puts the published files back
+    (a sitting that ends unfinished, or is killed, leaves bench/results as it found it); publish()
+    ends the stage once the run is whole: its files are already in place, its record becomes the
+    published one and runs/<machine>/ is removed."""
+
+    def __init__(self, results_dir, slug):
+        self.results = results_dir
+        self.dir = os.path.join(results_dir, RUNS, slug)
+        self.files = os.path.join(self.dir, "files")
+        self.published = {}
+
+    def _walk(self, top, skip_runs):
+        out = {}
+        for dirpath, dirnames, names in os.walk(top):
+            if skip_runs and os.path.abspath(dirpath) == os.path.abspath(self.results):
+                dirnames[:] = [d for d in dirnames if d != RUNS]
+            for n in names:
+                full = os.path.join(dirpath, n)
+                out[os.path.relpath(full, top)] = full
+        return out
+
+    def _write(self, path, data):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def begin(self):
+        for rel, full in self._walk(self.results, True).items():
+            with open(full, "rb") as f:
+                self.published[rel] = f.read()
+        self.overlay()
+
+    def overlay(self):
+        """The staged files over the published ones."""
+        for rel, full in self._walk(self.files, False).items():
+            with open(full, "rb") as f:
+                self._write(os.path.join(self.results, rel), f.read())
+
+    def keep(self):
+        """Stages every results file that is new or differs from its published version."""
+        for rel, full in self._walk(self.results, True).items():
+            with open(full, "rb") as f:
+                data = f.read()
+            if self.published.get(rel) != data:
+                self._write(os.path.join(self.files, rel), data)
+
+    def restore(self):
+        """The published files back; files the sitting added are removed."""
+        for rel, full in self._walk(self.results, True).items():
+            if rel not in self.published:
+                os.remove(full)
+        for rel, data in self.published.items():
+            path = os.path.join(self.results, rel)
+            try:
+                with open(path, "rb") as f:
+                    same = f.read() == data
+            except OSError:
+                same = False
+            if not same:
+                self._write(path, data)
+
+    def reset(self):
+        """bench/results as the last finished step left it: published files plus the staged ones."""
+        self.restore()
+        self.overlay()
+
+    def publish(self, record_base):
+        import shutil
+        for ext in (".json", ".md"):
+            shutil.copyfile(os.path.join(self.dir, "reproduce_cpu" + ext), record_base + ext)
+        shutil.rmtree(self.dir)
+        runs = os.path.join(self.results, RUNS)
+        if os.path.isdir(runs) and not os.listdir(runs):
+            os.rmdir(runs)
+
+
 def resumable(path, mode):
     """The record of an unfinished whole run of `mode` on this machine, for --resume; exits with
     status 2 when there is none."""
@@ -425,6 +544,15 @@ def resumable(path, mode):
     d.setdefault("sittings", [])
     d.setdefault("prepare", [])
     return d
+
+
+def earlier_failed(path):
+    """True when the record at PATH is missing or not complete (a failure of any sitting)."""
+    try:
+        with open(path) as f:
+            return not json.load(f).get("complete")
+    except (OSError, ValueError):
+        return True
 
 
 def steps_to_run(plan, earlier):
@@ -510,10 +638,64 @@ def self_test():
                 problems.append(f"--resume took {why}")
             except SystemExit:
                 pass
+    stage_self_test(check)
     for p in problems:
         print(f"reproduce --self-test: FAIL: {p}", file=sys.stderr)
     print(f"reproduce --self-test: {'OK' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
+
+
+def stage_self_test(check):
+    """Stage on a temporary results directory: two sittings of machine B while A's run is published."""
+    import tempfile
+
+    def put(path, text):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+    def get(path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    with tempfile.TemporaryDirectory() as res:
+        put(os.path.join(res, "reproduce_cpu.json"), json.dumps({"provenance": {"machine": {"cpu": "A"}},
+                                                                 "complete": False}))
+        put(os.path.join(res, "01.json"), "A01")
+        put(os.path.join(res, "sub", "02.png"), "A02")
+        check(needs_stage(os.path.join(res, "reproduce_cpu.json"), "B"), "another machine's published run is staged")
+        check(not needs_stage(os.path.join(res, "reproduce_cpu.json"), "A"), "the owner's own run is not staged")
+        check(machine_slug("Intel(R) Xeon(R) Processor") == "intel-r-xeon-r-processor", "the machine's directory name")
+        st = Stage(res, "b")
+        st.begin()
+        put(os.path.join(res, "01.json"), "B01")           # step 1 finishes
+        put(os.path.join(res, "new.json"), "Bnew")
+        st.keep()
+        put(os.path.join(res, "sub", "02.png"), "junk")    # step 2 fails half-way
+        st.reset()
+        check(get(os.path.join(res, "sub", "02.png")) == "A02", "a failed step's leftovers are dropped")
+        check(get(os.path.join(res, "01.json")) == "B01", "a finished step's results stay for the next steps")
+        st.restore()                                       # the sitting ends unfinished
+        check(get(os.path.join(res, "01.json")) == "A01" and get(os.path.join(res, "new.json")) is None,
+              "an unfinished sitting leaves the published files as they were")
+        check(get(os.path.join(st.files, "01.json")) == "B01" and get(os.path.join(st.files, "new.json")) == "Bnew"
+              and get(os.path.join(st.files, "sub", "02.png")) is None, "the finished step's files are staged")
+        st2 = Stage(res, "b")                              # --resume: the second sitting
+        st2.begin()
+        check(get(os.path.join(res, "01.json")) == "B01", "--resume lays the staged files over the published ones")
+        put(os.path.join(res, "sub", "02.png"), "B02")
+        st2.keep()
+        put(os.path.join(st2.dir, "reproduce_cpu.json"), json.dumps({"provenance": {"machine": {"cpu": "B"}},
+                                                                     "complete": True}))
+        put(os.path.join(st2.dir, "reproduce_cpu.md"), "# B")
+        st2.publish(os.path.join(res, "reproduce_cpu"))
+        check([get(os.path.join(res, n)) for n in ("01.json", "new.json", os.path.join("sub", "02.png"))]
+              == ["B01", "Bnew", "B02"], "a whole run's files are all published")
+        check(not needs_stage(os.path.join(res, "reproduce_cpu.json"), "B") and not os.path.exists(
+            os.path.join(res, RUNS)), "the published record is B's and the stage is gone")
 
 
 def main():
@@ -531,6 +713,10 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="go on with this machine's unfinished whole run (bench/results/reproduce_cpu*.json): "
                          "run only the steps it has not finished")
+    ap.add_argument("--stop-after", type=float, metavar="MIN",
+                    help="start no step that would end more than MIN minutes after the start (by this machine's "
+                         "recorded step times, else the built-in estimates, scaled by how the sitting runs); the run "
+                         "stays unfinished, to go on with --resume")
     ap.add_argument("--no-render", action="store_true", help="do not re-render the lessons and the README")
     ap.add_argument("--no-build", action="store_true", help="skip cmake --build build and the llama.cpp tools")
     ap.add_argument("--allow-dirty", action="store_true",
@@ -586,11 +772,23 @@ def main():
                 print(f"reproduce: '{' '.join(cmd)}' failed", file=sys.stderr)
                 return 1
             prep.append({"command": " ".join(cmd), "seconds": round(time.time() - t, 1)})
-    known = recorded_seconds(a.quick)
-    record_path = os.path.join(R, "reproduce_cpu_quick" if a.quick else "reproduce_cpu")
+    cpu = results_meta.machine().get("cpu")
+    published = os.path.join(R, "reproduce_cpu_quick" if a.quick else "reproduce_cpu")
+    stage = None
+    if not a.quick and not chapters and needs_stage(published + ".json", cpu):
+        stage = Stage(os.path.join(ROOT, R), machine_slug(cpu))
+    record_path = os.path.join(stage.dir, "reproduce_cpu") if stage else published
+    known = recorded_seconds(a.quick, record_path + ".json")
     note = ("bench/reproduce.sh --quick: fewer repeats and shorter sweeps than the course's rule "
             "(5 interleaved repeats); for seeing the effects, not for comparing engines")
     earlier = {"steps": [], "sittings": [], "prepare": []}
+    if stage:
+        if not a.resume and os.path.isdir(stage.dir):
+            import shutil
+            shutil.rmtree(stage.dir)  # a new run: this machine's earlier staged sittings go
+        print(f"reproduce: {published}.json holds another machine's run, so this machine's sittings are staged in "
+              f"{os.path.relpath(stage.dir, ROOT)}/ and published when the run is whole; bench/results is put back "
+              "as it was when a sitting ends unfinished", flush=True)
     if a.resume:
         earlier = resumable(record_path + ".json", mode)
         plan = steps_to_run(plan, earlier)
@@ -608,32 +806,59 @@ def main():
         sitting["seconds"] = round(time.time() - t0, 1)
         write_record(record_path, mode, note, earlier, sitting, prep, done, skipped, len(plan) == len(done))
 
-    for i, s in enumerate(plan):
-        elapsed = time.time() - t0
-        spent_est = sum(est[:i])
-        scale = (time.time() - t_run) / spent_est if spent_est > 0 else 1.0
-        left = sum(est[i:]) * max(scale, 0.25)
-        print(f"\n[{i + 1}/{len(plan)}] {s.chapter} {s.name} — elapsed {fmt_s(elapsed)}, about {fmt_s(left)} left",
-              flush=True)
-        t = time.time()
-        ok = True
-        for c in (s.quick if a.quick else s.full):
-            print(f"  $ {c}", flush=True)
-            if subprocess.run(["bash", "-c", "set -o pipefail; " + c], env=env).returncode != 0:
-                ok = False
+    def terminated(signum, _frame):  # kill: the finally below still puts bench/results back
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    whole = False
+    try:
+        if stage:
+            stage.begin()
+        for i, s in enumerate(plan):
+            elapsed = time.time() - t0
+            spent_est = sum(est[:i])
+            scale = (time.time() - t_run) / spent_est if spent_est > 0 else 1.0
+            left = sum(est[i:]) * max(scale, 0.25)
+            if a.stop_after is not None and elapsed + est[i] * min(max(scale, 0.5), 3.0) > a.stop_after * 60:
+                print(f"\nreproduce: --stop-after {a.stop_after:g}: {s.chapter} {s.name} (about "
+                      f"{fmt_s(est[i] * min(max(scale, 0.5), 3.0))}) would end past it; stopping after "
+                      f"{fmt_s(elapsed)} with {len(plan) - i} steps left: go on with --resume", flush=True)
                 break
-        if ok and a.quick:
-            mark_below_rule(s.outputs, note)
-        done.append({"chapter": s.chapter, "name": s.name, "seconds": round(time.time() - t, 1), "ok": ok,
-                     "commit": commit, "commands": s.quick if a.quick else s.full})
-        if not ok:
-            failed.append(s.name)
-            print(f"reproduce: step failed: {s.chapter} {s.name}", file=sys.stderr)
-        record()
-        if not ok and not a.keep_going:
-            break
+            print(f"\n[{i + 1}/{len(plan)}] {s.chapter} {s.name} — elapsed {fmt_s(elapsed)}, about {fmt_s(left)} left",
+                  flush=True)
+            t = time.time()
+            ok = True
+            for c in (s.quick if a.quick else s.full):
+                print(f"  $ {c}", flush=True)
+                if subprocess.run(["bash", "-c", "set -o pipefail; " + c], env=env).returncode != 0:
+                    ok = False
+                    break
+            if ok and a.quick:
+                mark_below_rule(s.outputs, note)
+            if stage:
+                stage.keep() if ok else stage.reset()
+            done.append({"chapter": s.chapter, "name": s.name, "seconds": round(time.time() - t, 1), "ok": ok,
+                         "commit": commit, "commands": s.quick if a.quick else s.full})
+            if not ok:
+                failed.append(s.name)
+                print(f"reproduce: step failed: {s.chapter} {s.name}", file=sys.stderr)
+            record()
+            if not ok and not a.keep_going:
+                break
+        whole = len(done) == len(plan) and not failed
+    finally:
+        if stage and whole and not earlier_failed(record_path + ".json"):
+            stage.publish(os.path.join(ROOT, published))
+            print(f"reproduce: the run is whole: its results and record are published in {R}/", flush=True)
+        elif stage:
+            stage.restore()
+            print(f"reproduce: the run is unfinished: this sitting's results are staged in "
+                  f"{os.path.relpath(stage.dir, ROOT)}/ (commit them; go on with --resume on this machine) and "
+                  f"{R}/ is as it was", flush=True)
     total = time.time() - t0
-    if not a.no_render:
+    if stage and not whole:
+        print("reproduce: not re-rendering the lessons: the published results did not change")
+    elif not a.no_render:
         print("\nreproduce: python3 scripts/render_docs.py", flush=True)
         if subprocess.run(["python3", "scripts/render_docs.py"], env=env).returncode != 0:
             failed.append("render_docs")
