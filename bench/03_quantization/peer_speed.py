@@ -15,7 +15,11 @@ that differ only in the work measured:
     decode b1   N / (T(P, 1 + N, B=1) - T(P, 1, B=1))             tokens/s of one sequence
     decode b32  32 N' / (T(P, 1 + N', B=32) - T(P, 1, B=32))     tokens/s over 32 sequences
     prefill     P / (T(2P, 1, B=1) - T(P, 1, B=1))                prompt tokens/s (positions P..2P)
-(LIO's first token comes from the prefill and llama-batched-bench decodes G steps after it, so
+N' is 64 because both batch-32 runs first prefill 32 x P = 8,192 tokens (15-20 s on 2 cores), and
+that prefill's run-to-run jitter is seconds: with N' = 16 (512 decode tokens, under 2 s) llama.cpp's
+f32 difference ranged 0.30-2.76 s over 5 repeats on a 2-core AMD EPYC (2026-11-28) and one q8_0
+difference came out negative (-0.88 s), which stops the run; 64 steps put about 4x the work above
+the same jitter. (LIO's first token comes from the prefill and llama-batched-bench decodes G steps after it, so
 both differences hold exactly N decode steps; the G = 1 runs cancel.) Why not each engine's own
 report: ch03_quantization times single steps inside LIO and llama-batched-bench times its own
 phases, two timers with two definitions; this way one definition and one clock serve both.
@@ -39,7 +43,7 @@ cache in int8 / f16; llama.cpp's columns repeat for variants that share a file.
 Writes PREFIX.json and PREFIX.md (default bench/results/03_quantization_peer_cpu), with the
 command, commit, machine and date, and no local paths.
 Usage: python3 bench/03_quantization/peer_speed.py [--variants ...] [--files A.gguf,...]
-       [--repeats 5] [--prompt-tokens 256] [--gen-tokens 64] [--gen-tokens-b32 16] [--out PREFIX]
+       [--repeats 5] [--prompt-tokens 256] [--gen-tokens 64] [--gen-tokens-b32 64] [--out PREFIX]
 Needs build/bin/lio and build/bin/ch03_quantization (Release) and build-llama/bin/llama-batched-bench.
 """
 import argparse
@@ -149,7 +153,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=5, help="interleaved A B pairs per measurement (>= 5)")
     ap.add_argument("--prompt-tokens", type=int, default=256, help="P: decode runs at context P; prefill times P..2P")
     ap.add_argument("--gen-tokens", type=int, default=64, help="N: decode steps timed at batch 1")
-    ap.add_argument("--gen-tokens-b32", type=int, default=16, help="N': decode steps timed at batch 32")
+    ap.add_argument("--gen-tokens-b32", type=int, default=64, help="N': decode steps timed at batch 32")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--lio", default=os.path.join(ROOT, "build/bin/lio"))
     ap.add_argument("--ch03", default=os.path.join(ROOT, "build/bin/ch03_quantization"))
