@@ -715,7 +715,7 @@ def main():
                          "run only the steps it has not finished")
     ap.add_argument("--stop-after", type=float, metavar="MIN",
                     help="start no step that would end more than MIN minutes after the start (by this machine's "
-                         "recorded step times, else the built-in estimates, scaled by how the sitting runs); the run "
+                         "recorded step times, else the built-in estimates, lengthened when this sitting runs slower); the run "
                          "stays unfinished, to go on with --resume")
     ap.add_argument("--no-render", action="store_true", help="do not re-render the lessons and the README")
     ap.add_argument("--no-build", action="store_true", help="skip cmake --build build and the llama.cpp tools")
@@ -795,7 +795,7 @@ def main():
         print(f"reproduce: resuming the {mode} run of {earlier['provenance']['date']}: "
               f"{sum(d['ok'] for d in earlier['steps'])} steps done, {len(plan)} to run", flush=True)
     est = [known.get(s.name, s.est_quick if a.quick else s.est_full) for s in plan]
-    done, failed, t_run = [], [], time.time()
+    done, failed = [], []
     sitting = {"commit": commit, "date": results_meta.provenance()["date"], "seconds": 0.0}
 
     def record():
@@ -816,12 +816,16 @@ def main():
             stage.begin()
         for i, s in enumerate(plan):
             elapsed = time.time() - t0
-            spent_est = sum(est[:i])
-            scale = (time.time() - t_run) / spent_est if spent_est > 0 else 1.0
+            # How this sitting runs against the estimates, from the steps that finished: a failed
+            # step stops early and would make the steps ahead look short.
+            spent_est = sum(e for e, d in zip(est, done) if d["ok"])
+            spent = sum(d["seconds"] for d in done if d["ok"])
+            scale = spent / spent_est if spent_est > 0 else 1.0
             left = sum(est[i:]) * max(scale, 0.25)
-            if a.stop_after is not None and elapsed + est[i] * min(max(scale, 0.5), 3.0) > a.stop_after * 60:
+            this = est[i] * max(scale, 1.0)  # --stop-after: never count on a step running faster than estimated
+            if a.stop_after is not None and elapsed + this > a.stop_after * 60:
                 print(f"\nreproduce: --stop-after {a.stop_after:g}: {s.chapter} {s.name} (about "
-                      f"{fmt_s(est[i] * min(max(scale, 0.5), 3.0))}) would end past it; stopping after "
+                      f"{fmt_s(this)}) would end past it; stopping after "
                       f"{fmt_s(elapsed)} with {len(plan) - i} steps left: go on with --resume", flush=True)
                 break
             print(f"\n[{i + 1}/{len(plan)}] {s.chapter} {s.name} — elapsed {fmt_s(elapsed)}, about {fmt_s(left)} left",
