@@ -217,7 +217,8 @@ def steps():
                   [f"{cb_q} > {R}/05_continuous_batching_cpu.md", plot05],
                   ("05_continuous_batching_cpu.json", "05_continuous_batching_cpu.md"), est_full=700, est_quick=90))
     def abc(cmd):  # the table as text, then as JSON stamped with its command
-        return [f"{cmd} > {R}/05_abc_cpu.txt", f"{cmd} --json > {R}/05_abc_cpu.json",
+        return [f"{cmd} > {R}/05_abc_cpu.txt", f"python3 bench/common/results_meta.py strip-paths {R}/05_abc_cpu.txt",
+                f"{cmd} --json > {R}/05_abc_cpu.json",
                 f"python3 bench/common/results_meta.py stamp {R}/05_abc_cpu.json --command {shlex.quote(cmd + ' --json')}"]
     s.append(Step("05", "the lecture's A, B, C requests, static vs continuous (ch05_continuous_batching)",
                   abc(f"{B}/ch05_continuous_batching --threads 1"),
@@ -756,7 +757,8 @@ def main():
         print("reproduce: the code differs from HEAD (git status); commit it first, so that every results file "
               "names the commit that ran (or pass --allow-dirty while developing a step)", file=sys.stderr)
         return 2
-    env = dict(os.environ, LIO_COMMIT=commit)
+    os.environ["LIO_COMMIT"] = commit  # the record too names the commit the sitting started at, not a later HEAD
+    env = dict(os.environ)
     os.makedirs(os.path.join(ROOT, SCRATCH), exist_ok=True)
     t0 = time.time()
     prep = []

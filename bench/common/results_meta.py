@@ -253,7 +253,13 @@ def main():
     st = sub.add_parser("stamp", help="add provenance to a JSON a program wrote, and strip its local paths")
     st.add_argument("json")
     st.add_argument("--command", required=True, help="the command line that wrote it")
+    sp = sub.add_parser("strip-paths", help="rewrite a text results file with the machine's own paths taken out")
+    sp.add_argument("path")
     a = ap.parse_args()
+    if a.what == "strip-paths":
+        with open(a.path) as f:
+            write_text(a.path, local_path_free(f.read()))
+        return
     if a.what == "stamp":
         stamp(a.json, a.command)
         return
