@@ -473,10 +473,7 @@ class Stage:
 
     def _write(self, path, data):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        results_meta.write_text(path, data)
 
     def begin(self):
         for rel, full in self._walk(self.results, True).items():
@@ -547,15 +544,6 @@ def resumable(path, mode):
     return d
 
 
-def earlier_failed(path):
-    """True when the record at PATH is missing or not complete (a failure of any sitting)."""
-    try:
-        with open(path) as f:
-            return not json.load(f).get("complete")
-    except (OSError, ValueError):
-        return True
-
-
 def steps_to_run(plan, earlier):
     """The steps of `plan` that the earlier sittings (a resumable() record) did not finish: the
     failed ones and the ones not reached, in plan order."""
@@ -593,6 +581,7 @@ def write_record(path, mode, note, earlier, sitting, prep, done, skipped, comple
            f"{'yes' if d['ok'] else 'NO'} |" for d in steps_all]
     md += [f"| {s.chapter} | {s.name} | | skipped by --quick | |" for s in skipped]
     results_meta.write_text(path + ".md", "\n".join(md) + "\n")
+    return rec
 
 
 def self_test():
@@ -799,6 +788,7 @@ def main():
     est = [known.get(s.name, s.est_quick if a.quick else s.est_full) for s in plan]
     done, failed = [], []
     sitting = {"commit": commit, "date": results_meta.provenance()["date"], "seconds": 0.0}
+    last = {"complete": False}  # the record as last written: complete when every sitting's steps finished
 
     def record():
         # The run's timing after every step (for the README and the next run's estimates), so a
@@ -806,7 +796,8 @@ def main():
         if chapters:
             return
         sitting["seconds"] = round(time.time() - t0, 1)
-        write_record(record_path, mode, note, earlier, sitting, prep, done, skipped, len(plan) == len(done))
+        last.update(write_record(record_path, mode, note, earlier, sitting, prep, done, skipped,
+                                 len(plan) == len(done)))
 
     def terminated(signum, _frame):  # kill: the finally below still puts bench/results back
         raise SystemExit(128 + signum)
@@ -851,9 +842,9 @@ def main():
             record()
             if not ok and not a.keep_going:
                 break
-        whole = len(done) == len(plan) and not failed
+        whole = last["complete"]
     finally:
-        if stage and whole and not earlier_failed(record_path + ".json"):
+        if stage and whole:
             stage.publish(os.path.join(ROOT, published))
             print(f"reproduce: the run is whole: its results and record are published in {R}/", flush=True)
         elif stage:

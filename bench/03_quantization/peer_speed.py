@@ -19,10 +19,10 @@ N' is 64 because both batch-32 runs first prefill 32 x P = 8,192 tokens (15-20 s
 that prefill's run-to-run jitter is seconds: with N' = 16 (512 decode tokens, under 2 s) llama.cpp's
 f32 difference ranged 0.30-2.76 s over 5 repeats on a 2-core AMD EPYC (2026-11-28) and one q8_0
 difference came out negative (-0.88 s), which stops the run; 64 steps put about 4x the work above
-the same jitter. (LIO's first token comes from the prefill and llama-batched-bench decodes G steps after it, so
-both differences hold exactly N decode steps; the G = 1 runs cancel.) Why not each engine's own
-report: ch03_quantization times single steps inside LIO and llama-batched-bench times its own
-phases, two timers with two definitions; this way one definition and one clock serve both.
+the same jitter. (LIO's first token comes from the prefill and llama-batched-bench decodes G steps
+after it, so both differences hold exactly N decode steps; the G = 1 runs cancel.) Why not each
+engine's own report: ch03_quantization times single steps inside LIO and llama-batched-bench times
+its own phases, two timers with two definitions; this way one definition and one clock serve both.
 What still differs: LIO samples (greedy) and writes result lines for every token, which
 llama-batched-bench does not do, so the harness charges LIO slightly more. LIO's KV cache is
 f16, as llama.cpp's default, except in +kv8 (int8) rows; llama.cpp runs every file with its

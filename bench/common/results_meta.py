@@ -208,9 +208,10 @@ def spread(values):
 
 def write_text(path, text):
     """Writes `text` to `path` atomically: a temporary beside it, then a rename, so a run killed
-    mid-write leaves the old file or the new one, never half of one (lio/atomic_file.h's rule)."""
+    mid-write leaves the old file or the new one, never half of one (lio/atomic_file.h's rule).
+    `text` may be bytes (a plot, a copied results file)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     os.replace(tmp, path)
 
