@@ -176,11 +176,11 @@ def steps():
     s.append(Step("03", "quantized speed vs llama-bench (peer_speed.py)",
                   [f"{PY} bench/03_quantization/peer_speed.py --repeats 5"],
                   None,  # every variant the tables name, at lengths its harness can time: no quick form
-                  ("03_quantization_peer_cpu.json", "03_quantization_peer_cpu.md"), llama=True, est_full=3300))
+                  ("03_quantization_peer_cpu.json", "03_quantization_peer_cpu.md"), llama=True, est_full=3900))
     s.append(Step("03", "K-quant speed vs llama-bench (peer_speed.py)",
                   [f"{PY} bench/03_quantization/peer_speed.py --repeats 5 --variants q4_1,q4_1+a8b --files {KQ} "
                    f"--out {R}/03_quantization_peer_kquant_cpu"],
-                  None, ("03_quantization_peer_kquant_cpu.json",), llama=True, est_full=2200))
+                  None, ("03_quantization_peer_kquant_cpu.json",), llama=True, est_full=2400))
     # ---- 04 paged attention
     s.append(Step("04", "static vs paged KV waste, a simulation (bench_paged_memory)",
                   [stdout_md(f"{R}/04_paged_memory.md", "Chapter 04 — static vs paged KV-cache memory (simulation)",

@@ -14,12 +14,16 @@ the engines and have nothing to do with the kernels. They cancel in a difference
 that differ only in the work measured:
     decode b1   N / (T(P, 1 + N, B=1) - T(P, 1, B=1))             tokens/s of one sequence
     decode b32  32 N' / (T(P, 1 + N', B=32) - T(P, 1, B=32))     tokens/s over 32 sequences
-    prefill     P / (T(2P, 1, B=1) - T(P, 1, B=1))                prompt tokens/s (positions P..2P)
+    prefill     Q / (T(P + Q, 1, B=1) - T(P, 1, B=1))            prompt tokens/s (positions P..P+Q)
 N' is 64 because both batch-32 runs first prefill 32 x P = 8,192 tokens (15-20 s on 2 cores), and
 that prefill's run-to-run jitter is seconds: with N' = 16 (512 decode tokens, under 2 s) llama.cpp's
 f32 difference ranged 0.30-2.76 s over 5 repeats on a 2-core AMD EPYC (2026-11-28) and one q8_0
 difference came out negative (-0.88 s), which stops the run; 64 steps put about 4x the work above
-the same jitter. (LIO's first token comes from the prefill and llama-batched-bench decodes G steps
+the same jitter. Q is 2,048, not P, for the same reason: with Q = 256 (under 0.8 s of work) LIO's f32
+prefill ranged 330-1,361 tok/s over 4 repeats on the same machine (2026-11-28) and the fifth difference
+came out negative (-0.044 s); 2,048 tokens are 1.3 s (LIO, q8_0+a8b, ~1,570 tok/s) to 6 s (llama.cpp,
+f32, ~350 tok/s) of work. The prefill row is therefore at a mean context of P + Q/2 = 1,280, where
+attention is about 30% of a token's FLOPs, not llama-bench's pp512 from an empty cache. (LIO's first token comes from the prefill and llama-batched-bench decodes G steps
 after it, so both differences hold exactly N decode steps; the G = 1 runs cancel.) Why not each
 engine's own report: ch03_quantization times single steps inside LIO and llama-batched-bench times
 its own phases, two timers with two definitions; this way one definition and one clock serve both.
@@ -43,7 +47,8 @@ cache in int8 / f16; llama.cpp's columns repeat for variants that share a file.
 Writes PREFIX.json and PREFIX.md (default bench/results/03_quantization_peer_cpu), with the
 command, commit, machine and date, and no local paths.
 Usage: python3 bench/03_quantization/peer_speed.py [--variants ...] [--files A.gguf,...]
-       [--repeats 5] [--prompt-tokens 256] [--gen-tokens 64] [--gen-tokens-b32 64] [--out PREFIX]
+       [--repeats 5] [--prompt-tokens 256] [--gen-tokens 64] [--gen-tokens-b32 64] [--prefill-tokens 2048]
+       [--out PREFIX]
 Needs build/bin/lio and build/bin/ch03_quantization (Release) and build-llama/bin/llama-batched-bench.
 """
 import argparse
@@ -100,9 +105,9 @@ def write_prompts(path, n_requests, n_tokens):
 def measure(a, model, run, prompts):
     """One repeat of every metric for both engines, interleaved A B A B; returns
     {metric: (lio tok/s, llama tok/s)}."""
-    p, n1, n32 = a.prompt_tokens, a.gen_tokens, a.gen_tokens_b32
+    p, n1, n32, q = a.prompt_tokens, a.gen_tokens, a.gen_tokens_b32, a.prefill_tokens
     # (run name, (n_prompt, gen, batch)): the short and long run of each difference.
-    shapes = {"b1_short": (p, 1, 1), "b1_long": (p, 1 + n1, 1), "pf_long": (2 * p, 1, 1),
+    shapes = {"b1_short": (p, 1, 1), "b1_long": (p, 1 + n1, 1), "pf_long": (p + q, 1, 1),
               "b32_short": (p, 1, 32), "b32_long": (p, 1 + n32, 32)}
     t = {"lio": {}, "llama": {}}
     for name, (n_prompt, gen, batch) in shapes.items():
@@ -118,7 +123,7 @@ def measure(a, model, run, prompts):
 
     return {m: tuple(rate(e, *spec) for e in ("lio", "llama")) for m, spec in (
         ("decode_b1", (n1, "b1_long", "b1_short")), ("decode_b32", (32 * n32, "b32_long", "b32_short")),
-        ("prefill", (p, "pf_long", "b1_short")))}
+        ("prefill", (q, "pf_long", "b1_short")))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,9 +156,10 @@ def main():
     ap.add_argument("--files", default="", help="comma-separated GGUF files to run as they are too "
                     "(e.g. llama.cpp's Q4_K_M from bench/03_quantization/make_kquant.sh); FILE+a8b applies a suffix")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved A B pairs per measurement (>= 5)")
-    ap.add_argument("--prompt-tokens", type=int, default=256, help="P: decode runs at context P; prefill times P..2P")
+    ap.add_argument("--prompt-tokens", type=int, default=256, help="P: decode runs at context P; prefill times P..P+Q")
     ap.add_argument("--gen-tokens", type=int, default=64, help="N: decode steps timed at batch 1")
     ap.add_argument("--gen-tokens-b32", type=int, default=64, help="N': decode steps timed at batch 32")
+    ap.add_argument("--prefill-tokens", type=int, default=2048, help="Q: prompt tokens timed in prefill")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--lio", default=os.path.join(ROOT, "build/bin/lio"))
     ap.add_argument("--ch03", default=os.path.join(ROOT, "build/bin/ch03_quantization"))
@@ -179,7 +185,7 @@ def main():
             sys.exit(f"ch03_quantization failed ({r.returncode}):\n{r.stderr[-3000:]}")
         variants = json.loads(r.stdout)["variants"]
         prompts = {}
-        for n_prompt, batch in ((a.prompt_tokens, 1), (2 * a.prompt_tokens, 1), (a.prompt_tokens, 32)):
+        for n_prompt, batch in ((a.prompt_tokens, 1), (a.prompt_tokens + a.prefill_tokens, 1), (a.prompt_tokens, 32)):
             prompts[(n_prompt, batch)] = os.path.join(tmp, f"prompts_{n_prompt}x{batch}.jsonl")
             write_prompts(prompts[(n_prompt, batch)], batch, n_prompt)
 
@@ -208,6 +214,7 @@ def main():
            "harness": "one clock, whole processes, differences of two runs (see peer_speed.py's docstring)",
            "threads": a.threads, "repeats": a.repeats, "prompt_tokens": a.prompt_tokens,
            "gen_tokens_b1": a.gen_tokens, "gen_tokens_b32": a.gen_tokens_b32,
+           "prefill_tokens": a.prefill_tokens,
            "lio_cmd": local_path_free(
                f"{a.lio} batch --model MODEL --prompts PROMPTS.jsonl --out /dev/null --max-tokens G --ignore-eos "
                "--temperature 0 --max-num-seqs B --max-num-batched-tokens max(512,B*P) --prefix-cache none "
@@ -227,7 +234,7 @@ def main():
         "from the F32 reference (embedding kept at Q8_0)" + (", and the --files as they are." if a.files else "."),
         f"- Harness: whole-process wall time, one clock for both engines, the difference of two runs that differ "
         f"only in the work measured: decode at batch 1 ({a.gen_tokens} steps) and batch 32 ({a.gen_tokens_b32} "
-        f"steps) at context {a.prompt_tokens}, prefill of positions {a.prompt_tokens}..{2 * a.prompt_tokens}.",
+        f"steps) at context {a.prompt_tokens}, prefill of positions {a.prompt_tokens}..{a.prompt_tokens + a.prefill_tokens}.",
         f"- LIO: `{out['lio_cmd']}`; llama.cpp: `{out['llama_cmd']}`.",
         f"- {a.repeats} repeats, LIO and llama.cpp interleaved (A B A B). Each cell: median [min–max] tok/s; "
         "ratio: median [min–max] of the per-repeat ratios LIO / llama.cpp (above 1: LIO faster); \"tie\" when "
