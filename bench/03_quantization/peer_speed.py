@@ -21,10 +21,12 @@ f32 difference ranged 0.30-2.76 s over 5 repeats on a 2-core AMD EPYC (2026-11-2
 difference came out negative (-0.88 s), which stops the run; 64 steps put about 4x the work above
 the same jitter. Q is 2,048, not P, for the same reason: with Q = 256 (under 0.8 s of work) LIO's f32
 prefill ranged 330-1,361 tok/s over 4 repeats on the same machine (2026-11-28) and the fifth difference
-came out negative (-0.044 s); 2,048 tokens are 1.3 s (LIO, q8_0+a8b, ~1,570 tok/s) to 6 s (llama.cpp,
-f32, ~350 tok/s) of work. The prefill row is therefore at a mean context of P + Q/2 = 1,280, where
-attention is about 30% of a token's FLOPs, not llama-bench's pp512 from an empty cache. (LIO's first token comes from the prefill and llama-batched-bench decodes G steps
-after it, so both differences hold exactly N decode steps; the G = 1 runs cancel.) Why not each
+came out negative (-0.044 s). With Q = 2,048 the same machine's medians were 394-623 tok/s (LIO) and
+199-414 tok/s (llama.cpp) over the ten default variants: 3-10 s of work, and LIO's f32 repeats spanned
+415-440 tok/s. The prefill row is therefore at a mean context of P + Q/2 = 1,280, where attention is
+about 30% of a token's FLOPs, not llama-bench's pp512 from an empty cache. (LIO's first token comes
+from the prefill and llama-batched-bench decodes G steps after it, so both differences hold exactly
+N decode steps; the G = 1 runs cancel.) Why not each
 engine's own report: ch03_quantization times single steps inside LIO and llama-batched-bench times
 its own phases, two timers with two definitions; this way one definition and one clock serve both.
 What still differs: LIO samples (greedy) and writes result lines for every token, which
