@@ -32,8 +32,9 @@ chunks=-1
 LLAMA_BUILD_DIR="$llama_build" bash bench/batched/build_llama_tools.sh --perplexity
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-# What the results record (no local paths: the repository root is cut from every path).
-rel() { local p="${1//"$root/"/}"; printf '%s' "${p//"$HOME/"/"~/"}"; }
+# What the results record: no local paths (results_meta.local_path_free: the repository root is cut,
+# $HOME becomes ~ and anything under /tmp becomes TMP/), in the .md as in the .json.
+rel() { python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_meta; print(results_meta.local_path_free(sys.argv[2]))' "$root/bench/common" "$1"; }
 # results_meta's rule: LIO_COMMIT when set, else HEAD, "-dirty" only for changed code.
 commit="$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_meta; print(results_meta.git_commit())' "$root/bench/common")"
 command="$(rel "MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_perplexity.sh $*")"
