@@ -32,12 +32,9 @@ chunks=-1
 LLAMA_BUILD_DIR="$llama_build" bash bench/batched/build_llama_tools.sh --perplexity
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-# What the results record: no local paths (results_meta.local_path_free: the repository root is cut,
-# $HOME becomes ~ and anything under /tmp becomes TMP/), in the .md as in the .json.
-rel() { python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_meta; print(results_meta.local_path_free(sys.argv[2]))' "$root/bench/common" "$1"; }
 # results_meta's rule: LIO_COMMIT when set, else HEAD, "-dirty" only for changed code.
 commit="$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_meta; print(results_meta.git_commit())' "$root/bench/common")"
-command="$(rel "MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_perplexity.sh $*")"
+command="MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_perplexity.sh $*"
 {
   echo "# Chapter 03: lio perplexity vs llama-perplexity"
   echo
@@ -45,7 +42,7 @@ command="$(rel "MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_
   echo "- Command: \`$command\`; commit $commit; date $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- Text: \`$text\` ($(wc -c <"$text") bytes); chunks of $ctx tokens, second half of each scored;" \
        "chunks: $([[ $chunks -lt 0 ]] && echo all || echo $chunks)"
-  echo "- Commands: \`$(rel "$build")/bin/lio perplexity --model M --text T -c $ctx --chunks $chunks --json\` and" \
+  echo "- Commands: \`$build/bin/lio perplexity --model M --text T -c $ctx --chunks $chunks --json\` and" \
        "\`llama-perplexity -m M -f T -c $ctx -b $ctx --chunks $chunks -t $threads\` (vendored llama.cpp of" \
        "llama-cpp-python $(grep -E '^llama-cpp-python==' scripts/requirements.txt | cut -d= -f3))"
   echo
@@ -69,6 +66,9 @@ for m in $models; do
   [[ "$row" == *"| yes" ]] || status=1
 done
 mv "$out.tmp" "$out"
+# No local paths in what is recorded (results_meta.local_path_free: the repository root is cut, $HOME
+# becomes ~, anything under /tmp becomes TMP/); the .json's provenance goes through the same function.
+python3 bench/common/results_meta.py strip-paths "$out"
 # The same table as JSON beside it (what the lessons render from), with the run's provenance.
 python3 bench/common/results_meta.py md-table-json "$out" "${out%.md}.json" \
   --keys model,lio_ppl,llama_ppl,ratio,within_1pct --command "$command" \
