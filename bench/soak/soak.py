@@ -26,7 +26,7 @@ and the counters. Pass (each one printed, and the run exits 1 if any fails):
   - each pinned request's text equals its solo run (seeded greedy and seeded sampled)
   - /metrics: finished sequences (stop + length + abort) moved by exactly the sequences sent;
     preemptions, prefix-cache hits and accepted drafts all happened (the soak exercised them)
-  - idle at the end within 10 s: nothing running or waiting, KV usage 0 (every block back)
+  - idle at the end within 10 s (x the slow factor of --machine-speed): nothing running or waiting, KV usage 0 (every block back)
   - RSS and open fds flat after warm-up: the least-squares slope over the samples after the
     warm-up, times the length of that window, within --rss-tolerance-mib and --fd-tolerance;
     fds and threads at the idle end equal their idle count before the traffic
@@ -214,8 +214,9 @@ def fd_targets(pid):
 
 def settled_fds(pid, quiet_s=1.0, within_s=10.0):
     """Open fds of pid once their count has not changed for quiet_s (a connection the client has
-    closed takes the server a moment to close): (count, targets)."""
-    deadline, last, since = time.monotonic() + within_s, -1, time.monotonic()
+    closed takes the server a moment to close), waiting within_s x the slow factor at most:
+    (count, targets)."""
+    deadline, last, since = time.monotonic() + within_s * h.Config.slow_factor, -1, time.monotonic()
     while time.monotonic() < deadline:
         n = len(os.listdir(f"/proc/{pid}/fd"))
         if n != last:
@@ -303,11 +304,14 @@ def main():
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--out", default=None, help="results prefix (OUT.json, OUT.md, OUT_samples.csv, OUT.png)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--machine-speed", default="",
+                    help="tests/support/machine_speed.py's record: every wait x its slow factor (ctest's server_soak)")
     args = ap.parse_args()
     warmup_s = args.warmup_s if args.warmup_s is not None else min(600.0, args.duration_s / 6)
     prov = results_meta.provenance()  # at the start: the commit whose server runs, not the one at the end
     h.Config.server_bin, h.Config.model = args.server, args.model
     h.Config.log_dir = args.log_dir or ""
+    h.Config.slow_factor = h.machine_speed.slow_factor(args.machine_speed)
     server = h.Server(["--prefix-cache", "hash", "--spec-method", "ngram", "--kv-cache-mib", str(args.kv_cache_mib),
                        "--max-num-seqs", "32", "--max-queue", "1024", "--device", args.device], name="soak")
     server.start()

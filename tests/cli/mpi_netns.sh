@@ -60,8 +60,8 @@ export LIO_NETNS_HOSTS="10.231.77.1=$ns_a 10.231.77.2=$ns_b"
 mpi=(ip netns exec "$ns_a" "$root/scripts/mpirun.sh" -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive
      --hostfile "$work/hostfile" --mca plm_rsh_agent "$root/tests/cli/netns_agent.sh"
      --mca oob_tcp_if_include 10.231.77.0/24 --mca btl tcp,self --mca btl_tcp_if_include 10.231.77.0/24)
-across() {  # across SECONDS ARGS...: `lio ARGS --tensor-parallel-size 3` on the two "hosts"
-  local limit=$1; shift
+across() {  # across SECONDS ARGS...: `lio ARGS --tensor-parallel-size 3` on the two "hosts" (SECONDS x slow factor)
+  local limit; limit=$(scaled "$1"); shift
   timeout "$limit" "${mpi[@]}" -n 3 "$bin/lio" "$@" --tensor-parallel-size 3
 }
 

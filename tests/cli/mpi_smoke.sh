@@ -27,7 +27,7 @@ gen=(generate --model "$model" --prompt "The three primary colors are" --max-tok
 
 # ---- 1. generate
 "$bin/lio" "${gen[@]}" >"$work/single.txt" 2>"$work/single.err" || fail "single-process generate: $(cat "$work/single.err")"
-timeout 120 "${mpi[@]}" -n 3 "$bin/lio" "${gen[@]}" --tensor-parallel-size 3 >"$work/tp3.txt" 2>"$work/tp3.err" ||
+timeout "$(scaled 120)" "${mpi[@]}" -n 3 "$bin/lio" "${gen[@]}" --tensor-parallel-size 3 >"$work/tp3.txt" 2>"$work/tp3.err" ||
   fail "TP 3 generate exited non-zero: $(cat "$work/tp3.err")"
 cmp -s "$work/single.txt" "$work/tp3.txt" || fail "TP 3 text differs: '$(cat "$work/tp3.txt")' vs '$(cat "$work/single.txt")'"
 echo "ok: TP 3 generate = single process: $(head -c 80 "$work/single.txt" | tr '\n' ' ')"
@@ -41,7 +41,7 @@ batch=(batch --model "$model" --prompts "$work/prompts.jsonl" --max-tokens 12 --
 for grid in "3 --tensor-parallel-size 3" "2 --pipeline-parallel-size 2"; do
   set -- $grid
   n=$1; shift
-  timeout 180 "${mpi[@]}" -n "$n" "$bin/lio" "${batch[@]}" --out "$work/b$n.jsonl" "$@" 2>"$work/b$n.err" ||
+  timeout "$(scaled 180)" "${mpi[@]}" -n "$n" "$bin/lio" "${batch[@]}" --out "$work/b$n.jsonl" "$@" 2>"$work/b$n.err" ||
     fail "batch on $n ranks ($*): $(cat "$work/b$n.err")"
   python3 - "$work/b1.jsonl" "$work/b$n.jsonl" "$*" <<'PY' || exit 1
 import json, sys
@@ -64,27 +64,28 @@ serve_and_ask() {  # serve_and_ask OUT [LAUNCHER... --] [SERVER FLAGS...]: start
   fi
   "${launcher[@]}" "$bin/lio-server" --model "$model" --port 0 --threads 1 "$@" >"$out.log" 2>&1 &
   local pid=$! port=""
-  for _ in $(seq 1 120); do
+  for _ in $(seq 1 "$(scaled 120)"); do
     port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$out.log" | head -1)
     [[ -n "$port" ]] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
   done
   [[ -n "$port" ]] || { cat "$out.log"; kill "$pid" 2>/dev/null; fail "lio-server did not start (${launcher[*]} $*)"; }
-  python3 - "$port" "$out" <<'PY'
+  python3 - "$port" "$out" "$(scaled 120)" <<'PY'
 import json, sys, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}/v1"
-model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
+wait_s = float(sys.argv[3])
+model = json.load(urllib.request.urlopen(base + "/models", timeout=wait_s))["data"][0]["id"]
 req = urllib.request.Request(base + "/chat/completions", method="POST",
                              headers={"Content-Type": "application/json"},
                              data=json.dumps({"model": model, "temperature": 0, "max_tokens": 16,
                                               "messages": [{"role": "user", "content": "What is 2 + 2?"}]}).encode())
-body = json.load(urllib.request.urlopen(req, timeout=120))
+body = json.load(urllib.request.urlopen(req, timeout=wait_s))
 open(sys.argv[2], "w").write(body["choices"][0]["message"]["content"])
 PY
   local rc=$?
   kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  for _ in $(seq 1 "$(scaled 20)"); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   [[ $rc == 0 ]] || { cat "$out.log"; fail "the chat completion failed (${launcher[*]} $*)"; }
@@ -95,10 +96,10 @@ cmp -s "$work/srv1" "$work/srv3" || fail "lio-server on 3 ranks answered '$(cat 
 echo "ok: lio-server on 3 ranks (TP 3) = one process: $(cat "$work/srv1" | tr '\n' ' ')"
 
 # ---- 4. failures: every rank ends within seconds with one clear error
-expect_failure() {  # expect_failure WHAT PATTERN SECONDS COMMAND...
-  local what=$1 pattern=$2 limit=$3; shift 3
+expect_failure() {  # expect_failure WHAT PATTERN SECONDS COMMAND... (SECONDS x slow factor)
+  local what=$1 pattern=$2 limit; limit=$(scaled "$3"); shift 3
   local t0=$SECONDS
-  timeout 60 "$@" >"$work/f.out" 2>"$work/f.err"
+  timeout "$(scaled 60)" "$@" >"$work/f.out" 2>"$work/f.err"
   local rc=$? took=$((SECONDS - t0))
   [[ $rc != 0 && $rc != 124 ]] || fail "$what: exit $rc (124 = hung until timeout)"
   ((took <= limit)) || fail "$what: took $took s (limit $limit)"

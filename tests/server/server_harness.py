@@ -7,10 +7,13 @@ the bytes on the wire are exactly the ones a test means; the official `openai` c
 only by test_openai_client.py.
 
 Command line of every test file (CMake passes it; see tests/server/CMakeLists.txt):
-    test_X.py --server BIN --model GGUF [--lio BIN] [--slow-factor F] [--log-dir DIR]
-              [--server-args "ARGS"] [unittest args, e.g. -k test_name -v]
---slow-factor scales every wait (server start-up, "back to idle within 1 s"): 1 for a Release
-build, larger under AddressSanitizer, where each engine step is several times slower.
+    test_X.py --server BIN --model GGUF [--lio BIN] [--machine-speed FILE] [--slow-factor F]
+              [--log-dir DIR] [--server-args "ARGS"] [unittest args, e.g. -k test_name -v]
+Every wait a test states (server start-up, "back to idle within 1 s", a shutdown deadline) is
+written for a Release build on an idle 2-core machine and multiplied by Config.slow_factor: the
+factor measured for this build on this machine by tests/support/machine_speed.py (--machine-speed,
+the record ctest's fixture `machine_speed` writes first), or --slow-factor F where that is larger
+(by hand). A sanitized build or a busy machine thus waits as much longer as its engine steps take.
 --server-args adds flags to every server a test starts (e.g. "--device cuda", or
 "--prefix-cache radix" where the test does not set --prefix-cache itself).
 """
@@ -28,6 +31,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import machine_speed  # noqa: E402  (tests/support: the calibration record's reader)
+
 SERVED_MODEL = "lio-test"  # --served-model-name of every test server
 API_KEY = "sk-lio-test-0123456789"  # --api-key where a test starts the server with one
 
@@ -38,7 +44,7 @@ class Config:
     server_bin = ""
     model = ""
     lio_bin = ""
-    slow_factor = 1.0
+    slow_factor = 1.0  # every wait is multiplied by it (>= 1; see the module's docstring)
     log_dir = ""
     server_args = []  # added to every server's command line
 
@@ -93,7 +99,7 @@ class Server:
                 if self.proc.poll() is not None:
                     break
                 try:
-                    status, _, _ = request("GET", self.port, "/health", timeout=2)
+                    status, _, _ = request("GET", self.port, "/health", timeout=2 * Config.slow_factor)
                     if status == 200:
                         print(f"[{self.name}] up on port {self.port} (log {self.log_path})", flush=True)
                         return self
@@ -155,9 +161,16 @@ class Server:
 # ---- plain HTTP --------------------------------------------------------------------------------
 
 
-def request(method, port, path, body=None, headers=None, timeout=60):
+def scaled(timeout, default_s):
+    """`timeout` as given, or `default_s` x slow_factor when it is None (the default waits below)."""
+    return default_s * Config.slow_factor if timeout is None else timeout
+
+
+def request(method, port, path, body=None, headers=None, timeout=None):
     """One HTTP/1.1 request on a fresh connection. body: bytes, str, or a JSON-able object.
+    timeout: the socket's, in seconds (default 60 x slow_factor).
     Returns (status, headers dict with lower-case names, body bytes)."""
+    timeout = scaled(timeout, 60)
     if body is not None and not isinstance(body, (bytes, str)):
         body = json.dumps(body)
     if isinstance(body, str):
@@ -174,8 +187,10 @@ def request(method, port, path, body=None, headers=None, timeout=60):
         conn.close()
 
 
-def post_json(server, path, body, timeout=120, headers=None):
-    """POST with the server's API key; returns (status, parsed JSON or None, raw bytes)."""
+def post_json(server, path, body, timeout=None, headers=None):
+    """POST with the server's API key (socket timeout: default 120 s x slow_factor); returns
+    (status, parsed JSON or None, raw bytes)."""
+    timeout = scaled(timeout, 120)
     h = server.auth_headers()
     h.update(headers or {})
     status, _, data = request("POST", server.port, path, body, h, timeout)
@@ -243,9 +258,10 @@ class StreamResult:
         return None
 
 
-def stream_post(server, path, body, timeout=300, on_event=None):
+def stream_post(server, path, body, timeout=None, on_event=None):
     """POSTs a streaming request (adds "stream": true) and reads it to the end; on_event(), if
-    given, is called as each SSE event arrives."""
+    given, is called as each SSE event arrives. timeout: the socket's (default 300 s x slow_factor)."""
+    timeout = scaled(timeout, 300)
     body = dict(body, stream=True)
     h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     h.update(server.auth_headers())
@@ -308,7 +324,7 @@ def parse_metrics(text):
 
 def metrics(server):
     """GET /metrics, parsed (see parse_metrics)."""
-    status, _, data = request("GET", server.port, "/metrics", headers=server.auth_headers(), timeout=10)
+    status, _, data = request("GET", server.port, "/metrics", headers=server.auth_headers())
     if status != 200:
         raise AssertionError(f"/metrics answered {status}: {data[:200]!r}")
     return parse_metrics(data.decode("utf-8"))
@@ -340,7 +356,7 @@ def wait_idle(server, within_s):
 def run_lio(*args):
     """Runs `lio ARGS... --json` (Config.lio_bin) on the test model; returns the parsed JSON."""
     out = subprocess.run([Config.lio_bin, *args, "--json"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, timeout=300)
+                         stderr=subprocess.PIPE, text=True, timeout=300 * Config.slow_factor)
     if out.returncode != 0:
         raise AssertionError(f"lio {' '.join(args)} failed ({out.returncode}): {out.stderr}")
     return json.loads(out.stdout)
@@ -368,12 +384,16 @@ def main(servers):
     ap.add_argument("--server", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--lio", default="")
+    ap.add_argument("--machine-speed", default="", help="tests/support/machine_speed.py's record")
     ap.add_argument("--slow-factor", type=float, default=1.0)
     ap.add_argument("--log-dir", default="")
     ap.add_argument("--server-args", default="")
     a, rest = ap.parse_known_args()
     Config.server_bin, Config.model, Config.lio_bin = a.server, a.model, a.lio
-    Config.slow_factor, Config.log_dir = a.slow_factor, a.log_dir
+    Config.slow_factor = max(a.slow_factor, machine_speed.slow_factor(a.machine_speed))
+    Config.log_dir = a.log_dir
+    print(f"slow factor {Config.slow_factor:g}: every wait below is its Release, idle-machine value "
+          f"x {Config.slow_factor:g} ({a.machine_speed or 'no calibration record'})", flush=True)
     Config.server_args = shlex.split(a.server_args)
     if not os.path.isfile(a.model):
         print(f"SKIP: no model at {a.model} (run scripts/fetch_model.sh)")

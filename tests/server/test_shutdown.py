@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """SIGTERM is a graceful shutdown (issue 43, item 4; OpenAiServer::shutdown).
 
-Each test starts its own lio-server and sends it SIGTERM with requests in flight:
-  - drain: --shutdown-timeout 60; four streams and two whole requests of 48 tokens are running
-    when SIGTERM comes. Within 1 s (x --slow-factor) a new request gets 503 and /health 503
-    "draining"; every request in flight completes in full ([DONE], finish_reason length, 48
-    tokens each); the server exits 0 and says every request finished.
+Each test starts its own lio-server and sends it SIGTERM with requests in flight (all six, or
+four, in the engine by /metrics, not by a sleep). Every wait is x the harness's slow factor, the
+one tests/support/machine_speed.py measured for this build on this machine:
+  - drain: four streams and two whole requests of 48 tokens are running when SIGTERM comes, and
+    the server's --shutdown-timeout is 60 s x the slow factor: 48 decode steps of six sequences
+    take about 0.5 s in a Release build on an idle 2-core machine, so the work fits the deadline
+    with the same margin on any build and machine. Within 1 s (x factor) a new request gets 503
+    and /health 503 "draining"; every request in flight completes in full ([DONE], finish_reason
+    length, 48 tokens each); the server exits 0 and says every request finished.
   - deadline: --shutdown-timeout 1; three streams and one whole request of 4,000 tokens cannot
-    finish in time. Each stream ends within 1 s + 4 s of the signal with an error event naming
-    --shutdown-timeout and then [DONE]; the whole request gets a 503 with that error; the server
-    exits 0 within 1 s + 6 s and reports the requests it aborted.
-  - idle: SIGTERM with nothing in flight: exit 0 within 2 s.
+    finish in time. Each stream ends within (1 s + 4 s) x factor of the signal with an error event
+    naming --shutdown-timeout and then [DONE]; the whole request gets a 503 with that error; the
+    server exits 0 within (1 s + 6 s) x factor and reports the requests it aborted.
+  - idle: SIGTERM with nothing in flight: exit 0 within 2 s x factor.
 Run by ctest as `server_shutdown` (label `server`, also under ASan and TSan).
 """
+import math
 import signal
 import sys
 import threading
@@ -74,6 +79,19 @@ class InFlight:
         return not any(t.is_alive() for t in self.threads)
 
 
+def wait_in_engine(test, server, n):
+    """Waits until the engine holds n requests (running + waiting on /metrics): the whole
+    (non-streamed) requests send no event that says they arrived."""
+    deadline = time.monotonic() + 60 * h.Config.slow_factor
+    while True:
+        m = h.metrics(server)
+        held = h.metric_sum(m, "lio:num_requests_running") + h.metric_sum(m, "lio:num_requests_waiting")
+        if held >= n:
+            return
+        test.assertLess(time.monotonic(), deadline, f"only {held} of {n} requests reached the engine")
+        time.sleep(0.02)
+
+
 def wait_exit(server, within_s):
     try:
         return server.proc.wait(timeout=within_s)
@@ -88,25 +106,26 @@ class Shutdown(h.ServerTestCase):
         return srv
 
     def test_1_drain_finishes_requests_in_flight(self):
-        srv = self.start(60, "drain")
+        deadline_s = math.ceil(60 * h.Config.slow_factor)
+        srv = self.start(deadline_s, "drain")
         work = InFlight(srv, n_streams=4, n_whole=2, max_tokens=48)
         self.assertTrue(work.wait_started(60 * h.Config.slow_factor), "the streams never started")
-        time.sleep(0.2)  # the whole requests are in the engine too
+        wait_in_engine(self, srv, 6)
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         refused_at, health = None, None
         while time.monotonic() - t0 < 1 * h.Config.slow_factor:
-            status, j, _ = h.post_json(srv, "/v1/completions", {"model": h.SERVED_MODEL, "prompt": "hi"}, timeout=10)
+            status, j, _ = h.post_json(srv, "/v1/completions", {"model": h.SERVED_MODEL, "prompt": "hi"})
             if status == 503:
                 refused_at = time.monotonic() - t0
                 self.assertIn("shutting down", j["error"]["message"])
-                health = h.request("GET", srv.port, "/health", timeout=10)
+                health = h.request("GET", srv.port, "/health")
                 break
             time.sleep(0.05)
         self.assertIsNotNone(refused_at, "a new request was still taken 1 s after SIGTERM")
         self.assertEqual((health[0], health[2]), (503, b'{"status":"draining"}'))
         print(f"  new requests refused {refused_at * 1000:.0f} ms after SIGTERM", flush=True)
-        self.assertTrue(work.join(60 * h.Config.slow_factor), "a request in flight never ended")
+        self.assertTrue(work.join(deadline_s + 30 * h.Config.slow_factor), "a request in flight never ended")
         code = wait_exit(srv, 30 * h.Config.slow_factor)
         print(f"  exit {code} {time.monotonic() - t0:.2f} s after SIGTERM", flush=True)
         for i, r in enumerate(work.results[:4]):
@@ -124,7 +143,7 @@ class Shutdown(h.ServerTestCase):
         srv = self.start(1, "deadline")
         work = InFlight(srv, n_streams=3, n_whole=1, max_tokens=4000)
         self.assertTrue(work.wait_started(60 * h.Config.slow_factor), "the streams never started")
-        time.sleep(0.2)
+        wait_in_engine(self, srv, 4)
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         self.assertTrue(work.join((1 + 4) * h.Config.slow_factor), "a request outlived the deadline by 4 s")
