@@ -3,14 +3,14 @@
 # ASan + UBSan, Clang).
 #
 #   scripts/fuzz.sh [--minutes N] [--merge] [TARGET ...]
-#       builds the fuzz preset (build-fuzz/), then runs each target (all by default: gguf,
+#       builds the fuzz targets (build preset fuzz, in build-asan/), then runs each target (all by default: gguf,
 #       safetensors, tokenizer_json, tokenize, chat_template, openai_request, batch_jsonl,
 #       request_trace) for N minutes (default 1) from its committed seeds, one after another,
 #       and prints a table: executions, executions/s, coverage (edges; features), corpus size,
-#       findings. New inputs collect under build-fuzz/fuzz/corpus/TARGET; --merge then adds
+#       findings. New inputs collect under build-asan/fuzz/corpus/TARGET; --merge then adds
 #       the ones that reach new coverage to tests/fuzz/corpus/TARGET (libFuzzer -merge=1), to
-#       be committed. A finding leaves its input in build-fuzz/fuzz/artifacts/ and the script
-#       exits 1: reproduce with `build-fuzz/bin/fuzz_TARGET FILE`, fix, and commit the input
+#       be committed. A finding leaves its input in build-asan/fuzz/artifacts/ and the script
+#       exits 1: reproduce with `build-asan/bin/fuzz_TARGET FILE`, fix, and commit the input
 #       to the target's corpus as a regression seed.
 #   scripts/fuzz.sh ... --results bench/results/fuzz_cpu
 #       also writes the table, with command, commit, machine and date, as that .json / .md
@@ -82,13 +82,13 @@ declare -A dicts=([gguf]=gguf.dict [safetensors]=json.dict [tokenizer_json]=json
 
 cd "$root"
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/setup.sh installs clang)" >&2; exit 2; }
-cmake --preset fuzz >/dev/null
+cmake --preset asan >/dev/null
 cmake --build --preset fuzz -j "$(nproc)"
-work="$root/build-fuzz/fuzz"
+work="$root/build-asan/fuzz"
 seconds=$(( minutes * 60 ))
 failed=0
 for t in "${targets[@]}"; do
-  bin="$root/build-fuzz/bin/fuzz_$t"
+  bin="$root/build-asan/bin/fuzz_$t"
   [[ -x "$bin" ]] || { echo "fuzz.sh: no target '$t'" >&2; exit 2; }
   dict=""
   [[ -n "${dicts[$t]:-}" ]] && dict="$root/tests/fuzz/dict/${dicts[$t]}"

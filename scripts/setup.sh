@@ -49,7 +49,7 @@ run_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-pip p
           openmpi-bin libopenmpi-dev)
 # chromium: the chat page's browser test (tests/server/test_web_page.py drives Debian's browser
 # through Playwright; no browser is downloaded). clang, libclang-rt-dev (libFuzzer and the
-# sanitizer runtimes) and libomp-dev (Clang's OpenMP): the fuzz preset (tests/fuzz).
+# sanitizer runtimes) and libomp-dev (Clang's OpenMP): the asan preset (its unit tests and tests/fuzz).
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev doxygen graphviz chromium clang libclang-rt-dev libomp-dev)
 apt_pkgs=("${run_pkgs[@]}")
 ((run_only)) || apt_pkgs+=("${test_pkgs[@]}")

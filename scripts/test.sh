@@ -3,16 +3,20 @@
 #   1. the default build: unit, CUDA (skipped without a GPU), CLI bad-input and conformance
 #      tests (real model against llama.cpp and Hugging Face tokenizers);
 #      then the Doxygen API reference, which must build without a warning;
-#   2. the same unit and bad-input tests under AddressSanitizer + UBSan (preset "asan").
+#   2. the same unit and bad-input tests under AddressSanitizer + UBSan (preset "asan": Clang;
+#      the same tree builds the fuzz targets of stage 4, so each object is compiled once).
 #   3. with --check-stubs (CI): every chapter's grading tests built against the unsolved
 #      stubs in exercises/ must fail, every test case of them (a test that passes on a stub is
 #      a bug in the test). Not for learners whose exercises are already solved.
-#   4. coverage-guided fuzzing (preset "fuzz": Clang, libFuzzer, ASan + UBSan): each reader of
-#      untrusted bytes (tests/fuzz) runs LIO_FUZZ_SECONDS (10) from its committed seeds; any
-#      crash, sanitizer report, leak or stray exception fails (scripts/fuzz.sh runs longer).
-#   5. ThreadSanitizer (preset "tsan", no OpenMP): the server's engine loop, metrics and serving
-#      loop tests, and lio-server's bad-request, disconnect and shutdown tests (HTTP threads, the
-#      engine thread, cancellation between them); any data race or lock-order report fails.
+#   4. coverage-guided fuzzing (test preset "fuzz" on the asan tree: libFuzzer, ASan + UBSan): each
+#      reader of untrusted bytes (tests/fuzz) runs LIO_FUZZ_SECONDS (10) from its committed seeds;
+#      any crash, sanitizer report, leak or stray exception fails (scripts/fuzz.sh runs longer).
+#   5. ThreadSanitizer (preset "tsan", no OpenMP, the CPU kernels uninstrumented): the server's
+#      engine loop, metrics and serving loop tests, and lio-server's bad-request, disconnect and
+#      shutdown tests (HTTP threads, the engine thread, cancellation between them); any data race
+#      or lock-order report fails.
+# Every test that waits on the clock multiplies its waits by the slow factor that the first test
+# of each preset measures for that build on this machine (tests/support/machine_speed.py).
 # The default and asan test presets run two tests at a time with OMP_WAIT_POLICY=passive: two
 # OpenMP programs spinning on 2 cores starve each other (measured: the two logits conformance
 # tests took 156 s side by side with spinning threads, 117 s passive; SmolLM2's alone 101 -> 37 s).
@@ -55,23 +59,27 @@ if ((check_stubs)); then
   ctest --preset default -L stubcheck
   cmake --preset default -DLIO_CHECK_STUBS=OFF >/dev/null
 fi
-if ((asan)); then
-  stage "build (asan preset)"
+if ((asan || fuzz)); then
+  # One Clang tree for both: the build preset "asan" makes the unit tests and the fuzz targets,
+  # "fuzz" the fuzz targets alone (with --no-asan).
+  stage "build (asan preset: ASan + UBSan tests and the libFuzzer targets, one tree)"
   cmake --preset asan >/dev/null
-  cmake --build --preset asan -j "$(nproc)"
+  cmake --build --preset "$( ((asan)) && echo asan || echo fuzz)" -j "$(nproc)"
+fi
+if ((asan)); then
   stage "ctest (asan preset: unit + bad input)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset asan
 fi
-# Configures, builds and tests one preset whose build and test presets carry its targets and
-# filters (CMakePresets.json); $2 says what it checks.
-preset_stages() {
-  stage "build ($1 preset: $2)"
-  cmake --preset "$1" >/dev/null
-  cmake --build --preset "$1" -j "$(nproc)"
-  stage "ctest ($1 preset)"
-  ctest --preset "$1"
-}
-if ((fuzz)); then preset_stages fuzz "libFuzzer on every reader of untrusted bytes, from its seeds, bounded"; fi
-if ((tsan)); then preset_stages tsan "ThreadSanitizer on the engine loop, the server and their tests"; fi
+if ((fuzz)); then
+  stage "ctest (fuzz preset: libFuzzer on every reader of untrusted bytes, from its seeds, bounded)"
+  ctest --preset fuzz
+fi
+if ((tsan)); then
+  stage "build (tsan preset: ThreadSanitizer on the engine loop, the server and their tests)"
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j "$(nproc)"
+  stage "ctest (tsan preset)"
+  ctest --preset tsan
+fi
 stage "all tests passed in $((SECONDS - t0)) s"

@@ -5,7 +5,7 @@ of the instrumented code reached; "ft": features, edges with hit counts and comp
 corpus it ended with, and whether it found anything. Reads the WORK/<target>.summary.json
 lines scripts/fuzz.sh writes; writes OUT.json and OUT.md with command, commit, machine and date.
 
-    python3 bench/fuzz/report.py --work build-fuzz/fuzz --out bench/results/fuzz_cpu \
+    python3 bench/fuzz/report.py --work build-asan/fuzz --out bench/results/fuzz_cpu \
         --targets gguf safetensors ... --command "scripts/fuzz.sh --minutes 10 ..."
 """
 import argparse

@@ -12,6 +12,7 @@
 #include "lio/engine.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
+#include "sanitizer.h"
 
 namespace {
 
@@ -29,11 +30,11 @@ TEST(EngineRealModel, EightChatPromptsTogetherGiveTheTokensEachGivesAlone) {
       "it generates text one token at a time.",
       "2 + 2 = ?",
       "Give me a short list of fruits that are red, and tell me which one you like best and why."};
-#if defined(__SANITIZE_ADDRESS__)
-  // Under ASan (several times slower) four of them: the three long ones, which arrive in chunks,
-  // and a short one. The default build runs all eight.
-  questions = {questions[0], questions[3], questions[5], questions[7]};
-#endif
+  if (lio::test::kAddressSanitizer) {
+    // Under ASan (several times slower) four of them: the three long ones, which arrive in chunks,
+    // and a short one. The default build runs all eight.
+    questions = {questions[0], questions[3], questions[5], questions[7]};
+  }
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& q : questions) {
     const std::vector<lio::ChatMessage> chat = {{"user", q}};

@@ -19,6 +19,7 @@
 #include "lio/dtype.h"
 #include "lio/error.h"
 #include "paged_layout.h"
+#include "sanitizer.h"
 
 namespace {
 
@@ -211,9 +212,8 @@ TEST(FlashAttention, SlidingWindowMatchesItsDefinitionAndSkipsTiles) {
 }
 
 TEST(FlashAttention, EightThousandTokenPrefillMatchesTheNaiveTwin) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "the 8,192-token case runs in the default build (minutes under ASan)";
-#endif
+  if (lio::test::kAddressSanitizer)
+    GTEST_SKIP() << "the 8,192-token case runs in the default build (minutes under ASan)";
   const Case c(1, 1, 64, {{0, 8192}}, 3, 16);
   std::vector<float> lse_f, lse_n;
   const std::vector<float> naive = run_naive(c, true, &lse_n);
