@@ -40,6 +40,9 @@ done
 
 log() { echo "[setup] $*"; }
 t_start=$SECONDS
+t_phase=$SECONDS
+# took WHAT: one line with the seconds since the last such line (bench/fresh_machine/report.py reads them).
+took() { log "$1 took $((SECONDS - t_phase)) s"; t_phase=$SECONDS; }
 sudo_cmd=()
 [[ "$(id -u)" == 0 ]] || sudo_cmd=(sudo)
 
@@ -64,6 +67,7 @@ if ((${#missing[@]})); then
 else
   log "Debian packages present"
 fi
+took "Debian packages"
 
 # ---- 2. Python tooling venv (full setup only) ----------------------------------------------
 if ((!run_only)); then
@@ -90,6 +94,7 @@ if ((!run_only)); then
   else
     log ".venv up to date"
   fi
+  took "Python venv"
 fi
 
 # ---- 3. model --------------------------------------------------------------------------
@@ -115,6 +120,7 @@ if ((!run_only)); then
     fi
   done
 fi
+took "models"
 
 # ---- 4. build --------------------------------------------------------------------------
 if ((build)); then

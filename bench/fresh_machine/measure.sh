@@ -8,18 +8,27 @@
 # adds its install time (recorded separately when --apt-seconds gives it) and pip downloads
 # again. Run it on an otherwise idle machine: it measures the machine as much as the project.
 #
-# Usage: bench/fresh_machine/measure.sh [--skip-ci] [--apt-seconds S] [--out bench/results/fresh_machine_cpu]
-# Writes OUT.json and OUT.md (command, commit, machine, date; stage times from the scripts' own
-# stage lines), and the logs to OUT.run.log / OUT.ci.log under a temporary folder it names.
+# Usage: bench/fresh_machine/measure.sh [--skip-run] [--skip-ci] [--runs K] [--busy N]
+#                                       [--apt-seconds S] [--out bench/results/fresh_machine_cpu]
+#   --runs K   K CI runs in a row, each in its own fresh clone (default 1); every run is recorded,
+#              passed or failed, and the script exits 1 if any failed.
+#   --busy N   N busy loops (`while :; do :; done`, same priority as the CI) run beside each CI
+#              run: the machine deliberately slowed, to prove no test's verdict depends on its
+#              speed (issue 59). N = the core count halves the CPU the CI gets.
+# Writes OUT.json and OUT.md (bench/fresh_machine/report.py: command, commit, machine, date; each
+# run's stage times from test.sh's stage lines and the slow factor each preset measured), and
+# the logs to run.log / ci<i>.log under a temporary folder it names.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 command="bench/fresh_machine/measure.sh${*:+ $*}"
 out="$root/bench/results/fresh_machine_cpu"
-skip_ci=0
-apt_seconds=""
+skip_run=0 skip_ci=0 runs=1 busy=0 apt_seconds=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --skip-run) skip_run=1 ;;
     --skip-ci) skip_ci=1 ;;
+    --runs) runs="$2"; shift ;;
+    --busy) busy="$2"; shift ;;
     --apt-seconds) apt_seconds="$2"; shift ;;
     --out) out="$2"; shift ;;
     *) echo "measure.sh: unknown flag $1" >&2; exit 2 ;;
@@ -28,81 +37,63 @@ while [[ $# -gt 0 ]]; do
 done
 work="$(mktemp -d)"
 echo "measure: clones and logs in $work"
-commit="$(git -C "$root" rev-parse --short HEAD)"
+records="$work/records.jsonl"
+: >"$records"
 
 # ---- scripts/run.sh in a fresh clone ------------------------------------------------------------
-git clone -q "$root" "$work/run"
-t0=$(date +%s.%N)
-(cd "$work/run" && bash scripts/run.sh --max-tokens 32) >"$work/run.log" 2>&1
-t1=$(date +%s.%N)
-run_s=$(python3 -c "print(round($t1 - $t0, 1))")
-run_build_s=$(sed -n 's/^\[setup\] built in \([0-9]*\) s.*/\1/p' "$work/run.log" | tail -1)
-echo "measure: scripts/run.sh answered after $run_s s (setup + build $run_build_s s)"
-
-# ---- CI=true bash .ci/run in another fresh clone ---------------------------------------------------
-ci_s=""
-stages_json="[]"
-if ((!skip_ci)); then
-  git clone -q "$root" "$work/ci"
+if ((!skip_run)); then
+  git clone -q "$root" "$work/run"
   t0=$(date +%s.%N)
-  (cd "$work/ci" && CI=true bash .ci/run) >"$work/ci.log" 2>&1
+  (cd "$work/run" && bash scripts/run.sh --max-tokens 32) >"$work/run.log" 2>&1
   t1=$(date +%s.%N)
-  ci_s=$(python3 -c "print(round($t1 - $t0, 1))")
-  echo "measure: CI=true bash .ci/run passed after $ci_s s"
-  # test.sh prints "=== STAGE (HH:MM:SS)" at each stage start.
-  stages_json=$(python3 - "$work/ci.log" <<'PY'
-import json, re, sys, datetime
-marks = []
-for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
-    m = re.match(r"^=== (.*) \((\d\d):(\d\d):(\d\d)\)$", line.rstrip())
-    if m:
-        marks.append((m.group(1), int(m.group(2)) * 3600 + int(m.group(3)) * 60 + int(m.group(4))))
-stages = []
-for (name, t), nxt in zip(marks, marks[1:]):
-    stages.append({"stage": name, "seconds": (nxt[1] - t) % 86400})
-print(json.dumps(stages))
-PY
-)
+  run_s=$(python3 -c "print(round($t1 - $t0, 1))")
+  echo "measure: scripts/run.sh answered after $run_s s"
+  printf '{"kind": "run_sh", "seconds": %s, "log": "%s"}\n' "$run_s" "$work/run.log" >>"$records"
+  rm -rf "$work/run"
 fi
 
-cpu_model="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-cores="$(nproc)"
-mem_gib="$(free -g | awk '/^Mem:/ {print $2}')"
-date_utc="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-python3 - "$out" <<PY
-import json, sys
-out = sys.argv[1]
-data = {
-    "what": "wall time a newcomer waits on a fresh clone (no build/, models/ or .venv/)",
-    "command": "$command",
-    "commit": "$commit",
-    "machine": {"cpu": "$cpu_model", "cores": $cores, "memory_gib": $mem_gib, "gpu": "none"},
-    "date": "$date_utc",
-    "apt_install_seconds": ${apt_seconds:-None},
-    "run_sh_seconds": $run_s,
-    "run_sh_setup_and_build_seconds": ${run_build_s:-None},
-    "ci_seconds": ${ci_s:-None},
-    "ci_stages": json.loads('''$stages_json'''),
+# ---- CI=true bash .ci/run, each run in another fresh clone, optionally beside busy loops ----------
+loops=()
+stop_loops() {
+  ((${#loops[@]})) && kill "${loops[@]}" 2>/dev/null
+  ((${#loops[@]})) && wait "${loops[@]}" 2>/dev/null
+  loops=()
 }
-json.dump(data, open(out + ".json", "w"), indent=2)
-lines = [
-    "# Fresh-machine times",
-    "",
-    f"Command: \`{data['command']}\` · commit {data['commit']} · {data['machine']['cpu']}, "
-    f"{data['machine']['cores']} cores, {data['machine']['memory_gib']} GiB, no GPU · {data['date']}",
-    "",
-    "| command | until | wall time |",
-    "|---|---|---|",
-    f"| \`scripts/run.sh\` | the answer is printed | {data['run_sh_seconds'] / 60:.1f} min |",
-]
-if data["ci_seconds"] is not None:
-    lines.append(f"| \`CI=true bash .ci/run\` | all tests passed | {data['ci_seconds'] / 60:.1f} min |")
-if data["apt_install_seconds"] is not None:
-    lines += ["", f"Debian packages were already installed; installing the run set on a new machine took "
-              f"{data['apt_install_seconds']} s (measured separately)."]
-if data["ci_stages"]:
-    lines += ["", "| CI stage | seconds |", "|---|---|"]
-    lines += [f"| {s['stage']} | {s['seconds']} |" for s in data["ci_stages"]]
-open(out + ".md", "w").write("\n".join(lines) + "\n")
-print("measure: wrote", out + ".json", "and", out + ".md")
+trap stop_loops EXIT
+failed=0
+if ((!skip_ci)); then
+  for ((i = 1; i <= runs; i++)); do
+    clone="$work/ci$i"
+    git clone -q "$root" "$clone"
+    for ((b = 0; b < busy; b++)); do
+      bash -c 'while :; do :; done' &
+      loops+=($!)
+    done
+    t0=$(date +%s.%N)
+    rc=0
+    (cd "$clone" && CI=true bash .ci/run) >"$work/ci$i.log" 2>&1 || rc=$?
+    t1=$(date +%s.%N)
+    stop_loops
+    ci_s=$(python3 -c "print(round($t1 - $t0, 1))")
+    echo "measure: CI run $i of $runs ($busy busy loops beside it) exited $rc after $ci_s s"
+    ((rc == 0)) || failed=1
+    # Each preset's calibration record (tests/support/machine_speed.py), then the clone goes.
+    speeds="{}"
+    speeds=$(python3 - "$clone" <<'PY'
+import glob, json, os, sys
+out = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "build*", "tests", "machine_speed.json"))):
+    r = json.load(open(f))
+    out[f.split(os.sep)[-3]] = {"tpot_ms": r.get("tpot_ms"), "slow_factor": r.get("slow_factor")}
+print(json.dumps(out))
 PY
+)
+    printf '{"kind": "ci", "run": %d, "seconds": %s, "exit_code": %d, "busy_loops": %d, "log": "%s", "machine_speed": %s}\n' \
+      "$i" "$ci_s" "$rc" "$busy" "$work/ci$i.log" "$speeds" >>"$records"
+    rm -rf "$clone"
+  done
+fi
+
+python3 "$root/bench/fresh_machine/report.py" --records "$records" --out "$out" --command "$command" \
+  ${apt_seconds:+--apt-seconds "$apt_seconds"}
+exit "$failed"
