@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""64 concurrent streaming clients for a bounded time, loopback only.
+"""64 concurrent streaming clients, loopback only, for a bounded amount of work.
 
 Each client thread sends streaming requests back to back (completions and chat alternating,
-max_tokens 4..16 with ignore_eos, stream_options.include_usage) until the time is up. Every
+max_tokens 4..16 with ignore_eos, stream_options.include_usage): at least MIN_REQUESTS_PER_CLIENT
+each, and more until the time is up. The work, not the clock, makes it a load test: a slow
+machine or build sends the same 128 requests and takes longer, a fast one sends more. Every
 response must be complete: HTTP 200, SSE, `[DONE]` last, finish_reason "length" for its
 choice, usage.completion_tokens == max_tokens, no chunk after [DONE]. Seeded requests repeated
 under load must give the text they gave alone (COURSE.md: a seeded request gives the same
@@ -20,6 +22,7 @@ import time
 import server_harness as h
 
 N_CLIENTS = 64
+MIN_REQUESTS_PER_CLIENT = 2
 SUBJECTS = ["the sea", "a mountain", "the moon", "a city", "trains", "bread", "rain", "music"]
 
 
@@ -84,7 +87,7 @@ class Load(h.ServerTestCase):
         def client(i):
             rng = random.Random(i)
             n = 0
-            while time.monotonic() < deadline:
+            while n < MIN_REQUESTS_PER_CLIENT or time.monotonic() < deadline:
                 pinned = i % 8 == 0 and n % 3 == 2
                 if pinned:
                     k = (i // 8 + n) % len(PINNED)
@@ -121,7 +124,6 @@ class Load(h.ServerTestCase):
         for e in stats["errors"][:10]:
             print("  error:", e)
         self.assertEqual(stats["errors"], [])
-        self.assertGreaterEqual(stats["requests"], 2 * N_CLIENTS, "too few requests to call this a load test")
         self.assertEqual(stats["pinned_mismatch"], [], "a seeded request changed its text under load")
 
         idle, took, last = h.wait_idle(self.server, within_s=2.0)
