@@ -18,6 +18,9 @@
 #                               compiles llama.cpp, a few minutes); the F32 copy of the model;
 #                               the whole build (preset "default": tests, benchmarks, CUDA
 #                               kernels when nvcc is found).
+# The venv and the models need no compiler and the build needs neither, so they are made in the
+# background beside the build, their output printed when the build ends; each phase prints
+# "[setup] PHASE took N s" (bench/fresh_machine/report.py reads them).
 # Flags: --run, --target NAME (with --run; repeatable), --no-build (packages, venv, model only),
 #        --preset NAME (full setup's preset; default: default).
 set -euo pipefail
@@ -40,9 +43,6 @@ done
 
 log() { echo "[setup] $*"; }
 t_start=$SECONDS
-t_phase=$SECONDS
-# took WHAT: one line with the seconds since the last such line (bench/fresh_machine/report.py reads them).
-took() { log "$1 took $((SECONDS - t_phase)) s"; t_phase=$SECONDS; }
 sudo_cmd=()
 [[ "$(id -u)" == 0 ]] || sudo_cmd=(sudo)
 
@@ -67,63 +67,74 @@ if ((${#missing[@]})); then
 else
   log "Debian packages present"
 fi
-took "Debian packages"
+log "Debian packages took $((SECONDS - t_start)) s"
 
-# ---- 2. Python tooling venv (full setup only) ----------------------------------------------
-if ((!run_only)); then
-  # llama.cpp (inside llama-cpp-python) is the oracle, so it is built for AVX2 only, not for
-  # this machine's every feature: on an AVX-512 + AMX Xeon its native build gives wrong Q4_1
-  # logits once a batch reaches 32 rows (top-1 agreement with its own F32 copy falls from 0.97
-  # to 0.22; tests/conformance/check_logits.py prints that "noise floor"). --no-cache-dir keeps
-  # pip from reusing a wheel built with other flags.
-  llama_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
-  stamp=.venv/.lio-requirements
-  want_stamp="$(cat scripts/requirements.txt; echo "# llama-cpp-python CMAKE_ARGS=$llama_cmake_args")"
-  if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want_stamp" ]]; then
-    log "creating .venv (llama-cpp-python compiles llama.cpp from source: a few minutes)"
-    [[ -x .venv/bin/python ]] || python3 -m venv .venv
-    .venv/bin/python -m pip install --quiet --upgrade pip
-    grep -v '^llama-cpp-python' scripts/requirements.txt >.venv/requirements-rest.txt
-    .venv/bin/python -m pip install --quiet -r .venv/requirements-rest.txt
-    CMAKE_ARGS="$llama_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      .venv/bin/python -m pip install --quiet --no-cache-dir --force-reinstall --no-deps \
-      "$(grep '^llama-cpp-python' scripts/requirements.txt)"
-    # llama-cpp-python's own dependencies (typing-extensions, diskcache, jinja2; numpy is pinned above)
-    .venv/bin/python -m pip install --quiet "$(grep '^llama-cpp-python' scripts/requirements.txt)"
-    echo "$want_stamp" >"$stamp"
-  else
-    log ".venv up to date"
-  fi
-  took "Python venv"
-fi
-
-# ---- 3. model --------------------------------------------------------------------------
-if ((run_only)); then
-  bash scripts/fetch_model.sh smollm2
-else
-  bash scripts/fetch_model.sh all  # SmolLM2 (the default) and Gemma 3 270M (the second family)
-fi
-if ((!run_only)); then
-  # An F32 copy made by llama.cpp's own quantize API: the conformance test's strict case and
-  # the benchmark's F32 row (~540 MB, gitignored).
-  # The same for Gemma 3 270M (~1.08 GB): its conformance test runs on it past the window.
-  for pair in SmolLM2-135M-Instruct.Q4_1.gguf:SmolLM2-135M-Instruct.F32.gguf \
-              gemma-3-270m-q4_k_m.gguf:gemma-3-270m.F32.gguf; do
-    src="models/${pair%%:*}" f32="models/${pair##*:}"
-    if [[ -f "$f32" ]]; then
-      log "$f32 present"
+# ---- 2 + 3. the Python venv and the models ---------------------------------------------------
+# Neither needs the C++ build nor the build them, and both spend much of their time waiting on the
+# network, on pip and on llama.cpp's single-threaded configure: with a build to do they run in the
+# background beside it (below), their output printed when they end.
+venv_and_models() {
+  local t0=$SECONDS
+  if ((!run_only)); then
+    # llama.cpp (inside llama-cpp-python) is the oracle, so it is built for AVX2 only, not for
+    # this machine's every feature: on an AVX-512 + AMX Xeon its native build gives wrong Q4_1
+    # logits once a batch reaches 32 rows (top-1 agreement with its own F32 copy falls from 0.97
+    # to 0.22; tests/conformance/check_logits.py prints that "noise floor"). --no-cache-dir keeps
+    # pip from reusing a wheel built with other flags.
+    llama_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
+    stamp=.venv/.lio-requirements
+    want_stamp="$(cat scripts/requirements.txt; echo "# llama-cpp-python CMAKE_ARGS=$llama_cmake_args")"
+    if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want_stamp" ]]; then
+      log "creating .venv (llama-cpp-python compiles llama.cpp from source: a few minutes)"
+      [[ -x .venv/bin/python ]] || python3 -m venv .venv
+      .venv/bin/python -m pip install --quiet --upgrade pip
+      grep -v '^llama-cpp-python' scripts/requirements.txt >.venv/requirements-rest.txt
+      .venv/bin/python -m pip install --quiet -r .venv/requirements-rest.txt
+      CMAKE_ARGS="$llama_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        .venv/bin/python -m pip install --quiet --no-cache-dir --force-reinstall --no-deps \
+        "$(grep '^llama-cpp-python' scripts/requirements.txt)"
+      # llama-cpp-python's own dependencies (typing-extensions, diskcache, jinja2; numpy is pinned above)
+      .venv/bin/python -m pip install --quiet "$(grep '^llama-cpp-python' scripts/requirements.txt)"
+      echo "$want_stamp" >"$stamp"
     else
-      log "making $f32 (llama.cpp's quantize API)"
-      .venv/bin/python scripts/make_f32_copy.py "$src" "$f32" >/dev/null 2>&1 ||
-        { echo "setup.sh: make_f32_copy.py failed; run it by hand to see why:" >&2
-          echo "  .venv/bin/python scripts/make_f32_copy.py $src $f32" >&2; exit 1; }
+      log ".venv up to date"
     fi
-  done
-fi
-took "models"
+    log "Python venv took $((SECONDS - t0)) s${1:+ ($1)}"; t0=$SECONDS
+  fi
 
-# ---- 4. build --------------------------------------------------------------------------
+  if ((run_only)); then
+    bash scripts/fetch_model.sh smollm2
+  else
+    bash scripts/fetch_model.sh all  # SmolLM2 (the default) and Gemma 3 270M (the second family)
+  fi
+  if ((!run_only)); then
+    # An F32 copy made by llama.cpp's own quantize API: the conformance test's strict case and
+    # the benchmark's F32 row (~540 MB, gitignored).
+    # The same for Gemma 3 270M (~1.08 GB): its conformance test runs on it past the window.
+    for pair in SmolLM2-135M-Instruct.Q4_1.gguf:SmolLM2-135M-Instruct.F32.gguf \
+                gemma-3-270m-q4_k_m.gguf:gemma-3-270m.F32.gguf; do
+      src="models/${pair%%:*}" f32="models/${pair##*:}"
+      if [[ -f "$f32" ]]; then
+        log "$f32 present"
+      else
+        log "making $f32 (llama.cpp's quantize API)"
+        .venv/bin/python scripts/make_f32_copy.py "$src" "$f32" >/dev/null 2>&1 ||
+          { echo "setup.sh: make_f32_copy.py failed; run it by hand to see why:" >&2
+            echo "  .venv/bin/python scripts/make_f32_copy.py $src $f32" >&2; exit 1; }
+      fi
+    done
+  fi
+  log "models took $((SECONDS - t0)) s${1:+ ($1)}"
+}
+
+# ---- 4. build, with the venv and the models beside it ------------------------------------------
 if ((build)); then
+  side_log="$(mktemp)"
+  venv_and_models "beside the build" >"$side_log" 2>&1 &
+  side_pid=$!
+  # A failed build ends the script (set -e): the venv and models go with it.
+  trap 'kill "$side_pid" 2>/dev/null; rm -f "$side_log"' EXIT
+  t_build=$SECONDS
   if ((run_only)); then
     ((${#targets[@]})) || targets=(lio)
     if [[ -f build/CMakeCache.txt ]]; then
@@ -143,5 +154,14 @@ if ((build)); then
     cmake --preset "$preset" >/dev/null
     cmake --build --preset "$preset" -j "$(nproc)"
   fi
+  log "build took $((SECONDS - t_build)) s"
+  side_rc=0
+  wait "$side_pid" || side_rc=$?
+  trap - EXIT
+  cat "$side_log"
+  rm -f "$side_log"
+  ((side_rc == 0)) || { echo "setup.sh: the venv or the models failed (above)" >&2; exit 1; }
   log "built in $((SECONDS - t_start)) s: $(ls build/bin 2>/dev/null | tr '\n' ' ')"
+else
+  venv_and_models
 fi

@@ -2,7 +2,7 @@
 // every family (GGUF, safetensors shards and their index, tokenizer.json) from the unit
 // tests' tiny-model writer, and the chat templates of the models scripts/setup.sh fetches.
 // Run once by hand, output committed:
-//   build-asan/bin/fuzz_make_seeds tests/fuzz/corpus
+//   cmake --build build-asan --target fuzz_make_seeds && build-asan/bin/fuzz_make_seeds tests/fuzz/corpus
 // libFuzzer names corpus files by content, so each seed is written as seed-<what>.
 #include <cstdio>
 #include <filesystem>
