@@ -37,6 +37,9 @@ while [[ $# -gt 0 ]]; do
 done
 work="$(mktemp -d)"
 echo "measure: clones and logs in $work"
+# The clones hold HEAD as committed: that is the commit the results name, whatever this checkout
+# has changed since (results_meta.git_commit takes LIO_COMMIT as given).
+export LIO_COMMIT="$(git -C "$root" rev-parse --short HEAD)"
 records="$work/records.jsonl"
 : >"$records"
 
@@ -84,7 +87,7 @@ import glob, json, os, sys
 out = {}
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "build*", "tests", "machine_speed.json"))):
     r = json.load(open(f))
-    out[f.split(os.sep)[-3]] = {"tpot_ms": r.get("tpot_ms"), "slow_factor": r.get("slow_factor")}
+    out[f.split(os.sep)[-3]] = {k: r.get(k) for k in ("step_ms", "reference_step_ms", "slow_factor")}
 print(json.dumps(out))
 PY
 )

@@ -55,15 +55,12 @@ def setup_build_seconds(log_path):
 
 
 def setup_phases(log_path):
-    """[{"phase", "seconds"}]: setup.sh's packages, venv and models phases, then its build (the
-    rest up to "built in N s")."""
+    """[{"phase", "seconds"}]: setup.sh's "[setup] PHASE took N s" lines (packages, venv, models,
+    build; the venv and the models run beside the build and say so after the seconds)."""
     with open(log_path, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    phases = [{"phase": p, "seconds": int(t)} for p, t in re.findall(r"^\[setup\] (.+) took (\d+) s$", text, re.M)]
-    total = setup_build_seconds(log_path)
-    if phases and total is not None:
-        phases.append({"phase": "build", "seconds": total - sum(p["seconds"] for p in phases)})
-    return phases
+    return [{"phase": f"{phase} {rest.strip()}".strip(), "seconds": int(seconds)}
+            for phase, seconds, rest in re.findall(r"^\[setup\] (.+?) took (\d+) s(.*)$", text, re.M)]
 
 
 def main():
@@ -131,9 +128,11 @@ def main():
         if runs[0]["setup_phases"]:
             lines += ["", "The first stage, setup + build, by phase (run 1): " + ", ".join(
                 f"{p['phase']} {p['seconds']} s" for p in runs[0]["setup_phases"]) + "."]
-        lines += ["", "The slow factor is the decode step each preset's `lio` measured at the start of its tests "
-                  "(tests/support/machine_speed.py) over the 8.0 ms the tests' waits were written for; every "
-                  "clock-bound test multiplies its waits by it."]
+        refs = sorted({s.get("reference_step_ms") for r in runs for s in r["machine_speed"].values()} - {None})
+        lines += ["", "The slow factor is the decode step (16 sampled sequences at once) each preset's `lio` measured at the start of its tests "
+                  "(tests/support/machine_speed.py, under OMP_WAIT_POLICY=passive as ctest runs them) over the "
+                  f"{' / '.join(f'{x:g}' for x in refs) or '(not recorded)'} ms the tests' waits were written for, "
+                  "never below 1; every clock-bound test multiplies its waits by it."]
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("report: wrote", results_meta.local_path_free(a.out + ".json"), "and",
