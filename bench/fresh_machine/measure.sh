@@ -9,12 +9,17 @@
 # again. Run it on an otherwise idle machine: it measures the machine as much as the project.
 #
 # Usage: bench/fresh_machine/measure.sh [--skip-run] [--skip-ci] [--runs K] [--busy N]
+#                                       [--reruns R] [--rerun-busy M]
 #                                       [--apt-seconds S] [--out bench/results/fresh_machine_cpu]
 #   --runs K   K CI runs in a row, each in its own fresh clone (default 1); every run is recorded,
 #              passed or failed, and the script exits 1 if any failed.
 #   --busy N   N busy loops (`while :; do :; done`, same priority as the CI) run beside each CI
 #              run: the machine deliberately slowed, to prove no test's verdict depends on its
 #              speed (issue 59). N = the core count halves the CPU the CI gets.
+#   --reruns R R more runs of `CI=true bash .ci/run` in the last fresh clone, its trees, venv and
+#   --rerun-busy M  models already made (setup and the builds find nothing to do: the tests again),
+#              each beside M busy loops: every test stage rerun on a slowed machine for a quarter
+#              of a fresh run's time. Recorded as kind "ci_rerun".
 # Writes OUT.json and OUT.md (bench/fresh_machine/report.py: command, commit, machine, date; each
 # run's stage times from test.sh's stage lines and the slow factor each preset measured), and
 # the logs to run.log / ci<i>.log under a temporary folder it names.
@@ -22,13 +27,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 command="bench/fresh_machine/measure.sh${*:+ $*}"
 out="$root/bench/results/fresh_machine_cpu"
-skip_run=0 skip_ci=0 runs=1 busy=0 apt_seconds=""
+skip_run=0 skip_ci=0 runs=1 busy=0 reruns=0 rerun_busy=0 apt_seconds=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --skip-run) skip_run=1 ;;
     --skip-ci) skip_ci=1 ;;
     --runs) runs="$2"; shift ;;
     --busy) busy="$2"; shift ;;
+    --reruns) reruns="$2"; shift ;;
+    --rerun-busy) rerun_busy="$2"; shift ;;
     --apt-seconds) apt_seconds="$2"; shift ;;
     --out) out="$2"; shift ;;
     *) echo "measure.sh: unknown flag $1" >&2; exit 2 ;;
@@ -65,23 +72,21 @@ stop_loops() {
 trap stop_loops EXIT
 failed=0
 if ((!skip_ci)); then
-  for ((i = 1; i <= runs; i++)); do
-    clone="$work/ci$i"
-    git clone -q "$root" "$clone"
-    for ((b = 0; b < busy; b++)); do
+  # One CI run in CLONE beside N busy loops, recorded as KIND (ci / ci_rerun) number I.
+  ci_once() {
+    local kind=$1 i=$2 n=$3 clone=$4 log=$5 b t0 t1 rc=0 ci_s speeds
+    for ((b = 0; b < n; b++)); do
       bash -c 'while :; do :; done' &
       loops+=($!)
     done
     t0=$(date +%s.%N)
-    rc=0
-    (cd "$clone" && CI=true bash .ci/run) >"$work/ci$i.log" 2>&1 || rc=$?
+    (cd "$clone" && CI=true bash .ci/run) >"$log" 2>&1 || rc=$?
     t1=$(date +%s.%N)
     stop_loops
     ci_s=$(python3 -c "print(round($t1 - $t0, 1))")
-    echo "measure: CI run $i of $runs ($busy busy loops beside it) exited $rc after $ci_s s"
+    echo "measure: $kind $i ($n busy loops beside it) exited $rc after $ci_s s"
     ((rc == 0)) || failed=1
-    # Each preset's calibration record (tests/support/machine_speed.py), then the clone goes.
-    speeds="{}"
+    # Each preset's calibration record (tests/support/machine_speed.py).
     speeds=$(python3 - "$clone" <<'PY'
 import glob, json, os, sys
 out = {}
@@ -91,8 +96,18 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "build*", "tests", "machine_
 print(json.dumps(out))
 PY
 )
-    printf '{"kind": "ci", "run": %d, "seconds": %s, "exit_code": %d, "busy_loops": %d, "log": "%s", "machine_speed": %s}\n' \
-      "$i" "$ci_s" "$rc" "$busy" "$work/ci$i.log" "$speeds" >>"$records"
+    printf '{"kind": "%s", "run": %d, "seconds": %s, "exit_code": %d, "busy_loops": %d, "log": "%s", "machine_speed": %s}\n' \
+      "$kind" "$i" "$ci_s" "$rc" "$n" "$log" "$speeds" >>"$records"
+  }
+  for ((i = 1; i <= runs; i++)); do
+    clone="$work/ci$i"
+    git clone -q "$root" "$clone"
+    ci_once ci "$i" "$busy" "$clone" "$work/ci$i.log"
+    if ((i == runs)); then
+      for ((j = 1; j <= reruns; j++)); do
+        ci_once ci_rerun "$j" "$rerun_busy" "$clone" "$work/ci$i-rerun$j.log"
+      done
+    fi
     rm -rf "$clone"
   done
 fi

@@ -4,7 +4,8 @@
 measure.sh appends one JSON line per measured command to a records file:
     {"kind": "run_sh", "seconds": S, "log": PATH}
     {"kind": "ci", "run": I, "seconds": S, "exit_code": RC, "busy_loops": N, "log": PATH,
-     "machine_speed": {"build": {"tpot_ms": T, "slow_factor": F}, ...}}
+     "machine_speed": {"build": {"step_ms": T, "reference_step_ms": R, "slow_factor": F}, ...}}
+    {"kind": "ci_rerun", ...the same fields}: .ci/run again in the last fresh clone (built)
 This script reads them and each log: test.sh prints "=== STAGE (HH:MM:SS)" as each stage starts,
 so a stage's time is the gap to the next mark; setup.sh prints "[setup] PHASE took N s" after its
 packages, venv and models, and "[setup] built in N s" (since its start) after the build. The
@@ -79,14 +80,17 @@ def main():
     run = next((r for r in records if r["kind"] == "run_sh"), None)
     data["run_sh_seconds"] = run["seconds"] if run else None
     data["run_sh_setup_and_build_seconds"] = setup_build_seconds(run["log"]) if run else None
-    runs = []
-    for r in (r for r in records if r["kind"] == "ci"):
-        runs.append({"run": r["run"], "passed": r["exit_code"] == 0, "exit_code": r["exit_code"],
-                     "seconds": r["seconds"], "busy_loops": r["busy_loops"], "stages": stages(r["log"]),
-                     "setup_phases": setup_phases(r["log"]),
-                     "machine_speed": r["machine_speed"],
-                     "failures": [] if r["exit_code"] == 0 else failure_lines(r["log"])})
+    def ci_records(kind):
+        return [{"run": r["run"], "passed": r["exit_code"] == 0, "exit_code": r["exit_code"],
+                 "seconds": r["seconds"], "busy_loops": r["busy_loops"], "stages": stages(r["log"]),
+                 "setup_phases": setup_phases(r["log"]),
+                 "machine_speed": r["machine_speed"],
+                 "failures": [] if r["exit_code"] == 0 else failure_lines(r["log"])}
+                for r in records if r["kind"] == kind]
+    runs, reruns = ci_records("ci"), ci_records("ci_rerun")
     data["ci_runs"] = runs
+    data["ci_reruns"] = reruns
+    data["ci_reruns_passed"] = all(r["passed"] for r in reruns) if reruns else None
     data["ci_seconds"] = runs[0]["seconds"] if runs else None
     data["ci_passed"] = all(r["passed"] for r in runs) if runs else None
     data["ci_stages"] = runs[0]["stages"] if runs else []
@@ -103,32 +107,44 @@ def main():
     if a.apt_seconds is not None:
         lines += [f"Debian packages were already installed; installing the run set on a new machine took "
                   f"{a.apt_seconds} s (measured separately).", ""]
+    def runs_table(rs, label):
+        """The run table, failures and per-stage table of one list of CI records."""
+        out = ["| run | result | wall time | slow factor measured (default / asan / tsan) |", "|---|---|---:|---|"]
+        for r in rs:
+            sf = " / ".join(f"{r['machine_speed'].get(b, {}).get('slow_factor', '-')}"
+                            for b in ("build", "build-asan", "build-tsan"))
+            out.append(f"| {label} {r['run']} | {'passed' if r['passed'] else 'FAILED'} | {r['seconds'] / 60:.1f} min | {sf} |")
+        if len(rs) > 1:
+            secs = [r["seconds"] for r in rs]
+            out += ["", f"Median {statistics.median(secs) / 60:.1f} min, range {min(secs) / 60:.1f}-{max(secs) / 60:.1f} min."]
+        for r in rs:
+            if r["failures"]:
+                out += ["", f"{label.capitalize()} {r['run']} failed:", "", "```", *r["failures"], "```"]
+        names = [st["stage"] for st in rs[0]["stages"]]
+        out += ["", "| CI stage | " + " | ".join(f"{label} {r['run']} (s)" for r in rs) + " |",
+                "|---|" + "---:|" * len(rs)]
+        for i, name in enumerate(names):
+            cells = [str(r["stages"][i]["seconds"]) if i < len(r["stages"]) else "-" for r in rs]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        return out
+
     if runs:
         busy = runs[0]["busy_loops"]
         lines += [f"`CI=true bash .ci/run` on a fresh clone, {len(runs)} run(s) in a row"
                   + (f", each beside {busy} busy loop(s) at the same priority (the machine deliberately slowed)"
-                     if busy else ", nothing else running") + ":", "",
-                  "| run | result | wall time | slow factor measured (default / asan / tsan) |", "|---|---|---:|---|"]
-        for r in runs:
-            sf = " / ".join(f"{r['machine_speed'].get(b, {}).get('slow_factor', '-')}"
-                            for b in ("build", "build-asan", "build-tsan"))
-            lines.append(f"| {r['run']} | {'passed' if r['passed'] else 'FAILED'} | {r['seconds'] / 60:.1f} min | {sf} |")
-        if len(runs) > 1:
-            secs = [r["seconds"] for r in runs]
-            lines += ["", f"Median {statistics.median(secs) / 60:.1f} min, range {min(secs) / 60:.1f}-{max(secs) / 60:.1f} min."]
-        for r in runs:
-            if r["failures"]:
-                lines += ["", f"Run {r['run']} failed:", "", "```", *r["failures"], "```"]
-        names = [s["stage"] for s in runs[0]["stages"]]
-        lines += ["", "| CI stage | " + " | ".join(f"run {r['run']} (s)" for r in runs) + " |",
-                  "|---|" + "---:|" * len(runs)]
-        for i, name in enumerate(names):
-            cells = [str(r["stages"][i]["seconds"]) if i < len(r["stages"]) else "-" for r in runs]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+                     if busy else ", nothing else running") + ":", "", *runs_table(runs, "run")]
         if runs[0]["setup_phases"]:
             lines += ["", "The first stage, setup + build, by phase (run 1): " + ", ".join(
                 f"{p['phase']} {p['seconds']} s" for p in runs[0]["setup_phases"]) + "."]
-        refs = sorted({s.get("reference_step_ms") for r in runs for s in r["machine_speed"].values()} - {None})
+    if reruns:
+        rbusy = reruns[0]["busy_loops"]
+        lines += ["", f"Then `CI=true bash .ci/run` {len(reruns)} more time(s) in a row in run {runs[-1]['run']}'s clone "
+                  "(its venv, models and build trees made: setup and the builds find little to do, every test runs again)"
+                  + (f", each beside {rbusy} busy loop(s) `while :; do :; done` at the same priority: the machine deliberately "
+                     "slowed, to show no test's verdict depends on its speed" if rbusy else "") + ":", "",
+                  *runs_table(reruns, "rerun")]
+    if runs or reruns:
+        refs = sorted({s.get("reference_step_ms") for r in runs + reruns for s in r["machine_speed"].values()} - {None})
         lines += ["", "The slow factor is the decode step (16 sampled sequences at once) each preset's `lio` measured at the start of its tests "
                   "(tests/support/machine_speed.py, under OMP_WAIT_POLICY=passive as ctest runs them) over the "
                   f"{' / '.join(f'{x:g}' for x in refs) or '(not recorded)'} ms the tests' waits were written for, "
