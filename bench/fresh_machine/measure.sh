@@ -64,9 +64,13 @@ fi
 
 # ---- CI=true bash .ci/run, each run in another fresh clone, optionally beside busy loops ----------
 loops=()
+# A killed loop's wait answers 143: under set -e that must not end the script (it did, after the
+# first slowed rerun).
 stop_loops() {
-  ((${#loops[@]})) && kill "${loops[@]}" 2>/dev/null
-  ((${#loops[@]})) && wait "${loops[@]}" 2>/dev/null
+  if ((${#loops[@]})); then
+    kill "${loops[@]}" 2>/dev/null || true
+    wait "${loops[@]}" 2>/dev/null || true
+  fi
   loops=()
 }
 trap stop_loops EXIT
