@@ -26,7 +26,8 @@
 # vs CUDA graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling);
 # bench_cuda_gemv (each decode matmul kernel alone, fused and unfused: GB/s against the copy rate);
 # when the bundle carries llama.cpp's CUDA build, the peer on the same card (bench/cuda_decode/peer.py,
-# bench/batched/run.py --device cuda), each writing its own results files into --out.
+# bench/batched/run.py --device cuda), each writing its own results files into --out; their command
+# lines are parsed (--check-args) in every run, the dry run too.
 # Exit status: 0 when every step that ran passed; 1 when one failed; 3 when no GPU answered
 # without --dry-run (the report is written in every case). LIO_GPU_CHECK_ASSUME_GPU=1 runs the GPU
 # steps without a GPU, to test this script's own paths there (they fail, and the report says so).
@@ -352,14 +353,23 @@ if [[ -n "$from" && -f "$from/llama-cuda.tar.xz" ]]; then
     llama_dir="$work/llama-cuda"
   fi
 fi
+# The two peer command lines, built here whatever runs: the dry run parses them (each script's
+# --check-args), so a flag the script cannot read fails here, not on the next GPU loan (issue 60:
+# `--lio-args "--cuda-graphs"` made argparse exit 2, as a value that starts with `--` reads as a
+# flag; `--lio-args=...` binds it).
+peer_llama="${llama_dir:-<llama-cuda>}"
+peer_model="${model:-<model>}"
+peer_decode_cmd=("$python" "$root/bench/cuda_decode/peer.py" --lio "$bin/lio" --llama-bench "$peer_llama/bin/llama-bench"
+  --model "$peer_model" --out "$out/cuda_peer_decode")
+peer_batched_cmd=("$python" "$root/bench/batched/run.py" --device cuda --lio "$bin/lio"
+  --llama-bench "$peer_llama/bin/llama-batched-bench" --model "$peer_model" --concurrency 1,4,16,64
+  --prompt-tokens 128 --gen-tokens 128 --lio-args=--cuda-graphs --out "$out/cuda_batched")
+run "peer.py command line parses (--check-args)" 60 "${peer_decode_cmd[@]}" --check-args
+run "batched/run.py command line parses (--check-args)" 60 "${peer_batched_cmd[@]}" --check-args
 if ((gpu)) && [[ -n "$model" && -n "$llama_dir" ]]; then
   export LD_LIBRARY_PATH="$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  run "peer: batch-1 decode and prefill vs llama-bench (CUDA)" 200 "$python" "$root/bench/cuda_decode/peer.py" \
-    --lio "$bin/lio" --llama-bench "$llama_dir/bin/llama-bench" --model "$model" --out "$out/cuda_peer_decode"
-  run "peer: batched decode vs llama-batched-bench (CUDA)" 240 "$python" "$root/bench/batched/run.py" \
-    --device cuda --lio "$bin/lio" --llama-bench "$llama_dir/bin/llama-batched-bench" --model "$model" \
-    --concurrency 1,4,16,64 --prompt-tokens 128 --gen-tokens 128 --lio-args "--cuda-graphs" \
-    --out "$out/cuda_batched"
+  run "peer: batch-1 decode and prefill vs llama-bench (CUDA)" 200 "${peer_decode_cmd[@]}"
+  run "peer: batched decode vs llama-batched-bench (CUDA)" 240 "${peer_batched_cmd[@]}"
 else
   skip "peer: llama.cpp CUDA on the same card" "$( ((gpu)) || echo "no GPU (dry run)"; ((gpu)) && [[ -z "$llama_dir" ]] && echo "the bundle carries no llama-cuda.tar.xz (bench/batched/build_llama_tools.sh --cuda-arch N, then scripts/gpu_bundle.sh)"; ((gpu)) && [[ -n "$llama_dir" && -z "$model" ]] && echo "no model")"
 fi

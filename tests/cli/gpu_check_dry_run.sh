@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_check_dry_run.sh BIN_DIR WORK_DIR — scripts/gpu_check.sh --dry-run on this build, so the GPU
 # check cannot rot between GPU loans: it must run every step that needs no GPU (the host-side CUDA
-# helpers, the argument checks inside every CUDA test binary, library and model checks), report
+# helpers, the argument checks inside every CUDA test binary, library and model checks, the peer
+# benchmarks' command lines parsed as the GPU branch would run them), report
 # each GPU step as skipped, exit 0, and write a report whose JSON and Markdown agree.
 set -uo pipefail
 bin="$1"
@@ -38,7 +39,10 @@ binaries = sorted(b for b in os.listdir(sys.argv[2]) if b.startswith("test_cuda_
 ran = sorted(g["binary"] for g in d["gtest"])
 host_ran = all(g["passed"] > 0 for g in d["gtest"] if g["binary"].endswith("_host"))
 prov = d["provenance"]
+parse = [n for n in ("peer.py command line parses (--check-args)", "batched/run.py command line parses (--check-args)")
+         if steps.get(n, {}).get("status") != "passed"]
 print(" ".join([
+    "peer_command_lines_parse=" + ("yes" if not parse else "no:" + ",".join(parse)),
     "gpu_steps_skipped=" + ("yes" if not bad else "no:" + ",".join(bad)),
     "every_binary_ran=" + ("yes" if binaries == ran and binaries else "no"),
     "host_tests_ran=" + ("yes" if host_ran else "no"),
@@ -49,7 +53,7 @@ print(" ".join([
 PY
 )
 echo "$summary"
-for key in gpu_steps_skipped every_binary_ran host_tests_ran nothing_failed provenance no_local_paths; do
+for key in peer_command_lines_parse gpu_steps_skipped every_binary_ran host_tests_ran nothing_failed provenance no_local_paths; do
   check "$key" grep -q "$key=yes" <<<"$summary"
 done
 check "the Markdown lists every skipped GPU step" grep -q "| bench_cuda_decode | skipped |" "$md"
