@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # gpu_check.sh — the GPU check: everything LIO's CUDA path must prove, in ONE device call of at
 # most 8 minutes, from binaries built elsewhere (scripts/gpu_bundle.sh). It never stops at the
-# first failure: every step runs (each under its own timeout), and the report says what passed.
+# first failure: every selected step runs (each under its own timeout), and the report says what
+# passed.
 #
-#   bash scripts/gpu_check.sh --from /tmp/lio-gpu [--out DIR]    on the lent GPU machine
+#   bash scripts/gpu_check.sh --from /tmp/lio-gpu [--out DIR] [--only ID,...] [--skip ID,...]
 #   bash scripts/gpu_check.sh --dry-run --bin-dir build/bin      anywhere: what needs no GPU
+#   bash scripts/gpu_check.sh --list-steps                       the step ids and their seconds
 #
 # --from DIR     holds lio-gpu.tar.xz (and model.partNN: reassembled and sha256-checked against the
 #                bundle's MANIFEST.txt); --bin-dir DIR runs a build's binaries instead.
@@ -14,32 +16,124 @@
 # --dry-run      no GPU is used: the GPU steps are reported as skipped, everything else runs, and
 #                the exit status is 0 when nothing that ran failed (CI's gpu_check_dry_run test).
 # --budget-s N   wall-time budget (default 450): a step that would start past it is skipped.
+# --only ID,...  runs these steps alone, so that a fix is rechecked in one short call; --skip ID,...
+#                runs every step but these. ID: a step's id (memcheck:runner), its group (memcheck:
+#                every memcheck step) or gtest:BINARY (one CUDA test binary, e.g. gtest:test_cuda_runner).
+#                A step left out is reported as skipped, "not selected (--only/--skip)"; smi, libs and
+#                model run whenever a selected step needs them. An unknown ID exits 2 and lists the
+#                valid ones. The check ends with the failed steps' ids as a ready `--only` rerun.
+# --list-steps   prints each step's id, its estimated seconds on an H200 (the last H200 run's, or
+#                "est": estimated, never run) and what it runs, then exits; scripts/gpu_bundle.sh
+#                renders the same table, with the device minutes of the calls, into CALLS.md.
 #
 # Steps: GPU, driver and commit; shared libraries resolved (cuBLAS and NCCL from the image: the
 # CUDA toolkit or PyTorch's nvidia-* wheels); the model; the host-side CUDA helpers; every CUDA
 # gtest binary (JSON results; on the real model too: CUDA vs CPU logits for the f32 / f16 / int8 KV
 # cache, int8 activations, each attention kernel and --dtype f32 / f16 / bf16); compute-sanitizer
-# memcheck on the flash, paged + kv_append, MLA and elementwise kernels; the real model's logits
-# again on re-quantized files (Q8_0, Q4_0, Q3_1); `lio generate` greedy text on CPU and CUDA with
-# flash, naive and paged attention, flash and paged with --cuda-graphs (and the f16 KV cache, int8
-# activations: reported); the bf16 matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, eager
-# vs CUDA graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device cuda (TFLOP/s against the ceiling);
-# bench_cuda_gemv (each decode matmul kernel alone, fused and unfused: GB/s against the copy rate);
-# when the bundle carries llama.cpp's CUDA build, the peer on the same card (bench/cuda_decode/peer.py,
-# bench/batched/run.py --device cuda), each writing its own results files into --out; their command
-# lines are parsed (--check-args) in every run, the dry run too.
-# Exit status: 0 when every step that ran passed; 1 when one failed; 3 when no GPU answered
-# without --dry-run (the report is written in every case). LIO_GPU_CHECK_ASSUME_GPU=1 runs the GPU
-# steps without a GPU, to test this script's own paths there (they fail, and the report says so).
+# memcheck on the flash, paged + kv_append, MLA, fused decode and wide GEMV kernels and on the runner
+# (every op, CUDA graphs, fused kernels); the real model's logits again on re-quantized files (Q8_0,
+# Q4_0, Q3_1); `lio generate` greedy text on CPU and CUDA with flash, naive and paged attention,
+# flash and paged with --cuda-graphs, with --fused-kernels (and the f16 KV cache, int8 activations:
+# reported); the bf16 matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, eager vs CUDA
+# graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device
+# cuda (TFLOP/s against the ceiling); bench_cuda_gemv (each decode matmul kernel alone, fused and
+# unfused: GB/s against the copy rate); when the bundle carries llama.cpp's CUDA build, the peer on
+# the same card (bench/cuda_decode/peer.py, bench/batched/run.py --device cuda), each writing its own
+# results files into --out; their command lines are parsed (--check-args) in every run, the dry run too.
+# Exit status: 0 when every step that ran passed; 1 when one failed; 2 for bad arguments; 3 when no
+# GPU answered without --dry-run (the report is written in every case). LIO_GPU_CHECK_ASSUME_GPU=1
+# runs the GPU steps without a GPU, to test this script's own paths there (they fail, and the report
+# says so).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+
+# ---- the steps: id, estimated seconds on an H200, where that number comes from, what the step runs --
+# Sources: "h200" is the step's seconds in bench/results/cuda_h200_validation.json (commit d22af36,
+# the last run on a GPU; whole seconds, so 0 is under one); "h200+" is that plus an estimate for what
+# the step gained since; "est" is estimated, never run. The estimates live here alone: --list-steps
+# prints them and scripts/gpu_bundle.sh plans the device calls from them.
+readonly step_table='
+smi                    0 h200  nvidia-smi: the GPU and its driver
+libs                   1 h200  shared libraries resolved (cuBLAS and NCCL from the image)
+model                  0 h200  the model reassembled from its parts, sha256 against the manifest
+gtest                 30 h200+ every CUDA gtest binary (19 s at d22af36, before the graph, fused and wide GEMV tests); gtest:BINARY runs one
+memcheck:flash         1 h200  compute-sanitizer memcheck: flash + naive attention
+memcheck:paged         1 h200  memcheck: paged attention + kv_append
+memcheck:mla           1 h200  memcheck: MLA
+memcheck:fused        15 est   memcheck: fused decode kernels + wide Q4_1 GEMV (test_cuda_ops)
+memcheck:runner       30 h200+ memcheck: the runner on tiny models (1 s at d22af36, before the CUDA graph, fused kernel and engine-with-graphs tests)
+requant:q8_0           6 h200  the model re-quantized to Q8_0: CUDA vs CPU logits
+requant:q4_0           5 h200  the model re-quantized to Q4_0: CUDA vs CPU logits
+requant:q3_1           6 h200  the model re-quantized to Q3_1: CUDA vs CPU logits
+greedy:flash           2 h200  greedy text CPU == CUDA: flash attention
+greedy:naive           1 h200  greedy text CPU == CUDA: naive attention
+greedy:paged           2 h200  greedy text CPU == CUDA: paged attention
+greedy:flash_graphs    3 est   greedy text CPU == CUDA: flash, --cuda-graphs
+greedy:paged_graphs    3 est   greedy text CPU == CUDA: paged, --cuda-graphs
+greedy:fused           3 est   greedy text CPU == CUDA: flash, --cuda-graphs --fused-kernels
+greedy:f16_kv          2 h200  greedy text CPU == CUDA: f16 KV cache (reported, not required)
+greedy:int8_act        2 h200  greedy text CPU == CUDA: int8 activations (reported, not required)
+ceiling                7 h200  the bf16 matmul ceiling (PyTorch)
+bench_decode          20 h200+ bench_cuda_decode (14 s at d22af36, before its 3 CUDA graph rows)
+ch07                   2 h200  ch07_flash_attention kernels --device cuda
+bench_gemv            10 est   bench_cuda_gemv: each decode matmul kernel alone
+peer_decode           60 est   peer.py: batch-1 decode and prefill vs llama-bench, 5 rounds (needs llama-cuda.tar.xz)
+peer_batched         150 est   batched/run.py: lio batch vs llama-batched-bench at C 1-64, 5 repeats (needs llama-cuda.tar.xz)
+'
+# What a plan short of device time leaves out first (scripts/gpu_bundle.sh): benchmarks that prove
+# no correctness, the longest first.
+readonly skip_first="peer_batched peer_decode bench_gemv"
+readonly overhead_s=15  # unpacking the bundle, the report and its logs (estimated)
+readonly not_selected="not selected (--only/--skip)"
+declare -a step_ids=()
+declare -A step_est=() step_src=() step_what=()
+while read -r id est src what; do
+  [[ -n "$id" ]] || continue
+  step_ids+=("$id")
+  step_est[$id]=$est
+  step_src[$id]=$src
+  step_what[$id]=$what
+done <<<"$step_table"
+
+list_steps() {
+  local id total=0
+  printf '%-20s %5s %-6s  %s\n' "# id" est_s source "step   (h200: seconds in the last H200 run; h200+: that plus an estimate; est: estimated, never run)"
+  for id in "${step_ids[@]}"; do
+    printf '%-20s %5d %-6s  %s\n' "$id" "${step_est[$id]}" "${step_src[$id]}" "${step_what[$id]}"
+    total=$((total + step_est[$id]))
+  done
+  echo "# total $total s of steps; unpack + report $overhead_s s (estimated)"
+  echo "# skip first when short of time: $skip_first"
+}
+
+# matches ID LIST: whether the comma-separated LIST names ID or its group (the part before ':').
+matches() {
+  local id="$1" s
+  local -a names
+  IFS=, read -r -a names <<<"$2"
+  for s in "${names[@]}"; do
+    [[ "$s" == "$id" || "$s" == "${id%%:*}" ]] && return 0
+  done
+  return 1
+}
+# valid_selector S: a step id, a group, or gtest:BINARY (the binary is checked once they are listed).
+valid_selector() {
+  local id
+  [[ "$1" =~ ^gtest:test_cuda_[A-Za-z0-9_]+$ ]] && return 0
+  for id in "${step_ids[@]}"; do
+    [[ "$1" == "$id" || "$1" == "${id%%:*}" ]] && return 0
+  done
+  return 1
+}
 
 from=""
 bin_dir=""
 out="${OUT:-}"
 dry=0
 budget_s=450
+only=""
+skip_ids=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --from) from="$2"; shift ;;
@@ -47,11 +141,30 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; shift ;;
     --dry-run) dry=1 ;;
     --budget-s) budget_s="$2"; shift ;;
-    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --only) only="${2:-}"; [[ -n "$only" ]] || { echo "gpu_check.sh: --only wants step ids (--list-steps)" >&2; exit 2; }; shift ;;
+    --skip) skip_ids="${2:-}"; [[ -n "$skip_ids" ]] || { echo "gpu_check.sh: --skip wants step ids (--list-steps)" >&2; exit 2; }; shift ;;
+    --list-steps) list_steps; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {print}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+IFS=, read -r -a selectors <<<"$only,$skip_ids"
+bad=()
+for s in "${selectors[@]}"; do
+  [[ -z "$s" ]] || valid_selector "$s" || bad+=("$s")
+done
+if ((${#bad[@]})); then
+  groups=$(printf '%s\n' "${step_ids[@]}" | sed -n 's/:.*//p' | sort -u | tr '\n' ' ')
+  echo "gpu_check.sh: unknown step id(s): ${bad[*]}" >&2
+  echo "valid ids: ${step_ids[*]}; groups: ${groups}gtest; one test binary: gtest:BINARY (--list-steps)" >&2
+  exit 2
+fi
+# The command line the report records: what was selected, never this machine's paths.
+command_line="bash scripts/gpu_check.sh$([[ -n "$from" ]] && echo " --from <dir>")$( ((dry)) && echo " --dry-run")"
+command_line+="${only:+ --only $only}${skip_ids:+ --skip $skip_ids}"
+((budget_s == 450)) || command_line+=" --budget-s $budget_s"
+
 [[ -n "$out" ]] || out=build/gpu_check
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -59,7 +172,7 @@ work="$(mktemp -d /tmp/lio-gpu-check.XXXXXX)"
 trap 'rm -rf "$work"' EXIT  # the logs leave in $out/gpu_check_logs.tar.gz
 mkdir -p "$work/logs" "$work/gtest"
 steps="$work/steps.jsonl"
-: >"$steps"
+: >"$work/steps.tsv"
 main_log="$out/gpu_check.log"
 exec > >(tee "$main_log") 2>&1
 t_start=$SECONDS
@@ -67,29 +180,41 @@ python=$(command -v python3 || command -v python)
 
 say() { echo "[gpu_check $(date -u +%T) +$((SECONDS - t_start))s] $*"; }
 
-# record NAME STATUS SECONDS DETAIL [LOG]: one step's line in steps.jsonl.
+# record ID NAME STATUS SECONDS DETAIL [LOG]: one step's line in steps.tsv (steps.jsonl at the end:
+# one Python for all the steps, not one a step).
 record() {
-  "$python" - "$@" >>"$steps" <<'EOF'
-import json, sys
-name, status, seconds, detail = sys.argv[1:5]
-log = sys.argv[5] if len(sys.argv) > 5 else ""
-print(json.dumps({"name": name, "status": status, "seconds": float(seconds), "detail": detail, "log": log}))
-EOF
-  say "$2: $1${4:+ ($4)}"
+  local detail="${5//[$'\t\n']/ }"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$detail" "${6:-}" >>"$work/steps.tsv"
+  say "$3: $2${5:+ ($5)}"
 }
 
-skip() { record "$1" skipped 0 "$2"; }
+skip() { record "$1" "$2" skipped 0 "$3"; }  # ID NAME DETAIL
 
-# run NAME TIMEOUT_S CMD...: runs CMD under `timeout`, its output in logs/NAME.log and this log.
+# selected ID: whether --only and --skip leave the step in.
+selected() {
+  if [[ -n "$only" ]] && ! matches "$1" "$only"; then return 1; fi
+  if [[ -n "$skip_ids" ]] && matches "$1" "$skip_ids"; then return 1; fi
+  return 0
+}
+# want ID NAME: selected, or reported as skipped (not selected) and false.
+want() {
+  selected "$1" && return 0
+  skip "$1" "$2" "$not_selected"
+  return 1
+}
+
+slug_of() { echo "${1//[^A-Za-z0-9_.-]/_}"; }  # a step name as a file name
+
+# run ID NAME TIMEOUT_S CMD...: runs CMD under `timeout`, its output in logs/<NAME>.log and this log.
 run() {
-  local name="$1" limit="$2"
-  shift 2
+  local id="$1" name="$2" limit="$3"
+  shift 3
   if ((SECONDS - t_start + 5 > budget_s)); then
-    skip "$name" "time budget of $budget_s s spent"
+    skip "$id" "$name" "time budget of $budget_s s spent"
     return 1
   fi
   local slug log t0 rc status detail=""
-  slug=${name//[^A-Za-z0-9_.-]/_}
+  slug=$(slug_of "$name")
   log="$work/logs/$slug.log"
   say "start: $name"
   t0=$SECONDS
@@ -105,7 +230,7 @@ run() {
     status=failed
     detail="exit status $rc"
   fi
-  record "$name" "$status" $((SECONDS - t0)) "$detail" "logs/$slug.log"
+  record "$id" "$name" "$status" $((SECONDS - t0)) "$detail" "logs/$slug.log"
   return $rc
 }
 
@@ -130,6 +255,37 @@ commit="$(mf commit)"
 export LIO_COMMIT="$commit"
 export OMP_WAIT_POLICY=passive
 
+# Every step id of this run (the gtest row becomes one id per binary), checked against gtest:BINARY
+# selectors, and which setup steps the selected ones need.
+mapfile -t tests < <(cd "$bin" && ls test_cuda_* 2>/dev/null)
+run_ids=()
+for id in "${step_ids[@]}"; do
+  if [[ "$id" == gtest ]]; then
+    for t in "${tests[@]}"; do run_ids+=("gtest:$t"); done
+  else
+    run_ids+=("$id")
+  fi
+done
+for s in "${selectors[@]}"; do
+  if [[ "$s" == gtest:* && ! " ${run_ids[*]} " =~ " $s " ]]; then
+    echo "gpu_check.sh: $s: no such test binary in the bundle; the binaries: ${tests[*]}" >&2
+    exit 2
+  fi
+done
+need_smi=0 need_libs=0 need_model=0
+for id in "${run_ids[@]}"; do
+  selected "$id" || continue
+  case "$id" in
+    smi|libs|model) ;;
+    ceiling) need_smi=1 ;;
+    gtest:*|requant:*|greedy:*|bench_decode|bench_gemv|peer_*) need_smi=1 need_libs=1 need_model=1 ;;
+    *) need_smi=1 need_libs=1 ;;
+  esac
+done
+needed() {  # ID FLAG: a setup step runs when selected or when a selected step needs it
+  (($2)) || selected "$1"
+}
+
 # ---- the GPU --------------------------------------------------------------------------------------
 gpu=0
 gpu_name="none"
@@ -142,11 +298,14 @@ elif ((!dry)) && [[ "${LIO_GPU_CHECK_ASSUME_GPU:-0}" == 1 ]]; then  # tests this
   gpu=1
   gpu_name="assumed GPU (none present)"
 fi
-say "commit $commit, GPU: $gpu_name (driver $driver), dry run: $dry, binaries: $bin"
-if ((gpu)) && command -v nvidia-smi >/dev/null; then
-  run "nvidia-smi" 30 nvidia-smi
+no_gpu="no GPU (dry run)"
+say "commit $commit, GPU: $gpu_name (driver $driver), dry run: $dry, binaries: $bin${only:+, only: $only}${skip_ids:+, skipping: $skip_ids}"
+if ! needed smi "$need_smi"; then
+  skip smi "nvidia-smi" "$not_selected"
+elif ((gpu)) && command -v nvidia-smi >/dev/null; then
+  run smi "nvidia-smi" 30 nvidia-smi
 else
-  skip "nvidia-smi" "no GPU (dry run)"
+  skip smi "nvidia-smi" "$no_gpu"
 fi
 
 # ---- shared libraries: the bundle's own, then the image's CUDA libraries where ldd misses them ---
@@ -157,9 +316,13 @@ lib_search() {  # directories that may hold CUDA libraries on this machine
 for p in site.getsitepackages() + [site.getusersitepackages()]:
     for d in sorted(glob.glob(p + "/nvidia/*/lib")) + sorted(glob.glob(p + "/torch/lib")): print(d)' 2>/dev/null
 }
+# The binaries the check runs: the CUDA tests and scripts/gpu_bundle.sh's programs (a build's bin/
+# holds many more, and ldd on each of them took most of a dry run's time).
+mapfile -t checked_bins < <(ls "$bin"/test_cuda_* 2>/dev/null
+                            bash "$root/scripts/gpu_bundle.sh" --print-programs | sed "s#^#$bin/#" | while read -r b; do [[ -e "$b" ]] && echo "$b"; done)
 resolve_libs() {
   local missing found extra="" lib d
-  missing=$(for b in "$bin"/*; do ldd "$b" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u)
+  missing=$(for b in "${checked_bins[@]}"; do ldd "$b" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u)
   for lib in $missing libnccl.so.2; do  # NCCL is loaded at run time (dlopen): look for it too
     if [[ "$lib" == libnccl.so.2 ]] && ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then continue; fi
     found=""
@@ -176,95 +339,131 @@ resolve_libs() {
   [[ -n "$extra" ]] && export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
   local still
-  still=$(for b in "$bin"/*; do ldd "$b" 2>/dev/null; done | grep -E 'not found' | sort -u)
+  still=$(for b in "${checked_bins[@]}"; do ldd "$b" 2>/dev/null; done | grep -E 'not found' | sort -u)
   if [[ -n "$still" ]]; then
     echo "still missing:"
     echo "$still"
     return 1
   fi
 }
-t0=$SECONDS
-resolve_libs >"$work/logs/libraries.log" 2>&1
-rc=$?
-cat "$work/logs/libraries.log"
-if ((rc == 0)); then
-  record "shared libraries" passed $((SECONDS - t0)) "$(grep -c -- '->' "$work/logs/libraries.log") resolved from the image" logs/libraries.log
+if needed libs "$need_libs"; then
+  t0=$SECONDS
+  resolve_libs >"$work/logs/libraries.log" 2>&1
+  rc=$?
+  cat "$work/logs/libraries.log"
+  if ((rc == 0)); then
+    record libs "shared libraries" passed $((SECONDS - t0)) "$(grep -c -- '->' "$work/logs/libraries.log") resolved from the image" logs/libraries.log
+  else
+    record libs "shared libraries" failed $((SECONDS - t0)) "some library is missing" logs/libraries.log
+  fi
 else
-  record "shared libraries" failed $((SECONDS - t0)) "some library is missing" logs/libraries.log
+  skip libs "shared libraries" "$not_selected"
 fi
 
 # ---- the model ------------------------------------------------------------------------------------
 model=""
-if [[ -n "$from" ]] && compgen -G "$from/model.part*" >/dev/null; then
+if ! needed model "$need_model"; then
+  skip model "model" "$not_selected"
+elif [[ -n "$from" ]] && compgen -G "$from/model.part*" >/dev/null; then
   t0=$SECONDS
   cat "$from"/model.part* >"$work/model.gguf"
-  want="$(mf model_sha256)"
+  want_sha="$(mf model_sha256)"
   got="$(sha256sum "$work/model.gguf" | cut -d' ' -f1)"
-  if [[ -n "$want" && "$got" == "$want" ]]; then
+  if [[ -n "$want_sha" && "$got" == "$want_sha" ]]; then
     model="$work/model.gguf"
-    record "model reassembled" passed $((SECONDS - t0)) "$(mf model), sha256 ${got:0:12}... as the manifest"
+    record model "model reassembled" passed $((SECONDS - t0)) "$(mf model), sha256 ${got:0:12}... as the manifest"
   else
-    record "model reassembled" failed $((SECONDS - t0)) "sha256 $got, manifest ${want:-missing}"
+    record model "model reassembled" failed $((SECONDS - t0)) "sha256 $got, manifest ${want_sha:-missing}"
   fi
 elif [[ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
   model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-  record "model" passed 0 "models/SmolLM2-135M-Instruct.Q4_1.gguf (checkout)"
+  record model "model" passed 0 "models/SmolLM2-135M-Instruct.Q4_1.gguf (checkout)"
 else
-  skip "model" "no model parts and no models/ file: the real-model steps skip"
+  skip model "model" "no model parts and no models/ file: the real-model steps skip"
 fi
 [[ -n "$model" ]] && export LIO_MODEL="$model"
+# Why a step that needs the GPU, or the GPU and the model, is skipped.
+gpu_reason() { ((gpu)) && echo "no model" || echo "$no_gpu"; }
 
 # ---- gtest binaries: host helpers everywhere, every CUDA test (they skip their GPU cases without one)
-mapfile -t tests < <(cd "$bin" && ls test_cuda_* 2>/dev/null)
-((${#tests[@]})) || record "CUDA test binaries" failed 0 "no test_cuda_* binary in $bin"
+((${#tests[@]})) || record gtest "CUDA test binaries" failed 0 "no test_cuda_* binary in $bin"
 for t in "${tests[@]}"; do
+  want "gtest:$t" "gtest $t" || continue
   limit=120
   [[ "$t" == test_cuda_runner ]] && limit=300
-  run "gtest $t" "$limit" "$bin/$t" --gtest_output="json:$work/gtest/$t.json"
+  run "gtest:$t" "gtest $t" "$limit" "$bin/$t" --gtest_output="json:$work/gtest/$t.json"
 done
 
-# ---- compute-sanitizer memcheck on the kernels that index through block tables ----------------------
-sanitize() {  # NAME BINARY FILTER
-  if ((!gpu)); then skip "memcheck $1" "no GPU (dry run)"; return; fi
-  if ! command -v compute-sanitizer >/dev/null; then skip "memcheck $1" "compute-sanitizer not on PATH"; return; fi
-  run "memcheck $1" 150 compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 \
-    "$bin/$2" --gtest_filter="$3"
+# ---- compute-sanitizer memcheck: the kernels that index through block tables, the fused and wide ----
+# GEMV kernels, and the runner's every op, its CUDA graphs (compute-sanitizer follows graph launches)
+# and fused decode kernels.
+# Each pattern of a filter must match a test (a renamed test would leave memcheck nothing to run, and
+# pass): checked with --gtest_list_tests, which needs no GPU, so the dry run checks it too.
+sanitize() {  # ID NAME BINARY FILTER TIMEOUT_S
+  local name="memcheck $2" pattern n_tests=0 n
+  local -a dead=() patterns
+  want "$1" "$name" || return 0
+  IFS=: read -r -a patterns <<<"$4"
+  for pattern in "${patterns[@]}"; do
+    n=$("$bin/$3" --gtest_list_tests --gtest_filter="$pattern" 2>/dev/null | grep -c '^  ')
+    ((n > 0)) || dead+=("$pattern")
+    n_tests=$((n_tests + n))
+  done
+  if ((${#dead[@]})); then
+    record "$1" "$name" failed 0 "no test in $3 matches ${dead[*]}"
+    return
+  fi
+  if ((!gpu)); then skip "$1" "$name" "$no_gpu; its filter matches $n_tests tests"; return; fi
+  if ! command -v compute-sanitizer >/dev/null; then skip "$1" "$name" "compute-sanitizer not on PATH"; return; fi
+  run "$1" "$name" "$5" compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 \
+    "$bin/$3" --gtest_filter="$4"
 }
-sanitize "flash + naive attention" test_cuda_flash_attention \
-  'FlashAttention.QueryTileEdges*:FlashAttention.MixedPrefill*:FlashAttention.NonCausal*:FlashAttention.Workspace*:NaiveAttention.*'
-sanitize "paged attention + kv_append" test_cuda_paged_attention 'CudaPagedAttention.MatchesHost*:CudaKvAppend.*:CudaPagedAttentionQuantized.*'
-sanitize "MLA" test_cuda_mla 'CudaMla.AttentionMatchesCpuAtSmallOddShapes:CudaMla.LatentAppend*:CudaMla.Rope*'
-sanitize "runner (tiny models, every op)" test_cuda_runner \
-  'CudaRunnerTest.MixedBatchMatchesCpu:CudaRunnerTest.HeadDim256*:CudaRunnerTest.Reserved*:CudaRunnerTest.Int8ActivationsRound*:CudaRunnerTest.SwapIn*:CudaRunnerTest.EngineSwapPreemptionMatchesCpu'
+sanitize memcheck:flash "flash + naive attention" test_cuda_flash_attention \
+  'FlashAttention.QueryTileEdges*:FlashAttention.MixedPrefill*:FlashAttention.NonCausal*:FlashAttention.Workspace*:NaiveAttention.*' 150
+sanitize memcheck:paged "paged attention + kv_append" test_cuda_paged_attention \
+  'CudaPagedAttention.MatchesHost*:CudaKvAppend.*:CudaPagedAttentionQuantized.*' 150
+sanitize memcheck:mla "MLA" test_cuda_mla 'CudaMla.AttentionMatchesCpuAtSmallOddShapes:CudaMla.LatentAppend*:CudaMla.Rope*' 150
+sanitize memcheck:fused "fused + wide GEMV" test_cuda_ops 'CudaFused.*:CudaGemv.Q4_1Wide*:CudaGemv.WideRows*' 150
+sanitize memcheck:runner "runner (tiny models, every op)" test_cuda_runner \
+  'CudaRunnerTest.MixedBatchMatchesCpu:CudaRunnerTest.HeadDim256*:CudaRunnerTest.Reserved*:CudaRunnerTest.Int8ActivationsRound*:CudaRunnerTest.SwapIn*:CudaRunnerTest.EngineSwapPreemptionMatchesCpu:CudaRunnerTest.DecodeGraphs*:CudaRunnerTest.FusedKernels*:CudaRunnerTest.EngineWithGraphs*' 300
 
 # ---- the real model on re-quantized files: more weight readers against the CPU ----------------------
-if ((gpu)) && [[ -n "$model" ]]; then
-  for spec in "q8_0:--bits 8" "q4_0:--bits 4" "q3_1:--bits 3 --asymmetric"; do
-    name="${spec%%:*}"
-    read -r -a qargs <<<"${spec#*:}"
-    q="$work/model.$name.gguf"
-    if run "quantize $name" 120 "$bin/lio" quantize --model "$model" --out "$q" "${qargs[@]}"; then
-      LIO_MODEL="$q" run "real model $name: CUDA vs CPU logits" 180 "$bin/test_cuda_runner" \
-        --gtest_filter='CudaRunnerTest.RealModelEveryConfigMatchesCpu' --gtest_output="json:$work/gtest/real_model_$name.json"
-    fi
-  done
-else
-  skip "real model re-quantized: CUDA vs CPU logits" "$( ((gpu)) && echo "no model" || echo "no GPU (dry run)")"
-fi
+for spec in "q8_0:--bits 8" "q4_0:--bits 4" "q3_1:--bits 3 --asymmetric"; do
+  name="${spec%%:*}"
+  id="requant:$name"
+  check="real model $name: CUDA vs CPU logits"
+  want "$id" "$check" || continue
+  if ! ((gpu)) || [[ -z "$model" ]]; then
+    skip "$id" "$check" "$(gpu_reason)"
+    continue
+  fi
+  read -r -a qargs <<<"${spec#*:}"
+  q="$work/model.$name.gguf"
+  if run "$id" "quantize $name" 120 "$bin/lio" quantize --model "$model" --out "$q" "${qargs[@]}"; then
+    LIO_MODEL="$q" run "$id" "$check" 180 "$bin/test_cuda_runner" \
+      --gtest_filter='CudaRunnerTest.RealModelEveryConfigMatchesCpu' --gtest_output="json:$work/gtest/real_model_$name.json"
+  fi
+done
 
 # ---- greedy text: CPU and CUDA must write the same words ----------------------------------------------
-greedy() {  # NAME REQUIRED EXTRA_FLAGS...
-  local name="$1" required="$2"
-  shift 2
-  local prompt="The capital of France is"
-  local a="$work/greedy_${name// /_}_cpu.json" b="$work/greedy_${name// /_}_cuda.json"
-  run "generate $name (cpu)" 120 "$bin/lio" generate --model "$model" --prompt "$prompt" --max-tokens 48 \
-    --temperature 0 --json --device cpu "$@" || true
-  cp "$work/logs/generate_${name// /_}__cpu_.log" "$a" 2>/dev/null
-  run "generate $name (cuda)" 120 "$bin/lio" generate --model "$model" --prompt "$prompt" --max-tokens 48 \
-    --temperature 0 --json --device cuda "$@" || true
-  cp "$work/logs/generate_${name// /_}__cuda_.log" "$b" 2>/dev/null
-  "$python" - "$a" "$b" "$name" "$required" >"$work/logs/greedy_${name// /_}.txt" <<'EOF'
+greedy() {  # KEY NAME REQUIRED EXTRA_FLAGS...
+  local id="greedy:$1" name="$2" required="$3"
+  shift 3
+  local check="greedy text $name: CPU == CUDA"
+  want "$id" "$check" || return 0
+  if ! ((gpu)) || [[ -z "$model" ]]; then
+    skip "$id" "$check" "$(gpu_reason)"
+    return 0
+  fi
+  local prompt="The capital of France is" device
+  for device in cpu cuda; do
+    run "$id" "generate $name ($device)" 120 "$bin/lio" generate --model "$model" --prompt "$prompt" --max-tokens 48 \
+      --temperature 0 --json --device "$device" "$@"
+    # The run's log is named after the step (run's slug), whatever punctuation the name holds.
+    cp "$work/logs/$(slug_of "generate $name ($device)").log" "$work/greedy_${id#*:}_$device.json" 2>/dev/null
+  done
+  local result="$work/logs/greedy_${id#*:}.txt"
+  "$python" - "$work/greedy_${id#*:}_cpu.json" "$work/greedy_${id#*:}_cuda.json" "$name" "$required" >"$result" <<'PY'
 import json, sys
 def text(path):
     """The text and token ids of `lio generate --json`'s (pretty-printed) object in the log."""
@@ -286,33 +485,39 @@ a, at = text(sys.argv[1])
 b, bt = text(sys.argv[2])
 print(json.dumps({"variant": sys.argv[3], "required": sys.argv[4] == "1", "cpu": a, "cuda": b,
                   "same_text": a is not None and a == b, "same_tokens": at is not None and at == bt}))
-EOF
+PY
   local same
-  same=$("$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(int(d["same_text"]))' "$work/logs/greedy_${name// /_}.txt" 2>/dev/null || echo 0)
+  same=$("$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(int(d["same_text"]))' "$result" 2>/dev/null || echo 0)
   if ((same)); then
-    record "greedy text $name: CPU == CUDA" passed 0 "" "logs/greedy_${name// /_}.txt"
+    record "$id" "$check" passed 0 "" "logs/${result##*/}"
   elif ((required)); then
-    record "greedy text $name: CPU == CUDA" failed 0 "the texts differ" "logs/greedy_${name// /_}.txt"
+    record "$id" "$check" failed 0 "the texts differ" "logs/${result##*/}"
   else
-    record "greedy text $name: CPU == CUDA" passed 0 "texts differ (an int8 / f16 rounding may flip a token; reported, not required)" "logs/greedy_${name// /_}.txt"
+    record "$id" "$check" passed 0 "texts differ (an int8 / f16 rounding may flip a token; reported, not required)" "logs/${result##*/}"
   fi
 }
-if ((gpu)) && [[ -n "$model" ]]; then
-  greedy "flash" 1 --attention-backend flash
-  greedy "naive" 1 --attention-backend naive
-  greedy "paged" 1 --attention-backend paged
-  greedy "flash, CUDA graphs" 1 --attention-backend flash --cuda-graphs  # issue 45: replayed decode steps
-  greedy "paged, CUDA graphs" 1 --attention-backend paged --cuda-graphs
-  greedy "flash, CUDA graphs + fused kernels" 1 --attention-backend flash --cuda-graphs --fused-kernels
-  greedy "f16 KV" 0 --kv-cache-dtype f16
-  greedy "int8 activations" 0 --activations int8
-else
-  skip "greedy text CPU == CUDA" "$( ((gpu)) && echo "no model" || echo "no GPU (dry run)")"
-fi
+greedy flash "flash" 1 --attention-backend flash
+greedy naive "naive" 1 --attention-backend naive
+greedy paged "paged" 1 --attention-backend paged
+greedy flash_graphs "flash, CUDA graphs" 1 --attention-backend flash --cuda-graphs  # issue 45: replayed decode steps
+greedy paged_graphs "paged, CUDA graphs" 1 --attention-backend paged --cuda-graphs
+greedy fused "flash, CUDA graphs + fused kernels" 1 --attention-backend flash --cuda-graphs --fused-kernels
+greedy f16_kv "f16 KV" 0 --kv-cache-dtype f16
+greedy int8_act "int8 activations" 0 --activations int8
 
 # ---- ceilings and speed --------------------------------------------------------------------------------
-if ((gpu)); then
-  run "bf16 matmul ceiling (PyTorch)" 90 "$python" -c '
+# gpu_step ID NAME NEEDS_MODEL TIMEOUT_S CMD...: a step that needs the GPU (and the model, when 1).
+gpu_step() {
+  local id="$1" name="$2" needs_model="$3" limit="$4"
+  shift 4
+  want "$id" "$name" || return 0
+  if ! ((gpu)) || { ((needs_model)) && [[ -z "$model" ]]; }; then
+    skip "$id" "$name" "$(gpu_reason)"
+    return 0
+  fi
+  run "$id" "$name" "$limit" "$@"
+}
+gpu_step ceiling "bf16 matmul ceiling (PyTorch)" 0 90 "$python" -c '
 import json, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
 for _ in range(3): a @ b
@@ -323,23 +528,10 @@ for _ in range(10): a @ b
 e.record(); torch.cuda.synchronize()
 ms = s.elapsed_time(e) / 10
 print(json.dumps({"bf16_matmul_tflops": 2 * 8192**3 / (ms * 1e-3) / 1e12, "n": 8192}))'
-  if [[ -n "$model" ]]; then
-    run "bench_cuda_decode" 240 "$bin/bench_cuda_decode" --model "$model" --repeats 5 --json
-  else
-    skip "bench_cuda_decode" "no model"
-  fi
-  run "ch07_flash_attention kernels --device cuda" 180 "$bin/ch07_flash_attention" kernels --device cuda --json
-  if [[ -n "$model" ]]; then  # issue 45: each decode matmul kernel alone, GB/s against the copy rate
-    run "bench_cuda_gemv" 120 "$bin/bench_cuda_gemv" --model "$model" --out "$out/cuda_gemv"
-  else
-    skip "bench_cuda_gemv" "no model"
-  fi
-else
-  skip "bf16 matmul ceiling (PyTorch)" "no GPU (dry run)"
-  skip "bench_cuda_decode" "no GPU (dry run)"
-  skip "ch07_flash_attention kernels --device cuda" "no GPU (dry run)"
-  skip "bench_cuda_gemv" "no GPU (dry run)"
-fi
+gpu_step bench_decode "bench_cuda_decode" 1 240 "$bin/bench_cuda_decode" --model "$model" --repeats 5 --json
+gpu_step ch07 "ch07_flash_attention kernels --device cuda" 0 180 "$bin/ch07_flash_attention" kernels --device cuda --json
+# issue 45: each decode matmul kernel alone, GB/s against the copy rate
+gpu_step bench_gemv "bench_cuda_gemv" 1 120 "$bin/bench_cuda_gemv" --model "$model" --out "$out/cuda_gemv"
 
 # ---- the peer on the same card (issue 45): llama.cpp's CUDA build, when the bundle carries it ---------
 # scripts/gpu_bundle.sh packs build-llama-cuda/ (bench/batched/build_llama_tools.sh --cuda-arch N, made
@@ -347,10 +539,11 @@ fi
 # own results files into $out: cuda_peer_decode.* (batch 1: llama-bench pp512 / tg128 against lio
 # generate, eager and with CUDA graphs) and cuda_batched.* (llama-batched-bench against lio batch).
 llama_dir=""
-if [[ -n "$from" && -f "$from/llama-cuda.tar.xz" ]]; then
+if { selected peer_decode || selected peer_batched; } && [[ -n "$from" && -f "$from/llama-cuda.tar.xz" ]]; then
   if tar -C "$work" -xJf "$from/llama-cuda.tar.xz" 2>/dev/null ||
      "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$from/llama-cuda.tar.xz" "$work"; then
     llama_dir="$work/llama-cuda"
+    export LD_LIBRARY_PATH="$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 fi
 # The two peer command lines, built here whatever runs: the dry run parses them (each script's
@@ -359,31 +552,58 @@ fi
 # flag; `--lio-args=...` binds it).
 peer_llama="${llama_dir:-<llama-cuda>}"
 peer_model="${model:-<model>}"
-peer_decode_cmd=("$python" "$root/bench/cuda_decode/peer.py" --lio "$bin/lio" --llama-bench "$peer_llama/bin/llama-bench"
-  --model "$peer_model" --out "$out/cuda_peer_decode")
-peer_batched_cmd=("$python" "$root/bench/batched/run.py" --device cuda --lio "$bin/lio"
-  --llama-bench "$peer_llama/bin/llama-batched-bench" --model "$peer_model" --concurrency 1,4,16,64
-  --prompt-tokens 128 --gen-tokens 128 --lio-args=--cuda-graphs --out "$out/cuda_batched")
-run "peer.py command line parses (--check-args)" 60 "${peer_decode_cmd[@]}" --check-args
-run "batched/run.py command line parses (--check-args)" 60 "${peer_batched_cmd[@]}" --check-args
-if ((gpu)) && [[ -n "$model" && -n "$llama_dir" ]]; then
-  export LD_LIBRARY_PATH="$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  run "peer: batch-1 decode and prefill vs llama-bench (CUDA)" 200 "${peer_decode_cmd[@]}"
-  run "peer: batched decode vs llama-batched-bench (CUDA)" 240 "${peer_batched_cmd[@]}"
-else
-  skip "peer: llama.cpp CUDA on the same card" "$( ((gpu)) || echo "no GPU (dry run)"; ((gpu)) && [[ -z "$llama_dir" ]] && echo "the bundle carries no llama-cuda.tar.xz (bench/batched/build_llama_tools.sh --cuda-arch N, then scripts/gpu_bundle.sh)"; ((gpu)) && [[ -n "$llama_dir" && -z "$model" ]] && echo "no model")"
-fi
+# peer ID CHECK_NAME NAME TIMEOUT_S CMD...: CMD --check-args in every run, CMD itself on the GPU.
+peer() {
+  local id="$1" check="$2" name="$3" limit="$4"
+  shift 4
+  want "$id" "$name" || return 0
+  run "$id" "$check" 60 "$@" --check-args
+  if ((gpu)) && [[ -n "$model" && -n "$llama_dir" ]]; then
+    run "$id" "$name" "$limit" "$@"
+  elif ((!gpu)); then
+    skip "$id" "$name" "$no_gpu"
+  elif [[ -z "$llama_dir" ]]; then
+    skip "$id" "$name" "the bundle carries no llama-cuda.tar.xz (bench/batched/build_llama_tools.sh --cuda-arch N, then scripts/gpu_bundle.sh)"
+  else
+    skip "$id" "$name" "no model"
+  fi
+}
+peer peer_decode "peer.py command line parses (--check-args)" "peer: batch-1 decode and prefill vs llama-bench (CUDA)" 200 \
+  "$python" "$root/bench/cuda_decode/peer.py" --lio "$bin/lio" --llama-bench "$peer_llama/bin/llama-bench" \
+  --model "$peer_model" --out "$out/cuda_peer_decode"
+peer peer_batched "batched/run.py command line parses (--check-args)" "peer: batched decode vs llama-batched-bench (CUDA)" 240 \
+  "$python" "$root/bench/batched/run.py" --device cuda --lio "$bin/lio" \
+  --llama-bench "$peer_llama/bin/llama-batched-bench" --model "$peer_model" --concurrency 1,4,16,64 \
+  --prompt-tokens 128 --gen-tokens 128 --lio-args=--cuda-graphs --out "$out/cuda_batched"
 
 # ---- the report ------------------------------------------------------------------------------------------
 say "writing the report"
+"$python" - "$work/steps.tsv" >"$steps" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    sid, name, status, seconds, detail, log = line.rstrip("\n").split("\t")
+    print(json.dumps({"id": sid, "name": name, "status": status, "seconds": float(seconds), "detail": detail, "log": log}))
+PY
 tar -C "$work" -czf "$out/gpu_check_logs.tar.gz" logs gtest steps.jsonl 2>/dev/null
 "$python" "$root/scripts/gpu_check_report.py" --work "$work" --out "$out" --commit "$commit" \
-  --gpu "$gpu_name" --driver "$driver" --dry-run "$dry" --manifest "${manifest:-}" \
-  --command "bash scripts/gpu_check.sh $( [[ -n "$from" ]] && echo "--from <dir>" ) $( ((dry)) && echo "--dry-run" )"
+  --gpu "$gpu_name" --driver "$driver" --dry-run "$dry" --manifest "${manifest:-}" --command "$command_line"
 report_rc=$?
 failed=$(grep -c '"status": "failed"' "$steps")
 say "done in $((SECONDS - t_start)) s: $(grep -c '"status": "passed"' "$steps") passed, $failed failed, $(grep -c '"status": "skipped"' "$steps") skipped"
 ls -l "$out"
+# The ids to recheck, ready for --only: the failed steps, and those the time budget left out.
+"$python" - "$steps" <<'PY'
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+def ids(keep):
+    return ",".join(dict.fromkeys(s["id"] for s in steps if keep(s)))
+failed = ids(lambda s: s["status"] == "failed")
+late = ids(lambda s: s["status"] == "skipped" and s["detail"].startswith("time budget"))
+if failed:
+    print(f"rerun the failed steps: bash scripts/gpu_check.sh --from /tmp/lio-gpu --out \"$OUT\" --only {failed}")
+if late:
+    print(f"not run within the time budget: --only {late}")
+PY
 if ((report_rc != 0 || failed > 0)); then exit 1; fi
 if ((!dry && !gpu)); then
   echo "gpu_check.sh: no GPU answered nvidia-smi (use --dry-run to check without one)" >&2

@@ -2,8 +2,11 @@
 # gpu_check_dry_run.sh BIN_DIR WORK_DIR — scripts/gpu_check.sh --dry-run on this build, so the GPU
 # check cannot rot between GPU loans: it must run every step that needs no GPU (the host-side CUDA
 # helpers, the argument checks inside every CUDA test binary, library and model checks, the peer
-# benchmarks' command lines parsed as the GPU branch would run them), report
-# each GPU step as skipped, exit 0, and write a report whose JSON and Markdown agree.
+# benchmarks' command lines parsed as the GPU branch would run them, the memcheck filters matched
+# against the test binaries), report each GPU step as skipped, exit 0, and write a report whose JSON
+# and Markdown agree. Then the selection a rerun on a GPU uses: --list-steps gives every step id an
+# estimate, --only and --skip run what they name and report the rest as not selected, an unknown id
+# exits 2, and scripts/gpu_bundle.sh --print-calls-md plans the device calls from those estimates.
 set -uo pipefail
 bin="$1"
 work="$2"
@@ -32,8 +35,10 @@ summary=$(python3 - "$json" "$bin" <<'PY'
 import json, os, sys
 d = json.load(open(sys.argv[1]))
 steps = {s["name"]: s for s in d["steps"]}
-gpu_steps = ["nvidia-smi", "bench_cuda_decode", "ch07_flash_attention kernels --device cuda", "greedy text CPU == CUDA",
-             "memcheck flash + naive attention", "memcheck paged attention + kv_append", "memcheck MLA"]
+gpu_steps = ["nvidia-smi", "bench_cuda_decode", "ch07_flash_attention kernels --device cuda", "greedy text flash: CPU == CUDA",
+             "greedy text flash, CUDA graphs + fused kernels: CPU == CUDA", "memcheck flash + naive attention",
+             "memcheck paged attention + kv_append", "memcheck MLA", "memcheck fused + wide GEMV",
+             "memcheck runner (tiny models, every op)"]
 bad = [n for n in gpu_steps if steps.get(n, {}).get("status") != "skipped"]
 binaries = sorted(b for b in os.listdir(sys.argv[2]) if b.startswith("test_cuda_"))
 ran = sorted(g["binary"] for g in d["gtest"])
@@ -62,4 +67,88 @@ check "the Markdown lists every skipped GPU step" grep -q "| bench_cuda_decode |
 while read -r program; do
   check "gpu_bundle.sh's program $program is built" test -x "$bin/$program"
 done < <(bash "$root/scripts/gpu_bundle.sh" --print-programs)
+
+# ---- step selection (--list-steps, --only, --skip) ------------------------------------------------
+bash "$root/scripts/gpu_check.sh" --list-steps >"$work/steps.txt"
+check "--list-steps exits 0" test $? -eq 0
+# selected_run NAME ARGS...: a dry run with ARGS into $work/NAME; prints its exit status.
+selected_run() {
+  local name="$1"
+  shift
+  bash "$root/scripts/gpu_check.sh" --dry-run --bin-dir "$bin" --out "$work/$name" "$@" >"$work/$name.log" 2>&1
+  echo $?
+}
+rc_only=$(selected_run only --only peer_decode,peer_batched)
+check "--only peer_decode,peer_batched exits 0 (got $rc_only)" test "$rc_only" -eq 0
+rc_skip=$(selected_run skip --skip gtest,memcheck:runner,greedy)
+check "--skip gtest,memcheck:runner,greedy exits 0 (got $rc_skip)" test "$rc_skip" -eq 0
+rc_one=$(selected_run one --only gtest:test_cuda_flash_host)
+check "--only gtest:test_cuda_flash_host exits 0 (got $rc_one)" test "$rc_one" -eq 0
+rc_bad=$(selected_run bad --only memcheck,no_such_step)
+check "an unknown id exits 2 (got $rc_bad)" test "$rc_bad" -eq 2
+check "an unknown id lists the valid ids" grep -q "valid ids: .*memcheck:fused" "$work/bad.log"
+rc_bad_bin=$(selected_run bad_bin --skip gtest:test_cuda_no_such_binary)
+check "an unknown test binary exits 2 (got $rc_bad_bin)" test "$rc_bad_bin" -eq 2
+bash "$root/scripts/gpu_bundle.sh" --print-calls-md >"$work/CALLS.md"
+check "gpu_bundle.sh --print-calls-md exits 0" test $? -eq 0
+# The greedy comparison must find each run's log under the step's own file name: names with ',' and
+# '+' once left the CPU text behind, which would have failed every --cuda-graphs comparison on a GPU.
+# LIO_GPU_CHECK_ASSUME_GPU runs the step here: the CPU run writes text, the CUDA run fails.
+if [[ -f "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]]; then
+  LIO_GPU_CHECK_ASSUME_GPU=1 bash "$root/scripts/gpu_check.sh" --bin-dir "$bin" --out "$work/greedy" \
+    --only greedy:fused >"$work/greedy.log" 2>&1
+  check "the greedy comparison reads the CPU run's text" python3 -c '
+import glob, json, sys
+d = json.load(open(glob.glob(sys.argv[1] + "/cuda_*_validation.json")[0]))
+sys.exit(0 if d["greedy"] and d["greedy"][0]["cpu"] else 1)' "$work/greedy"
+else
+  echo "skip the greedy comparison's check: no models/SmolLM2-135M-Instruct.Q4_1.gguf"
+fi
+summary=$(python3 - "$work" "$json" <<'PY'
+import json, os, re, sys
+work, full = sys.argv[1], json.load(open(sys.argv[2]))
+listed = {}
+for line in open(os.path.join(work, "steps.txt")):
+    if line.strip() and not line.startswith("#"):
+        fields = line.split(None, 3)
+        listed[fields[0]] = fields[1]
+def report(name):
+    path = os.path.join(work, name, "cuda_dry_run_validation.json")
+    return json.load(open(path)) if os.path.exists(path) else {"steps": [], "gtest": [], "provenance": {}}
+def row_id(sid):  # one id per test binary in the report, one gtest row in the table
+    return "gtest" if sid.startswith("gtest:") else sid
+NOT_SELECTED = "not selected (--only/--skip)"
+SETUP = {"smi", "libs", "model"}
+ran = {row_id(s["id"]) for s in full["steps"]}
+ok = {"every_step_has_an_estimate": ran <= set(listed) and all(v.isdigit() for v in listed.values()),
+      "every_estimate_is_a_step": set(listed) <= ran}
+only = report("only")
+named = {"peer_decode", "peer_batched"}
+ok["only_runs_what_it_names"] = (
+    all(s["status"] == "passed" for s in only["steps"] if s["id"] in named and "--check-args" in s["name"])
+    and sum(1 for s in only["steps"] if s["id"] in named and "--check-args" in s["name"]) == 2
+    and all(s["detail"] == NOT_SELECTED for s in only["steps"] if s["id"] not in named | SETUP)
+    and not any(s["detail"] == NOT_SELECTED for s in only["steps"] if s["id"] in SETUP - {"smi"})
+    and not only["gtest"])
+skip = report("skip")
+skipped = lambda sid: sid.startswith(("gtest:", "greedy:")) or sid == "memcheck:runner"
+ok["skip_leaves_out_what_it_names"] = (
+    all(s["detail"] == NOT_SELECTED for s in skip["steps"] if skipped(s["id"]))
+    and not any(s["detail"] == NOT_SELECTED for s in skip["steps"] if not skipped(s["id"]))
+    and not skip["gtest"])
+one = report("one")
+ok["only_one_test_binary"] = [g["binary"] for g in one["gtest"]] == ["test_cuda_flash_host"] and one["gtest"][0]["passed"] > 0
+ok["command_records_the_selection"] = (only["provenance"].get("command", "").endswith("--only peer_decode,peer_batched")
+                                       and skip["provenance"].get("command", "").endswith("--skip gtest,memcheck:runner,greedy"))
+calls = open(os.path.join(work, "CALLS.md")).read()
+ok["calls_md_times_every_step"] = all(f"| `{sid}` | " in calls for sid in listed) and "the full check" in calls
+ok["calls_md_has_the_rerun_call"] = "--only <ids>" in calls and bool(re.search(r"calls and the check\*\* \| \*\*\d+ s", calls))
+print(" ".join(f"{k}={'yes' if v else 'no'}" for k, v in ok.items()))
+PY
+)
+echo "$summary"
+for key in every_step_has_an_estimate every_estimate_is_a_step only_runs_what_it_names skip_leaves_out_what_it_names \
+           only_one_test_binary command_records_the_selection calls_md_times_every_step calls_md_has_the_rerun_call; do
+  check "$key" grep -q "$key=yes" <<<"$summary"
+done
 exit $fail
