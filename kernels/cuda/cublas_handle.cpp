@@ -40,6 +40,15 @@ CublasHandle::CublasHandle() {
     workspace_ = nullptr;
     check_cublas(set, "cublasSetWorkspace");
   }
+  own_workspace_bound_ = true;
+}
+
+void CublasHandle::bind_stream(cudaStream_t stream) const {
+  own_workspace_bound_ = false;
+  check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
+  bound_stream_ = stream;
+  check_cublas(cublasSetWorkspace(handle_, workspace_, workspace_bytes_), "cublasSetWorkspace");
+  own_workspace_bound_ = true;
 }
 
 CublasHandle::~CublasHandle() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <source_location>
@@ -27,11 +28,24 @@ class CublasHandle {
   cublasHandle_t get() const { return handle_; }
   /// Bytes of the workspace set on the handle.
   size_t workspace_bytes() const { return workspace_bytes_; }
+  /// Points the handle's next calls at `stream` and sets our workspace on it again:
+  /// cublasSetStream resets the workspace to cuBLAS's default pool (cuBLAS API reference,
+  /// cublasSetStream), so a matmul captured into a CUDA graph after a stream change would hold the
+  /// default pool's memory instead of ours (issue 60, defect 2; PyTorch sets it again after every
+  /// cublasSetStream for the same reason). Every cuBLAS call goes through here first. Const: the
+  /// handle's state is cuBLAS's, not this object's. Throws CudaError if either call fails.
+  void bind_stream(cudaStream_t stream) const;
+  /// The stream the last bind_stream() set and whether our workspace was set after it (tests
+  /// read these; cuBLAS has no getter for the workspace).
+  cudaStream_t bound_stream() const { return bound_stream_; }
+  bool own_workspace_bound() const { return own_workspace_bound_; }
 
  private:
   cublasHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;  // device memory, workspace_bytes_
   size_t workspace_bytes_ = 0;
+  mutable cudaStream_t bound_stream_ = nullptr;
+  mutable bool own_workspace_bound_ = false;
 };
 
 /// Throws CudaError naming the cuBLAS call `what`, its status and the caller's source location

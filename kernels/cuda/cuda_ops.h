@@ -143,8 +143,19 @@ struct FusedGemvOut {
   float* y = nullptr;   ///< (w.rows) f32 device output
 };
 
+/// Bytes of static shared memory a fused kernel's block reduction of the sum of squares keeps
+/// (reduce.cuh's block_reduce: one float per warp of its 8-warp block).
+inline constexpr int64_t kFusedStaticSharedBytes = 8 * 4;
+
+/// Widest row the fused kernels take: the staged xn (dim floats, dynamic shared memory) plus the
+/// static reduction scratch must fit the 48 KiB a launch gets without opting in, rounded down to
+/// whole 32-element blocks: (49,152 - 32) / 4 = 12,280 -> 12,256 floats. A 12,288-wide row
+/// (kGemvMaxSharedCols) would ask for 48 KiB + 32 B and fail to launch (issue 60, defect 3).
+inline constexpr int64_t kFusedGemvMaxDim = (48 * 1024 - kFusedStaticSharedBytes) / 4 / 32 * 32;
+
 /// Whether the fused kernels take rows of `dim` floats: a positive multiple of 32 (whole
-/// quantized blocks) that fits shared memory (<= kGemvMaxSharedCols).
+/// quantized blocks) up to kFusedGemvMaxDim (xn and the reduction scratch in 48 KiB of shared
+/// memory). Host-only, no GPU needed; the backend runs the unfused ops for any other width.
 bool fused_gemv_supports(int64_t dim);
 
 /// One decode row through RMSNorm (Zhang & Sennrich 2019, eq. 4) and up to kMaxFusedGemvOuts

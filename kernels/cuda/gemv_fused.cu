@@ -115,8 +115,16 @@ rmsnorm_gemv_swiglu_kernel(const float* x, const float* norm_weight, int dim, fl
   const int lane = threadIdx.x % detail::kWarpSize;
   const int row = static_cast<int>(blockIdx.x) * kFusedWarps + static_cast<int>(threadIdx.x) / detail::kWarpSize;
   if (row >= rows) return;
-  const float g = row_dot<kType, kWide>(gate + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
-  const float u = row_dot<kType, kWide>(up + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
+  float g = 0.0f, u = 0.0f;
+  if constexpr (kWide) {  // gate and up rows share each x load (q4_1_two_rows_partial_wide)
+    detail::q4_1_two_rows_partial_wide(gate + static_cast<int64_t>(row) * row_bytes,
+                                       up + static_cast<int64_t>(row) * row_bytes, dim, xs, lane, &g, &u);
+    g = detail::warp_sum(g);
+    u = detail::warp_sum(u);
+  } else {
+    g = row_dot<kType, kWide>(gate + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
+    u = row_dot<kType, kWide>(up + static_cast<int64_t>(row) * row_bytes, dim, xs, lane);
+  }
   if (lane == 0) out[row] = g / (1.0f + expf(-g)) * u;
 }
 
@@ -135,7 +143,8 @@ void check_fused_input(const char* op, const float* x, const float* norm_weight,
   }
   if (!fused_gemv_supports(dim)) {
     throw InvalidArgument(std::string("cuda::") + op + ": dim " + std::to_string(dim) +
-                          " must be a positive multiple of 32 up to kGemvMaxSharedCols");
+                          " must be a positive multiple of 32 up to kFusedGemvMaxDim (" +
+                          std::to_string(kFusedGemvMaxDim) + ")");
   }
   if (!(eps >= 0.0f) || !std::isfinite(eps)) {
     throw InvalidArgument(std::string("cuda::") + op + ": eps must be finite and >= 0");
@@ -144,8 +153,11 @@ void check_fused_input(const char* op, const float* x, const float* norm_weight,
 
 }  // namespace
 
+static_assert(kFusedStaticSharedBytes == kFusedWarps * static_cast<int64_t>(sizeof(float)),
+              "kFusedStaticSharedBytes is block_reduce's per-warp scratch of a kFusedThreads block");
+
 bool fused_gemv_supports(int64_t dim) {
-  return dim > 0 && dim % 32 == 0 && dim <= kGemvMaxSharedCols;  // whole 32-element blocks
+  return dim > 0 && dim % 32 == 0 && dim <= kFusedGemvMaxDim;  // whole 32-element blocks
 }
 
 void rmsnorm_gemv_many(const float* x, const float* norm_weight, int64_t dim, float eps,

@@ -57,7 +57,7 @@ void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, f
   const int cols = static_cast<int>(w.cols);
   const float alpha = 1.0f;
   const float beta = accumulate ? 1.0f : 0.0f;
-  check_cublas(cublasSetStream(cublas.get(), stream), "cublasSetStream");
+  cublas.bind_stream(stream);  // the stream, then our workspace again (cublasSetStream resets it)
   check_cublas(cublasSgemm(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, rows, static_cast<int>(n), cols,
                            &alpha, w_f32, cols, x, cols, &beta, y, rows),
                "cublasSgemm");

@@ -283,22 +283,65 @@ __host__ __device__ __forceinline__ float q4_1_word_dot(const std::byte* block, 
   return d * sum_qx + m * sum_x;  // sum (d*q + m) x
 }
 
+/// Float offset into x of lane `lane`'s float4 load number `load` (0, then 1) for block `b`:
+/// x_lo (32b + 4w) and x_hi (32b + 16 + 4w), w = lane % 4, x_hi first for odd lane / 4 (see
+/// q4_1_load_x_wide). Host-callable: tests/unit/test_cuda_quant_host.cu checks that every
+/// 8-lane phase of either load reads 32 distinct shared-memory banks.
+__host__ __device__ __forceinline__ int q4_1_wide_x_offset(int b, int lane, int load) {
+  const int hi_first = (lane >> 2) & 1;
+  return 32 * b + 4 * (lane & 3) + 16 * (hi_first ^ load);
+}
+
 #ifdef __CUDACC__
+/// Lane `lane`'s x for its word (lane % 4) of block `b` (q4_1_word_dot's x_lo, x_hi: x[32b + 4w ..] and
+/// x[32b + 16 + 4w ..]; x 16-byte aligned, staged in shared memory), read as two float4 loads in
+/// an order free of bank conflicts: a float4 load is served 8 lanes at a time, and lanes 0-3 and
+/// 4-7 of such a phase hold blocks b and b + 1, whose x_lo halves fall in the same 16 banks (a
+/// 2-way conflict, issue 60 defect 8). Lanes of odd (lane / 4) load x_hi first, so each phase
+/// reads 32 distinct banks.
+__device__ __forceinline__ void q4_1_load_x_wide(const float* x, int b, int lane, float (&x_lo)[4], float (&x_hi)[4]) {
+  const bool hi_first = ((lane >> 2) & 1) != 0;
+  const float4 first = *reinterpret_cast<const float4*>(x + q4_1_wide_x_offset(b, lane, 0));
+  const float4 second = *reinterpret_cast<const float4*>(x + q4_1_wide_x_offset(b, lane, 1));
+  const float4 lo = hi_first ? second : first;
+  const float4 hi = hi_first ? first : second;
+  x_lo[0] = lo.x, x_lo[1] = lo.y, x_lo[2] = lo.z, x_lo[3] = lo.w;
+  x_hi[0] = hi.x, x_hi[1] = hi.y, x_hi[2] = hi.z, x_hi[3] = hi.w;
+}
+
 /// Lane `lane`'s part of a Q4_1 row's dot product with x (cols floats, a multiple of 32; x
 /// 16-byte aligned, e.g. staged in shared memory): word lane % 4 of blocks lane / 4, + 8, + 16,
 /// ... (q4_1_word_dot), so a warp step covers 8 blocks, 256 columns, as dot8's mapping does, and
-/// reads each weight byte once. The row must be 4-byte aligned. The caller sums over the warp.
+/// reads each weight byte once; x through q4_1_load_x_wide (no bank conflicts). The row must be
+/// 4-byte aligned. The caller sums over the warp.
 __device__ __forceinline__ float q4_1_row_partial_wide(const std::byte* row, int cols, const float* x, int lane) {
   const int word = lane & 3;
   float acc = 0.0f;
   for (int b = lane >> 2; b * 32 < cols; b += 8) {
-    const float4 lo = *reinterpret_cast<const float4*>(x + 32 * b + 4 * word);
-    const float4 hi = *reinterpret_cast<const float4*>(x + 32 * b + 16 + 4 * word);
-    const float x_lo[4] = {lo.x, lo.y, lo.z, lo.w};
-    const float x_hi[4] = {hi.x, hi.y, hi.z, hi.w};
+    float x_lo[4], x_hi[4];
+    q4_1_load_x_wide(x, b, lane, x_lo, x_hi);
     acc += q4_1_word_dot(row + static_cast<int64_t>(b) * 20, word, x_lo, x_hi);
   }
   return acc;
+}
+
+/// q4_1_row_partial_wide for two rows of the same width at once (SwiGLU's gate and up rows): each
+/// x word is read from shared memory once for both, halving the shared-memory traffic per weight
+/// byte (8 floats of x per 4 bytes of codes for one row: about 6.4 bytes of x per byte of weight
+/// read, near the shared-memory bandwidth on H100 / H200 at full HBM speed). Partial sums in
+/// *acc_a and *acc_b (overwritten); the caller sums each over the warp.
+__device__ __forceinline__ void q4_1_two_rows_partial_wide(const std::byte* row_a, const std::byte* row_b, int cols,
+                                                           const float* x, int lane, float* acc_a, float* acc_b) {
+  const int word = lane & 3;
+  float a = 0.0f, c = 0.0f;
+  for (int b = lane >> 2; b * 32 < cols; b += 8) {
+    float x_lo[4], x_hi[4];
+    q4_1_load_x_wide(x, b, lane, x_lo, x_hi);
+    a += q4_1_word_dot(row_a + static_cast<int64_t>(b) * 20, word, x_lo, x_hi);
+    c += q4_1_word_dot(row_b + static_cast<int64_t>(b) * 20, word, x_lo, x_hi);
+  }
+  *acc_a = a;
+  *acc_b = c;
 }
 #endif
 

@@ -222,6 +222,43 @@ TEST(CudaMatmul, CublasPrefillMatchesCpu) {
   }
 }
 
+// Issue 60, defect 2: cublasSetStream resets the handle's workspace to cuBLAS's default pool. A
+// matmul on a new stream must set our workspace again, and a cuBLAS matmul captured into a graph
+// on that stream (global capture: an allocation inside it invalidates the capture) must replay
+// what the eager call computes.
+TEST(CudaMatmul, StreamChangeKeepsOwnWorkspaceAndCapturesIntoAGraph) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  lio::cuda::CublasHandle cublas;
+  EXPECT_TRUE(cublas.own_workspace_bound());
+  const int64_t rows = 64, cols = 128, n = lio::cuda::kGemvBatchedMaxRows + 16;
+  TestMatrix m(DType::Q4_1, rows, cols, 311);
+  const auto x = random_floats(size_t(n * cols), -2.0f, 2.0f, 312);
+  const auto d_x = DeviceBuffer<float>::from_host(x);
+  DeviceBuffer<float> scratch(rows * cols), eager(n * rows), replayed(n * rows);
+  cudaStream_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  lio::cuda::matmul(cublas, m.device, d_x.data(), eager.data(), n, false, scratch.data(), scratch.n_elems(), a);
+  EXPECT_EQ(cublas.bound_stream(), a);
+  EXPECT_TRUE(cublas.own_workspace_bound());
+  CUDA_CHECK(cudaStreamSynchronize(a));
+  CUDA_CHECK(cudaStreamBeginCapture(b, cudaStreamCaptureModeGlobal));
+  lio::cuda::matmul(cublas, m.device, d_x.data(), replayed.data(), n, false, scratch.data(), scratch.n_elems(), b);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(b, &graph));
+  EXPECT_EQ(cublas.bound_stream(), b);
+  EXPECT_TRUE(cublas.own_workspace_bound());
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, b));
+  CUDA_CHECK(cudaStreamSynchronize(b));
+  EXPECT_EQ(replayed.to_host(), eager.to_host());  // the same kernels on the same inputs
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(a));
+  CUDA_CHECK(cudaStreamDestroy(b));
+}
+
 // ---- SwiGLU -----------------------------------------------------------------------------------
 
 // Same formula as the CPU; expf (<= 2 ulp) and glibc's exp differ by up to ~3 ulp, plus three
@@ -257,10 +294,11 @@ struct NormedRow {
 // warps of one block straddle the matrices; one and two outputs too.
 TEST(CudaFused, RmsnormGemvManyMatchesCpuEveryDtype) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int64_t dim = 576;
   const int64_t rows[] = {75, 20, 13};
   uint32_t seed = 601;
+  for (const int64_t dim : {int64_t{576}, lio::cuda::kFusedGemvMaxDim})  // and the widest row (defect 3)
   for (DType t : kAllDtypes) {
+    if (dim % lio::dtype_info(t).block_elems != 0) continue;
     const NormedRow in(dim, seed);
     const auto d_x = DeviceBuffer<float>::from_host(in.x);
     const auto d_w = DeviceBuffer<float>::from_host(in.weight);
@@ -283,19 +321,23 @@ TEST(CudaFused, RmsnormGemvManyMatchesCpuEveryDtype) {
         const auto got = ys[m].to_host();
         for (int64_t r = 0; r < mats[m].host.rows; ++r) {
           ASSERT_NEAR(got[r], want[r], 4e-6 * mats[m].abs_dot(r, in.xn.data()) + 1e-6)
-              << dtype_name(t) << " " << n_outs << " outputs, matrix " << m << " row " << r;
+              << dtype_name(t) << " dim " << dim << " " << n_outs << " outputs, matrix " << m << " row " << r;
         }
       }
     }
   }
 }
 
-// RMSNorm + gate + up + SwiGLU in one launch against the CPU's four ops.
+// RMSNorm + gate + up + SwiGLU in one launch against the CPU's four ops: SmolLM2's width, and
+// the widest row the fused kernels take (kFusedGemvMaxDim: xn and the block reduction's static
+// scratch in 48 KiB of shared memory; issue 60, defect 3: 12,288 was accepted and failed to
+// launch) in every dtype whose blocks divide it.
 TEST(CudaFused, RmsnormGemvSwigluMatchesCpuEveryDtype) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int64_t dim = 576, rows = 99;
   uint32_t seed = 701;
+  for (const auto& [dim, rows] : {std::pair<int64_t, int64_t>{576, 99}, {lio::cuda::kFusedGemvMaxDim, 9}})
   for (DType t : kAllDtypes) {
+    if (dim % lio::dtype_info(t).block_elems != 0) continue;
     const NormedRow in(dim, seed);
     const TestMatrix gate(t, rows, dim, seed + 3), up(t, rows, dim, seed + 5);
     seed += 10;
@@ -315,7 +357,7 @@ TEST(CudaFused, RmsnormGemvSwigluMatchesCpuEveryDtype) {
       const double eg = 4e-6 * gate.abs_dot(r, in.xn.data()) + 1e-6;
       const double eu = 4e-6 * up.abs_dot(r, in.xn.data()) + 1e-6;
       ASSERT_NEAR(got[r], want[r], 1.1 * eg * (std::fabs(u[r]) + eu) + (std::fabs(g[r]) + eg) * eu + 1e-6)
-          << dtype_name(t) << " row " << r;
+          << dtype_name(t) << " dim " << dim << " row " << r;
     }
   }
 }
@@ -353,6 +395,12 @@ TEST(CudaFused, LaunchersRejectBadArgumentsBeforeLaunching) {
   EXPECT_TRUE(lio::cuda::fused_gemv_supports(576));
   EXPECT_FALSE(lio::cuda::fused_gemv_supports(70));  // not whole 32-element blocks
   EXPECT_FALSE(lio::cuda::fused_gemv_supports(lio::cuda::kGemvMaxSharedCols + 32));
+  // Issue 60, defect 3: 12,288 floats of xn fill the 48 KiB a launch gets, and the block
+  // reduction's static scratch does not fit beside them: that width must fall back, not fail.
+  EXPECT_FALSE(lio::cuda::fused_gemv_supports(lio::cuda::kGemvMaxSharedCols));
+  EXPECT_FALSE(lio::cuda::fused_gemv_supports(12288));
+  EXPECT_TRUE(lio::cuda::fused_gemv_supports(12256));
+  EXPECT_EQ(lio::cuda::kFusedGemvMaxDim, 12256);
   const lio::cuda::FusedGemvOut one[] = {{w576, fake}};
   const lio::cuda::FusedGemvOut four[] = {{w576, fake}, {w576, fake}, {w576, fake}, {w576, fake}};
   const lio::cuda::FusedGemvOut mixed_cols[] = {{w576, fake}, {w320, fake}};

@@ -6,6 +6,7 @@
 // here as a plain loop instead of __dp4a.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -106,6 +107,42 @@ TEST(CudaQuantHost, Q4_1WordDotsSumToTheBlocksDot) {
       got += lio::cuda::detail::q4_1_word_dot(r.bytes.data() + 20 * b, w, lo, hi);
     }
     ASSERT_NEAR(got, want, 2e-6 * scale + 1e-7) << "block " << b;
+  }
+}
+
+// The wide Q4_1 reader's x loads (q4_1_wide_x_offset): lane l of a warp step reads block l / 4
+// (+ 8 per step), word l % 4; its two float4 loads are its x_lo and x_hi, each once. A float4
+// load is served 8 lanes (128 bytes) at a time: each phase of each load must touch 32 distinct
+// banks (4-byte words modulo 32), or the load replays (issue 60, defect 8: x_lo first on every
+// lane put blocks b and b + 1 of a phase in the same 16 banks, a 2-way conflict).
+TEST(CudaQuantHost, Q4_1WideXLoadsAreConflictFreeAndCoverEachBlockOnce) {
+  using lio::cuda::detail::q4_1_wide_x_offset;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int> covered(256 * 3, 0);
+    for (int load = 0; load < 2; ++load) {
+      for (int phase = 0; phase < 4; ++phase) {
+        std::vector<int> banks(32, 0);
+        for (int lane = 8 * phase; lane < 8 * phase + 8; ++lane) {
+          const int b = (lane >> 2) + 8 * step;
+          const int at = q4_1_wide_x_offset(b, lane, load);
+          ASSERT_EQ(at % 4, 0) << "float4 loads must be 16-byte aligned";
+          for (int j = 0; j < 4; ++j) {
+            ++banks[size_t((at + j) % 32)];
+            ++covered[size_t(at + j)];
+          }
+        }
+        for (int k = 0; k < 32; ++k) EXPECT_EQ(banks[size_t(k)], 1) << "step " << step << " load " << load << " phase " << phase << " bank " << k;
+      }
+    }
+    // Both loads together read every x of the step's 8 blocks exactly once, x_lo and x_hi where
+    // q4_1_word_dot expects them.
+    for (int e = 256 * step; e < 256 * (step + 1); ++e) EXPECT_EQ(covered[size_t(e)], 1) << "x[" << e << "]";
+    for (int lane = 0; lane < 32; ++lane) {
+      const int b = (lane >> 2) + 8 * step, w = lane & 3;
+      const int a = q4_1_wide_x_offset(b, lane, 0), c = q4_1_wide_x_offset(b, lane, 1);
+      EXPECT_EQ(std::min(a, c), 32 * b + 4 * w);
+      EXPECT_EQ(std::max(a, c), 32 * b + 16 + 4 * w);
+    }
   }
 }
 
