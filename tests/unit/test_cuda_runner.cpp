@@ -8,6 +8,7 @@
 // Tolerance: both devices compute in f32 in different orders (gemv / gemv_batched / cuBLAS vs
 // the CPU's loops), so logits agree to 1e-4 of their scale on the tiny models; greedy tokens
 // must be identical.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_check.h"
 #include "cuda_ops.h"
 #include "cuda_runtime_info.h"
 #include "lio/cuda_backend.h"
@@ -466,6 +468,184 @@ TEST_F(CudaRunnerTest, EngineWithGraphsMatchesEnforceEager) {
   EXPECT_EQ(got, want);
   EXPECT_EQ(eager_graph_steps, 0);
   EXPECT_GT(graph_steps, 0) << "no decode step was replayed";
+}
+
+// Issue 60's gaps in the graph coverage, each an Engine with decode graphs against an
+// --enforce-eager engine on the same model (greedy tokens equal, decode steps replayed):
+// buckets past kGemvBatchedMaxRows (cuBLAS inside the graph, on the handle's own workspace), the
+// hybrid sliding-window pool (six KV cache groups), the f16 KV cache, the fused kernels (llama,
+// qwen2, qwen3, gemma3), and greedy sampling with a repetition penalty (its device buffers grow
+// outside any graph: the replays go on, defect 4).
+TEST_F(CudaRunnerTest, DecodeGraphsEngineMatchesEnforceEagerEveryConfig) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    std::string what;
+    std::string arch = "llama";
+    DType dtype = DType::Q4_1;
+    lio::KvCacheDType kv = lio::KvCacheDType::F32;
+    bool hybrid = false;
+    bool fused = false;
+    int64_t max_num_seqs = 4;
+    int n_requests = 6;
+    float repeat_penalty = 1.0f;
+  };
+  std::vector<Case> cases = {
+      {.what = "buckets past 16 rows (cuBLAS in the graph)", .max_num_seqs = 24, .n_requests = 22},
+      {.what = "hybrid sliding-window pool", .arch = "gemma3", .dtype = DType::Q8_0, .hybrid = true},
+      {.what = "f16 KV cache", .kv = lio::KvCacheDType::F16},
+      {.what = "fused kernels, llama", .fused = true},
+      {.what = "fused kernels, qwen2", .arch = "qwen2", .fused = true},
+      {.what = "fused kernels, qwen3", .arch = "qwen3", .fused = true},
+      {.what = "fused kernels, gemma3", .arch = "gemma3", .dtype = DType::Q8_0, .hybrid = true, .fused = true},
+      {.what = "repetition penalty", .repeat_penalty = 1.3f},
+  };
+  for (const Case& c : cases) {
+    TinyModelSpec spec;
+    spec.architecture = c.arch;
+    spec.weight_dtype = c.dtype;
+    spec.tied_embeddings = c.arch != "qwen2";
+    if (c.arch == "gemma3") spec.n_layers = 6;  // five local layers (window 8) and one global
+    lio::LoadedModel m = load_tiny(spec);
+    const auto serve = [&](bool enforce_eager, int64_t* graph_steps, std::vector<int64_t>* sizes) {
+      const int64_t groups = c.hybrid ? 6 : 1;
+      lio::ModelRunner r(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{8, groups * 256, c.kv, c.hybrid});
+      if (c.fused) {
+        EXPECT_TRUE(r.backend().set_fused_kernels(true)) << c.what;
+      }
+      lio::EngineConfig cfg;
+      cfg.scheduler.max_num_seqs = c.max_num_seqs;
+      cfg.enforce_eager = enforce_eager;
+      lio::Engine e(r, *m.tokenizer, cfg);
+      *sizes = e.graph_capture().sizes;
+      auto& backend = dynamic_cast<lio::cuda::CudaBackend&>(r.backend());
+      const int64_t grows = backend.graph_buffer_grows();
+      lio::SamplingParams p;
+      p.max_tokens = 12;
+      p.ignore_eos = true;
+      p.sampler.repeat_penalty = c.repeat_penalty;
+      for (int i = 0; i < c.n_requests; ++i) {
+        std::vector<int32_t> prompt = c.arch == "gemma3" ? kLongPrompt : kPrompt;  // gemma3: past the window
+        prompt.push_back(10 + i);
+        e.add_request(prompt, p);
+      }
+      std::map<int64_t, std::vector<int32_t>> out = run_to_completion(e);
+      EXPECT_EQ(backend.graph_buffer_grows(), grows) << c.what << ": a buffer a graph holds grew while serving";
+      *graph_steps = r.graph_steps();
+      return out;
+    };
+    int64_t eager_graph_steps = -1, graph_steps = -1;
+    std::vector<int64_t> eager_sizes, sizes;
+    const auto want = serve(true, &eager_graph_steps, &eager_sizes);
+    const auto got = serve(false, &graph_steps, &sizes);
+    EXPECT_EQ(got, want) << c.what;
+    EXPECT_EQ(eager_graph_steps, 0) << c.what;
+    ASSERT_FALSE(sizes.empty()) << c.what;
+    EXPECT_EQ(sizes.back(), c.max_num_seqs) << c.what;
+    if (c.max_num_seqs > lio::cuda::kGemvBatchedMaxRows) {
+      EXPECT_GT(sizes.back(), lio::cuda::kGemvBatchedMaxRows) << c.what;
+    }
+    // Each request decodes 11 tokens after its prefill: with 4 (or 24) at a time, far more than
+    // 11 decode steps are replays unless the graphs were refused after the first one.
+    EXPECT_GE(graph_steps, 11) << c.what << ": the decode steps ran eagerly";
+  }
+}
+
+// Issue 60, defect 5: a decode-shaped batch the reserve() did not size (here more sequences than
+// max_seqs, each a few rows) regrows the flash kernel's split partials inside the forward pass.
+// The graphs captured before hold the old partials: they must be refused (the pass then runs
+// eagerly and matches an eager runner), not replayed into freed memory.
+TEST_F(CudaRunnerTest, DecodeGraphsRefusedAfterTheFlashWorkspaceGrows) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  const lio::ModelConfig& cfg = m.config;
+  int sm_count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  // reserve()'s sizing for one sequence, and the first batch of s > 1 one-row sequences past it.
+  const auto floats = [&](int64_t q, int64_t s) {
+    const int64_t splits = lio::cuda::flash_attention_splits(q, s, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, sm_count);
+    return lio::cuda::flash_attention_workspace_floats(splits, q * s, cfg.n_heads, cfg.head_dim);
+  };
+  int64_t reserved = 0;
+  for (int64_t q = 1; q <= lio::cuda::kFlashDecodeMaxQueryLen; ++q) reserved = std::max(reserved, floats(q, 1));
+  int64_t n_seqs = 0, query_len = 0;
+  for (int64_t s = 2; s <= 8 && n_seqs == 0; ++s) {
+    for (int64_t q = 1; q <= lio::cuda::kFlashDecodeMaxQueryLen && n_seqs == 0; ++q) {
+      if (floats(q, s) > reserved) n_seqs = s, query_len = q;
+    }
+  }
+  ASSERT_GT(n_seqs, 0) << "no batch of 2 .. 8 short sequences outgrows one sequence's partials on " << sm_count
+                       << " SMs";
+  const auto make = [&] {
+    auto r = std::make_unique<lio::ModelRunner>(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{4, 128});
+    r->reserve(lio::StepLimits{64, 1, 8, 8});
+    return r;
+  };
+  auto eager = make();
+  auto graphs = make();
+  ASSERT_EQ(graphs->capture_decode_graphs(1).sizes, std::vector<int64_t>{1});
+  auto& backend = dynamic_cast<lio::cuda::CudaBackend&>(graphs->backend());
+  const auto table = [](int32_t s) {
+    std::vector<int32_t> t(8);
+    for (int32_t i = 0; i < 8; ++i) t[static_cast<size_t>(i)] = 8 * s + i;
+    return t;
+  };
+  const auto step = [](lio::ModelRunner& r, const lio::ForwardBatch& b) {
+    std::span<const float> out = r.forward(b);
+    return std::vector<float>(out.begin(), out.end());
+  };
+  lio::ForwardBatch one(4);
+  one.add_sequence(kPrompt, 0, table(0), 1);
+  EXPECT_LT(max_rel_error(step(*graphs, one), step(*eager, one)), 1e-6);
+  lio::ForwardBatch decode1(4);
+  decode1.add_sequence(std::vector<int32_t>{42}, static_cast<int64_t>(kPrompt.size()), table(0), 1);
+  EXPECT_LT(max_rel_error(step(*graphs, decode1), step(*eager, decode1)), 1e-5);
+  ASSERT_EQ(graphs->graph_steps(), 1) << "the reserved one-sequence decode step is a replay";
+  // n_seqs sequences of query_len rows in one eager pass: only the split partials grow.
+  lio::ForwardBatch wide(4);
+  for (int32_t s = 0; s < n_seqs; ++s)
+    wide.add_sequence(std::vector<int32_t>(static_cast<size_t>(query_len), 7 + s), 0, table(s + 1), 1);
+  const int64_t grows = backend.graph_buffer_grows();
+  const int64_t all_grows = backend.buffer_grows();
+  EXPECT_LT(max_rel_error(step(*graphs, wide), step(*eager, wide)), 1e-5);
+  EXPECT_EQ(backend.graph_buffer_grows(), grows + 1) << "the flash workspace's growth must count for the graphs";
+  EXPECT_EQ(backend.buffer_grows(), all_grows + 1) << "only the split partials grew";
+  lio::ForwardBatch decode2(4);
+  decode2.add_sequence(std::vector<int32_t>{43}, static_cast<int64_t>(kPrompt.size()) + 1, table(0), 1);
+  EXPECT_LT(max_rel_error(step(*graphs, decode2), step(*eager, decode2)), 1e-5);
+  EXPECT_EQ(graphs->graph_steps(), 1) << "a graph holding the freed partials was replayed";
+}
+
+// Issue 60, item 4: the graphs' device memory is measured at capture and counted against a
+// budget (kGpuMemoryUtilization of the memory free at load, less the pool and the step buffers).
+// With no budget left nothing is captured (and the error says why); with the default budget every
+// bucket is, within it.
+TEST_F(CudaRunnerTest, DecodeGraphsMemoryIsCountedInTheBudget) {
+  if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TinyModelSpec spec;
+  spec.weight_dtype = DType::Q4_1;
+  lio::LoadedModel m = load_tiny(spec);
+  lio::ModelRunner r(lio::make_backend(m, lio::Device::Cuda), lio::KvPoolConfig{4, 64});
+  r.reserve(lio::StepLimits{64, 8, 8, 8});
+  const lio::GraphCapture none = r.capture_decode_graphs(8, 0);
+  EXPECT_TRUE(none.sizes.empty());
+  EXPECT_EQ(none.budget_bytes, 0);
+  EXPECT_NE(none.error.find("budget"), std::string::npos) << none.error;
+  lio::ForwardBatch prefill(4);
+  prefill.add_sequence(kPrompt, 0, std::vector<int32_t>{0, 1, 2, 3}, 1);
+  r.forward(prefill);
+  lio::ForwardBatch decode(4);
+  decode.add_sequence(std::vector<int32_t>{5}, static_cast<int64_t>(kPrompt.size()), std::vector<int32_t>{0, 1, 2, 3}, 1);
+  r.forward(decode);
+  EXPECT_EQ(r.graph_steps(), 0);
+  const lio::GraphCapture all = r.capture_decode_graphs(8);
+  EXPECT_EQ(all.sizes, (std::vector<int64_t>{1, 2, 4, 8})) << all.error;
+  EXPECT_GT(all.budget_bytes, 0);
+  EXPECT_GE(all.device_bytes, 0);
+  EXPECT_LE(all.device_bytes, all.budget_bytes);
+  std::printf("graphs: %lld bytes of a %lld-byte budget\n", static_cast<long long>(all.device_bytes),
+              static_cast<long long>(all.budget_bytes));
 }
 
 // Swap preemption's copies are ordered with the passes on the backend's stream (through pinned

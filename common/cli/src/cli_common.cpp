@@ -283,6 +283,10 @@ std::string describe_graph_capture(const GraphCapture& capture, const CommonOpti
   if (capture.device_bytes >= 0) {
     std::snprintf(text, sizeof text, ", %.1f MiB of device memory", capture.device_bytes / 1048576.0);
     out += text;
+    if (capture.budget_bytes >= 0) {
+      std::snprintf(text, sizeof text, " of a %.0f MiB budget", capture.budget_bytes / 1048576.0);
+      out += text;
+    }
   }
   if (!capture.error.empty()) out += "; stopped at " + capture.error + " (larger batches run eagerly)";
   return out;

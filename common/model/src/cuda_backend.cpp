@@ -205,9 +205,14 @@ void CudaBackend::reserve(const StepLimits& limits) {
       }
       m.grow(m.flash_workspace.partials, floats);
     }
-    m.grow(m.argmax_h, rows);
-    m.grow(m.argmax_d, rows);
-    m.grow(m.to_host_h, rows * c.vocab_size);
+    m.grow_outside_graphs(m.argmax_h, rows);
+    m.grow_outside_graphs(m.argmax_d, rows);
+    m.grow_outside_graphs(m.to_host_h, rows * c.vocab_size);
+    // Greedy sampling's penalized ids (every row's distinct context tokens): reserved for
+    // kReservedPenaltyIdsPerRow a row, so the first request with a repetition penalty does not
+    // grow them inside a step (issue 60, defect 4); a longer list grows them, outside any graph.
+    m.grow_outside_graphs(m.penalty_tokens_h, rows * kReservedPenaltyIdsPerRow);
+    m.grow_outside_graphs(m.penalty_tokens_d, rows * kReservedPenaltyIdsPerRow);
   });
 }
 
@@ -329,7 +334,7 @@ void CudaBackend::to_host(const float* src, int64_t n_floats, float* host) {
                           std::to_string(n_floats));
   }
   m.guarded([&] {
-    m.grow(m.to_host_h, n_floats);  // the last wait finished every copy from the old array
+    m.grow_outside_graphs(m.to_host_h, n_floats);  // the last wait finished every copy from the old array
     m.op("to_host", [&] {
       if (n_floats > 0) {
         CUDA_CHECK(cudaMemcpyAsync(m.to_host_h.data(), src,
@@ -375,6 +380,8 @@ void CudaBackend::clear_op_times() { impl_->op_times.clear(); }
 
 int64_t CudaBackend::buffer_grows() const { return impl_->buffer_grows + impl_->flash_workspace.grows; }
 
+int64_t CudaBackend::graph_buffer_grows() const { return impl_->graph_buffer_grows(); }
+
 int64_t CudaBackend::upload_syncs() const { return impl_->upload_syncs; }
 
 // ---- graph capture (what a CUDA graph of a step would hold) ------------------------------------
@@ -411,7 +418,7 @@ void CudaBackend::capture_graph(int64_t key, const std::function<float*()>& forw
     throw UnsupportedError("CudaBackend::capture_graph: no CUDA graphs for " +
                            std::string(m.config.is_mla() ? "an MLA model" : "the naive attention kernel"));
   }
-  const int64_t grows_before = m.buffer_grows;
+  const int64_t grows_before = m.graph_buffer_grows();
   m.captured_layout.clear();
   float* logits = nullptr;
   Impl::GraphPtr graph(nullptr, &cudaGraphDestroy);
@@ -424,7 +431,7 @@ void CudaBackend::capture_graph(int64_t key, const std::function<float*()>& forw
     throw;
   }
   m.capturing = false;
-  if (m.buffer_grows != grows_before || m.captured_layout.empty()) {
+  if (m.graph_buffer_grows() != grows_before || m.captured_layout.empty()) {
     throw InvalidArgument(m.captured_layout.empty()
                               ? "CudaBackend::capture_graph: the pass uploaded no batch"
                               : "CudaBackend::capture_graph: a per-step buffer grew during the capture (call reserve() "
@@ -437,7 +444,7 @@ void CudaBackend::capture_graph(int64_t key, const std::function<float*()>& forw
     cudaGraphExecDestroy(it->second.exec);
     m.graphs.erase(it);
   }
-  m.graphs[key] = Impl::Graph{exec, logits, m.captured_layout, m.buffer_grows};
+  m.graphs[key] = Impl::Graph{exec, logits, m.captured_layout, m.graph_buffer_grows()};
 }
 
 float* CudaBackend::replay_graph(int64_t key, const ForwardBatch& batch) {
@@ -445,7 +452,7 @@ float* CudaBackend::replay_graph(int64_t key, const ForwardBatch& batch) {
   const auto it = m.graphs.find(key);
   if (it == m.graphs.end() || m.profiling) return nullptr;
   const Impl::Graph& g = it->second;
-  if (g.buffer_grows != m.buffer_grows) return nullptr;  // a buffer the graph uses may have moved
+  if (g.buffer_grows != m.graph_buffer_grows()) return nullptr;  // a buffer the graph uses may have moved
   const std::vector<int32_t> no_ctx;  // MLA's offsets: MLA models have no graphs
   const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, no_ctx);
   if (array_sizes(arrays) != g.layout) return nullptr;
@@ -465,6 +472,16 @@ void CudaBackend::clear_graphs() {
   cudaSetDevice(m.device);
   m.wait();
   m.destroy_graphs();
+}
+
+void CudaBackend::drop_graph(int64_t key) {
+  Impl& m = *impl_;
+  const auto it = m.graphs.find(key);
+  if (it == m.graphs.end()) return;
+  cudaSetDevice(m.device);
+  m.wait();
+  cudaGraphExecDestroy(it->second.exec);
+  m.graphs.erase(it);
 }
 
 int64_t CudaBackend::graph_replays() const { return impl_->graph_replays; }

@@ -70,6 +70,7 @@ struct CudaBackend::Impl {
   // ---- no synchronization inside a step (what a CUDA graph needs; reserve() sizes the buffers)
   bool stream_idle = true;    // nothing queued since the last wait (or drain)
   int64_t buffer_grows = 0;   // ensure() calls that reallocated (each synchronizes the stream)
+  int64_t outside_graph_grows = 0;  // those of buffers no graph holds (sampling, read-back)
   int64_t upload_syncs = 0;   // uploads that found the previous pass unwaited
   // MLA: the last batch's context-row offsets (n_seqs + 1, device; prefix sums of seq_lens)
   // and their total, for the naive path's gather; the naive path's buffers
@@ -105,8 +106,14 @@ struct CudaBackend::Impl {
     cudaGraphExec_t exec = nullptr;
     float* logits = nullptr;      // the captured pass's device logits
     std::vector<int64_t> layout;  // the captured upload's array sizes, in staging order
-    int64_t buffer_grows = 0;     // buffer_grows at the capture: a later growth moves a buffer it uses
+    int64_t buffer_grows = 0;     // graph_buffer_grows() at the capture: a later growth moves a buffer it uses
   };
+  /// Reallocations of the buffers a captured graph may hold: every per-step buffer but greedy
+  /// sampling's and the logits read-back's (grown through grow_outside_graphs), plus the flash
+  /// workspace's split partials (grown inside cuda::flash_attention). A graph whose count differs
+  /// from this is refused (issue 60, defects 4 and 5: a penalty request's buffer refused every
+  /// replay for good; a regrown flash workspace was not counted and would have been replayed).
+  int64_t graph_buffer_grows() const { return buffer_grows - outside_graph_grows + flash_workspace.grows; }
   std::map<int64_t, Graph> graphs;
   bool capturing = false;                // capture_graph is running: upload() records its layout
   std::vector<int64_t> captured_layout;  // that upload's array sizes
@@ -166,6 +173,14 @@ struct CudaBackend::Impl {
     if (buf.capacity() >= n) return;
     ++buffer_grows;
     buf.reserve(n);
+  }
+  /// grow() on a buffer no captured graph reads or writes (greedy sampling's, the logits
+  /// read-back's): counted in buffer_grows (it still synchronizes) but not in graph_buffer_grows().
+  template <typename Buffer>
+  void grow_outside_graphs(Buffer& buf, int64_t n) {
+    const int64_t before = buffer_grows;
+    grow(buf, n);
+    outside_graph_grows += buffer_grows - before;
   }
 
   /// Runs `launch` (which queues work on `stream`), timed under `name` when profiling.

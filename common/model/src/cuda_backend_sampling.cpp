@@ -50,10 +50,12 @@ std::vector<ArgmaxRow> CudaBackend::greedy_argmax(
     cudaStream_t s = m.stream;
     // The last wait (to_host / greedy_argmax) or the guard's drain finished every copy from
     // these staging arrays, so they may be rewritten and grown now.
-    m.grow(m.penalty_tokens_h, n_penalized);
-    m.grow(m.argmax_h, n_rows);
-    m.grow(m.penalty_tokens_d, n_penalized);
-    m.grow(m.argmax_d, n_rows);
+    // No graph holds them: growing one (a longer penalty list than reserve() sized) costs one
+    // sync, never the graphs (issue 60, defect 4).
+    m.grow_outside_graphs(m.penalty_tokens_h, n_penalized);
+    m.grow_outside_graphs(m.argmax_h, n_rows);
+    m.grow_outside_graphs(m.penalty_tokens_d, n_penalized);
+    m.grow_outside_graphs(m.argmax_d, n_rows);
     int64_t offset = 0;
     for (const auto& ids : penalty_tokens) {
       std::copy(ids.begin(), ids.end(), m.penalty_tokens_h.data() + offset);

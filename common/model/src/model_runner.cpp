@@ -118,7 +118,10 @@ void Backend::mla_attention(KvPool&, int64_t, const float*, const float*, float*
 // ---- ModelRunner ----------------------------------------------------------------------
 
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const KvPoolConfig& pool_config)
-    : backend_(std::move(backend)), pool_(backend_->make_kv_pool(pool_config)), model_(*backend_) {}
+    : backend_(std::move(backend)),
+      free_at_load_(backend_->free_memory_bytes()),
+      pool_(backend_->make_kv_pool(pool_config)),
+      model_(*backend_) {}
 
 ModelRunner::~ModelRunner() {
   try {
@@ -260,7 +263,7 @@ void ModelRunner::reserve(const StepLimits& limits) {
   limits_ = limits;
 }
 
-GraphCapture ModelRunner::capture_decode_graphs(int64_t max_num_seqs) {
+GraphCapture ModelRunner::capture_decode_graphs(int64_t max_num_seqs, int64_t max_graph_bytes) {
   if (max_num_seqs < 1) {
     throw InvalidArgument("capture_decode_graphs: max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
   }
@@ -273,9 +276,24 @@ GraphCapture ModelRunner::capture_decode_graphs(int64_t max_num_seqs) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t free_before = backend_->free_memory_bytes();
+  if (max_graph_bytes >= 0) {
+    out.budget_bytes = max_graph_bytes;
+  } else if (free_at_load_ >= 0 && free_before >= 0) {
+    // The pool and the step buffers took free_at_load_ - free_before of the utilization budget.
+    const auto budget = static_cast<int64_t>(kGpuMemoryUtilization * static_cast<double>(free_at_load_));
+    out.budget_bytes = std::max<int64_t>(budget - (free_at_load_ - free_before), 0);
+  }
+  const auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
+  int64_t used = 0, last_bucket_bytes = 0;
   for (const int64_t bucket : graph_capture_sizes(cap)) {
+    if (out.budget_bytes >= 0 && used + last_bucket_bytes > out.budget_bytes) {
+      out.error = "bucket " + std::to_string(bucket) + ": the graphs' memory budget of " + mib(out.budget_bytes) +
+                  " holds no more (" + mib(used) + " used, the last bucket took " + mib(last_bucket_bytes) + ")";
+      break;
+    }
     const ForwardBatch batch =
         graph_capture_batch(bucket, limits_.max_blocks_per_seq, pool_->block_size(), pool_->n_groups());
+    const int64_t free_then = backend_->free_memory_bytes();
     try {
       const float* warm = model_.forward_device(batch, *pool_);  // padding rows: no K/V written
       backend_->to_host(warm, 0, nullptr);                      // waits
@@ -284,6 +302,15 @@ GraphCapture ModelRunner::capture_decode_graphs(int64_t max_num_seqs) {
       out.error = "bucket " + std::to_string(bucket) + ": " + e.what();
       break;
     }
+    const int64_t free_now = backend_->free_memory_bytes();
+    if (free_then >= 0 && free_now >= 0) last_bucket_bytes = std::max<int64_t>(free_then - free_now, 0);
+    if (out.budget_bytes >= 0 && used + last_bucket_bytes > out.budget_bytes) {
+      backend_->drop_graph(bucket);
+      out.error = "bucket " + std::to_string(bucket) + ": took " + mib(last_bucket_bytes) + ", past the graphs' " +
+                  "memory budget of " + mib(out.budget_bytes) + " (" + mib(used) + " used before it)";
+      break;
+    }
+    used += last_bucket_bytes;
     out.sizes.push_back(bucket);
   }
   const int64_t free_after = backend_->free_memory_bytes();

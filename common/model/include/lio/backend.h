@@ -309,6 +309,8 @@ class Backend {
   virtual float* replay_graph(int64_t key, const ForwardBatch& batch);
   /// Frees every captured graph (their device memory with them). The base has none.
   virtual void clear_graphs() {}
+  /// Frees graph `key` alone (none under that key: nothing happens). The base has none.
+  virtual void drop_graph(int64_t key) { (void)key; }
 };
 
 }  // namespace lio

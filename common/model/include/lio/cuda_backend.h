@@ -45,6 +45,11 @@ struct CapturedStep {
   int64_t other = 0;    ///< memsets, event records and anything else
 };
 
+/// Penalized token ids per logits row that CudaBackend::reserve() makes room for on the device
+/// (a row's distinct context tokens, for the repetition / presence penalties of greedy sampling):
+/// the first penalty request of up to this many distinct tokens a row grows nothing.
+inline constexpr int64_t kReservedPenaltyIdsPerRow = 1024;
+
 /// Backend on one CUDA device (`device`, 0 by default; chapter 08's ranks each take their local
 /// rank's GPU). Not thread-safe: one forward pass at a time (any thread; each call makes the
 /// backend's device current). Errors: InvalidArgument for bad shapes or references, CudaError
@@ -96,7 +101,8 @@ class CudaBackend final : public Backend {
   /// Allocates every per-step buffer for steps within `limits`: the activation scratch, the
   /// batch's index arrays (device and pinned), the int8 activations' codes, the cuBLAS path's
   /// dequantization scratch, flash_attention's split partials (for any decode batch of up to
-  /// max_seqs sequences), the argmax rows and the pinned logits staging; and configures the
+  /// max_seqs sequences), the argmax rows, greedy sampling's penalized ids
+  /// (kReservedPenaltyIdsPerRow per logits row) and the pinned logits staging; and configures the
   /// flash kernels (SM count, shared-memory attributes). Afterwards a step within the limits
   /// allocates nothing and does not synchronize (buffer_grows() stays put). Throws
   /// InvalidArgument for negative limits, CudaError when device memory runs out.
@@ -177,6 +183,10 @@ class CudaBackend final : public Backend {
   /// partials, ...) had to grow since construction. Each growth synchronizes the stream and
   /// allocates; after reserve(), a step within its limits adds none.
   int64_t buffer_grows() const;
+  /// Reallocations of the buffers a captured graph may hold (buffer_grows() less greedy
+  /// sampling's and the logits read-back's, which no graph holds, plus the flash workspace's split
+  /// partials). replay_graph() refuses a graph captured at another count (issue 60, defects 4 and 5).
+  int64_t graph_buffer_grows() const;
   /// Times an upload() found the previous pass's work unwaited and synchronized the stream
   /// first (every pass normally ends in a wait: to_host / greedy_argmax).
   int64_t upload_syncs() const;
@@ -218,6 +228,7 @@ class CudaBackend final : public Backend {
   /// has no per-op events).
   float* replay_graph(int64_t key, const ForwardBatch& batch) override;
   void clear_graphs() override;
+  void drop_graph(int64_t key) override;
   /// Graphs replayed since construction.
   int64_t graph_replays() const;
 

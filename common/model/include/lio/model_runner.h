@@ -45,10 +45,20 @@ struct GraphCapture {
   /// Device memory the graphs took (free memory before minus after), bytes; -1 when the backend
   /// cannot tell.
   int64_t device_bytes = -1;
+  /// What the graphs could take (bytes, measured at capture): kGpuMemoryUtilization of the free
+  /// device memory when the runner was made, less what the KV pool and the per-step buffers took
+  /// since; -1 when the backend cannot tell (no budget: the CPU captures nothing anyway).
+  int64_t budget_bytes = -1;
   /// Why the capture stopped before the last bucket (the larger buckets then run eagerly), or
   /// empty.
   std::string error;
 };
+
+/// The share of the device memory free when a ModelRunner is made (after the weights) that its KV
+/// pool, per-step buffers and decode CUDA graphs may take together: vLLM's default
+/// gpu_memory_utilization (0.9). The default KV budget (default_kv_cache_mib) is 0.8 of that free
+/// memory; the graphs are counted against what the pool and the step buffers leave (issue 60).
+inline constexpr double kGpuMemoryUtilization = 0.9;
 
 /// A backend, its KV pool and the forward pass. Not thread-safe (the Engine's thread uses it).
 class ModelRunner {
@@ -111,9 +121,12 @@ class ModelRunner {
   /// graphs captured before. Captures nothing (empty sizes) when the backend has no graphs
   /// (Backend::supports_graphs: the CPU, MLA, the naive attention kernel), on a rank of a
   /// parallel grid, or before reserve(). A bucket whose capture throws ends the capture (its
-  /// error is in the result; the buckets before it stay). Throws InvalidArgument if
-  /// max_num_seqs < 1.
-  GraphCapture capture_decode_graphs(int64_t max_num_seqs);
+  /// error is in the result; the buckets before it stay). Graph memory is counted: each bucket's
+  /// bytes are measured (free device memory before and after), and a bucket is not captured when
+  /// the last bucket's bytes would carry the total past `max_graph_bytes`, nor kept when it did
+  /// (the result's error says so) — -1 (the default) means the budget GraphCapture::budget_bytes
+  /// describes. Throws InvalidArgument if max_num_seqs < 1.
+  GraphCapture capture_decode_graphs(int64_t max_num_seqs, int64_t max_graph_bytes = -1);
   /// Frees the graphs: every pass runs eagerly again (vLLM's --enforce-eager).
   void clear_decode_graphs();
   /// The captured buckets, ascending (empty: eager).
@@ -153,6 +166,7 @@ class ModelRunner {
   float* forward_device(const ForwardBatch& batch);
   std::unique_ptr<ParallelContext> parallel_;  ///< chapter 08's grid, or null (first: owns the shard the backend reads)
   std::unique_ptr<Backend> backend_;
+  int64_t free_at_load_ = -1;  ///< the backend's free device memory before the pool (-1: cannot tell)
   std::unique_ptr<KvPool> pool_;
   Model model_;
   std::vector<float> logits_;  ///< (n_logits, vocab_size) host copy
