@@ -6,11 +6,15 @@ Rounds (default 5), each running, back to back so that drift hits every engine a
   llama.cpp  `llama-bench -m MODEL -ngl 99 -p 512 -n 128 -r 1 -fa 0,1 -o json`: pp512 (prefill of
              512 tokens) and tg128 (128 tokens decoded from an empty context), flash attention off
              and on, every layer on the GPU;
-  LIO        `lio generate --device cuda --max-tokens 128 --ignore-eos --temperature 0 --json` on a
-             short prompt, --enforce-eager, --cuda-graphs and --cuda-graphs --fused-kernels: its decode
-             tok/s (tokens after the first over their time, generate()'s tokens_per_s);
+  LIO        `lio generate --device cuda --max-tokens 128 --ignore-eos --temperature 0 --warmup 1 --json`
+             on a short prompt, --enforce-eager, --cuda-graphs and --cuda-graphs --fused-kernels: its
+             decode tok/s (tokens after the first over their time, generate()'s tokens_per_s);
   LIO        the same with a prompt of about 512 tokens and --max-tokens 1: prefill tok/s =
              prompt tokens / TTFT (TTFT includes the first token's sampling, a few microseconds).
+Warm-up: llama-bench runs each test once untimed before timing it (its default --warmup); LIO gets
+the same, `--warmup 1`: one untimed generate() of another prompt of the same length (no shared
+prefix, and generate() runs no prefix cache) in the same process before the timed one, so LIO's
+prefill is no longer timed cold in a fresh process (issue 60, defect 7).
 Each round gives one ratio per metric from its adjacent runs; the report gives every engine's
 median [min-max] and the median [min-max] of the per-round ratios, "tie" when that range holds 1
 (COURSE.md, "Performance method"). Targets (issue 45): LIO's batch-1 decode >= 2,500 tok/s and
@@ -22,7 +26,8 @@ Usage (on the GPU machine; scripts/gpu_check.sh runs it when the bundle carries 
 LD_LIBRARY_PATH must reach llama.cpp's shared libraries (they sit beside llama-bench in the
 bundle). Writes OUT.json and OUT.md (command, commit, machine, GPU, date; no local paths).
 --self-test runs the bookkeeping on stand-in engines (scripts that print fixed JSON) and checks the
-medians, ratios, ties, targets and failed rounds (ctest bench_cuda_peer_self_test; no GPU needed).
+medians, ratios, ties, targets, failed rounds and that every LIO command line carries the warm-up
+(ctest bench_cuda_peer_self_test; no GPU needed).
 Exit status: 0 when every run worked, 1 when one failed, 2 for bad arguments.
 """
 import argparse
@@ -40,6 +45,7 @@ from results_meta import local_path_free, provenance, provenance_lines, spread  
 MIN_ROUNDS = 5             # COURSE.md: peer comparisons repeat at least this many times
 TARGET_DECODE_TPS = 2500   # issue 45: batch-1 decode on the Q4_1 file
 TARGET_VS_TG128 = 1.5      # ... and this x llama.cpp's tg128
+LIO_WARMUP_RUNS = 1        # untimed runs before each timed LIO run: llama-bench's one warm-up per test
 SHORT_PROMPT = "The capital of France is"
 # About 512 tokens of ordinary English for the prefill runs (SmolLM2's tokenizer: ~1.2 tokens a word).
 LONG_PROMPT = " ".join(["The committee met on a cold morning to discuss the budget for the new library, "
@@ -58,9 +64,11 @@ def run_json(cmd, env=None):
 
 
 def lio_generate(a, prompt, max_tokens, *mode):
-    """One `lio generate` on the GPU with the flags in mode; returns its JSON summary."""
+    """One `lio generate` on the GPU with the flags in mode, after LIO_WARMUP_RUNS untimed runs in the
+    same process (as llama-bench warms up); returns its JSON summary."""
     return run_json([a.lio, "generate", "--model", a.model, "--device", "cuda", "--prompt", prompt,
-                     "--max-tokens", str(max_tokens), "--ignore-eos", "--temperature", "0", "--json", *mode])
+                     "--max-tokens", str(max_tokens), "--ignore-eos", "--temperature", "0",
+                     "--warmup", str(LIO_WARMUP_RUNS), "--json", *mode])
 
 
 def llama_bench(a):
@@ -88,6 +96,8 @@ def ratio_cell(s):
 FAKE_LIO = """#!/usr/bin/env python3
 import json, sys
 a = sys.argv
+with open(sys.argv[0] + ".calls", "a") as f:
+    f.write(json.dumps(a[1:]) + "\\n")
 if "FAIL" in open(sys.argv[0] + ".mode").read():
     sys.exit(3)
 if a[a.index("--max-tokens") + 1] == "1":
@@ -135,6 +145,15 @@ def self_test():
              f"targets: {r['targets']}"),
             ("| tie (" not in open(out + ".md").read(), "a ratio of 1.6 on every round is no tie"),
             (ratio_cell({"median": 1.0, "min": 0.9, "max": 1.1}).startswith("tie"), "0.9-1.1 must be a tie")]
+        with open(lio + ".calls") as f:
+            calls = [json.loads(line) for line in f if line.strip()]
+        checks += [
+            (len(calls) == 3 * 4, f"{len(calls)} LIO runs, want 12 (3 rounds x eager, graphs, fused, prefill)"),
+            (all(c[c.index("--warmup") + 1] == str(LIO_WARMUP_RUNS) for c in calls if "--warmup" in c)
+             and all("--warmup" in c for c in calls),
+             "a LIO command line lacks --warmup 1 (llama-bench warms up; LIO would be timed cold)"),
+            (all("--warmup 1" in cmd for cmd in (r["commands"]["lio_decode"], r["commands"]["lio_prefill"])),
+             f"the report's LIO commands lack --warmup 1: {r['commands']}")]
         with open(lio + ".mode", "w") as f:
             f.write("FAIL")
         rc_fail = main(["--lio", lio, "--llama-bench", llama, "--model", model, "--out", out, "--rounds", "2"])
@@ -227,10 +246,11 @@ def main(argv=None):
               "failed": failed, "model": local_path_free(a.model),
               "commands": {"llama_bench": "llama-bench -m MODEL -ngl 99 -p 512 -n 128 -r 1 -fa 0,1 -o json",
                            "lio_decode": "lio generate --model MODEL --device cuda --prompt '" + SHORT_PROMPT +
-                                         "' --max-tokens 128 --ignore-eos --temperature 0 --json "
-                                         "(--enforce-eager | --cuda-graphs | --cuda-graphs --fused-kernels)",
+                                         f"' --max-tokens 128 --ignore-eos --temperature 0 --warmup {LIO_WARMUP_RUNS} "
+                                         "--json (--enforce-eager | --cuda-graphs | --cuda-graphs --fused-kernels)",
                            "lio_prefill": "lio generate --model MODEL --device cuda --prompt LONG --max-tokens 1 "
-                                          "--ignore-eos --temperature 0 --json --cuda-graphs"},
+                                          f"--ignore-eos --temperature 0 --warmup {LIO_WARMUP_RUNS} --json "
+                                          "--cuda-graphs"},
               "rows": rows, "runs": runs, "targets": targets, "seconds": round(time.time() - t0, 1)}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out + ".json", "w") as f:

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -162,7 +163,14 @@ int cmd_tokenize(const lio::CommonOptions& o, bool no_special) {
   return 0;
 }
 
-int cmd_generate(const lio::CommonOptions& o, bool ignore_eos) {
+/// `lio generate`: the prompt through generate() on the runner the flags choose, streamed (or one
+/// JSON summary with --json). With warmup_runs > 0, first runs generate() that many times, untimed
+/// and unprinted, on lio::warmup_prompt (same length, no shared prefix) with the same options, so
+/// the timed run finds the kernels loaded, the allocations made and the caches warm, as
+/// llama-bench's warm-up run does; each generate() builds its own Engine and runs no prefix cache,
+/// so nothing of the warm-up's prompt can serve the timed one (--json reports prefix_cache_hits).
+int cmd_generate(const lio::CommonOptions& o, bool ignore_eos, int64_t warmup_runs) {
+  if (warmup_runs < 0) throw lio::InvalidArgument("--warmup must be >= 0, got " + std::to_string(warmup_runs));
   lio::apply_threads(o.threads);
   lio::parse_spec_method(o.spec_method);  // a bad flag fails before the model loads
   lio::LoadedModel m = lio::load_from_options(o);
@@ -178,6 +186,13 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos) {
   g.draft = draft.runner.get();
   g.ignore_eos = ignore_eos;
   g.enforce_eager = o.enforce_eager;
+  std::vector<double> warmup_ms;
+  if (warmup_runs > 0) {
+    const std::vector<int32_t> warmup = lio::warmup_prompt(prompt, m.config.vocab_size);
+    for (int64_t i = 0; i < warmup_runs; ++i) {
+      warmup_ms.push_back(lio::generate(*runner, *m.tokenizer, warmup, g).total_ms);
+    }
+  }
   auto stream = [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -187,6 +202,9 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos) {
   if (o.json) {
     json j = lio::generate_result_json(r);
     j["device"] = runner->device_description();
+    j["warmup_runs"] = warmup_runs;
+    j["warmup_ms"] = warmup_ms;
+    j["prefix_cache_hits"] = r.prefix_cache_hits;
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("\n");
@@ -199,6 +217,10 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos) {
                  r.ttft_ms, r.tpot_ms, r.tokens_per_s, runner->device_description().c_str(),
                  static_cast<double>(pool.size_bytes()) / (1 << 20), (long long)pool.n_blocks(),
                  (long long)pool.block_size(), lio::kv_cache_dtype_name(pool.dtype()));
+    if (warmup_runs > 0) {
+      std::fprintf(stderr, "[%lld untimed warm-up runs first (another prompt of the same length), %.1f ms in all]\n",
+                   static_cast<long long>(warmup_runs), std::accumulate(warmup_ms.begin(), warmup_ms.end(), 0.0));
+    }
     if (r.spec_num_drafts > 0) {
       std::fprintf(stderr, "[speculative %s: %lld drafted, %lld accepted (acceptance rate %.3f), %.2f tokens per target pass]\n",
                    r.spec_method.c_str(), (long long)r.spec_num_draft_tokens, (long long)r.spec_num_accepted_tokens,
@@ -376,6 +398,11 @@ int main(int argc, char** argv) {
   lio::add_speculative_flags(*gen, gen_o);
   bool gen_ignore_eos = false;
   gen->add_flag("--ignore-eos", gen_ignore_eos, "Keep generating past EOS (fixed lengths for benchmarks)");
+  int64_t gen_warmup = 0;
+  gen->add_option("--warmup", gen_warmup,
+                  "Untimed runs before the timed one, with the same flags on another prompt of the same length "
+                  "that shares no prefix with it: llama-bench's warm-up (benchmarks; --json reports warmup_runs)")
+      ->capture_default_str();
 
   CLI::App* logits = app.add_subcommand("logits", "Teacher-forced logits (n_tokens x vocab, f32) to a file");
   lio::add_model_flags(*logits, log_o);
@@ -437,7 +464,7 @@ int main(int argc, char** argv) {
   return lio::run_main(app, argc, argv, [&]() -> int {
     if (info->parsed()) return info_families ? cmd_families(info_o.json) : cmd_info(info_o);
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
-    if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos);
+    if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos, gen_warmup);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
     if (batch->parsed()) return lio::run_batch(batch_o, batch_b);
     if (ppl->parsed()) return cmd_perplexity(ppl_o, text_path, ppl_ctx, ppl_chunks);

@@ -253,6 +253,30 @@ TEST(StopStrings, FindsEarliestAndHoldsBackPrefixes) {
   EXPECT_EQ(hold, 0u);
 }
 
+// `lio generate --warmup N`'s prompt: same length, the prompt's own tokens, first token differs
+// (so no prefix cache could serve the timed prompt from the warm-up).
+TEST(WarmupPrompt, SameLengthNoSharedPrefix) {
+  const std::vector<int32_t> prompt = {1, 1, 7, 9, 1};
+  const std::vector<int32_t> w = lio::warmup_prompt(prompt, 32);
+  EXPECT_EQ(w, (std::vector<int32_t>{7, 9, 1, 1, 1}));  // rotated to the first token != prompt[0]
+  std::vector<int32_t> sorted_w = w, sorted_p = prompt;
+  std::sort(sorted_w.begin(), sorted_w.end());
+  std::sort(sorted_p.begin(), sorted_p.end());
+  EXPECT_EQ(sorted_w, sorted_p);
+}
+
+TEST(WarmupPrompt, RepeatedTokenMovesToTheNextId) {
+  EXPECT_EQ(lio::warmup_prompt(std::vector<int32_t>{5, 5, 5}, 32), (std::vector<int32_t>{6, 6, 6}));
+  EXPECT_EQ(lio::warmup_prompt(std::vector<int32_t>{31}, 32), (std::vector<int32_t>{0}));  // wraps in the vocab
+}
+
+TEST(WarmupPrompt, RejectsBadCalls) {
+  EXPECT_THROW(lio::warmup_prompt(std::vector<int32_t>{}, 32), lio::InvalidArgument);
+  EXPECT_THROW(lio::warmup_prompt(std::vector<int32_t>{0}, 1), lio::InvalidArgument);
+  EXPECT_THROW(lio::warmup_prompt(std::vector<int32_t>{32}, 32), lio::InvalidArgument);
+  EXPECT_THROW(lio::warmup_prompt(std::vector<int32_t>{-1}, 32), lio::InvalidArgument);
+}
+
 }  // namespace
 
 namespace {

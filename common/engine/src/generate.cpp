@@ -1,5 +1,6 @@
 #include "lio/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -47,6 +48,7 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   result.spec_num_accepted_tokens = last.n_spec_accepted_tokens;
   result.spec_num_rejections = last.n_spec_rejections;
   result.n_steps = engine.stats().n_steps;
+  result.prefix_cache_hits = engine.snapshot().prefix_cache_hits;
   result.ttft_ms = last.ttft_ms;
   const int64_t n_gen = static_cast<int64_t>(result.token_ids.size());
   const double decode_ms = result.total_ms - result.ttft_ms;
@@ -64,6 +66,27 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
     result.kv_bytes_allocated = (last.kv_tokens + bs - 1) / bs * pool.block_bytes();
   }
   return result;
+}
+
+std::vector<int32_t> warmup_prompt(std::span<const int32_t> prompt_ids, int64_t vocab_size) {
+  if (prompt_ids.empty()) throw InvalidArgument("warmup_prompt: the prompt is empty");
+  if (vocab_size < 2) throw InvalidArgument("warmup_prompt: vocab_size " + std::to_string(vocab_size) + " < 2");
+  for (const int32_t id : prompt_ids) {
+    if (id < 0 || id >= vocab_size) {
+      throw InvalidArgument("warmup_prompt: token " + std::to_string(id) + " outside [0, " +
+                            std::to_string(vocab_size) + ")");
+    }
+  }
+  const size_t n = prompt_ids.size();
+  const auto differs = std::find_if(prompt_ids.begin(), prompt_ids.end(),
+                                    [&](int32_t id) { return id != prompt_ids[0]; });
+  if (differs == prompt_ids.end()) {
+    return std::vector<int32_t>(n, static_cast<int32_t>((prompt_ids[0] + 1) % vocab_size));
+  }
+  const size_t shift = static_cast<size_t>(differs - prompt_ids.begin());
+  std::vector<int32_t> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = prompt_ids[(i + shift) % n];
+  return out;
 }
 
 }  // namespace lio

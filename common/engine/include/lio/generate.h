@@ -54,6 +54,9 @@ struct GenerateResult {
   int64_t spec_num_accepted_tokens = 0; ///< drafts accepted
   int64_t spec_num_rejections = 0;      ///< verification rounds that ended at a rejected draft
   int64_t n_steps = 0;                  ///< engine steps (target forward passes), prefill included
+  /// Prompt tokens found in the engine's prefix cache: 0, since generate() runs its one-request
+  /// Engine without one (reported so a warm-up can show it left the timed prompt cold).
+  int64_t prefix_cache_hits = 0;
 };
 
 /// Callback receiving each newly completed piece of text (UTF-8 complete).
@@ -68,5 +71,14 @@ using TextCallback = std::function<void(std::string_view)>;
 GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer,
                         std::span<const int32_t> prompt_ids, const GenerateOptions& options,
                         const TextCallback& on_text = {});
+
+/// A prompt for untimed warm-up runs before a timed generate() of `prompt_ids` (`lio generate
+/// --warmup N`): the same length, made of the prompt's own tokens, and sharing no prefix with it
+/// (its first token differs), so that no prefix cache, token- or block-grained, could serve the
+/// timed prompt from the warm-up. Rotates the prompt left to its first token that differs from
+/// prompt_ids[0]; when every token equals prompt_ids[0], repeats (prompt_ids[0] + 1) % vocab_size.
+/// Returns (prompt_ids.size()) ids in [0, vocab_size). Throws InvalidArgument when the prompt is
+/// empty, vocab_size < 2, or a token is outside [0, vocab_size).
+std::vector<int32_t> warmup_prompt(std::span<const int32_t> prompt_ids, int64_t vocab_size);
 
 }  // namespace lio
