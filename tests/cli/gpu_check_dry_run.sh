@@ -94,13 +94,27 @@ check "gpu_bundle.sh --print-calls-md exits 0" test $? -eq 0
 # The greedy comparison must find each run's log under the step's own file name: names with ',' and
 # '+' once left the CPU text behind, which would have failed every --cuda-graphs comparison on a GPU.
 # LIO_GPU_CHECK_ASSUME_GPU runs the step here: the CPU run writes text, the CUDA run fails.
+# The same run covers every other command line of the GPU branch that a flag could break (issue 60:
+# the dry run must parse every command the GPU branch runs): lio generate with each variant's
+# flags on both devices, lio quantize and the real-model gtest filter, bench_cuda_decode,
+# ch07_flash_attention kernels and bench_cuda_gemv. Here they may fail only for want of a GPU,
+# never on their arguments (CLI11's "Run with --help", argparse's "usage:").
 if [[ -f "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]]; then
   LIO_GPU_CHECK_ASSUME_GPU=1 bash "$root/scripts/gpu_check.sh" --bin-dir "$bin" --out "$work/greedy" \
-    --only greedy:fused >"$work/greedy.log" 2>&1
+    --only greedy,requant:q8_0,bench_decode,ch07,bench_gemv >"$work/greedy.log" 2>&1
   check "the greedy comparison reads the CPU run's text" python3 -c '
 import glob, json, sys
 d = json.load(open(glob.glob(sys.argv[1] + "/cuda_*_validation.json")[0]))
-sys.exit(0 if d["greedy"] and d["greedy"][0]["cpu"] else 1)' "$work/greedy"
+fused = [g for g in d["greedy"] if "fused" in g["variant"]]
+sys.exit(0 if fused and fused[0]["cpu"] and all(g["cpu"] for g in d["greedy"]) else 1)' "$work/greedy"
+  mkdir -p "$work/greedy/logs_unpacked"
+  tar -C "$work/greedy/logs_unpacked" -xzf "$work/greedy/gpu_check_logs.tar.gz" 2>/dev/null
+  n_logs=$(find "$work/greedy/logs_unpacked/logs" -name '*.log' | wc -l)
+  check "the assumed-GPU run logged the GPU branch's commands ($n_logs logs)" test "$n_logs" -ge 18
+  parse_errors=$(grep -lE "Run with --help|^usage: |unrecognized arguments|error: argument" \
+    "$work/greedy/logs_unpacked/logs"/*.log 2>/dev/null)
+  [[ -z "$parse_errors" ]] || { echo "command-line errors in:"; echo "$parse_errors"; head -5 $parse_errors; }
+  check "no command of the GPU branch fails on its arguments" test -z "$parse_errors"
 else
   echo "skip the greedy comparison's check: no models/SmolLM2-135M-Instruct.Q4_1.gguf"
 fi
