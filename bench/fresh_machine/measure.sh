@@ -8,9 +8,14 @@
 # adds its install time (recorded separately when --apt-seconds gives it) and pip downloads
 # again. Run it on an otherwise idle machine: it measures the machine as much as the project.
 #
-# Usage: bench/fresh_machine/measure.sh [--skip-run] [--skip-ci] [--runs K] [--busy N]
-#                                       [--reruns R] [--rerun-busy M]
+# Usage: bench/fresh_machine/measure.sh [--skip-run] [--skip-ci] [--grade NN] [--runs K] [--busy N]
+#                                       [--reruns R] [--rerun-busy M] [--note TEXT]
 #                                       [--apt-seconds S] [--out bench/results/fresh_machine_cpu]
+#   --grade NN then `scripts/grade.sh NN` in the same clone, right after run.sh: a learner's path
+#              from a fresh clone to the first graded table (issue 61; its time is run.sh's plus
+#              grade.sh's, and grade.sh's phases come from its "[grade] PHASE took N s" lines).
+#              The table on the stubs fails every task (exit 1): reaching it is the success.
+#   --note T   a sentence the report prints as it is (what else the machine was doing).
 #   --runs K   K CI runs in a row, each in its own fresh clone (default 1); every run is recorded,
 #              passed or failed, and the script exits 1 if any failed.
 #   --busy N   N busy loops (`while :; do :; done`, same priority as the CI) run beside each CI
@@ -22,17 +27,20 @@
 #              beside M busy loops: every test stage rerun on a slowed machine (measured: 18.5 min
 #              beside 2 loops, against 34.9 for the fresh run). Recorded as kind "ci_rerun".
 # Writes OUT.json and OUT.md (bench/fresh_machine/report.py: command, commit, machine, date; each
-# run's stage times from test.sh's stage lines and the slow factor each preset measured), and
+# run's stage times from test.sh's stage lines and the slow factor each preset measured; the
+# load average before and after each command, since a busy machine stretches every time), and
 # the logs to run.log / ci<i>.log under a temporary folder it names.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 command="bench/fresh_machine/measure.sh${*:+ $*}"
 out="$root/bench/results/fresh_machine_cpu"
-skip_run=0 skip_ci=0 runs=1 busy=0 reruns=0 rerun_busy=0 apt_seconds=""
+skip_run=0 skip_ci=0 runs=1 busy=0 reruns=0 rerun_busy=0 apt_seconds="" grade="" note=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --skip-run) skip_run=1 ;;
     --skip-ci) skip_ci=1 ;;
+    --grade) grade="$2"; shift ;;
+    --note) note="$2"; shift ;;
     --runs) runs="$2"; shift ;;
     --busy) busy="$2"; shift ;;
     --reruns) reruns="$2"; shift ;;
@@ -50,16 +58,31 @@ echo "measure: clones and logs in $work"
 export LIO_COMMIT="$(git -C "$root" rev-parse --short HEAD)"
 records="$work/records.jsonl"
 : >"$records"
+# The 1-minute load average now, for the records: another job on the machine shows here.
+load() { cut -d' ' -f1 /proc/loadavg; }
 
 # ---- scripts/run.sh in a fresh clone ------------------------------------------------------------
 if ((!skip_run)); then
   git clone -q "$root" "$work/run"
+  l0=$(load)
   t0=$(date +%s.%N)
   (cd "$work/run" && bash scripts/run.sh --max-tokens 32) >"$work/run.log" 2>&1
   t1=$(date +%s.%N)
   run_s=$(python3 -c "print(round($t1 - $t0, 1))")
   echo "measure: scripts/run.sh answered after $run_s s"
-  printf '{"kind": "run_sh", "seconds": %s, "log": "%s"}\n' "$run_s" "$work/run.log" >>"$records"
+  printf '{"kind": "run_sh", "seconds": %s, "log": "%s", "load_before": %s, "load_after": %s}\n' \
+    "$run_s" "$work/run.log" "$l0" "$(load)" >>"$records"
+  if [[ -n "$grade" ]]; then
+    l0=$(load)
+    t0=$(date +%s.%N)
+    rc=0
+    (cd "$work/run" && bash scripts/grade.sh "$grade") >"$work/grade.log" 2>&1 || rc=$?
+    t1=$(date +%s.%N)
+    grade_s=$(python3 -c "print(round($t1 - $t0, 1))")
+    echo "measure: scripts/grade.sh $grade exited $rc after $grade_s s"
+    printf '{"kind": "grade_sh", "chapter": "%s", "seconds": %s, "exit_code": %d, "log": "%s", "load_before": %s, "load_after": %s}\n' \
+      "$grade" "$grade_s" "$rc" "$work/grade.log" "$l0" "$(load)" >>"$records"
+  fi
   rm -rf "$work/run"
 fi
 
@@ -79,7 +102,8 @@ failed=0
 if ((!skip_ci)); then
   # One CI run in CLONE beside N busy loops, recorded as KIND (ci / ci_rerun) number I.
   ci_once() {
-    local kind=$1 i=$2 n=$3 clone=$4 log=$5 b t0 t1 rc=0 ci_s speeds
+    local kind=$1 i=$2 n=$3 clone=$4 log=$5 b t0 t1 rc=0 ci_s speeds l0
+    l0=$(load)
     for ((b = 0; b < n; b++)); do
       bash -c 'while :; do :; done' &
       loops+=($!)
@@ -101,8 +125,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "build*", "tests", "machine_
 print(json.dumps(out))
 PY
 )
-    printf '{"kind": "%s", "run": %d, "seconds": %s, "exit_code": %d, "busy_loops": %d, "log": "%s", "machine_speed": %s}\n' \
-      "$kind" "$i" "$ci_s" "$rc" "$n" "$log" "$speeds" >>"$records"
+    printf '{"kind": "%s", "run": %d, "seconds": %s, "exit_code": %d, "busy_loops": %d, "log": "%s", "machine_speed": %s, "load_before": %s, "load_after": %s}\n' \
+      "$kind" "$i" "$ci_s" "$rc" "$n" "$log" "$speeds" "$l0" "$(load)" >>"$records"
   }
   for ((i = 1; i <= runs; i++)); do
     clone="$work/ci$i"
@@ -118,5 +142,5 @@ PY
 fi
 
 python3 "$root/bench/fresh_machine/report.py" --records "$records" --out "$out" --command "$command" \
-  ${apt_seconds:+--apt-seconds "$apt_seconds"}
+  ${apt_seconds:+--apt-seconds "$apt_seconds"} ${note:+--note "$note"}
 exit "$failed"

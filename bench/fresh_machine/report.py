@@ -6,6 +6,9 @@ measure.sh appends one JSON line per measured command to a records file:
     {"kind": "ci", "run": I, "seconds": S, "exit_code": RC, "busy_loops": N, "log": PATH,
      "machine_speed": {"build": {"step_ms": T, "reference_step_ms": R, "slow_factor": F}, ...}}
     {"kind": "ci_rerun", ...the same fields}: .ci/run again in the last fresh clone (built)
+    {"kind": "grade_sh", "chapter": NN, "seconds": S, "exit_code": RC, "log": PATH}: scripts/grade.sh NN
+     in run.sh's clone right after it (measure.sh --grade NN)
+Each record also has "load_before" and "load_after", the 1-minute load average around it.
 This script reads them and each log: test.sh prints "=== STAGE (HH:MM:SS)" as each stage starts,
 so a stage's time is the gap to the next mark; setup.sh prints "[setup] PHASE took N s" after its
 packages, venv and models, and "[setup] built in N s" (since its start) after the build. The
@@ -58,10 +61,33 @@ def setup_build_seconds(log_path):
 def setup_phases(log_path):
     """[{"phase", "seconds"}]: setup.sh's "[setup] PHASE took N s" lines (packages, venv, models,
     build; the venv and the models run beside the build and say so after the seconds)."""
+    return phases(log_path, "setup")
+
+
+def phases(log_path, tag):
+    """[{"phase", "seconds"}] from a script's "[TAG] PHASE took N s" lines (setup.sh, grade.sh)."""
     with open(log_path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     return [{"phase": f"{phase} {rest.strip()}".strip(), "seconds": int(seconds)}
-            for phase, seconds, rest in re.findall(r"^\[setup\] (.+?) took (\d+) s(.*)$", text, re.M)]
+            for phase, seconds, rest in re.findall(rf"^\[{tag}\] (.+?) took (\d+) s(.*)$", text, re.M)]
+
+
+def grade_summary(record):
+    """What scripts/grade.sh NN printed on the fresh clone: its phases, the build's step count, and
+    whether it reached the graded table (its "score: P / T tasks" line; on the stubs P is 0)."""
+    with open(record["log"], encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    steps = re.findall(r"^\[grade\] build took (\d+) s \((\d+) steps\)", text, re.M)
+    score = re.findall(r"^score: (\d+) / (\d+) tasks", text, re.M)
+    return {"chapter": record["chapter"], "seconds": record["seconds"], "exit_code": record["exit_code"],
+            "reached_table": bool(score), "tasks_passed": int(score[-1][0]) if score else None,
+            "tasks": int(score[-1][1]) if score else None,
+            "phases": [{"phase": re.sub(r" \(\d+ steps\)$", "", p["phase"]), "seconds": p["seconds"]}
+                       for p in phases(record["log"], "grade")],
+            "build_seconds": int(steps[-1][0]) if steps else None,
+            "build_steps": int(steps[-1][1]) if steps else None,
+            "load_before": record.get("load_before"), "load_after": record.get("load_after"),
+            "failures": [] if score else failure_lines(record["log"])}
 
 
 def main():
@@ -70,21 +96,35 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", required=True)
     ap.add_argument("--apt-seconds", type=float)
+    ap.add_argument("--note", help="a sentence printed as it is: what else the machine was doing")
     a = ap.parse_args()
     records = [json.loads(line) for line in open(a.records) if line.strip()]
     data = {"what": "wall time a newcomer waits on a fresh clone (no build/, models/ or .venv/)",
-            "provenance": results_meta.provenance(a.command), "apt_install_seconds": a.apt_seconds}
+            "provenance": results_meta.provenance(a.command), "apt_install_seconds": a.apt_seconds,
+            "note": a.note}
     # Flat fields the README renders (run_sh_seconds, ci_seconds, apt_install_seconds).
     data["command"], data["commit"] = data["provenance"]["command"], data["provenance"]["commit"]
     data["machine"], data["date"] = data["provenance"]["machine"], data["provenance"]["date"]
     run = next((r for r in records if r["kind"] == "run_sh"), None)
     data["run_sh_seconds"] = run["seconds"] if run else None
     data["run_sh_setup_and_build_seconds"] = setup_build_seconds(run["log"]) if run else None
+    data["run_sh_load_average"] = [run.get("load_before"), run.get("load_after")] if run else None
+    # Flat fields the README and scripts/grade.sh's first-build estimate read.
+    grade_rec = next((r for r in records if r["kind"] == "grade_sh"), None)
+    grade = grade_summary(grade_rec) if grade_rec else None
+    data["grade"] = grade
+    data["grade_chapter"] = grade["chapter"] if grade else None
+    data["grade_sh_seconds"] = grade["seconds"] if grade else None
+    data["grade_build_seconds"] = grade["build_seconds"] if grade else None
+    data["grade_build_steps"] = grade["build_steps"] if grade else None
+    data["run_to_graded_table_seconds"] = (round(run["seconds"] + grade["seconds"], 1)
+                                           if run and grade and grade["reached_table"] else None)
     def ci_records(kind):
         return [{"run": r["run"], "passed": r["exit_code"] == 0, "exit_code": r["exit_code"],
                  "seconds": r["seconds"], "busy_loops": r["busy_loops"], "stages": stages(r["log"]),
                  "setup_phases": setup_phases(r["log"]),
                  "machine_speed": r["machine_speed"],
+                 "load_average": [r.get("load_before"), r.get("load_after")],
                  "failures": [] if r["exit_code"] == 0 else failure_lines(r["log"])}
                 for r in records if r["kind"] == kind]
     runs, reruns = ci_records("ci"), ci_records("ci_rerun")
@@ -104,6 +144,26 @@ def main():
     if run:
         lines += [f"`scripts/run.sh` on a fresh clone: the answer printed after **{run['seconds'] / 60:.1f} min** "
                   f"(setup and build of `lio` {data['run_sh_setup_and_build_seconds']} s).", ""]
+    if grade:
+        g = grade
+        phase_text = ", ".join(f"{p['phase']} {p['seconds']} s" for p in g["phases"])
+        if g["reached_table"]:
+            lines += [f"Then `scripts/grade.sh {g['chapter']}` in the same clone printed its graded table "
+                      f"({g['tasks_passed']} / {g['tasks']} tasks pass on the stubs) after **{g['seconds'] / 60:.1f} min** "
+                      f"({phase_text}; the build ran {g['build_steps']} steps): from the clone to the first graded "
+                      f"table **{data['run_to_graded_table_seconds'] / 60:.1f} min**.", ""]
+        else:
+            lines += [f"Then `scripts/grade.sh {g['chapter']}` in the same clone did NOT reach its table "
+                      f"(exit {g['exit_code']} after {g['seconds']:.0f} s):", "", "```", *g["failures"], "```", ""]
+    loads = [(label, r) for label, r in (("`scripts/run.sh`", run), (f"`scripts/grade.sh {grade['chapter']}`" if grade else "", grade_rec))
+             if r and r.get("load_before") is not None]
+    loads += [(f"CI {r['kind']} {r['run']}", r) for r in records if r["kind"].startswith("ci") and r.get("load_before") is not None]
+    if loads:
+        lines += ["1-minute load average before / after each command (the machine's "
+                  f"{m.get('cores', '?')} cores; a load above 0 before a command is other work): "
+                  + "; ".join(f"{label} {r['load_before']} / {r['load_after']}" for label, r in loads) + ".", ""]
+    if a.note:
+        lines += [a.note, ""]
     if a.apt_seconds is not None:
         lines += [f"Debian packages were already installed; installing the run set on a new machine took "
                   f"{a.apt_seconds} s (measured separately).", ""]
