@@ -32,7 +32,8 @@
 # the logs to run.log / ci<i>.log under a temporary folder it names.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-command="bench/fresh_machine/measure.sh${*:+ $*}"
+command="bench/fresh_machine/measure.sh"
+for a in "$@"; do [[ "$a" =~ [[:space:]] ]] && command+=" '$a'" || command+=" $a"; done  # --note's sentence quoted
 out="$root/bench/results/fresh_machine_cpu"
 skip_run=0 skip_ci=0 runs=1 busy=0 reruns=0 rerun_busy=0 apt_seconds="" grade="" note=""
 while [[ $# -gt 0 ]]; do
