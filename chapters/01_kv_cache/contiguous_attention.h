@@ -1,8 +1,9 @@
 // contiguous_attention.h — chapter 01's decode step on chapter 01's cache, inside the one
 // forward pass: the attention operator ch01_kv_cache runs.
 //
-// The engine's CPU attention reads every row through its sequence's block table (chapter 04's
-// paged_decode_attention, CpuBackend::attention). ch01_kv_cache reserves ONE block per
+// The engine's CPU attention reads every row through its sequence's block table (chapter 07's
+// tiled kernel, or chapter 04's paged_decode_attention under --attention-backend naive;
+// CpuBackend::attention). ch01_kv_cache reserves ONE block per
 // sequence, long enough for the whole sequence (prompt + max_tokens), so a sequence's K/V are a
 // contiguous run of slots: chapter 01's contiguous cache, the special case the paged pool
 // generalizes. This backend keeps every operator of the device's backend and replaces only

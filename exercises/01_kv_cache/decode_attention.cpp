@@ -22,7 +22,7 @@ void decode_attention(const float* q, const float* k_cache, const float* v_cache
   (void)q, (void)k_cache, (void)v_cache, (void)out, (void)n_ctx, (void)n_heads, (void)n_kv_heads,
       (void)head_dim, (void)scale;
   throw NotImplemented("Task 4 (exercises/01_kv_cache/decode_attention.cpp): decode_attention — "
-                       "scores, stable softmax, weighted sum of values, per query head");
+                       "lesson docs/01_kv_cache.md, Task 4");
 }
 
 }  // namespace lio::cpu

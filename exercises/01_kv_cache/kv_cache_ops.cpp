@@ -19,7 +19,7 @@ void KvCache::write(int64_t layer, int64_t pos, const float* k, const float* v) 
   //   position outside the capacity or a layer outside the model.
   (void)layer, (void)pos, (void)k, (void)v;
   throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::write — "
-                       "copy k and v into row pos of the layer's slabs");
+                       "lesson docs/01_kv_cache.md, Task 3");
 }
 
 std::span<const float> KvCache::key_prefix(int64_t layer, int64_t n_tokens) const {
@@ -27,14 +27,14 @@ std::span<const float> KvCache::key_prefix(int64_t layer, int64_t n_tokens) cons
   //   lio/kv_cache.h states (what decode attention reads). Throw as lio/kv_cache.h lists.
   (void)layer, (void)n_tokens;
   throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::key_prefix — "
-                       "a view of the first n_tokens rows");
+                       "lesson docs/01_kv_cache.md, Task 3");
 }
 
 std::span<const float> KvCache::value_prefix(int64_t layer, int64_t n_tokens) const {
   // TODO(Task 3): as key_prefix, over the value slab.
   (void)layer, (void)n_tokens;
   throw NotImplemented("Task 3 (exercises/01_kv_cache/kv_cache_ops.cpp): KvCache::value_prefix — "
-                       "a view of the first n_tokens rows");
+                       "lesson docs/01_kv_cache.md, Task 3");
 }
 
 }  // namespace lio

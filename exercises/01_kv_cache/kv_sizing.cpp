@@ -1,5 +1,6 @@
-// Chapter 01, Tasks 1 and 2 — YOUR implementation. Declarations and the formula:
-// common/model/include/lio/kv_sizing.h. Lesson: docs/01_kv_cache.md. Grade: ctest -R ch01_task_1 / ch01_task_2
+// Chapter 01, Tasks 1 and 2 — YOUR implementation. Declarations and contracts:
+// common/model/include/lio/kv_sizing.h. Lesson: docs/01_kv_cache.md, section 2 and "Task 1" /
+// "Task 2". Grade: ctest -R ch01_task_1 / ch01_task_2
 #include "lio/kv_sizing.h"
 
 #include <string>
@@ -17,7 +18,7 @@ int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, int64_t batch
   //   or batch with lio::InvalidArgument.
   (void)config, (void)seq_len, (void)batch, (void)dtype;
   throw NotImplemented("Task 1 (exercises/01_kv_cache/kv_sizing.cpp): kv_cache_bytes — "
-                       "what one token caches, times tokens and sequences (docs/01_kv_cache.md, section 2)");
+                       "lesson docs/01_kv_cache.md, section 2 and Task 1");
 }
 
 double kv_tokens_per_gib(const ModelConfig& config, KvDtype dtype) {
@@ -25,20 +26,21 @@ double kv_tokens_per_gib(const ModelConfig& config, KvDtype dtype) {
   //   Must hold: LLaMA-7B fp16 -> 2048.
   (void)config, (void)dtype;
   throw NotImplemented("Task 1 (exercises/01_kv_cache/kv_sizing.cpp): kv_tokens_per_gib — "
-                       "tokens per GiB of cache (docs/01_kv_cache.md, section 2)");
+                       "lesson docs/01_kv_cache.md, Task 1");
 }
 
 int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype, MemorySize budget,
                                MemorySize weights) {
-  // TODO(Task 2): budget and weights arrive as a person wrote them: a value and a unit
-  //   (lio/kv_sizing.h, MemoryUnit). Turn each into whole bytes yourself: which units are
-  //   powers of ten and which powers of two? (Lesson, "Memory budgeting".) The weights take
-  //   theirs; what is left holds whole sequences of seq_len tokens each. Return how many fit
-  //   (0 if none). Throw InvalidArgument for seq_len <= 0, a negative or non-finite value, a
-  //   unit outside MemoryUnit, or more bytes than an int64_t holds.
+  // TODO(Task 2): the largest number of whole seq_len-token sequences whose cache fits in
+  //   `budget` beside `weights` (0 if none), as lio/kv_sizing.h states. Both sizes arrive as a
+  //   person wrote them, a value and a unit (MemoryUnit says how many bytes each unit is); the
+  //   conversion to whole bytes is yours (lesson: docs/01_kv_cache.md, section 2, "Memory
+  //   budgeting"). Must hold: LLaMA-7B fp16, seq 4096 -> 13 in {40, GiB} beside {14, GiB}, 12
+  //   in {40, GB} beside {14, GB}. Throw InvalidArgument for seq_len <= 0, a negative or
+  //   non-finite value, a unit outside MemoryUnit, or more bytes than an int64_t holds.
   (void)config, (void)seq_len, (void)dtype, (void)budget, (void)weights;
   throw NotImplemented("Task 2 (exercises/01_kv_cache/kv_sizing.cpp): max_batch_under_budget — "
-                       "budget and weights to bytes (GB or GiB?), then free bytes / bytes per sequence");
+                       "lesson docs/01_kv_cache.md, section 2 (Memory budgeting) and Task 2");
 }
 
 }  // namespace lio

@@ -86,27 +86,30 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void embedding_row(const WeightMatrix& w, int64_t token, float* out);
 
 // ---- attention ------------------------------------------------------------------------------
-// The engine's CPU attention is chapter 07's tiled kernel (flash_attention.h) for every row, on
-// any pool dtype. With --attention-backend naive, decode rows go through paged_decode_attention
-// (chapter 04's Task 5) and prefill chunks through flash_attention.h's naive_attention (the
-// score matrix materialized). Chapter 01's decode_attention (Task 4) runs in ch01_kv_cache, over
-// the one contiguous block per sequence that chapter's executable reserves. The reference they
-// are all tested against is attention_reference.h.
+// The engine's CPU attention (CpuBackend::attention) is chapter 07's tiled kernel
+// (flash_attention.h) for every row, on any pool dtype. With --attention-backend naive, decode
+// rows on an f32 pool without a sliding window go through paged_decode_attention (chapter 04's
+// Task 5) and every other row through flash_attention.h's naive_attention (the score matrix
+// materialized). Chapter 01's decode_attention (Task 4) is the attention of ch01_kv_cache's
+// backend, over the one contiguous block per sequence that chapter's executable reserves
+// (chapters/01_kv_cache/contiguous_attention.h). The reference they are all tested against is
+// attention_reference.h.
 
 /// Task 5 (chapter 04 exercise point; defined in solutions|exercises/04_paged_attention/
 /// paged_decode_attention.cpp). Attention of ONE query head over positions 0 .. n_ctx-1 of a
 /// sequence whose K/V live in a paged pool, read through its block table (Kwon et al. 2023,
-/// PagedAttention, sec. 4.1): position j is at slot block_table[j / block_size] * block_size +
-/// j % block_size, and its key for KV head `kv_head` starts at
-/// k_pool + (slot * n_kv_heads + kv_head) * head_dim (likewise v_pool).
-/// q: (head_dim); k_pool, v_pool: one layer, (n_blocks, block_size, n_kv_heads, head_dim);
+/// PagedAttention, sec. 4.1; docs/04_paged_attention.md, section 2 and "Task 5").
+/// q: (head_dim); k_pool, v_pool: one layer, (n_blocks, block_size, n_kv_heads, head_dim), where
+/// entry b of block_table is the pool block holding the sequence's positions b * block_size ..
+/// (b + 1) * block_size - 1 in order; kv_head: the KV head this query head reads;
 /// block_table: at least ceil(n_ctx / block_size) block ids; out: (head_dim);
-/// scores: (>= n_ctx) the caller's scratch for the n_ctx scores, overwritten (the caller owns
-/// it, one buffer per thread: no hidden allocation or thread_local state here).
-///   out = sum_j softmax_j(scale * q . k[j]) v[j]
-/// Equals decode_attention's result for that head on the gathered contiguous cache (to f32
-/// rounding). Single-threaded: the engine runs many (row, head) pairs in parallel. The engine's
-/// f32 CPU attention for decode rows under --attention-backend naive (CpuBackend::attention).
+/// scores: (>= n_ctx) the caller's scratch, overwritten (the caller owns it, one buffer per
+/// thread: no hidden allocation or thread_local state here).
+/// Must hold: out equals decode_attention's result for that head on the same K/V gathered into a
+/// contiguous cache (to f32 rounding), whatever blocks the table names and in whatever order,
+/// and stays finite when the scores are far too large for exp. Single-threaded: the engine runs
+/// many (row, head) pairs in parallel. The engine's f32 CPU attention for decode rows under
+/// --attention-backend naive (CpuBackend::attention).
 /// Throws InvalidArgument if n_ctx < 1, block_size < 1, the table is too short, or scores
 /// holds fewer than n_ctx floats.
 void paged_decode_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
@@ -116,15 +119,17 @@ void paged_decode_attention(const float* q, const float* k_pool, const float* v_
 
 /// Task 4 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/
 /// decode_attention.cpp). Attention of ONE new query token over the whole cached prefix:
-/// the decode step. q: (n_heads, head_dim); k_cache, v_cache: (n_ctx, n_kv_heads, head_dim)
-/// holding positions 0 .. n_ctx-1 (the new token's own K/V included, at n_ctx-1);
-/// out: (n_heads, head_dim). Query head h reads KV head h / (n_heads / n_kv_heads).
-///   out[h] = sum_j softmax_j(scale * q[h] . k[j, g]) v[j, g]
-/// No causal mask is needed: every cached position is in the past. Must equal
-/// attention_reference(q, k, v, out, 1, n_ctx - 1, ...) to f32 rounding. Threads: OpenMP over
-/// the heads. Not the engine's path (that is paged_decode_attention, for every row): it runs in
-/// chapter 01's executable, ch01_kv_cache, whose cache is one contiguous block per sequence
-/// (chapters/01_kv_cache/contiguous_attention.h).
+/// the decode step (docs/01_kv_cache.md, "Task 4"). q: (n_heads, head_dim), RoPE applied;
+/// k_cache, v_cache: (n_ctx, n_kv_heads, head_dim) holding positions 0 .. n_ctx-1 (the new
+/// token's own K/V included, at n_ctx-1); out: (n_heads, head_dim). Every query head attends
+/// with its group's KV head: grouped-query attention (Ainslie et al. 2023) lets n_heads /
+/// n_kv_heads consecutive query heads share one (docs/02_gqa_mla.md, section 1).
+/// Must hold: out equals attention_reference(q, k, v, out, 1, n_ctx - 1, ...) to f32 rounding
+/// for MHA, GQA and MQA, and stays finite when the scores are far too large for exp (> 88 in
+/// f32). Threads: OpenMP over the heads. Runs as ch01_kv_cache's attention, over the one
+/// contiguous block per sequence that chapter's executable reserves
+/// (chapters/01_kv_cache/contiguous_attention.h); the engine's other programs attend with
+/// chapter 07's tiled kernel (see above).
 /// Throws InvalidArgument if n_ctx < 1 or n_heads is not a multiple of n_kv_heads.
 void decode_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                       int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,

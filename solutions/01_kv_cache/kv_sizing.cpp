@@ -13,6 +13,8 @@ int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, int64_t batch
     throw InvalidArgument("kv_cache_bytes: seq_len and batch must be >= 0, got " +
                           std::to_string(seq_len) + " and " + std::to_string(batch));
   }
+  // bytes/token = 2 * n_layers * n_kv_heads * head_dim * bytes/element, the lesson's
+  // 2 x n_layers x n_kv_heads x head_dim x bytes/element (docs/01_kv_cache.md, section 2):
   // K and V, per layer, per KV head (not per query head: GQA shares them), per dimension.
   const int64_t per_token = 2 * config.n_layers * config.n_kv_heads * config.head_dim * kv_dtype_bytes(dtype);
   return per_token * seq_len * batch;
@@ -52,7 +54,7 @@ int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDty
   };
   const int64_t free_bytes = bytes_of(budget, "budget") - bytes_of(weights, "weights");
   if (free_bytes <= 0) return 0;
-  // Integer division rounds down: a sequence either fits whole or not at all.
+  // free / per_seq, rounded down by integer division: a sequence either fits whole or not at all.
   return free_bytes / kv_cache_bytes(config, seq_len, 1, dtype);
 }
 

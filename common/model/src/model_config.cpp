@@ -57,6 +57,10 @@ float ModelConfig::layer_rope_theta(int64_t layer) const {
   return layer_window(layer) > 0 && rope_theta_local > 0.0f ? rope_theta_local : rope_theta;
 }
 
+int64_t ModelConfig::kv_bytes_per_token(int64_t bytes_per_elem) const {
+  return 2 * n_layers * kv_dim() * bytes_per_elem;
+}
+
 float ModelConfig::softmax_scale() const {
   if (attn_scale > 0.0f) return attn_scale;
   const int64_t width = is_mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim;

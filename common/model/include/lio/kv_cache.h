@@ -2,10 +2,10 @@
 //
 // During decode, every new token's query attends to the keys and values of all earlier
 // tokens. Those K/V vectors never change once computed, so we keep them: one slab per
-// layer of shape (capacity_tokens, n_kv_heads, head_dim) for K and one for V. Size:
-// 2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_elem (Pope et al. 2022,
-// "Efficiently Scaling Transformer Inference", sec. 2.1). Chapter 04 replaces the slab
-// with fixed-size blocks behind the same interface (PagedAttention, Kwon et al. 2023).
+// layer of shape (capacity_tokens, n_kv_heads, head_dim) for K and one for V (Pope et al.
+// 2022, "Efficiently Scaling Transformer Inference", sec. 2.1; how many bytes that is, is
+// chapter 01's Task 1, lio/kv_sizing.h). Chapter 04 replaces the slab with fixed-size blocks
+// behind the same interface (PagedAttention, Kwon et al. 2023).
 //
 // Where the bodies are: the constructors are common/model/src/kv_cache.cpp; write,
 // key_prefix and value_prefix are chapter 01's Task 3, defined in
@@ -44,14 +44,16 @@ class KvCache {
   const float* values(int64_t layer) const { return v_.get() + layer * layer_stride_; }
 
   /// Task 3 (chapter 01 exercise point; defined in solutions|exercises/01_kv_cache/kv_cache_ops.cpp).
-  /// Appends one token's key and value for `layer` at position `pos`: copies kv_dim floats
-  /// from `k` into the key slab at row `pos`, and from `v` into the value slab.
-  /// k, v: (n_kv_heads * head_dim). Throws InvalidArgument if pos is outside
-  /// [0, capacity_tokens) or layer outside [0, n_layers).
+  /// Keeps one token's key and value for `layer` at position `pos`. k, v: (n_kv_heads *
+  /// head_dim), read during the call only. After it, key_prefix(layer, n) and
+  /// value_prefix(layer, n) for any n > pos hold k and v as their row `pos`; no other position
+  /// or layer changes (docs/01_kv_cache.md, "Task 3"). Throws InvalidArgument, saying which, if
+  /// pos is outside [0, capacity_tokens) or layer outside [0, n_layers).
   void write(int64_t layer, int64_t pos, const float* k, const float* v);
 
   /// Task 3 (same file). The cached keys of `layer` for positions [0, n_tokens), the prefix a
-  /// decode step attends over: a view of (n_tokens, n_kv_heads, head_dim) floats.
+  /// decode step attends over: a view (no copy, no allocation) of (n_tokens, n_kv_heads,
+  /// head_dim) floats, row j the key written at position j, valid until the cache is destroyed.
   /// Throws InvalidArgument if n_tokens is outside [0, capacity_tokens] or layer is out of range.
   std::span<const float> key_prefix(int64_t layer, int64_t n_tokens) const;
   /// Task 3 (same file). The cached values, as key_prefix.
@@ -74,7 +76,7 @@ class KvCache {
 
   /// Bytes allocated for K and V together (what the slab costs).
   int64_t allocated_bytes() const;
-  /// Bytes holding live positions: 2 * n_layers * kv_dim * n_tokens * sizeof(float).
+  /// Bytes holding live positions: the first n_tokens() rows of every layer's K and V slabs.
   int64_t used_bytes() const;
 
  private:

@@ -1,16 +1,13 @@
 // kv_sizing.h — how big the KV cache is, and how many sequences fit in memory.
 // Chapter 01 exercise points (Tasks 1 and 2): declared here, defined in
 // solutions/01_kv_cache/kv_sizing.cpp (reference) and exercises/01_kv_cache/kv_sizing.cpp (yours).
-//
-// Per token, every layer caches one key and one value vector per KV head:
-//   bytes/token = 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes/element
-// (Pope et al. 2022, "Efficiently Scaling Transformer Inference", sec. 2.1; with GQA the
-// count is n_kv_heads, not n_heads — Ainslie et al. 2023).
+// docs/01_kv_cache.md, section 2 ("What the cache stores, and how big it is"), derives the size
+// of the cache from what a decode step reads back (Pope et al. 2022, "Efficiently Scaling
+// Transformer Inference", sec. 2.1; grouped-query attention, Ainslie et al. 2023).
 //
 // Units are explicit. Task 1 answers in int64_t counts of bytes; Task 2 takes its memory
 // budget as people write it, a number with a unit (MemorySize: "40 GB" from a spec sheet,
-// "14 GiB" from a formula), and converts it itself: GB = 10^9 bytes, GiB = 2^30 bytes, the
-// two units people mix up. gib()/gb() are the same conversions for the tests' byte counts.
+// "14 GiB" from a formula), and converts it itself. gib()/gb() are the tests' byte counts.
 #pragma once
 
 #include <cstdint>
@@ -38,10 +35,13 @@ constexpr int64_t gib(double n) { return static_cast<int64_t>(n * 1073741824.0);
 /// `n` decimal gigabytes (GB, 10^9 bytes each) in bytes, rounded down.
 constexpr int64_t gb(double n) { return static_cast<int64_t>(n * 1e9); }
 
-/// Task 1. Bytes of KV cache for `batch` sequences of `seq_len` tokens each, elements of
-/// kv_dtype_bytes(dtype) bytes (docs/01_kv_cache.md, section 2, derives it; Kwon et al. 2023,
-/// sec. 2). Example: LLaMA-7B (32 layers, 32 KV heads, head_dim 128), fp16, seq 4096, batch 16
-/// -> 34,359,738,368 bytes = 32 GiB. Throws InvalidArgument if seq_len or batch is negative.
+/// Task 1. Bytes of KV cache that `batch` sequences of `seq_len` tokens each occupy, at
+/// kv_dtype_bytes(dtype) bytes per cached element: everything a decode step reads back instead
+/// of recomputing, for every layer and token (docs/01_kv_cache.md, section 2; Kwon et al. 2023,
+/// sec. 2). Linear in seq_len and in batch; 0 for 0 tokens. Examples: LLaMA-7B (32 layers,
+/// 32 KV heads, head_dim 128), fp16, seq 4096, batch 16 -> 34,359,738,368 bytes = 32 GiB;
+/// SmolLM2-135M (30 layers, 9 query heads, 3 KV heads, head_dim 64), f32, one token -> 46,080
+/// bytes (what `lio info` prints). Throws InvalidArgument if seq_len or batch is negative.
 int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, int64_t batch, KvDtype dtype);
 
 /// Task 1 (second part). How many tokens of KV cache fit in one GiB (2^30 bytes), as a
@@ -60,16 +60,15 @@ struct MemorySize {
   MemoryUnit unit = MemoryUnit::Bytes;   ///< which unit `value` counts
 };
 
-/// Task 2. The largest batch of `seq_len`-token sequences whose KV cache fits beside the
-/// weights: max b with bytes(weights) + kv_cache_bytes(config, seq_len, b, dtype) <=
-/// bytes(budget), where bytes({v, unit}) = v x (bytes per unit), rounded down to whole bytes:
-/// 1 for Bytes, 10^6 for MB, 2^20 for MiB, 10^9 for GB, 2^30 for GiB. Returns 0 when not even
-/// one sequence fits. LLaMA-7B fp16, seq 4096 (2 GiB per sequence): 13 for a {40, GiB} budget
-/// beside {14, GiB} of weights, 12 for {40, GB} beside {14, GB} (26 x 10^9 bytes is 12.1
-/// sequences); a GB read as a GiB gives 13 for both.
+/// Task 2. The largest batch b of `seq_len`-token sequences whose KV cache (Task 1) fits in
+/// `budget` beside `weights`: the bytes of the weights and of b sequences' cache together do
+/// not exceed the budget's bytes, and b + 1 sequences would. A size's bytes are its value in its
+/// unit (MemoryUnit), rounded down to whole bytes. Returns 0 when not even one sequence fits.
+/// LLaMA-7B fp16, seq 4096 (2 GiB per sequence): 13 for a {40, GiB} budget beside {14, GiB} of
+/// weights, 12 for {40, GB} beside {14, GB} (26 x 10^9 bytes is 12.1 sequences); a GB read as
+/// a GiB gives 13 for both (docs/01_kv_cache.md, section 2, "Memory budgeting").
 /// Throws InvalidArgument if seq_len <= 0, a value is negative or not finite, a unit is not one
 /// of MemoryUnit's values, or a size does not fit in int64_t bytes (8 EiB).
-/// Units: SI prefixes (kilo = 10^3, mega, giga) and IEC 80000-13's binary ones (Mi = 2^20, Gi = 2^30).
 int64_t max_batch_under_budget(const ModelConfig& config, int64_t seq_len, KvDtype dtype, MemorySize budget,
                                MemorySize weights);
 

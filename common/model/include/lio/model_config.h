@@ -64,12 +64,13 @@ struct ModelConfig {
   /// Width of the attention output fed to Wo: n_heads * head_dim (MLA: n_heads * v_head_dim).
   int64_t attn_out_dim() const { return is_mla() ? n_heads * v_head_dim : n_heads * head_dim; }
   /// Floats one KV-pool slot holds per layer in each of its two arrays (K and V):
-  /// n_kv_heads * head_dim. MLA caches one latent row of kv_lora_rank + qk_rope_head_dim
-  /// floats, stored as its first half in the K array and its second half in the V array.
+  /// n_kv_heads * head_dim. An MLA model stores the latent row a token leaves in a layer
+  /// (chapter 02, section 5) split in two, its first half in the K array and its second half
+  /// in the V array. Inline: lio_kv (the contiguous cache) uses it without linking lio_model.
   int64_t kv_dim() const { return is_mla() ? (kv_lora_rank + qk_rope_head_dim) / 2 : n_kv_heads * head_dim; }
-  /// KV-cache bytes for one token across all layers: 2 * n_layers * kv_dim() * bytes
-  /// (GQA: 2 * n_layers * n_kv_heads * head_dim * bytes; MLA: n_layers * (d_c + d_h^R) * bytes).
-  int64_t kv_bytes_per_token(int64_t bytes_per_elem) const { return 2 * n_layers * kv_dim() * bytes_per_elem; }
+  /// KV-pool bytes one token takes across all layers, K and V arrays both, at bytes_per_elem
+  /// bytes per element, scales not counted (`lio info` prints it for f32).
+  int64_t kv_bytes_per_token(int64_t bytes_per_elem) const;
   /// The softmax scale: attn_scale when set, else 1/sqrt of the query-key width.
   float softmax_scale() const;
   /// The window of this shard's layer `layer` (global layer first_layer + layer): sliding_window
