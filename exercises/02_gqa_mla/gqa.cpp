@@ -18,7 +18,7 @@ int64_t kv_head_for_query_head(int64_t h, int64_t n_heads, int64_t n_kv_heads) {
   //   0 <= h < n_heads, n_kv_heads >= 1 and n_kv_heads divides n_heads.
   (void)h, (void)n_heads, (void)n_kv_heads;
   throw NotImplemented("Task 1 (exercises/02_gqa_mla/gqa.cpp): kv_head_for_query_head — "
-                       "which KV head does query head h read? see docs/02_gqa_mla.md, section 1");
+                       "lesson docs/02_gqa_mla.md, section 1 and Task 1");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
@@ -30,7 +30,7 @@ std::vector<float> mean_pool_kv_heads(std::span<const float> w, int64_t n_kv_hea
   //   query heads read before, as lio/gqa.h states (docs/02_gqa_mla.md, section 4).
   (void)w, (void)n_kv_heads, (void)head_dim, (void)cols, (void)n_groups;
   throw NotImplemented("Task 3 (exercises/02_gqa_mla/gqa.cpp): mean_pool_kv_heads — "
-                       "average each group's K/V heads into one");
+                       "lesson docs/02_gqa_mla.md, section 4 and Task 3");
 }
 
 }  // namespace lio

@@ -22,7 +22,7 @@ int64_t mla_latent_bytes_per_token(const ModelConfig& config, int64_t bytes_per_
   //   qk_rope_head_dim < 0 (0 is allowed) or bytes_per_elem < 1.
   (void)config, (void)bytes_per_elem;
   throw NotImplemented("Task 2 (exercises/02_gqa_mla/mla.cpp): mla_latent_bytes_per_token — "
-                       "layers x values one token caches per MLA layer x bytes");
+                       "lesson docs/02_gqa_mla.md, section 5 and Task 2");
 }
 
 // ---- Task 4 -----------------------------------------------------------------------------------
@@ -38,7 +38,7 @@ void mla_absorbed_attention_head(std::span<const float> q_nope, std::span<const 
   //   cpu::dot(a, b, n) (kernels/cpu/cpu_ops.h) is a fast dot product if you want one.
   (void)q_nope, (void)q_pe, (void)w_uk, (void)w_uv, (void)latents, (void)n_ctx, (void)sh, (void)scale, (void)out;
   throw NotImplemented("Task 4 (exercises/02_gqa_mla/mla.cpp): mla_absorbed_attention_head — "
-                       "fold W_UK into the query, attend over the latents, W_UV on the output");
+                       "lesson docs/02_gqa_mla.md, section 5 and Task 4");
 }
 
 }  // namespace lio

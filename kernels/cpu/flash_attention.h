@@ -121,7 +121,7 @@ struct AttentionBatch {
 /// Shapes and scale shared by both kernels.
 struct AttentionShape {
   int64_t n_heads = 0;     ///< query heads
-  int64_t n_kv_heads = 0;  ///< KV heads; query head h reads KV head h / (n_heads / n_kv_heads)
+  int64_t n_kv_heads = 0;  ///< KV heads, each read by n_heads / n_kv_heads consecutive query heads
   int64_t head_dim = 0;
   float scale = 0.0f;      ///< usually 1 / sqrt(head_dim)
   /// Sliding-window attention (Beltagy et al. 2020, "Longformer", sec. 3.1; Gemma 3's local

@@ -31,6 +31,7 @@ std::vector<float> mean_pool_kv_heads(std::span<const float> w, int64_t n_kv_hea
     throw InvalidArgument("mean_pool_kv_heads: w holds " + std::to_string(w.size()) + " floats, " +
                           std::to_string(n_kv_heads * head_dim * cols) + " expected");
   }
+  // Group g: the mean of the per_group consecutive heads from g * (n_kv_heads / n_groups) on.
   const int64_t per_group = n_kv_heads / n_groups, head_floats = head_dim * cols;
   std::vector<float> out(static_cast<size_t>(n_groups * head_floats), 0.0f);
   for (int64_t g = 0; g < n_groups; ++g) {

@@ -21,7 +21,8 @@ int64_t mla_latent_bytes_per_token(const ModelConfig& config, int64_t bytes_per_
                           std::to_string(bytes_per_elem));
   }
   // One latent per layer serves as every head's K and V (no factor 2, no head count), plus the
-  // one RoPE key all heads share (RoPE cannot be absorbed, so it stays outside the latent).
+  // one RoPE key all heads share (RoPE cannot be absorbed, so it stays outside the latent):
+  // n_layers * (d_c + d_h^R) * bytes_per_elem.
   return config.n_layers * (config.kv_lora_rank + config.qk_rope_head_dim) * bytes_per_elem;
 }
 

@@ -3,8 +3,8 @@
 // Per token MLA caches one latent row [c_kv (d_c = kv_lora_rank) | k_pe (d_R =
 // qk_rope_head_dim)]. Query head i has a no-RoPE part q_nope (qk_nope_head_dim) and a RoPE
 // part q_pe (d_R); its key is [W_UK,i c_kv ; k_pe] and its value W_UV,i c_kv. The naive path
-// up-projects K and V from every cached latent; the absorbed path folds W_UK,i into the query
-// (q_lat = W_UK,i^T q_nope) and W_UV,i into the output, and attends over the latents directly.
+// up-projects K and V from every cached latent; the absorbed path (Task 4) computes the same
+// attention without building any head's key or value (docs/02_gqa_mla.md, section 5).
 //
 // Tasks 2 and 4 are declared here and defined in exercises/02_gqa_mla/mla.cpp (yours) or
 // solutions/02_gqa_mla/mla.cpp (the reference): the KV pool sizes an MLA model's blocks with
