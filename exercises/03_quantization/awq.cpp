@@ -14,8 +14,8 @@ namespace lio {
 AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
                             const std::function<double(std::span<const float> scales)>& loss) {
   // TODO(Task 5): the grid search of lio/quantization.h: the n_grid exponents it lists, each
-  //   one's scales as defined there, scored by `loss`; return the winner (the first on a tie)
-  //   with its loss and scales.
+  //   one's scales as section 3 of docs/03_quantization.md derives them, scored by `loss`;
+  //   return the winner (the first on a tie) with its loss and scales.
   //   Must hold: alpha 0 is plain RTN, so the result never loses to RTN on `loss`; every
   //   candidate passed to `loss` is normalized. Lesson: docs/03_quantization.md, section 3.
   //   Throw InvalidArgument for n_grid < 1 or no channels.
@@ -23,7 +23,7 @@ AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
   (void)n_grid;
   (void)loss;
   throw NotImplemented("Task 5 (exercises/03_quantization/awq.cpp): awq_search_scales — "
-                       "grid-search the exponent of the activation-aware scales");
+                       "lesson docs/03_quantization.md, section 3 (AWQ) and Task 5");
 }
 
 }  // namespace lio

@@ -26,7 +26,7 @@ void gptq_quantize_columns(std::span<float> wt, int64_t rows, std::span<const fl
   (void)u;
   (void)round_column;
   throw NotImplemented("Task 4 (exercises/03_quantization/gptq.cpp): gptq_quantize_columns — "
-                       "round a column, spread its error over the columns after it");
+                       "lesson docs/03_quantization.md, section 3 (GPTQ) and Task 4");
 }
 
 }  // namespace lio

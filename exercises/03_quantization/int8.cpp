@@ -19,7 +19,7 @@ float quantize_row_int8(std::span<const float> x, std::span<int8_t> q) {
   (void)x;
   (void)q;
   throw NotImplemented("Task 6 (exercises/03_quantization/int8.cpp): quantize_row_int8 — "
-                       "round one token's activations to int8 with one scale");
+                       "lesson docs/03_quantization.md, section 4 and Task 6");
 }
 
 float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t> qb, float scale_b) {
@@ -31,7 +31,7 @@ float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t
   (void)qb;
   (void)scale_b;
   throw NotImplemented("Task 6 (exercises/03_quantization/int8.cpp): int8_dot — "
-                       "the integer dot product and its two scales");
+                       "lesson docs/03_quantization.md, section 4 and Task 6");
 }
 
 }  // namespace lio

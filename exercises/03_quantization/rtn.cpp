@@ -20,7 +20,7 @@ BlockQ8_0 quantize_block_q8_0(std::span<const float, kQuantBlockElems> x) {
   //   (lesson: docs/03_quantization.md, section 2 and "Task 2"; an all-zero block is d = 0).
   (void)x;
   throw NotImplemented("Task 2 (exercises/03_quantization/rtn.cpp): quantize_block_q8_0 — "
-                       "llama.cpp's Q8_0 block, bit for bit (docs/03_quantization.md, Task 2)");
+                       "lesson docs/03_quantization.md, section 2 and Task 2");
 }
 
 BlockQ4_0 quantize_block_q4_0(std::span<const float, kQuantBlockElems> x) {
@@ -31,7 +31,7 @@ BlockQ4_0 quantize_block_q4_0(std::span<const float, kQuantBlockElems> x) {
   //   (docs/03_quantization.md, section 2 and "Task 2").
   (void)x;
   throw NotImplemented("Task 2 (exercises/03_quantization/rtn.cpp): quantize_block_q4_0 — "
-                       "llama.cpp's Q4_0 block, bit for bit (docs/03_quantization.md, Task 2)");
+                       "lesson docs/03_quantization.md, section 2 and Task 2");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ BlockQ4_1 quantize_block_q4_1(std::span<const float, kQuantBlockElems> x) {
   //   docs/03_quantization.md, section 2 and "Task 3").
   (void)x;
   throw NotImplemented("Task 3 (exercises/03_quantization/rtn.cpp): quantize_block_q4_1 — "
-                       "llama.cpp's Q4_1 block, bit for bit (docs/03_quantization.md, Task 3)");
+                       "lesson docs/03_quantization.md, section 2 and Task 3");
 }
 
 }  // namespace lio

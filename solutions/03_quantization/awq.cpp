@@ -20,6 +20,7 @@ AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
   std::vector<float> s(mean_abs_x.size());
   for (int i = 0; i < n_grid; ++i) {
     const double alpha = static_cast<double>(i) / n_grid;
+    // s_c = max(mean_abs_x[c]^alpha, 1e-4), then s /= sqrt(max(s) * min(s)) (AWQ eq. 5, AutoAWQ).
     for (size_t c = 0; c < s.size(); ++c)
       s[c] = std::max(static_cast<float>(std::pow(static_cast<double>(mean_abs_x[c]), alpha)), 1e-4f);
     const auto [lo, hi] = std::minmax_element(s.begin(), s.end());

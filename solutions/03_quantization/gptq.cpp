@@ -27,6 +27,7 @@ void gptq_quantize_columns(std::span<float> wt, int64_t rows, std::span<const fl
       round_column(j, q);
       const float ujj = u[static_cast<size_t>(j * cols + j)];
       float* e = err.data() + (j - i1) * rows;
+      // err = (W[:, j] - q) / U[j, j]; then W[:, j+1 :] -= outer(err, U[j, j+1 :]) (section 3).
       for (int64_t r = 0; r < rows; ++r) e[r] = (w[r] - q[r]) / ujj;
       std::copy(q.begin(), q.end(), w);
       // Inside the block, at once: column k > j gets -U[j][k] * err.

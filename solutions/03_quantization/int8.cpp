@@ -20,6 +20,7 @@ float quantize_row_int8(std::span<const float> x, std::span<int8_t> q) {
     if (!std::isfinite(v)) throw InvalidArgument("quantize_row_int8: a non-finite activation");
     amax = std::max(amax, std::fabs(v));
   }
+  // s = max_i |x[i]| / 127;  q[i] = round(x[i] / s), halves away from zero.
   const float s = amax / 127.0f;
   for (size_t i = 0; i < x.size(); ++i) q[i] = s > 0.0f ? static_cast<int8_t>(std::round(x[i] / s)) : int8_t{0};
   return s;
@@ -36,7 +37,7 @@ float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t
   }
   int32_t acc = 0;
   for (size_t i = 0; i < qa.size(); ++i) acc += static_cast<int32_t>(qa[i]) * static_cast<int32_t>(qb[i]);
-  return static_cast<float>(acc) * scale_a * scale_b;
+  return static_cast<float>(acc) * scale_a * scale_b;  // float(sum) * scale_a * scale_b
 }
 
 }  // namespace lio

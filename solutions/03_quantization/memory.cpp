@@ -13,6 +13,7 @@ int64_t weight_bytes(int64_t n_params, double bits_per_weight) {
     throw InvalidArgument("weight_bytes: need n_params >= 0 and 0 < bits_per_weight <= 64, got " +
                           std::to_string(n_params) + " and " + std::to_string(bits_per_weight));
   }
+  // parameters x bits / 8, rounded up: ceil(n_params * bits_per_weight / 8).
   return static_cast<int64_t>(std::ceil(static_cast<double>(n_params) * bits_per_weight / 8.0));
 }
 

@@ -11,9 +11,9 @@
 // Chapter 01's contiguous cache is the special case "one block of max length per sequence".
 //
 // The elements are f32 by default. --kv-cache-dtype f16 stores IEEE halves; int8 stores each
-// (token, KV head) vector of head_dim values as int8 codes with one f32 scale, s = max|x| /
-// 127 (chapter 03's quantize_row_int8, applied per head: the granularity of KIVI's and
-// vLLM's per-token KV quantization), and the attention kernels dequantize as they read.
+// (token, KV head) vector of head_dim values as int8 codes with one f32 scale (chapter 03's
+// quantize_row_int8, applied per head: the granularity of KIVI's and vLLM's per-token KV
+// quantization), and the attention kernels dequantize as they read.
 #pragma once
 
 #include <cstdint>

@@ -18,14 +18,16 @@ namespace lio {
 
 // ---- Task 1 (exercises/03_quantization/memory.cpp) ----------------------------------------
 
-/// Bytes that hold n_params weights at bits_per_weight bits each, rounded up to a whole byte:
-/// ceil(n_params * bits_per_weight / 8). Fractional widths count a block's scales (Q4_0:
-/// 4.5, Q4_1: 5, Q8_0: 8.5). Throws InvalidArgument for n_params < 0 or bits_per_weight
-/// outside (0, 64].
+/// Bytes that hold n_params weights at bits_per_weight bits each, rounded up to a whole byte
+/// (docs/03_quantization.md, section 1 and "Task 1"). Fractional widths count a block's scales
+/// (Q4_0: 4.5, Q4_1: 5, Q8_0: 8.5). Examples: 7 x 10^9 weights at 4 bits are 3,500,000,000
+/// bytes, one Q8_0 block (32 weights at 8.5) 34 bytes, 3 weights at 4 bits 2 bytes. Throws
+/// InvalidArgument for n_params < 0 or bits_per_weight outside (0, 64].
 int64_t weight_bytes(int64_t n_params, double bits_per_weight);
 
-/// Whether a model fits a memory budget: weight_bytes(n_params, bits_per_weight) +
-/// overhead_bytes <= budget_bytes (overhead: KV cache, activations, runtime). Throws as
+/// Whether a model's weights (weight_bytes) and `overhead_bytes` more (KV cache, activations,
+/// runtime) fit in budget_bytes together; a budget met exactly fits. 13 x 10^9 weights with
+/// 2 x 10^9 bytes of overhead fit in 16 x 10^9 bytes at 8 bits, not at 16. Throws as
 /// weight_bytes, and InvalidArgument for a negative overhead or budget.
 bool model_fits(int64_t n_params, double bits_per_weight, int64_t overhead_bytes, int64_t budget_bytes);
 
@@ -62,10 +64,11 @@ using RoundColumn = std::function<void(int64_t j, std::span<float> column)>;
 /// 2022, eq. 3-4): quantize W's columns one at a time, j = 0 .. cols - 1, and after each one
 /// move its rounding error onto the columns not yet quantized, the way that least raises the
 /// layer's output error ||W X^T - Q X^T||^2 (docs/03_quantization.md, section 3, derives the
-/// update through U). wt: W^T, (cols, rows) row-major — column j of W is row j of wt, contiguous — updated in
-/// place; on return row j holds column j's grid values. u: (cols, cols) row-major, the upper
-/// Cholesky factor of H^-1 (H^-1 = U^T U; H = 2 X^T X + damping, X the layer's calibration
-/// inputs), whose row j carries every update column j makes. round_column is called once per
+/// update through U). wt: W^T, (cols, rows) row-major (column j of W is row j of wt,
+/// contiguous), updated in place; on return row j holds column j's grid values. u: (cols,
+/// cols) row-major, the upper Cholesky factor of H^-1 (H^-1 = U^T U; H = 2 X^T X + damping, X
+/// the layer's calibration inputs). Columns before j never change once j is rounded: the
+/// update only moves error forward. round_column is called once per
 /// j in increasing order; when it is called for j, the rows of wt from j to the end of j's
 /// 128-column block (128 * floor(j / 128) + 127, or cols - 1) hold every update from the
 /// columns before j (the caller reads a whole group's updated weights there to set its scale;
@@ -85,11 +88,14 @@ struct AwqSearch {
 };
 
 /// AWQ's scale search (Lin et al. 2024, sec. 3.2-3.3, eq. 4-5; AutoAWQ's search_best_scale):
-/// per input channel c, s_c = max(mean_abs_x[c]^alpha, 1e-4), then s /= sqrt(max(s) * min(s));
-/// for alpha in {0, 1/n_grid, ..., (n_grid - 1)/n_grid}, evaluate loss(s) — the output error of
-/// the layers reading this input when W diag(s) is rounded and diag(s)^-1 folded back — and
-/// return the alpha with the smallest loss (the first on a tie), its loss and its scales.
-/// alpha = 0 is s = 1: plain RTN, so the search never does worse than RTN on `loss`.
+/// tries n_grid exponents alpha, evenly spaced over [0, 1) starting at 0, each with the
+/// per-input-channel scales docs/03_quantization.md, section 3 ("AWQ") derives from mean_abs_x
+/// for it (AutoAWQ's floor of 1e-4 included), and returns the exponent whose scales give the
+/// smallest loss(s) (the first on a tie), with that loss and those scales. loss(s) is the
+/// output error of the layers reading this input when W diag(s) is rounded and diag(s)^-1
+/// folded back; it is called once per exponent, in increasing order.
+/// Must hold: every candidate s has mean_abs_x.size() positive entries with max(s) * min(s) = 1
+/// (normalized); alpha = 0 is s = 1, plain RTN, so the result never loses to RTN on `loss`.
 /// mean_abs_x: (cols) mean |x_c| over the calibration tokens, each >= 0. Throws
 /// InvalidArgument for n_grid < 1 or an empty mean_abs_x.
 AwqSearch awq_search_scales(std::span<const float> mean_abs_x, int n_grid,
@@ -102,20 +108,22 @@ inline constexpr int64_t kInt8DotMaxLen = 131071;
 
 /// Per-token symmetric INT8 of one activation row (dynamic: the scale is found at run time,
 /// one per token; LLM.int8()'s "vector-wise" quantization of X, Dettmers et al. 2022 sec. 3.1;
-/// SmoothQuant's per-token activations, Xiao et al. 2023 sec. 3):
-///   s = max_i |x[i]| / 127;  q[i] = round(x[i] / s)  (half away from zero, std::round),
-/// so the largest |x[i]| becomes +-127 and x[i] ≈ s * q[i]. A row of zeros gives s = 0 and
-/// q = 0. Writes q (x.size() codes), returns s. Throws InvalidArgument when q.size() !=
-/// x.size() or an x[i] is not finite.
+/// SmoothQuant's per-token activations, Xiao et al. 2023 sec. 3; docs/03_quantization.md,
+/// section 4). Writes q (x.size() codes in [-127, 127]) and returns the row's one scale s:
+/// the largest |x[i]| becomes +-127 (s is the f32 quotient of that magnitude by 127), and each
+/// q[i] is the code nearest x[i] / s, halves away from zero as std::round, so x[i] ≈ s * q[i].
+/// A row of zeros gives s = 0 and q = 0. Example: x = (0.6, -1.27, 0.02) gives s = 0.01 and
+/// q = (60, -127, 2). Throws InvalidArgument when q.size() != x.size() or an x[i] is not finite.
 float quantize_row_int8(std::span<const float> x, std::span<int8_t> q);
 
-/// The dot product of two INT8 vectors with their scales: a ≈ scale_a * qa, b ≈ scale_b * qb,
-///   a . b ≈ scale_a * scale_b * sum_i qa[i] * qb[i],
-/// with the sum accumulated exactly in int32 (what _mm256_maddubs_epi16 / _mm256_madd_epi16 on
-/// a CPU, dp4a or an INT8 tensor-core MMA on a GPU compute) and converted to float once:
-/// returns float(sum) * scale_a * scale_b. W8A8's y[t][j] is this with a = the token's row
-/// (quantize_row_int8) and b = the weight row j (per output channel). Throws InvalidArgument
-/// when qa.size() != qb.size() or the length exceeds kInt8DotMaxLen.
+/// The dot product a . b of two INT8 vectors given with their scales, a ≈ scale_a * qa and
+/// b ≈ scale_b * qb (docs/03_quantization.md, section 4). The code products are summed exactly
+/// in int32 (what _mm256_maddubs_epi16 / _mm256_madd_epi16 on a CPU, dp4a or an INT8
+/// tensor-core MMA on a GPU compute) and the sum is converted to float once, so 4,096 products
+/// of 127 x 127 give exactly 66,064,384 (a float accumulator drops ones past 2^24). Example:
+/// qa = (1, 2, 3), qb = (4, -5, -6), scales 0.5 and 0.25 -> -3. W8A8's y[t][j] is this with
+/// a = the token's row (quantize_row_int8) and b = the weight row j (per output channel).
+/// Throws InvalidArgument when qa.size() != qb.size() or the length exceeds kInt8DotMaxLen.
 float int8_dot(std::span<const int8_t> qa, float scale_a, std::span<const int8_t> qb, float scale_b);
 
 }  // namespace lio
