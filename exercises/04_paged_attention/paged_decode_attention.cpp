@@ -25,7 +25,7 @@ void paged_decode_attention(const float* q, const float* k_pool, const float* v_
   (void)q, (void)k_pool, (void)v_pool, (void)out, (void)block_table, (void)n_ctx, (void)block_size,
       (void)n_kv_heads, (void)kv_head, (void)head_dim, (void)scale, (void)scores;
   throw NotImplemented("Task 5 (exercises/04_paged_attention/paged_decode_attention.cpp): paged_decode_attention — "
-                       "scores through the block table, stable softmax, weighted sum of values");
+                       "lesson docs/04_paged_attention.md, section 2 and Task 5");
 }
 
 }  // namespace lio::cpu

@@ -18,7 +18,7 @@ std::vector<int32_t> hash_chain_match(const HashChainIndex& index, std::span<con
   //   block_size < 1.
   (void)index, (void)tokens, (void)block_size;
   throw NotImplemented("Task 4 (exercises/04_paged_attention/prefix_cache_hash.cpp): hash_chain_match — "
-                       "the longest verified chain of cached full blocks (docs/04_paged_attention.md, Task 4)");
+                       "lesson docs/04_paged_attention.md, section 5 and Task 4");
 }
 
 }  // namespace lio

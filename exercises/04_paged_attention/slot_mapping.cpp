@@ -15,7 +15,7 @@ void compute_slot_mapping(std::span<const int32_t> block_table, int64_t start_po
   //   InvalidArgument if block_size < 1, start_pos < 0, or a position is past the table's end.
   (void)block_table, (void)start_pos, (void)block_size, (void)out;
   throw NotImplemented("Task 1 (exercises/04_paged_attention/slot_mapping.cpp): compute_slot_mapping — "
-                       "each position's slot through the block table (docs/04_paged_attention.md, Task 1)");
+                       "lesson docs/04_paged_attention.md, section 2 and Task 1");
 }
 
 }  // namespace lio

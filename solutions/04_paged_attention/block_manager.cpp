@@ -46,7 +46,8 @@ bool BlockManager::allocate(std::vector<int32_t>& block_table, int64_t n_tokens)
 }
 
 void BlockManager::free(std::vector<int32_t>& block_table) {
-  // Last block first: it holds the longest prefix, the least likely to be wanted again.
+  // Unref last to first (last block first): it holds the longest prefix, the least likely to be
+  // wanted again, and what is freed first is reused first.
   for (auto it = block_table.rbegin(); it != block_table.rend(); ++it) unref(*it);
   block_table.clear();
 }

@@ -23,7 +23,8 @@ void paged_decode_attention(const float* q, const float* k_pool, const float* v_
                           std::to_string(n_ctx) + " floats of scores scratch, got " +
                           std::to_string(scores.size()));
   }
-  // Where position j's vector for this KV head starts: the block table is the only indirection.
+  // Where position j's vector for this KV head starts: the block table is the only indirection,
+  // slot = block_table[j / block_size] * block_size + j % block_size.
   auto at = [&](const float* pool, int64_t j) {
     const int64_t slot = block_table[static_cast<size_t>(j / block_size)] * block_size + j % block_size;
     return pool + (slot * n_kv_heads + kv_head) * head_dim;

@@ -16,7 +16,7 @@ std::vector<int32_t> hash_chain_match(const HashChainIndex& index, std::span<con
   uint64_t parent = 0;
   for (int64_t k = 0; k < n_full; ++k) {
     const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(k * block_size), static_cast<size_t>(block_size));
-    const uint64_t h = block_hash(parent, block);
+    const uint64_t h = block_hash(parent, block);  // h_k = block_hash(h_{k-1}, block k's tokens)
     const auto it = index.by_hash.find(h);
     if (it == index.by_hash.end()) break;
     const HashChainIndex::Entry& e = index.entries[static_cast<size_t>(it->second)];

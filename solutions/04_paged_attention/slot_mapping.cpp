@@ -19,6 +19,7 @@ void compute_slot_mapping(std::span<const int32_t> block_table, int64_t start_po
       throw InvalidArgument("compute_slot_mapping: position " + std::to_string(pos) + " needs block " +
                             std::to_string(block_index) + ", the table has " + std::to_string(block_table.size()));
     }
+    // slot = block_table[pos / block_size] * block_size + pos % block_size
     out[i] = static_cast<int32_t>(block_table[static_cast<size_t>(block_index)] * block_size + pos % block_size);
   }
 }

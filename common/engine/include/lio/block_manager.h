@@ -9,10 +9,10 @@
 // does — only ids; the copies it decides are carried out by the engine (ModelRunner::copy_blocks).
 //
 // The free list doubles as the eviction order of the prefix cache (vLLM's `FreeKVCacheBlockQueue`):
-// a block whose count drops to 0 keeps its cached content and goes to the back; allocation takes
-// from the front, so the least recently used cached block is overwritten first. A sequence frees
-// its blocks last-to-first, so among blocks freed together the one holding the longest prefix (the
-// least likely to be shared) is evicted first.
+// a block whose count drops to 0 keeps its cached content until it is reused, and the blocks
+// are reused least recently freed first. Among blocks one sequence frees together, the one
+// holding the longest prefix (the least likely to be shared) is reused first
+// (docs/04_paged_attention.md, sections 2 and 5).
 //
 // Chapter 04 exercise points (solutions|exercises/04_paged_attention/block_manager.cpp):
 // Task 2 — allocate_block, ref, unref, allocate, free, fork; Task 3 — append_slots. The
@@ -43,23 +43,28 @@ class BlockManager {
 
   // ---- Task 2: reference-counted allocation (solutions|exercises/04_paged_attention/block_manager.cpp)
 
-  /// Takes the block at the front of the free list (the least recently used), sets its count to
-  /// 1 and returns its id. If it still held cached content, the prefix cache is told first
-  /// (PrefixCache::on_block_reused), so that content is never returned as a hit again. If the
-  /// free list is empty, asks the prefix cache to evict one block first. Returns -1 if no block
-  /// can be had.
+  /// A block for one new holder: returns the id of the free block that has been free longest
+  /// (the least recently used), now off the free list with ref_count 1. Its old content, if the
+  /// prefix cache still knew it, is never returned as a hit again (PrefixCache::on_block_reused
+  /// has been told). With the free list empty, the prefix cache may evict (PrefixCache::evict) to
+  /// make one free. Returns -1, changing nothing, when no block can be had.
   int32_t allocate_block();
-  /// One more holder of block `id` (a fork, a prefix-cache hit). A block with count 0 (free, its
-  /// cached content kept) leaves the free list. Throws InvalidArgument if id is out of range.
+  /// One more holder of block `id` (a fork, a prefix-cache hit): ref_count(id) grows by 1, and a
+  /// block that was free (count 0, its cached content kept) is no longer on the free list and
+  /// keeps its content. Throws InvalidArgument if id is out of range.
   void ref(int32_t id);
-  /// One holder fewer; at 0 the block goes to the back of the free list, content kept. Throws
+  /// One holder fewer: ref_count(id) drops by 1; a block nobody holds any more is free, its
+  /// content kept for the prefix cache, and is reused after every block freed before it. Throws
   /// InternalError if its count is already 0 (a double free), InvalidArgument if id is out of
   /// range.
   void unref(int32_t id);
-  /// Grows `block_table` with fresh blocks until it holds `n_tokens` tokens. All or nothing:
-  /// returns false and changes nothing if too few blocks can be had.
+  /// After it returns true, `block_table` holds blocks_for(n_tokens) blocks (or more, if it
+  /// already did): its old entries unchanged, then fresh blocks, each held by this table alone.
+  /// All or nothing: returns false and changes neither the table nor the pool if too few blocks
+  /// can be had, the prefix cache's evictable blocks counted.
   bool allocate(std::vector<int32_t>& block_table, int64_t n_tokens);
-  /// Drops this holder of every block of `block_table`, last block first, and clears it.
+  /// Drops this holder of every block of `block_table` and clears it. Among the blocks this
+  /// frees, the one holding the longest prefix is reused first (see the file comment).
   void free(std::vector<int32_t>& block_table);
   /// A table sharing the first blocks_for(n_tokens) blocks of `block_table` (each gains a
   /// holder): parallel sampling's n samples of one prompt (Kwon et al. 2023, sec. 4.4). Throws
@@ -68,12 +73,14 @@ class BlockManager {
 
   // ---- Task 3: copy-on-write (solutions|exercises/04_paged_attention/block_manager.cpp) -------
 
-  /// Makes `block_table` ready for writing positions [n_computed, n_computed + n_new): every
-  /// existing block those positions fall in that another holder shares is replaced by a fresh
-  /// block and a BlockCopy {old, fresh} is appended to `copies` (the writer drops its hold on the
-  /// old one); then new blocks are appended until the table holds n_computed + n_new tokens.
-  /// All or nothing: returns false and changes nothing if too few blocks can be had. A block
-  /// that another holder shares is never written in place.
+  /// Makes `block_table` ready for writing positions [n_computed, n_computed + n_new). After it
+  /// returns true: the table holds at least blocks_for(n_computed + n_new) blocks; every block
+  /// holding one of those positions is held by this table alone (a block that another holder
+  /// shares is never written in place); each block that had to be replaced for that has given
+  /// way to a fresh one, with BlockCopy {old, fresh} appended to `copies` for the engine to
+  /// carry out and one holder fewer on the old block; blocks holding only earlier positions are
+  /// unchanged (docs/04_paged_attention.md, section 4). All or nothing: returns false and changes
+  /// neither the table, the pool nor `copies` if too few blocks can be had.
   bool append_slots(std::vector<int32_t>& block_table, int64_t n_computed, int64_t n_new,
                     std::vector<BlockCopy>& copies);
 
@@ -94,9 +101,10 @@ class BlockManager {
   /// True if a sequence with `block_table` can grow to hold `n_tokens` tokens (ignoring
   /// copy-on-write) with the blocks available.
   bool can_allocate(std::span<const int32_t> block_table, int64_t n_tokens) const;
-  /// Drops this holder of the blocks of `block_table` past the first blocks_for(n_tokens), last
-  /// block first, and shrinks the table to them: speculative decoding's rollback (chapter 06)
-  /// gives back the blocks that held only rejected drafts. No-op when the table is no longer.
+  /// Drops this holder of the blocks of `block_table` past the first blocks_for(n_tokens), in
+  /// the order free() releases them, and shrinks the table to them: speculative decoding's
+  /// rollback (chapter 06) gives back the blocks that held only rejected drafts. No-op when the
+  /// table is no longer.
   /// Throws InvalidArgument if n_tokens < 0.
   void truncate(std::vector<int32_t>& block_table, int64_t n_tokens);
   /// Attaches the prefix cache told about reused blocks and asked to evict (nullptr: none).

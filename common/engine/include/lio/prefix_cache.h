@@ -115,13 +115,14 @@ struct HashChainIndex {
 uint64_t block_hash(uint64_t parent, std::span<const int32_t> block_tokens);
 
 /// Task 4 (chapter 04 exercise point; solutions|exercises/04_paged_attention/prefix_cache_hash.cpp).
-/// The cached blocks holding the longest prefix of `tokens` made of full blocks of `block_size`
-/// tokens and shorter than tokens.size() (the last token stays uncached, so its logits are
-/// computed): walk k = 0, 1, ...: h_k = block_hash(h_{k-1}, tokens[k*bs, (k+1)*bs)) with
-/// h_{-1} = 0, look h_k up in index.by_hash, and accept the block only if its entry is cached
-/// and holds the same parent hash and the same token ids (no collision can return another
-/// prefix's K/V); stop at the first miss. Returns the block ids, in order (none on a miss at
-/// block 0). Takes no references. Throws InvalidArgument if block_size < 1.
+/// The ids, in order, of the cached blocks holding the longest prefix of `tokens` that is made
+/// of whole blocks of `block_size` tokens and is shorter than tokens.size() (the last token
+/// stays uncached, so its logits are computed). Block k of the prefix is served only by an
+/// index entry filed under block k's chain hash (h_k, the file comment's chain, h_{-1} = 0)
+/// that is cached and holds the same token ids and the same parent hash h_{k-1}: a 64-bit
+/// collision never returns another prefix's K/V, and the same tokens after a different
+/// beginning never hit (docs/04_paged_attention.md, section 5 and "Task 4"). Empty when block 0
+/// is not served. Takes no references. Throws InvalidArgument if block_size < 1.
 std::vector<int32_t> hash_chain_match(const HashChainIndex& index, std::span<const int32_t> tokens,
                                       int64_t block_size);
 

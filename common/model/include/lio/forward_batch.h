@@ -25,11 +25,13 @@ struct BlockCopy {
 };
 
 /// Task 1 (chapter 04 exercise point; solutions|exercises/04_paged_attention/slot_mapping.cpp).
-/// The KV-pool slot of each of the positions start_pos .. start_pos + out.size() - 1 of a
-/// sequence with `block_table`: slot = block_table[pos / block_size] * block_size
-/// + pos % block_size (vLLM `BlockTable.compute_slot_mapping`). `out` has one entry per
-/// position. Throws InvalidArgument if block_size < 1, start_pos < 0, or a position falls past
-/// the table's last block.
+/// out[i] = the KV-pool slot of position start_pos + i of a sequence whose blocks are
+/// `block_table`: entry b of the table is the pool block holding the sequence's positions
+/// b * block_size .. (b + 1) * block_size - 1, in order, and lio/kv_pool.h numbers a block's
+/// slots (vLLM `BlockTable.compute_slot_mapping`; docs/04_paged_attention.md, section 2 and
+/// "Task 1"). Example: table [9, 3], block_size 4, positions 0 .. 5 -> 36 37 38 39 12 13.
+/// Throws InvalidArgument if block_size < 1, start_pos < 0, or a position falls past the
+/// table's last block.
 void compute_slot_mapping(std::span<const int32_t> block_table, int64_t start_pos, int64_t block_size,
                           std::span<int32_t> out);
 
@@ -43,9 +45,8 @@ inline constexpr int32_t kPadSlotId = -1;
 struct ForwardBatch {
   std::vector<int32_t> token_ids;        ///< (n_tokens) token ids, in [0, vocab_size)
   std::vector<int32_t> positions;        ///< (n_tokens) absolute position of each token (RoPE)
-  /// (n_tokens) KV slot each token's K/V is written to:
-  /// slot = block_table[pos / block_size] * block_size + pos % block_size
-  /// (vLLM `BlockTable.compute_slot_mapping`); kPadSlotId = not written.
+  /// (n_tokens) KV slot each token's K/V is written to, from its sequence's block table
+  /// (compute_slot_mapping; vLLM `BlockTable.compute_slot_mapping`); kPadSlotId = not written.
   std::vector<int32_t> slot_mapping;
   std::vector<int32_t> query_start_loc;  ///< (n_seqs + 1) row offsets: cu_seqlens_q, [0] = 0
   std::vector<int32_t> seq_lens;         ///< (n_seqs) cached + new tokens of each sequence
