@@ -35,9 +35,10 @@ class CublasHandle {
   /// cublasSetStream for the same reason). Every cuBLAS call goes through here first. Const: the
   /// handle's state is cuBLAS's, not this object's. Throws CudaError if either call fails.
   void bind_stream(cudaStream_t stream) const;
-  /// The stream the last bind_stream() set and whether our workspace was set after it (tests
-  /// read these; cuBLAS has no getter for the workspace).
+  /// The stream the last bind_stream() set (null before the first).
   cudaStream_t bound_stream() const { return bound_stream_; }
+  /// Whether our workspace is the one set on the handle now (true after construction and after
+  /// each bind_stream(); tests read it, as cuBLAS has no getter for the workspace).
   bool own_workspace_bound() const { return own_workspace_bound_; }
 
  private:
