@@ -80,9 +80,10 @@ def lesson_section(lesson: Path, task: int) -> tuple[int, list[str]]:
 
 
 def find_key(key: str, lines: list[str], first_line: int) -> list[int]:
-    """Line numbers (first_line-based) where `key` starts; a key may span up to four lines."""
+    """Line numbers (first_line-based) where `key` starts; a key may span up to four lines (a
+    line's leading `//`, `///` or `//!` is dropped first, so a formula a comment wraps counts)."""
     target = squash(key)
-    squashed = [squash(line) for line in lines]
+    squashed = [squash(re.sub(r"^\s*//[/!]?", "", line)) for line in lines]
     hits = []
     for i in range(len(lines)):
         for span in range(1, 5):
