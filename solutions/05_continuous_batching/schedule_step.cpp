@@ -58,7 +58,8 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
     budget -= n_new;
   }
 
-  // 2. Swapped sequences, oldest preemption first, while a seat, the budget and blocks last.
+  // 2. Only if nobody was preempted: swapped sequences, oldest preemption first, while a seat,
+  //    the budget and blocks last.
   while (!preempted && !queues.swapped.empty() && budget > 0 &&
          static_cast<int64_t>(queues.running.size()) < config.max_num_seqs) {
     Sequence* seq = queues.swapped.front();

@@ -17,7 +17,10 @@ int64_t prefill_chunk(int64_t remaining, int64_t budget, bool chunked_prefill) {
 // ---- Task 2 -----------------------------------------------------------------------------------
 
 bool can_admit(const AdmissionRequest& r) {
-  return r.n_running < r.max_num_seqs && r.chunk_tokens > 0 && r.blocks_needed <= r.blocks_available;
+  const auto& [n_running, max_num_seqs, chunk_tokens, blocks_needed, blocks_available] = r;
+  return n_running < max_num_seqs             // a seat
+         && chunk_tokens > 0                  // rows this step (an unchunked prompt fits whole)
+         && blocks_needed <= blocks_available;  // the blocks for them
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
@@ -27,7 +30,7 @@ Sequence* choose_victim(std::span<Sequence* const> candidates) {
   for (Sequence* s : candidates) {
     if (victim == nullptr || s->arrival_time > victim->arrival_time ||
         (s->arrival_time == victim->arrival_time && s->id() > victim->id())) {
-      victim = s;  // the latest arrival has the lowest priority
+      victim = s;  // the latest arrival has the lowest priority: it loses its blocks
     }
   }
   return victim;

@@ -6,9 +6,10 @@
 // waiting ones join in arrival order while seats (`max_num_seqs`), the token budget
 // (`max_num_batched_tokens`) and blocks last. Prefill and decode rows mix in one step; a prompt
 // longer than the budget left is split (chunked prefill; Agrawal et al. 2024, Sarathi-Serve).
-// When the pool has no block for a running sequence, the latest arrival is preempted (Kwon et
-// al. 2023, sec. 4.5): recompute (its blocks freed, its tokens prefilled again later: vLLM's
-// default) or swap (its K/V copied to a host swap space and back when blocks free up; vLLM v0).
+// When the pool has no block for a running sequence, one is preempted under FCFS (Kwon et
+// al. 2023, sec. 4.5; chapter 05's Task 3 picks it): recompute (its blocks freed, its tokens
+// prefilled again later: vLLM's default) or swap (its K/V copied to a host swap space and back
+// when blocks free up; vLLM v0).
 // With a prefix cache a sequence admitted with nothing computed starts from the longest cached
 // prefix; every sequence's next slots come from BlockManager::append_slots (copy-on-write).
 // Static batching (`SchedulingPolicy::Static`, the baseline of chapter 05) admits a batch only

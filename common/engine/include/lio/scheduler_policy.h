@@ -8,7 +8,7 @@
 // The Scheduler owns the queues, the block manager and the bookkeeping, and lends the step a
 // narrow view of them (SchedulerQueues, SchedulerOps). Sources: Yu et al. 2022 (Orca:
 // iteration-level scheduling), Agrawal et al. 2024 (Sarathi-Serve: chunked prefill), Kwon et
-// al. 2023 sec. 4.5 (vLLM: FCFS, preempt the latest arrival, recompute or swap), vLLM v1
+// al. 2023 sec. 4.5 (vLLM: FCFS, preemption by recompute or swap), vLLM v1
 // `vllm/v1/core/sched/scheduler.py`, nano-vllm `nanovllm/engine/scheduler.py`.
 #pragma once
 
@@ -22,11 +22,12 @@
 
 namespace lio {
 
-/// Task 1. Tokens a sequence with `remaining` uncomputed tokens runs this step, given the
-/// token budget left (`budget`, rows). A decoding sequence has remaining == 1. With chunked
-/// prefill, a long prompt is split: as many tokens as the budget allows. Without it, a prompt
-/// runs whole or not at all (0 when it does not fit). Never more than remaining or budget;
-/// 0 when either is <= 0.
+/// Task 1. How many of a sequence's `remaining` uncomputed tokens (1 while it decodes) it runs
+/// this step, with `budget` rows left in the step's token budget. The answer never exceeds
+/// `remaining` nor `budget`, and is 0 when either is <= 0. With `chunked_prefill` a prompt may
+/// be split over steps (Sarathi-Serve), and the step runs as much of it as the budget holds;
+/// without it a prompt is never split: it runs whole in one step or waits (0).
+/// docs/05_continuous_batching.md, section 4 and "Task 1".
 int64_t prefill_chunk(int64_t remaining, int64_t budget, bool chunked_prefill);
 
 /// What admitting one waiting sequence would take (Task 2's input).
@@ -38,27 +39,33 @@ struct AdmissionRequest {
   int64_t blocks_available = 0;  ///< blocks the pool can hand out now
 };
 
-/// Task 2. Whether a waiting sequence joins the batch this step (continuous batching): a seat
-/// is free (n_running < max_num_seqs), it has tokens to run (chunk_tokens > 0) and its blocks
-/// fit (blocks_needed <= blocks_available).
+/// Task 2. Whether a waiting sequence joins the batch this step (continuous batching): true
+/// exactly when every limit `r` names allows it — with it admitted no more than max_num_seqs
+/// sequences run, it has rows to run in this step, and the pool holds the blocks those rows
+/// need. docs/05_continuous_batching.md, "Task 2".
 bool can_admit(const AdmissionRequest& r);
 
-/// Task 3a. Which running sequence to preempt when the pool has no block for another: the one
-/// that arrived last (latest arrival_time; ties: the larger id) among `candidates` — the
-/// running sequences not yet scheduled this step. FCFS keeps the oldest requests going (Kwon et
-/// al. 2023, sec. 4.5). Returns nullptr if there is no candidate.
+/// Task 3a. The running sequence that gives up its blocks when the pool has none for another,
+/// under vLLM's FCFS policy (Kwon et al. 2023, sec. 4.5): FCFS ranks sequences by
+/// (arrival_time, id), and the victim is the one among `candidates` (the running sequences not
+/// yet scheduled this step) that this ranking protects least. The same answer for any order of
+/// `candidates`; nullptr when it is empty. docs/05_continuous_batching.md, section 5 and
+/// "Task 3".
 Sequence* choose_victim(std::span<Sequence* const> candidates);
 
-/// Task 3b. Puts a preempted victim (its blocks already freed) back for recomputation: its K/V
-/// are gone, so num_computed_tokens = 0; its tokens (prompt and generated) stay; status
-/// Waiting; n_preemptions += 1; and it goes to the FRONT of `waiting`, ahead of later arrivals,
-/// so it cannot starve.
+/// Task 3b. Puts a preempted `victim` (its blocks already freed) back in `waiting` for
+/// recomputation (vLLM v1's `_preempt_request`). Afterwards its next prefill recomputes every
+/// token it holds, its tokens (prompt and generated) are unchanged, its status is Waiting, its
+/// n_preemptions counts this preemption, and no sequence of `waiting` that arrived after it can
+/// be admitted before it (it cannot starve). docs/05_continuous_batching.md, section 5 and
+/// "Task 3".
 void requeue_for_recompute(Sequence& victim, std::deque<Sequence*>& waiting);
 
-/// Task 4. Static batching (HF generate-style): a batch is admitted together and no request
-/// joins until every sequence of it has finished. True if a waiting request may be admitted
-/// now: nothing was running when this step began (n_running_at_step_start == 0) and the new
-/// batch has a free seat (n_admitted_this_step < max_num_seqs).
+/// Task 4. Static batching's admission rule (HF generate-style): a batch is admitted together,
+/// no request joins it while any of its members runs, and it has at most max_num_seqs
+/// members. True if a waiting request may be admitted now, given the sequences running (or
+/// swapped out) when this step began and those this step has admitted so far.
+/// docs/05_continuous_batching.md, section 1 and "Task 4".
 bool static_may_admit(int64_t n_running_at_step_start, int64_t n_admitted_this_step, int64_t max_num_seqs);
 
 // ---- Task 5: the scheduling step --------------------------------------------------------------
@@ -88,8 +95,8 @@ class SchedulerOps {
   virtual bool append_slots(Sequence& seq, int64_t n_new) = 0;
   /// Preempts a running `seq`: takes it out of `running`; in swap mode with room in the swap
   /// space, copies its K/V out and appends it to `swapped` (status Swapped); otherwise frees its
-  /// blocks and hands it to requeue_for_recompute (Task 3b), which puts it at the front of
-  /// `waiting`. Either way its n_preemptions grows by 1 and the step's output lists it.
+  /// blocks and hands it to requeue_for_recompute (Task 3b), which returns it to `waiting`.
+  /// Either way the preemption is counted and the step's output lists it.
   virtual void preempt(Sequence& seq) = 0;
   /// Device blocks for a swapped `seq`'s num_computed_tokens + n_new tokens, its K/V copied
   /// back into them, its host blocks freed. False, and nothing changed, if they do not fit.
@@ -107,35 +114,35 @@ class SchedulerOps {
   virtual void drop_unfittable(Sequence& seq) = 0;
 };
 
-/// Task 5. One iteration-level scheduling step (Yu et al. 2022, Orca; vLLM's
-/// `Scheduler.schedule()`, nano-vllm's `Scheduler.schedule()`): which sequences run in the
-/// next forward pass, and how many tokens (rows) each. Called by Scheduler::schedule() once
-/// per engine step, with its queues (SchedulerQueues, lio/scheduler.h) and its block operations. Phases, in this order, sharing one token budget of
-/// config.max_num_batched_tokens rows:
-///   1. `running`, in queue order: each gets prefill_chunk() of what it has left (1 row when
-///      decoding; a decoding sequence with num_lookahead_slots > 0 also gets up to that many
-///      draft rows as the budget allows, chapter 06), and ops.append_slots() for them. When the
-///      pool is short, choose_victim() among the running sequences not scheduled this step
-///      (itself excluded) loses its blocks (ops.preempt) until the slots fit; with no victim
-///      left, the sequence itself is preempted, or dropped as unfittable if nothing else is
-///      scheduled. A sequence granted 0 rows is skipped.
-///   2. only if nobody was preempted: `swapped`, oldest first, while a seat (running.size() <
-///      max_num_seqs), budget and blocks (ops.swap_in) last; a resumed sequence (its remainder
-///      chunked, whatever the setting) joins `running`, status Running.
-///   3. only if nobody was preempted and nothing is left in `swapped`: `waiting`, first come
-///      first served; the first that cannot join stops the phase (nobody overtakes it).
-///      Without chunking a prompt longer than the whole budget is unfittable. After
-///      ops.match_cached_prefix, its chunk is prefill_chunk(), and can_admit() decides (Task 2);
-///      admitted, its slots are appended and it joins `running`, status Running. Under
-///      SchedulingPolicy::Static, static_may_admit() (Task 4; counting running + swapped at the
-///      step's start) must also allow it, and a batch member with no budget left joins with 0
-///      rows. Refused: its cache match is undone; if nothing runs, nothing was scheduled and
-///      the pool could not hold its chunk (at least 1 token), it is unfittable, else the phase
-///      ends.
-/// Returns the batch in that order, each entry with n_new_tokens > 0 and their sum <=
-/// max_num_batched_tokens; at most max_num_seqs sequences are running afterwards. Throws
-/// nothing of its own (the ops and Tasks 1-4 may throw). Static batching's padding rows are the
-/// Scheduler's, added after this batch.
+/// Task 5. One iteration-level scheduling step (Yu et al. 2022, Orca; vLLM's and nano-vllm's
+/// `Scheduler.schedule()`; docs/05_continuous_batching.md, sections 3-5 and "Task 5"): which
+/// sequences run in the next forward pass, and how many tokens (rows) each. Called by
+/// Scheduler::schedule() once per engine step, with its queues (SchedulerQueues,
+/// lio/scheduler.h) and its block operations; Tasks 1-4 make the decisions they name.
+/// Returns the batch: running sequences first (queue order), then swapped ones resumed, then
+/// waiting ones admitted, each entry with n_new_tokens > 0 and its slots appended. Afterwards:
+///   - budget and seats: the rows sum to at most config.max_num_batched_tokens, at most
+///     config.max_num_seqs sequences are running, and a sequence moved to `running` has status
+///     Running; running sequences get their rows before anyone else, and a decoding sequence
+///     with num_lookahead_slots > 0 also gets draft rows (chapter 06) as far as the budget goes;
+///   - preemption: only when the pool cannot hold a running sequence's rows, and never of a
+///     sequence already in this step's batch; the victim is Task 3's, and the sequence itself
+///     goes when no victim is left;
+///   - order: no waiting sequence is admitted ahead of an earlier one that cannot join (FCFS);
+///     nobody is admitted or resumed from swap in a step that preempted, and nobody is admitted
+///     while a sequence is swapped out; a resumed sequence's remainder may be chunked whatever
+///     config.enable_chunked_prefill says;
+///   - static batching (SchedulingPolicy::Static): admission as Task 4 allows, counting running
+///     and swapped sequences at the step's start; a member admitted with no rows left this step
+///     still joins `running` (it runs with its batch next step);
+///   - the prefix cache: a waiting sequence looks up its cached prefix (ops.match_cached_prefix)
+///     before its rows are counted, and gives it back (ops.unmatch_cached_prefix) if refused;
+///   - unfittable sequences are dropped (ops.drop_unfittable), never waited on: one that could
+///     not fit in the pool with nothing else scheduled, an unchunked prompt longer than the
+///     whole budget, and a waiting one refused while nothing runs or is scheduled and the pool
+///     could not hold its chunk (at least 1 token).
+/// Throws nothing of its own (the ops and Tasks 1-4 may throw). Static batching's padding rows
+/// are the Scheduler's, added after this batch.
 std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, SchedulerQueues& queues,
                                              SchedulerOps& ops);
 
