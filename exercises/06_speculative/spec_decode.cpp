@@ -25,7 +25,7 @@ double expected_tokens_per_pass(double a, int64_t k) {
   (void)a, (void)k;
   throw NotImplemented(
       "Task 1 (exercises/06_speculative/spec_decode.cpp): expected_tokens_per_pass — "
-      "draft i counts only if drafts 0..i all survive; see docs/06_speculative.md, Task 1");
+      "see docs/06_speculative.md, Task 1");
 }
 
 // ---- Task 2 -----------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ double speculative_speedup(double a, int64_t k, double c) {
   (void)a, (void)k, (void)c;
   throw NotImplemented(
       "Task 2 (exercises/06_speculative/spec_decode.cpp): speculative_speedup — "
-      "tokens per round over the round's cost in target steps; see docs/06_speculative.md, Task 2");
+      "see docs/06_speculative.md, Task 2");
 }
 
 int64_t best_num_speculative_tokens(double a, double c, int64_t k_max) {
@@ -53,7 +53,7 @@ int64_t best_num_speculative_tokens(double a, double c, int64_t k_max) {
   (void)a, (void)c, (void)k_max;
   throw NotImplemented(
       "Task 2 (exercises/06_speculative/spec_decode.cpp): best_num_speculative_tokens — "
-      "more drafts add fewer tokens each but cost c each; see docs/06_speculative.md, Task 2");
+      "see docs/06_speculative.md, Task 2");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int64_t n_mi
   (void)tokens, (void)n_min, (void)n_max, (void)k;
   throw NotImplemented(
       "Task 3 (exercises/06_speculative/spec_decode.cpp): ngram_propose — "
-      "the sequence is its own draft model; see docs/06_speculative.md, Task 3");
+      "see docs/06_speculative.md, Task 3");
 }
 
 // ---- Task 4 -----------------------------------------------------------------------------------
@@ -87,15 +87,14 @@ SpecVerifyResult verify_drafts(std::span<const float> target_probs,
   //   rule, and n_accepted = tokens.size() - 1, in [0, k].
   //   Must hold: the token emitted at position i is distributed exactly as p_i, whatever q_i
   //   was (the lesson's proof); with one-hot p rows (greedy) drafts are kept while they equal
-  //   the target's argmax. Draw every token from a distribution with sample_from_probs; call
-  //   uniform() once per acceptance test that is not certain to accept (ratio below 1) and
-  //   once per token drawn, never otherwise.
+  //   the target's argmax. Draw every token from a distribution with sample_from_probs; spend
+  //   uniform() exactly as spec_decode.h says (one per test that is not certain, u below the
+  //   acceptance probability accepts; one per token drawn; never otherwise).
   //   Throw InvalidArgument, before any draw, on the shape and draft errors spec_decode.h
   //   lists. Lesson: docs/06_speculative.md, "Task 4" (Leviathan et al. 2023, Algorithm 1).
   (void)target_probs, (void)draft_probs, (void)drafts, (void)vocab, (void)uniform;
   throw NotImplemented(
       "Task 4 (exercises/06_speculative/spec_decode.cpp): verify_drafts — "
-      "keep a prefix of the drafts, then draw one token so the output follows p; "
       "see docs/06_speculative.md, Task 4");
 }
 

@@ -158,15 +158,15 @@ SpecVerifyResult verify_drafts(std::span<const float> target_probs,
     const std::span<const float> p = row(target_probs, i);
     const float p_x = p[static_cast<size_t>(x)];
     const float q_x = draft_prob(i);
-    // Accept x with probability min(1, p(x) / q(x)). When p(x) >= q(x) the target likes x at
-    // least as much as the drafter did: accept without spending a uniform.
+    // Accept x with probability min(1, p_i(x) / q_i(x)). When p(x) >= q(x) the target likes x
+    // at least as much as the drafter did: accept without spending a uniform.
     bool accepted = true;
     if (p_x < q_x) accepted = uniform() < static_cast<double>(p_x) / static_cast<double>(q_x);
     if (accepted) {
       result.tokens.push_back(x);
       continue;
     }
-    // Rejected: draw the correction from the residual max(0, p - q) (sample_from_probs
+    // Rejected: draw the correction from the residual max(0, p_i - q_i) (sample_from_probs
     // normalizes it). Accepting with min(1, p/q) gives token y probability min(p(y), q(y)); the
     // residual supplies the rest, p(y) - min(p(y), q(y)) = max(0, p(y) - q(y)), so the token
     // emitted at position i is distributed exactly as p (Leviathan et al. 2023, Appendix A.1).

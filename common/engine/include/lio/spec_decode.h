@@ -24,12 +24,12 @@
 
 namespace lio {
 
-/// Task 1. Expected tokens one target forward pass produces when each of the k drafts is
-/// accepted independently with probability `a` (the acceptance rate) and the pass always adds
-/// one token of its own (the correction at the first rejection, or a bonus token when all k
-/// are accepted). Derived in docs/06_speculative.md, section 5 (Leviathan et al. 2023, eq. 1;
-/// their Theorem 3.5 gives one draft's a = sum_x min(p(x), q(x))). Units: tokens per target
-/// pass, in [1, k + 1]: 1 at a = 0 or k = 0, k + 1 at a = 1.
+/// Task 1. Expected tokens one target forward pass produces when each of the k drafts passes
+/// its test independently with probability `a` (the acceptance rate), only an unbroken prefix
+/// of drafts is kept, and the pass always adds one token of its own (the correction at the
+/// first rejection, or a bonus token when all k are accepted). Derived in
+/// docs/06_speculative.md, section 5 (Leviathan et al. 2023, eq. 1). Units: tokens per target
+/// pass, in [1, k + 1]: 1 at a = 0 or k = 0, k + 1 at a = 1; rises with a and with k.
 /// Throws InvalidArgument if a is outside [0, 1] (or NaN) or k < 0.
 double expected_tokens_per_pass(double a, int64_t k);
 
@@ -48,10 +48,11 @@ double speculative_speedup(double a, int64_t k, double c);
 int64_t best_num_speculative_tokens(double a, double c, int64_t k_max);
 
 /// Task 3. Prompt-lookup (n-gram) drafting: no second model, the sequence is its own draft.
-/// Find the longest n in [n_min, n_max] such that the last n tokens of `tokens` also occur
-/// earlier in `tokens` (an occurrence that ends before the last token); take the most recent
-/// such occurrence and return the up to k tokens that followed it (fewer when the sequence
-/// ends first). Empty when no n matches. tokens: (n_tokens) prompt + generated ids.
+/// Returns the up to k tokens that followed an earlier occurrence of the sequence's last n
+/// tokens (an occurrence that ends before the last token; it may overlap the suffix), for the
+/// largest n in [n_min, n_max] that has one, and of that n's occurrences the most recent;
+/// fewer than k when the sequence ends first, empty when no n has one.
+/// tokens: (n_tokens) prompt + generated ids (docs/06_speculative.md, section 6 and "Task 3").
 /// Throws InvalidArgument if n_min < 1, n_max < n_min or k < 1.
 std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int64_t n_min, int64_t n_max, int64_t k);
 
@@ -74,21 +75,22 @@ struct SpecVerifyResult {
 int32_t sample_from_probs(std::span<const float> probs, double u);
 
 /// Task 4. Speculative sampling's acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et
-/// al. 2023, Algorithm 2). For i = 0, 1, ..., k - 1: draft drafts[i] was drawn from q_i; accept
-/// it with probability min(1, p_i(x) / q_i(x)) (x = drafts[i]); at the first rejection, draw the
-/// correction from the residual normalize(max(0, p_i - q_i)) (from p_i itself if rounding
-/// leaves the residual no mass) and stop; if all k are accepted, draw a bonus token from p_k.
-/// The tokens returned are then distributed exactly as k + 1 draws from the target would be
-/// (the lesson's proof). Greedy targets are the one-hot case (p_i one-hot at the argmax), for
-/// which the rule accepts while the draft equals the target's argmax.
+/// al. 2023, Algorithm 2; docs/06_speculative.md, sections 2-4 and "Task 4"). Returns an
+/// accepted prefix of `drafts` followed by exactly one token the rule draws, such that the token
+/// emitted at each position i is distributed exactly as p_i given the tokens before it,
+/// whatever the drafter's q_i was (the lesson's proof): a good drafter only makes the prefix
+/// longer. When a rejection leaves rounding nothing to draw from, the token is drawn from p_i.
+/// Greedy targets are the one-hot case (p_i one-hot at the argmax): drafts are kept while they
+/// equal the target's argmax, and the first that does not is replaced by it.
 /// target_probs: (k + 1, vocab) row-major, row i = p_i, the target's sampling distribution after
 ///   the prefix + drafts[0 .. i) (penalties, temperature, top-k/p, min-p already applied).
 /// draft_probs: (k, vocab) row-major q_i, or empty when the drafter is deterministic (n-gram
 ///   lookup): then q_i is one-hot at drafts[i].
 /// drafts: (k) token ids, k >= 0.
-/// uniform: returns independent U[0, 1) draws; call it once per acceptance test whose ratio
-///   p/q is below 1 (a ratio >= 1 accepts without a draw) and once per token drawn from a
-///   distribution (with sample_from_probs), so a seeded run is reproducible.
+/// uniform: returns independent U[0, 1) draws, spent in this order so that a seeded run is
+///   reproducible: one per draft test whose outcome is not certain (a test whose acceptance
+///   probability P is below 1 accepts when u < P; a certain acceptance draws nothing), and one per
+///   token drawn from a distribution (with sample_from_probs); never otherwise.
 /// Throws InvalidArgument if the shapes disagree (target_probs.size() != (k + 1) * vocab,
 /// draft_probs neither empty nor k * vocab), vocab < 1, a draft id is outside [0, vocab), or
 /// q_i(drafts[i]) == 0 (the drafter proposed a token its own distribution cannot produce); all
