@@ -29,7 +29,7 @@ int64_t attention_score_bytes(int64_t batch, int64_t n_heads, int64_t n_queries,
   (void)batch, (void)n_heads, (void)n_queries, (void)n_keys, (void)bytes_per_element;
   throw NotImplemented(
       "Task 1 (exercises/07_flash_attention/flash_attention.cpp): attention_score_bytes — "
-      "one score per (sequence, head, query, key); see docs/07_flash_attention.md, Task 1");
+      "see docs/07_flash_attention.md, Task 1");
 }
 
 // ---- Task 2 -----------------------------------------------------------------------------------
@@ -40,16 +40,18 @@ void online_softmax_update(AttentionPartial& row, std::span<float> scores, const
   //        scores (n_keys) = scale q . k_j for this tile; v = the tile's values, row j at
   //        v + j * v_stride, row.acc.size() floats each.
   //   Out: row = the partial over the old keys AND this tile, as if all had been seen at once
-  //        (m the max score, l = sum exp(s - m), acc = sum exp(s - m) v); scores may be
-  //        overwritten (the kernel does not read them again).
-  //   Careful: the old l and acc were summed relative to the OLD max. exp_shifted() in
+  //        (AttentionPartial's invariant: m the max score, l = sum exp(s - m),
+  //        acc = sum exp(s - m) v); scores may be overwritten (the kernel does not read them
+  //        again).
+  //   Must hold: the result does not depend on how the keys were cut into tiles, whether a
+  //   later tile's scores are larger or smaller than the earlier ones. exp_shifted() in
   //   flash_attention.h is a fast exp; std::exp works too. An empty row must not make NaN.
   //   Throw InvalidArgument if scores is empty or v_stride < row.acc.size().
   //   Lesson: docs/07_flash_attention.md, "Task 2" (FlashAttention, Algorithm 1, lines 9-12).
   (void)row, (void)scores, (void)v, (void)v_stride;
   throw NotImplemented(
       "Task 2 (exercises/07_flash_attention/flash_attention.cpp): online_softmax_update — "
-      "the new max changes what the old sum meant; see docs/07_flash_attention.md, Task 2");
+      "see docs/07_flash_attention.md, Task 2");
 }
 
 // ---- Task 3 -----------------------------------------------------------------------------------
@@ -64,7 +66,7 @@ void merge_partials(AttentionPartial& into, const AttentionPartial& other) {
   (void)into, (void)other;
   throw NotImplemented(
       "Task 3 (exercises/07_flash_attention/flash_attention.cpp): merge_partials — "
-      "bring both partials to a common max first; see docs/07_flash_attention.md, Task 3");
+      "see docs/07_flash_attention.md, Task 3");
 }
 
 // ---- Task 4 -----------------------------------------------------------------------------------
@@ -78,7 +80,7 @@ TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int6
   (void)q_first, (void)q_last, (void)k_first, (void)k_last;
   throw NotImplemented(
       "Task 4 (exercises/07_flash_attention/flash_attention.cpp): causal_tile_mask — "
-      "compare the tile's corners; see docs/07_flash_attention.md, Task 4");
+      "see docs/07_flash_attention.md, Task 4");
 }
 
 // ---- Task 5 -----------------------------------------------------------------------------------
@@ -86,18 +88,19 @@ TileMask causal_tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int6
 void flash_tile_loop(FlashTileSource& src, int64_t key_begin, int64_t key_end, std::span<AttentionPartial> partials,
                      bool skip_window_tiles) {
   // TODO(Task 5): FlashAttention-2's inner loop for one query tile (the contract is in
-  //   flash_attention.h). Walk the key range one tile of at most kFlashKeyTile keys at a time;
-  //   decide with your Task 4 which tiles this query tile needs at all and which only in part;
-  //   load a needed tile once (src.load_tile gives every query vector's scores and the values);
-  //   then for each row and each head of the group, fold exactly the keys that row may see into
-  //   its partial with your Task 2. Mind the sliding window (src.window) at both ends: what a row
-  //   may not see, and which tiles no row of the tile can see. Throw InvalidArgument for a
-  //   partials span of the wrong size or a reversed range, as the contract says.
+  //   flash_attention.h). In: src (the query tile: n_rows rows x group heads, positions from
+  //   pos0, causal or not, a sliding window or not; load_tile gives a key tile's scores and
+  //   values), a key range [key_begin, key_end), and one partial per query vector.
+  //   Out: every vector's partial also covers exactly the keys of the range its row may see,
+  //   folded with your Task 2 in tiles of at most kFlashKeyTile keys; no tile loaded that no
+  //   row of this query tile may see (your Task 4 tells), nor, with skip_window_tiles, one
+  //   wholly before every row's window (count it with src.window_skipped()).
+  //   Throw InvalidArgument for a partials span of the wrong size or a reversed range.
   //   Lesson: docs/07_flash_attention.md, "Task 5" (FlashAttention-2, Algorithm 1, lines 6-10).
   (void)src, (void)key_begin, (void)key_end, (void)partials, (void)skip_window_tiles;
   throw NotImplemented(
       "Task 5 (exercises/07_flash_attention/flash_attention.cpp): flash_tile_loop — "
-      "the key tiles of one query tile through Tasks 4 and 2; see docs/07_flash_attention.md, Task 5");
+      "see docs/07_flash_attention.md, Task 5");
 }
 
 void finish_partial(const AttentionPartial& partial, std::span<float> out, float* lse) {
@@ -106,7 +109,7 @@ void finish_partial(const AttentionPartial& partial, std::span<float> out, float
   (void)partial, (void)out, (void)lse;
   throw NotImplemented(
       "Task 5 (exercises/07_flash_attention/flash_attention.cpp): finish_partial — "
-      "what (m, l, acc) stand for; see docs/07_flash_attention.md, Task 5");
+      "see docs/07_flash_attention.md, Task 5");
 }
 
 }  // namespace lio::cpu

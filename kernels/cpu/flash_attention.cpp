@@ -1,18 +1,17 @@
 // flash_attention.cpp — FlashAttention on the CPU (chapter 07): the tiled kernel built on the
-// chapter's Tasks 2-4, its naive twin, and the vectorized exp both softmaxes lean on. Contracts:
-// flash_attention.h.
+// chapter's Tasks 2-5 (the online-softmax update, the merge of partials, the causal tile rule,
+// the tile loop and the final normalization), its naive twin, and the vectorized exp both
+// softmaxes lean on. Contracts: flash_attention.h.
 //
 // The tiled kernel, per work item (sequence s, KV head g, query tile of kFlashQueryTile rows):
 //   query vectors  Q_t   (n_rows x group, head_dim)   every head of g's group, every row of the tile
 //   for each split c of kFlashKvSplit keys (splits past the tile's last position skipped):
 //     partial P_c = empty                              (m = -inf, l = 0, acc = 0 per query vector)
-//     flash_tile_loop (Task 5), for each key tile [k0, k1) of kFlashKeyTile keys in c:
-//       causal_tile_mask (Task 4): Skip -> stop; Full / Partial -> row r sees keys <= p_r
+//     flash_tile_loop (Task 5) over c's keys, asking this file for one key tile at a time:
 //       K^T, V  (head_dim x Bc), (Bc x head_dim) gathered through the block table, f32
 //       S = scale Q_t K^T   (n_vectors x Bc)         register-blocked FMA chains over head_dim
-//       online_softmax_update (Task 2) per query vector over its visible keys
 //     running = merge_partials(running, P_c)        (Task 3), splits in order
-//   finish_partial (Task 5): out = running.acc / running.l,  lse = running.m + log(running.l)
+//   finish_partial (Task 5): each row's output and logsumexp from `running`
 // With too few items to occupy the threads (a decode batch), the splits of each item run in
 // parallel into a buffer and are merged afterwards in the same order (Flash-Decoding): every row
 // folds the same partials in the same order either way, so its bits never change.

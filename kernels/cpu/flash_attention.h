@@ -39,10 +39,11 @@ int64_t attention_score_bytes(int64_t batch, int64_t n_heads, int64_t n_queries,
                               int64_t bytes_per_element);
 
 /// One query row's attention over part of its keys, before normalization: FlashAttention's
-/// (m, l, O~) (Dao et al. 2022, Algorithm 1, lines 10-12):
+/// (m, l, O~) (Dao et al. 2022, Algorithm 1, lines 10-12). The invariant Tasks 2, 3 and 5 keep:
+/// over the keys folded in so far, with s_j = scale q . k_j,
 ///   m = max_j s_j,  l = sum_j exp(s_j - m),  acc = sum_j exp(s_j - m) v_j   (head_dim)
-/// over the keys folded in so far. Empty (no key yet): m = -inf, l = 0, acc all 0. The row's
-/// output is acc / l and its logsumexp m + log(l). `acc` points into the caller's memory.
+/// (docs/07_flash_attention.md, section 3). Empty (no key yet): m = -inf, l = 0, acc all 0.
+/// `acc` points into the caller's memory.
 struct AttentionPartial {
   float m = -INFINITY;     ///< running max of the scores
   float l = 0.0f;          ///< running sum of exp(s_j - m)
@@ -50,20 +51,21 @@ struct AttentionPartial {
 };
 
 /// Task 2. Folds one tile of keys into `row` (the online softmax, Milakov & Gimelshein 2018;
-/// FlashAttention Algorithm 1, lines 9-12). scores: (n_keys >= 1) s_j = scale q . k_j for the
-/// tile's keys this row may see, all finite; on return they hold p_j = exp(s_j - m_new) (the
-/// kernel never reads them again). v: (n_keys rows of row.acc.size() floats), row j at
-/// v + j * v_stride. Afterwards `row` is the partial over its old keys and these, exactly as if
-/// all had been seen at once: m_new = max(m, max_j s_j); the old l and acc are rescaled by
-/// exp(m - m_new) (0 for an empty row); l += sum_j p_j; acc += sum_j p_j v_j. exp_shifted (below)
-/// computes the p_j fast; std::exp is fine too. Throws InvalidArgument if scores is empty or
-/// v_stride < row.acc.size().
+/// FlashAttention Algorithm 1, lines 9-12; docs/07_flash_attention.md, section 3 and "Task 2").
+/// scores: (n_keys >= 1) s_j = scale q . k_j for the tile's keys this row may see, all finite;
+/// the function may overwrite them (the kernel never reads them again). v: (n_keys rows of
+/// row.acc.size() floats), row j at v + j * v_stride. Afterwards `row` is the partial
+/// (AttentionPartial's invariant) over its old keys and these, as if all had been seen at once,
+/// whatever the old partial's max was; an empty row becomes the partial over this tile alone,
+/// with no NaN. exp_shifted (below) is a fast exp; std::exp is fine too. Throws
+/// InvalidArgument if scores is empty or v_stride < row.acc.size().
 void online_softmax_update(AttentionPartial& row, std::span<float> scores, const float* v, int64_t v_stride);
 
 /// Task 3. Merges `other` (a partial over a disjoint set of the same row's keys) into `into`, so
-/// that `into` becomes the partial over both sets: Flash-Decoding's reduction over KV splits
-/// (Dao, Haziza, Massa, Sizov 2023), FlashAttention-2's combine across warps. Either may be
-/// empty (l = 0): merging an empty partial changes nothing; merging into an empty one copies.
+/// that `into` becomes the partial over both sets (AttentionPartial's invariant): Flash-Decoding's
+/// reduction over KV splits (Dao, Haziza, Massa, Sizov 2023), FlashAttention-2's combine across
+/// warps; docs/07_flash_attention.md, section 6 and "Task 3". Either may be empty (l = 0):
+/// merging an empty partial changes nothing; merging into an empty one copies; no NaN either way.
 /// Throws InvalidArgument if the two acc spans differ in length.
 void merge_partials(AttentionPartial& into, const AttentionPartial& other);
 
@@ -161,22 +163,24 @@ class FlashTileSource {
 };
 
 /// Task 5. FlashAttention-2's inner loop for one query tile (Dao 2023, Algorithm 1, lines 6-10;
-/// docs/07_flash_attention.md, "Task 5"): fold keys [key_begin, key_end) of the sequence into
-/// each query vector's partial, one key tile of at most kFlashKeyTile keys at a time, tiles
-/// starting at key_begin (a multiple of kFlashKeyTile). A causal tile above the diagonal
-/// (causal_tile_mask, Task 4) is never loaded, nor is one that ends before row 0's window when
-/// `skip_window_tiles` (say src.window_skipped() for it); on the diagonal and at a window's edge
-/// each row folds only the keys it may see (online_softmax_update, Task 2), so a row that sees
-/// none of a tile's keys is left alone. partials: (n_vectors) the vectors' partials, empty or
-/// holding earlier keys, acc of head_dim floats each. Throws InvalidArgument if partials has
-/// the wrong size or key_begin > key_end, and what Tasks 2 and 4 throw.
+/// docs/07_flash_attention.md, sections 4-5 and "Task 5"). partials: (n_vectors) the vectors'
+/// partials, empty or holding earlier keys, acc of head_dim floats each. Afterwards each query
+/// vector's partial also covers exactly the keys of [key_begin, key_end) its row may see
+/// (causal: none after its position; in a window: none before it), folded with Task 2 in key
+/// order, in tiles of at most kFlashKeyTile keys starting at key_begin (a multiple of
+/// kFlashKeyTile); a row that may see none of a tile's keys is left alone. No tile is loaded
+/// (src.load_tile) that no row of the query tile may see because of the causal mask, and none
+/// that lies wholly before every row's window when `skip_window_tiles` (each of those is
+/// reported by src.window_skipped() instead). Throws InvalidArgument if partials has the wrong
+/// size or key_begin > key_end, and what Tasks 2 and 4 throw.
 void flash_tile_loop(FlashTileSource& src, int64_t key_begin, int64_t key_end, std::span<AttentionPartial> partials,
                      bool skip_window_tiles);
 
-/// Task 5, the end of Algorithm 1 (line 12): a query row's output O = acc / l (out: head_dim
-/// floats) and, if `lse` is not null, its logsumexp m + log(l) (natural log, scaled scores).
-/// Throws InvalidArgument if out's size differs from acc's or the partial is empty (l = 0: no
-/// key was folded, which a causal row never is).
+/// Task 5, the end of Algorithm 1 (line 12): from a finished partial over a row's keys, the
+/// row's attention output sum_j softmax(s)_j v_j (out: head_dim floats) and, if `lse` is not
+/// null, the logsumexp of its scaled scores, log sum_j exp(s_j) (natural log). Throws
+/// InvalidArgument if out's size differs from acc's or the partial is empty (l = 0: no key was
+/// folded, which a causal row never is).
 void finish_partial(const AttentionPartial& partial, std::span<float> out, float* lse);
 
 /// How cpu::flash_attention spreads its work over threads; never changes its result.
@@ -213,14 +217,13 @@ struct FlashWorkspace {
 /// all n_heads / n_kv_heads heads that read g are processed together, so each K/V tile is
 /// gathered through the block table (and dequantized, for an f16 / int8 pool) once per group.
 /// Keys are walked in splits of kFlashKvSplit, each split by flash_tile_loop (Task 5) in tiles
-/// of kFlashKeyTile: scores of a tile (a register-blocked K^T product), causal_tile_mask (Task 4)
-/// to skip tiles above the diagonal and bound rows on it, online_softmax_update (Task 2) per
-/// row; the splits' partials folded left to right with merge_partials (Task 3); out = acc / l
-/// by finish_partial (Task 5).
+/// of kFlashKeyTile (scores of a tile come from a register-blocked K^T product; Tasks 4 and 2
+/// decide what each row folds); the splits' partials folded left to right with merge_partials
+/// (Task 3); each row's output and logsumexp by finish_partial (Task 5).
 /// A row's result depends only on its own query and keys: never on the batch, the other rows
 /// of its tile, the thread count or options.split_kv (CPU batch invariance).
-/// q, out: (n_tokens, n_heads, head_dim); lse: (n_tokens, n_heads) each row's logsumexp
-/// m + log l in natural-log units of the scaled scores, or null. Threads: OpenMP over work
+/// q, out: (n_tokens, n_heads, head_dim); lse: (n_tokens, n_heads) each row's logsumexp of its
+/// scaled scores (natural log), or null. Threads: OpenMP over work
 /// items. Returns the scratch bytes it used. Throws InvalidArgument for a bad shape (n_heads not
 /// a multiple of n_kv_heads, head_dim < 1, a null pointer, block_size < 1), and what Tasks 2-5
 /// throw.

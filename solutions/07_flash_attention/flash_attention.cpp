@@ -45,6 +45,8 @@ void online_softmax_update(AttentionPartial& row, std::span<float> scores, const
     throw InvalidArgument("online_softmax_update: v_stride " + std::to_string(v_stride) + " < head_dim " +
                           std::to_string(d));
   }
+  // m_new = max(m, max_j s_j); the old l and acc are rescaled by exp(m - m_new), which
+  // re-measures their terms against the new max; then the tile's p_j = exp(s_j - m_new) add in.
   float tile_max = scores[0];
   for (const float s : scores) tile_max = std::max(tile_max, s);
   const float m_new = std::max(row.m, tile_max);
@@ -164,6 +166,8 @@ void finish_partial(const AttentionPartial& partial, std::span<float> out, float
                           std::to_string(partial.acc.size()));
   }
   if (!(partial.l > 0.0f)) throw InvalidArgument("finish_partial: the partial holds no key (l = 0)");
+  // The row's output O = acc / l (the softmax's denominator divided out once, at the end), and
+  // its logsumexp m + log(l): out = acc / l, lse = m + log(l).
   const float inv = 1.0f / partial.l;
   for (size_t e = 0; e < out.size(); ++e) out[e] = partial.acc[e] * inv;
   if (lse != nullptr) *lse = partial.m + std::log(partial.l);
