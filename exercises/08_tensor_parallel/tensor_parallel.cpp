@@ -49,7 +49,6 @@ ShardSlice shard_linear(int64_t rows, int64_t cols, ParallelStyle style, int64_t
   (void)rows, (void)cols, (void)style, (void)unit, (void)tp_size, (void)rank, (void)check_rank;
   throw NotImplemented(
       "Task 1 (exercises/08_tensor_parallel/tensor_parallel.cpp): shard_linear — "
-      "Column cuts the output features (rows), Row the input features (cols); "
       "see docs/08_tensor_parallel.md, Task 1");
 }
 
@@ -65,7 +64,6 @@ KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank)
   (void)n_kv_heads, (void)tp_size, (void)rank, (void)check_rank;
   throw NotImplemented(
       "Task 1 (exercises/08_tensor_parallel/tensor_parallel.cpp): kv_heads_for_rank — "
-      "past n_kv_heads ranks, heads are replicated, not cut; "
       "see docs/08_tensor_parallel.md, Task 1");
 }
 
@@ -83,7 +81,6 @@ void ring_all_reduce(float* data, int64_t n, Communicator& comm) {
   (void)data, (void)n, (void)comm;
   throw NotImplemented(
       "Task 2 (exercises/08_tensor_parallel/tensor_parallel.cpp): ring_all_reduce — "
-      "the sum on every rank over send_recv to the ring's neighbours; "
       "see docs/08_tensor_parallel.md, Task 2");
 }
 
@@ -102,7 +99,6 @@ RankMemory tp_rank_memory(const TpMemoryInputs& in) {
   (void)in;
   throw NotImplemented(
       "Task 3 (exercises/08_tensor_parallel/tensor_parallel.cpp): tp_rank_memory — "
-      "one rank's weights, KV bytes per token, budget and tokens; "
       "see docs/08_tensor_parallel.md, Task 3");
 }
 
@@ -120,7 +116,6 @@ LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t byt
   (void)n_tokens, (void)d_model, (void)bytes_per_element, (void)tp_size;
   throw NotImplemented(
       "Task 4 (exercises/08_tensor_parallel/tensor_parallel.cpp): layer_comm_volume — "
-      "the bytes a layer all-reduces and what a ring sends for them; "
       "see docs/08_tensor_parallel.md, Task 4");
 }
 
@@ -139,8 +134,8 @@ void row_parallel_linear(const PartialProduct& partial, float* out, int64_t coun
   //   Lesson: docs/08_tensor_parallel.md, "Task 5" (Megatron-LM sec. 3, the g operator).
   (void)partial, (void)out, (void)count, (void)add_to_out, (void)group;
   throw NotImplemented(
-      "Task 5a (exercises/08_tensor_parallel/tensor_parallel.cpp): row_parallel_linear — "
-      "each rank's partial, summed over the group; see docs/08_tensor_parallel.md, Task 5");
+      "Task 5 (exercises/08_tensor_parallel/tensor_parallel.cpp): row_parallel_linear — "
+      "see docs/08_tensor_parallel.md, Task 5");
 }
 
 void localize_vocab_ids(std::span<int32_t> ids, int64_t vocab_begin, int64_t vocab_local) {
@@ -151,8 +146,8 @@ void localize_vocab_ids(std::span<int32_t> ids, int64_t vocab_begin, int64_t voc
   //   Lesson: docs/08_tensor_parallel.md, "Task 5".
   (void)ids, (void)vocab_begin, (void)vocab_local;
   throw NotImplemented(
-      "Task 5b (exercises/08_tensor_parallel/tensor_parallel.cpp): localize_vocab_ids — "
-      "the embedding rows this rank holds; see docs/08_tensor_parallel.md, Task 5");
+      "Task 5 (exercises/08_tensor_parallel/tensor_parallel.cpp): localize_vocab_ids — "
+      "see docs/08_tensor_parallel.md, Task 5");
 }
 
 void gather_vocab_shards(std::span<const float> gathered, int64_t tp_size, int64_t n_rows, int64_t vocab_local,
@@ -165,8 +160,8 @@ void gather_vocab_shards(std::span<const float> gathered, int64_t tp_size, int64
   //   Lesson: docs/08_tensor_parallel.md, "Task 5".
   (void)gathered, (void)tp_size, (void)n_rows, (void)vocab_local, (void)vocab, (void)out;
   throw NotImplemented(
-      "Task 5c (exercises/08_tensor_parallel/tensor_parallel.cpp): gather_vocab_shards — "
-      "(tp, rows, vocab_local) back to (rows, vocab); see docs/08_tensor_parallel.md, Task 5");
+      "Task 5 (exercises/08_tensor_parallel/tensor_parallel.cpp): gather_vocab_shards — "
+      "see docs/08_tensor_parallel.md, Task 5");
 }
 
 }  // namespace lio

@@ -68,6 +68,7 @@ KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank)
     throw InvalidArgument("kv_heads_for_rank: " + std::to_string(tp_size) + " ranks cannot replicate " +
                           std::to_string(n_kv_heads) + " KV heads evenly");
   }
+  // rank r holds head r / (tp_size / n_kv_heads): the one its query heads read.
   const int64_t replicas = tp_size / n_kv_heads;  // ranks sharing one KV head
   return {rank / replicas, rank / replicas + 1};
 }
@@ -133,6 +134,7 @@ LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t byt
   }
   LayerCommVolume v;
   v.all_reduce_bytes = 2 * n_tokens * d_model * bytes_per_element;
+  // A ring sends 2 (n - 1) / n of each message per rank (Task 2).
   v.bytes_sent_per_rank = static_cast<double>(v.all_reduce_bytes) * 2.0 * static_cast<double>(tp_size - 1) /
                           static_cast<double>(tp_size);
   return v;
@@ -147,8 +149,8 @@ void row_parallel_linear(const PartialProduct& partial, float* out, int64_t coun
   if (group.size > 1 && !group.all_reduce) {
     throw InvalidArgument("row_parallel_linear: a group of " + std::to_string(group.size) + " ranks needs an all_reduce");
   }
-  // Every rank holds the same residual; only rank 0 keeps it in its partial sum, the others
-  // start from zero, so the all-reduce adds the residual once.
+  // Every rank holds the same residual. Only rank 0 keeps it in its partial sum:
+  // rank 0 adds into it, each other rank starts from zero, so the all-reduce adds it once.
   partial(out, add_to_out && group.rank == 0);
   if (group.size > 1) group.all_reduce(out, count);
 }

@@ -65,11 +65,12 @@ struct KvHeadRange {
   bool operator==(const KvHeadRange&) const = default;
 };
 
-/// Task 1b: which KV heads rank `rank` of `tp_size` holds, as vLLM's QKVParallelLinear decides.
-/// tp_size <= n_kv_heads: n_kv_heads / tp_size heads each, contiguous (n_kv_heads % tp_size == 0).
-/// tp_size > n_kv_heads: one head each, replicated on tp_size / n_kv_heads consecutive ranks
-/// (tp_size % n_kv_heads == 0): rank r holds head r / (tp_size / n_kv_heads) — the KV head its
-/// query heads read, since query head h reads KV head h / (n_heads / n_kv_heads).
+/// Task 1b: which KV heads rank `rank` of `tp_size` holds, as vLLM's QKVParallelLinear decides
+/// (docs/08_tensor_parallel.md, section 3 and "Task 1"). tp_size <= n_kv_heads: n_kv_heads /
+/// tp_size heads each, contiguous, in rank order (n_kv_heads % tp_size == 0). tp_size >
+/// n_kv_heads: one head each, replicated on tp_size / n_kv_heads consecutive ranks (tp_size %
+/// n_kv_heads == 0), and always the KV head the rank's own query heads read (Task 1a's split of
+/// the query heads). Example: 2 KV heads at TP 4: ranks 0 and 1 hold head 0, ranks 2 and 3 head 1.
 /// Throws InvalidArgument if n_kv_heads or tp_size < 1, rank outside [0, tp_size), or tp_size
 /// neither divides nor is a multiple of n_kv_heads.
 KvHeadRange kv_heads_for_rank(int64_t n_kv_heads, int64_t tp_size, int64_t rank);
