@@ -101,19 +101,21 @@ class EngineSteps final : public StepSource {
 };
 
 /// Task 4 (chapter 09 exercise point; solutions|exercises/09_server/serving_loop.cpp). One turn
-/// of the serving loop, on the engine thread:
-///   1. cancellations: every id in state.cancelled is aborted in the engine (so its blocks are
-///      free after this very step) and the list is emptied;
-///   2. one engine step (engine.step()), without holding state.mutex; if it throws, every
-///      request in the registry fails with the exception's message (Job::fail) and is aborted,
-///      and no output is delivered;
-///   3. fan-out: each output goes to the Job of its request_id (Job::deliver), in the engine's
-///      order, so no delta is lost or reordered; outputs of ids not in the registry are dropped;
-///   4. finishing: a request whose n samples have all finished leaves the registry, and if it
-///      was never marked started it leaves the queue count too (state.n_queued).
+/// of the serving loop, on the engine thread: one engine step (engine.step()) and its outputs
+/// brought to the requests' jobs (vLLM's `AsyncLLM` output handler; docs/09_server.md, "The
+/// serving loop" and "Task 4"). What holds when it returns:
+///   - every id that was in state.cancelled when the turn began has been aborted in the engine
+///     before this turn's step (so its blocks are free after this very step), and the list no
+///     longer holds it;
+///   - state.mutex was never held while engine.step() ran (HTTP threads submit meanwhile);
+///   - every output of the step reached the Job of its request_id (Job::deliver), in the
+///     engine's order, none lost or reordered; outputs of ids not in the registry were dropped;
+///   - a request whose n samples have all finished is off the registry, and, if it was never
+///     marked started, off the queue count (state.n_queued);
+///   - if the step threw, every request in the registry heard the exception's message
+///     (Job::fail) and was aborted in the engine, and no output was delivered.
 /// Returns the step's outputs (for the metrics; empty after a failure). Errors: none of its
-/// own; engine failures are reported to the jobs, not thrown. Lesson: docs/09_server.md,
-/// "Task 4".
+/// own; engine failures are reported to the jobs, not thrown.
 std::vector<RequestOutput> serve_step(StepSource& engine, ServingState& state);
 
 }  // namespace lio::server

@@ -20,8 +20,8 @@ RequestLatency request_latency(double arrival_s, std::span<const double> token_t
   //   Lesson: docs/09_server.md, "Task 2" (vLLM benchmark_serving.py, calculate_metrics).
   (void)arrival_s, (void)token_times_s, (void)n_output_tokens;
   throw NotImplemented(
-      "Task 2 (exercises/09_server/request_metrics.cpp): request_latency — every metric is a "
-      "difference of two timestamps; see docs/09_server.md, Task 2");
+      "Task 2 (exercises/09_server/request_metrics.cpp): request_latency — "
+      "see docs/09_server.md, Task 2");
 }
 
 bool meets_slo(const RequestLatency& r, const SloTargets& slo) {
@@ -30,8 +30,8 @@ bool meets_slo(const RequestLatency& r, const SloTargets& slo) {
   //   Lesson: docs/09_server.md, "Task 2".
   (void)r, (void)slo;
   throw NotImplemented(
-      "Task 2 (exercises/09_server/request_metrics.cpp): meets_slo — an unset objective "
-      "constrains nothing; see docs/09_server.md, Task 2");
+      "Task 2 (exercises/09_server/request_metrics.cpp): meets_slo — "
+      "see docs/09_server.md, Task 2");
 }
 
 double goodput(std::span<const RequestLatency> completed, const SloTargets& slo,
@@ -41,8 +41,8 @@ double goodput(std::span<const RequestLatency> completed, const SloTargets& slo,
   //   Lesson: docs/09_server.md, "Task 2" (DistServe, Zhong et al. 2024, sec. 2).
   (void)completed, (void)slo, (void)duration_s;
   throw NotImplemented(
-      "Task 2 (exercises/09_server/request_metrics.cpp): goodput — throughput that counts "
-      "only the requests served well; see docs/09_server.md, Task 2");
+      "Task 2 (exercises/09_server/request_metrics.cpp): goodput — "
+      "see docs/09_server.md, Task 2");
 }
 
 }  // namespace lio::server

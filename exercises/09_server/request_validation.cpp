@@ -24,8 +24,8 @@ nlohmann::ordered_json error_body(const ApiError& e) {
   //   Lesson: docs/09_server.md, "Task 3".
   (void)e;
   throw NotImplemented(
-      "Task 3 (exercises/09_server/request_validation.cpp): error_body — clients read "
-      "error.param and error.code, and test them against null; see docs/09_server.md, Task 3");
+      "Task 3 (exercises/09_server/request_validation.cpp): error_body — "
+      "see docs/09_server.md, Task 3");
 }
 
 void parse_common_fields(const json& j, GenerationRequest& r, const RequestLimits& limits) {
@@ -39,8 +39,8 @@ void parse_common_fields(const json& j, GenerationRequest& r, const RequestLimit
   //   Lesson: docs/09_server.md, "Task 3" (OpenAI API reference; vLLM protocol.py).
   (void)j, (void)r, (void)limits;
   throw NotImplemented(
-      "Task 3 (exercises/09_server/request_validation.cpp): parse_common_fields — one "
-      "field reader per field, each naming what it read; see docs/09_server.md, Task 3");
+      "Task 3 (exercises/09_server/request_validation.cpp): parse_common_fields — "
+      "see docs/09_server.md, Task 3");
 }
 
 namespace {
@@ -51,8 +51,8 @@ std::string message_content(const json& m, const std::string& param, const std::
   //   parts joined by "\n"; absent or null only for the assistant.
   (void)m, (void)param, (void)role;
   throw NotImplemented(
-      "Task 3 (exercises/09_server/request_validation.cpp): message_content — see "
-      "docs/09_server.md, Task 3");
+      "Task 3 (exercises/09_server/request_validation.cpp): message_content — "
+      "see docs/09_server.md, Task 3");
 }
 
 }  // namespace
@@ -66,8 +66,8 @@ std::vector<ChatMessage> parse_messages(const json& j) {
   (void)j;
   (void)message_content;
   throw NotImplemented(
-      "Task 3 (exercises/09_server/request_validation.cpp): parse_messages — each element "
-      "is an object with a role and a content; see docs/09_server.md, Task 3");
+      "Task 3 (exercises/09_server/request_validation.cpp): parse_messages — "
+      "see docs/09_server.md, Task 3");
 }
 
 }  // namespace lio::server

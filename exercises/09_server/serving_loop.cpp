@@ -8,16 +8,16 @@
 namespace lio::server {
 
 std::vector<RequestOutput> serve_step(StepSource& engine, ServingState& state) {
-  // TODO(Task 4): one turn — cancellations in, one engine step, every output to its job,
-  //   finished requests off the books — as serving_loop.h's contract lists. Must hold: no output
-  //   is lost or reordered; a cancelled request's blocks are free after this turn's step; an
+  // TODO(Task 4): one turn of the serving loop: one engine step, its outputs to the jobs, as
+  //   serving_loop.h's contract lists. Must hold: no output is lost or reordered; a cancelled
+  //   request's blocks are free after this turn's step; finished requests leave the books; an
   //   engine failure reaches every waiting job instead of escaping the thread; HTTP threads can
   //   submit while the engine steps (mind what you hold across step()).
-  //   Lesson: docs/09_server.md, "Task 4".
+  //   Lesson: docs/09_server.md, "The serving loop" and "Task 4".
   (void)engine, (void)state;
   throw NotImplemented(
-      "Task 4 (exercises/09_server/serving_loop.cpp): serve_step — cancellations, one step, "
-      "fan-out, finishing; see docs/09_server.md, Task 4");
+      "Task 4 (exercises/09_server/serving_loop.cpp): serve_step — "
+      "see docs/09_server.md, Task 4");
 }
 
 }  // namespace lio::server

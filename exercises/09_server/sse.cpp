@@ -16,16 +16,16 @@ std::string sse_data_event(std::string_view payload) {
   //   Lesson: docs/09_server.md, "Task 1".
   (void)payload;
   throw NotImplemented(
-      "Task 1 (exercises/09_server/sse.cpp): sse_data_event — a field line cannot hold a line "
-      "break; see docs/09_server.md, Task 1");
+      "Task 1 (exercises/09_server/sse.cpp): sse_data_event — "
+      "see docs/09_server.md, Task 1");
 }
 
 std::string sse_done_event() {
   // TODO(Task 1): the event that ends an OpenAI stream, whose data is [DONE].
   //   Lesson: docs/09_server.md, "Task 1".
   throw NotImplemented(
-      "Task 1 (exercises/09_server/sse.cpp): sse_done_event — the last event of every OpenAI "
-      "stream; see docs/09_server.md, Task 1");
+      "Task 1 (exercises/09_server/sse.cpp): sse_done_event — "
+      "see docs/09_server.md, Task 1");
 }
 
 }  // namespace lio::server
