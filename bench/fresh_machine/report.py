@@ -8,7 +8,8 @@ measure.sh appends one JSON line per measured command to a records file:
     {"kind": "ci_rerun", ...the same fields}: .ci/run again in the last fresh clone (built)
     {"kind": "grade_sh", "chapter": NN, "seconds": S, "exit_code": RC, "log": PATH}: scripts/grade.sh NN
      in run.sh's clone right after it (measure.sh --grade NN)
-Each record also has "load_before" and "load_after", the 1-minute load average around it.
+Each record also has "load_before", "load_mean", "load_max" and "load_after": the 1-minute load
+average before it, sampled every 10 s while it ran, and after it.
 This script reads them and each log: test.sh prints "=== STAGE (HH:MM:SS)" as each stage starts,
 so a stage's time is the gap to the next mark; setup.sh prints "[setup] PHASE took N s" after its
 packages, venv and models, and "[setup] built in N s" (since its start) after the build. The
@@ -72,6 +73,11 @@ def phases(log_path, tag):
             for phase, seconds, rest in re.findall(rf"^\[{tag}\] (.+?) took (\d+) s(.*)$", text, re.M)]
 
 
+def load_average(record):
+    """The 1-minute load average around and during a measured command (measure.sh's records)."""
+    return {k: record.get(f"load_{k}") for k in ("before", "mean", "max", "after")}
+
+
 def grade_summary(record):
     """What scripts/grade.sh NN printed on the fresh clone: its phases, the build's step count, and
     whether it reached the graded table (its "score: P / T tasks" line; on the stubs P is 0)."""
@@ -86,7 +92,7 @@ def grade_summary(record):
                        for p in phases(record["log"], "grade")],
             "build_seconds": int(steps[-1][0]) if steps else None,
             "build_steps": int(steps[-1][1]) if steps else None,
-            "load_before": record.get("load_before"), "load_after": record.get("load_after"),
+            "load_average": load_average(record),
             "failures": [] if score else failure_lines(record["log"])}
 
 
@@ -96,19 +102,21 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", required=True)
     ap.add_argument("--apt-seconds", type=float)
+    ap.add_argument("--grade-apt-seconds", type=float,
+                    help="installing what grade.sh adds to run.sh's packages (GoogleTest), measured apart")
     ap.add_argument("--note", help="a sentence printed as it is: what else the machine was doing")
     a = ap.parse_args()
     records = [json.loads(line) for line in open(a.records) if line.strip()]
     data = {"what": "wall time a newcomer waits on a fresh clone (no build/, models/ or .venv/)",
             "provenance": results_meta.provenance(a.command), "apt_install_seconds": a.apt_seconds,
-            "note": a.note}
+            "grade_apt_install_seconds": a.grade_apt_seconds, "note": a.note}
     # Flat fields the README renders (run_sh_seconds, ci_seconds, apt_install_seconds).
     data["command"], data["commit"] = data["provenance"]["command"], data["provenance"]["commit"]
     data["machine"], data["date"] = data["provenance"]["machine"], data["provenance"]["date"]
     run = next((r for r in records if r["kind"] == "run_sh"), None)
     data["run_sh_seconds"] = run["seconds"] if run else None
     data["run_sh_setup_and_build_seconds"] = setup_build_seconds(run["log"]) if run else None
-    data["run_sh_load_average"] = [run.get("load_before"), run.get("load_after")] if run else None
+    data["run_sh_load_average"] = load_average(run) if run else None
     # Flat fields the README and scripts/grade.sh's first-build estimate read.
     grade_rec = next((r for r in records if r["kind"] == "grade_sh"), None)
     grade = grade_summary(grade_rec) if grade_rec else None
@@ -119,12 +127,16 @@ def main():
     data["grade_build_steps"] = grade["build_steps"] if grade else None
     data["run_to_graded_table_seconds"] = (round(run["seconds"] + grade["seconds"], 1)
                                            if run and grade and grade["reached_table"] else None)
+    # On a machine without GoogleTest, grade.sh installs it first: add that install, measured apart.
+    data["run_to_graded_table_new_machine_seconds"] = (
+        round(data["run_to_graded_table_seconds"] + (a.apt_seconds or 0) + (a.grade_apt_seconds or 0), 1)
+        if data["run_to_graded_table_seconds"] is not None and a.grade_apt_seconds is not None else None)
     def ci_records(kind):
         return [{"run": r["run"], "passed": r["exit_code"] == 0, "exit_code": r["exit_code"],
                  "seconds": r["seconds"], "busy_loops": r["busy_loops"], "stages": stages(r["log"]),
                  "setup_phases": setup_phases(r["log"]),
                  "machine_speed": r["machine_speed"],
-                 "load_average": [r.get("load_before"), r.get("load_after")],
+                 "load_average": load_average(r),
                  "failures": [] if r["exit_code"] == 0 else failure_lines(r["log"])}
                 for r in records if r["kind"] == kind]
     runs, reruns = ci_records("ci"), ci_records("ci_rerun")
@@ -159,9 +171,19 @@ def main():
              if r and r.get("load_before") is not None]
     loads += [(f"CI {r['kind']} {r['run']}", r) for r in records if r["kind"].startswith("ci") and r.get("load_before") is not None]
     if loads:
-        lines += ["1-minute load average before / after each command (the machine's "
-                  f"{m.get('cores', '?')} cores; a load above 0 before a command is other work): "
-                  + "; ".join(f"{label} {r['load_before']} / {r['load_after']}" for label, r in loads) + ".", ""]
+        def during(r):
+            return (f", {r['load_mean']} mean and {r['load_max']} max during it (every 10 s)"
+                    if r.get("load_mean") is not None else "")
+        lines += [f"The 1-minute load average around each command, on the machine's {m.get('cores', '?')} cores "
+                  "(what it adds beyond the command's own jobs is other work on the machine): "
+                  + "; ".join(f"{label} {r['load_before']} before{during(r)}, {r['load_after']} after"
+                              for label, r in loads) + ".", ""]
+    if a.grade_apt_seconds is not None and data["run_to_graded_table_new_machine_seconds"] is not None:
+        lines += [f"GoogleTest was already installed here; on a machine without it grade.sh installs it first "
+                  f"(apt-get update, then libgtest-dev and googletest), measured apart at {a.grade_apt_seconds} s. "
+                  f"With it" + (" and run.sh's packages (below)" if a.apt_seconds is not None else "")
+                  + f", from the clone to the first graded table on a new machine: "
+                  f"**{data['run_to_graded_table_new_machine_seconds'] / 60:.1f} min**.", ""]
     if a.note:
         lines += [a.note, ""]
     if a.apt_seconds is not None:
