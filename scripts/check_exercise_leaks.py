@@ -20,6 +20,7 @@ update rule, a predicate, a formula), at least 8 characters.
     python3 scripts/check_exercise_leaks.py            check every chapter (exit 1 on a leak; 2 when an
                                                        exercises/ chapter has no key file)
     python3 scripts/check_exercise_leaks.py --partial  only the chapters that have a key file
+    python3 scripts/check_exercise_leaks.py --self-test  proves the check fails on a fixture leak
     python3 scripts/check_exercise_leaks.py --table    the tasks as a Markdown table (reference
                                                        lines, core or not), for notes and lessons
 Exit status: 0 clean, 1 a leak (each printed as task, key, file:line), 2 a malformed key file.
@@ -154,11 +155,66 @@ def reference_lines(stub: str, function: str | None) -> int | str:
     return sum(1 for l in lines if l.strip() and not l.strip().startswith("//"))
 
 
+def self_test() -> int:
+    """A fixture chapter in a temporary tree: clean, the check passes; the key put in the stub's
+    message, in a header the stub includes, or in the lesson's Task section, it fails naming that
+    file; a key missing from the reference is a malformed key file (exit 2)."""
+    import shutil
+    import subprocess
+    import tempfile
+    key = "m_new = max(m, s)"
+
+    def tree(where: str) -> Path:
+        root = Path(tempfile.mkdtemp(prefix="leaks_"))
+        for d in ("exercises/99_x", "solutions/99_x", "common/x/include/lio", "docs"):
+            (root / d).mkdir(parents=True)
+        header = "/// The running maximum after the tile." + (f" {key}" if where == "header" else "") + "\n"
+        (root / "common/x/include/lio/x.h").write_text(header + "float update(float m, float s);\n")
+        message = "Task 1 (exercises/99_x/x.cpp): update" + (f" {key}" if where == "stub" else "")
+        (root / "exercises/99_x/x.cpp").write_text(
+            '#include "lio/x.h"\nfloat update(float m, float s) { throw "' + message + '"; }\n')
+        (root / "solutions/99_x/x.cpp").write_text(
+            '#include "lio/x.h"\nfloat update(float m, float s) {\n  float m_new = max(m, s);\n  return m_new;\n}\n')
+        lesson = "# 99\n\n### Task 1 -> `exercises/99_x/x.cpp`\n\nThe running maximum.\n"
+        if where == "lesson":
+            lesson += f"Write {key}.\n"
+        (root / "docs/99_x.md").write_text(lesson + "\n## Readings\n")
+        keys = [key] if where != "malformed" else ["not in the reference at all"]
+        (root / "solutions/99_x/leak_keys.json").write_text(json.dumps(
+            {"lesson": "docs/99_x.md",
+             "tasks": [{"task": 1, "stub": "exercises/99_x/x.cpp", "function": "update", "core": True, "keys": keys}]}))
+        return root
+
+    failures = []
+    for where, want_rc, want_text in (("clean", 0, "0 leak(s)"), ("stub", 1, "exercises/99_x/x.cpp:2"),
+                                      ("header", 1, "common/x/include/lio/x.h:1"), ("lesson", 1, "docs/99_x.md:6"),
+                                      ("malformed", 2, "not in the reference")):
+        root = tree(where)
+        run = subprocess.run([sys.executable, __file__, "--root", str(root)], capture_output=True, text=True)
+        shutil.rmtree(root, ignore_errors=True)
+        out = run.stdout + run.stderr
+        ok = run.returncode == want_rc and want_text in out
+        print(f"{'ok  ' if ok else 'FAIL'} {where}: exit {run.returncode} (want {want_rc}), "
+              f"{'names' if want_text in out else 'does not name'} {want_text!r}")
+        if not ok:
+            failures.append(where)
+            print(out)
+    return 1 if failures else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", action="store_true", help="print the tasks as a Markdown table")
     ap.add_argument("--partial", action="store_true", help="check only the chapters that have a key file")
+    ap.add_argument("--root", type=Path, help="check this tree instead of the repository (tests)")
+    ap.add_argument("--self-test", action="store_true",
+                    help="prove the check fails: a fixture tree with a leak in a stub, a header and a lesson")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if args.root:
+        global ROOT
+        ROOT = args.root.resolve()
     chapters = load_chapters()
     missing = [d.name for d in sorted((ROOT / "exercises").iterdir())
                if d.is_dir() and not (ROOT / "solutions" / d.name / "leak_keys.json").is_file()]
