@@ -112,6 +112,12 @@ def validate(path: Path, data: dict) -> list[str]:
     rel = path.relative_to(ROOT)
     if not (ROOT / data.get("lesson", "")).is_file():
         errors.append(f"{rel}: lesson {data.get('lesson')!r} is not a file")
+    lesson = ROOT / data.get("lesson", "")
+    if lesson.is_file():  # every graded task of the lesson has keys
+        listed = {t.get("task") for t in data.get("tasks", [])}
+        for task in sorted({int(k) for k in re.findall(r"^###\s+Task\s+(\d+)\b", lesson.read_text(), flags=re.M)}):
+            if task not in listed:
+                errors.append(f"{rel}: the lesson's Task {task} has no entry")
     for t in data.get("tasks", []):
         where = f"{rel} task {t.get('task')}"
         if not isinstance(t.get("task"), int):
