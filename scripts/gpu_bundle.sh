@@ -11,11 +11,12 @@
 #    an A100), host code without -march=native (the packed CPU kernels pick their ISA at run time,
 #    so the binaries run on the lent machine's CPU, which is not this one) and without MPI (that
 #    image has no Open MPI; NCCL is loaded at run time when it is there), RUNPATH $ORIGIN/../lib.
-# 2. Builds every CUDA test binary, bench_cuda_decode, bench_cuda_gemv, ch07_flash_attention, lio and lio-server,
-#    strips them, and copies beside them the shared libraries the GPU image lacks (found with ldd:
-#    everything but glibc, libstdc++/libgcc and the CUDA toolkit's cuBLAS, which that image has;
-#    the CUDA runtime travels too, it is small). No path of this machine is needed there: the model
-#    comes through LIO_MODEL, the commit through LIO_COMMIT (MANIFEST.txt).
+# 2. Builds every CUDA test binary, every CUDA grading test with its stub twin (chNN_task_K_cuda_*:
+#    gpu_check.sh's step grade_cuda), bench_cuda_decode, bench_cuda_gemv, ch07_flash_attention, lio
+#    and lio-server, strips them, and copies beside them the shared libraries the GPU image lacks
+#    (found with ldd: everything but glibc, libstdc++/libgcc and the CUDA toolkit's cuBLAS, which
+#    that image has; the CUDA runtime travels too, it is small). No path of this machine is needed
+#    there: the model comes through LIO_MODEL, the commit through LIO_COMMIT (MANIFEST.txt).
 # 3. Packs them into <out>/lio-gpu.tar.xz (at most 60 MiB, checked).
 # 4. Cuts the model (98 MB: more than one call carries) into parts (<out>/model.partNN; its sha256
 #    in MANIFEST.txt, checked against the reassembled parts here and there) so that the bundle and
@@ -268,14 +269,18 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' >/dev/null
 mapfile -t cuda_tests < <(ninja -C "$build_dir" -t targets all | sed -n 's#^bin/\(test_cuda_[a-z0-9_]*\): .*#\1#p' | sort -u)
 ((${#cuda_tests[@]})) || { echo "gpu_bundle.sh: no test_cuda_* target in $build_dir: is CUDA enabled?" >&2; exit 1; }
-log "building ${#cuda_tests[@]} CUDA test binaries and ${programs[*]} ($jobs jobs)"
-ninja -C "$build_dir" -j "$jobs" "${cuda_tests[@]}" "${programs[@]}"
+# The CUDA grading tests (tests/grade/CMakeLists.txt, lio_add_cuda_grade_test): each on the reference
+# solution and its _stub twin on the stubs; gpu_check.sh's step grade_cuda runs both.
+mapfile -t cuda_grades < <(ninja -C "$build_dir" -t targets all |
+                           sed -n 's#^bin/\(ch[0-9][0-9]_task_[0-9]*_cuda_[a-z0-9_]*\): .*#\1#p' | sort -u)
+log "building ${#cuda_tests[@]} CUDA test binaries, ${#cuda_grades[@]} CUDA grading tests and ${programs[*]} ($jobs jobs)"
+ninja -C "$build_dir" -j "$jobs" "${cuda_tests[@]}" "${cuda_grades[@]}" "${programs[@]}"
 t_build=$((SECONDS - t0))
 
 # ---- 3. stage: stripped binaries, the libraries the image lacks, the manifest ---------------------
 stage="$out/stage/lio-gpu"
 rm -rf "$out/stage" && mkdir -p "$stage/bin" "$stage/lib"
-for b in "${cuda_tests[@]}" "${programs[@]}"; do
+for b in "${cuda_tests[@]}" "${cuda_grades[@]}" "${programs[@]}"; do
   cp "$build_dir/bin/$b" "$stage/bin/"
   strip --strip-unneeded "$stage/bin/$b"
 done
@@ -302,6 +307,7 @@ commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "builder_cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
   echo "nvcc=$( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "cuda_tests=${cuda_tests[*]}"
+  echo "cuda_grades=${cuda_grades[*]}"
   echo "programs=${programs[*]}"
   echo "bundled_libs=${!bundled[*]}"
   echo "max_glibcxx=$(for b in "$stage"/bin/*; do objdump -T "$b"; done | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)"

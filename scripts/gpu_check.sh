@@ -31,8 +31,9 @@
 # gtest binary (JSON results; on the real model too: CUDA vs CPU logits for the f32 / f16 / int8 KV
 # cache, int8 activations, each attention kernel and --dtype f32 / f16 / bf16); compute-sanitizer
 # memcheck on the flash, paged + kv_append, MLA, fused decode and wide GEMV kernels and on the runner
-# (every op, CUDA graphs, fused kernels); the real model's logits again on re-quantized files (Q8_0,
-# Q4_0, Q3_1); `lio generate` greedy text on CPU and CUDA with flash, naive and paged attention,
+# (every op, CUDA graphs, fused kernels); the CUDA exercises' grading tests (chNN_task_K_cuda_*: on the
+# reference solution they pass, on the stubs every case fails; memcheck and racecheck on the
+# reference); the real model's logits again on re-quantized files (Q8_0, Q4_0, Q3_1); `lio generate` greedy text on CPU and CUDA with flash, naive and paged attention,
 # flash and paged with --cuda-graphs, with --fused-kernels (and the f16 KV cache, int8 activations:
 # reported); the bf16 matmul ceiling (PyTorch); bench_cuda_decode (flash vs paged, eager vs CUDA
 # graph, launches per token, GB/s against the copy bandwidth); ch07_flash_attention kernels --device
@@ -63,6 +64,8 @@ memcheck:paged         1 h200  memcheck: paged attention + kv_append
 memcheck:mla           1 h200  memcheck: MLA
 memcheck:fused        15 est   memcheck: fused decode kernels + wide Q4_1 GEMV (test_cuda_ops)
 memcheck:runner       30 h200+ memcheck: the runner on tiny models (1 s at d22af36, before the CUDA graph, fused kernel and engine-with-graphs tests)
+memcheck:grade_cuda   10 est   memcheck: the reference kernel of chapter 07 Task 6 (ch07_task_6_cuda_flash_forward)
+grade_cuda            20 est   CUDA grading tests (chNN_task_K_cuda_*): the reference passes, the stub fails every case; racecheck on the reference
 requant:q8_0           6 h200  the model re-quantized to Q8_0: CUDA vs CPU logits
 requant:q4_0           5 h200  the model re-quantized to Q4_0: CUDA vs CPU logits
 requant:q3_1           6 h200  the model re-quantized to Q3_1: CUDA vs CPU logits
@@ -318,7 +321,7 @@ for p in site.getsitepackages() + [site.getusersitepackages()]:
 }
 # The binaries the check runs: the CUDA tests and scripts/gpu_bundle.sh's programs (a build's bin/
 # holds many more, and ldd on each of them took most of a dry run's time).
-mapfile -t checked_bins < <(ls "$bin"/test_cuda_* 2>/dev/null
+mapfile -t checked_bins < <(ls "$bin"/test_cuda_* "$bin"/ch[0-9][0-9]_task_*_cuda_* 2>/dev/null
                             bash "$root/scripts/gpu_bundle.sh" --print-programs | sed "s#^#$bin/#" | while read -r b; do [[ -e "$b" ]] && echo "$b"; done)
 resolve_libs() {
   local missing found extra="" lib d
@@ -426,6 +429,55 @@ sanitize memcheck:mla "MLA" test_cuda_mla 'CudaMla.AttentionMatchesCpuAtSmallOdd
 sanitize memcheck:fused "fused + wide GEMV" test_cuda_ops 'CudaFused.*:CudaGemv.Q4_1Wide*:CudaGemv.WideRows*' 150
 sanitize memcheck:runner "runner (tiny models, every op)" test_cuda_runner \
   'CudaRunnerTest.MixedBatchMatchesCpu:CudaRunnerTest.HeadDim256*:CudaRunnerTest.Reserved*:CudaRunnerTest.Int8ActivationsRound*:CudaRunnerTest.SwapIn*:CudaRunnerTest.EngineSwapPreemptionMatchesCpu:CudaRunnerTest.DecodeGraphs*:CudaRunnerTest.FusedKernels*:CudaRunnerTest.EngineWithGraphs*' 300
+sanitize memcheck:grade_cuda "chapter 07 Task 6 reference kernel" ch07_task_6_cuda_flash_forward 'Ch07Task6.*' 150
+
+# ---- CUDA grading tests (issue 61): a learner's kernel is graded like a CPU task --------------------------
+# chNN_task_K_cuda_<what> (tests/grade/CMakeLists.txt, lio_add_cuda_grade_test) runs the reference
+# solution here and must pass; its twin chNN_task_K_cuda_<what>_stub runs the unsolved stub and must
+# fail every case, with no crash (tests/grade/expect_stub_failure.sh, as the CPU stub check requires of
+# the CPU tasks; that check cannot run these: without a GPU their cases skip). Then racecheck on the
+# reference's smaller cases: shared-memory hazards between its barriers (compute-sanitizer).
+declare -A racecheck_filter=(
+  [ch07_task_6_cuda_flash_forward]='Ch07Task6.DecodeRowsOneQueryATile:Ch07Task6.ShortChunkOfSevenRows:Ch07Task6.HeadDim80AndRaggedTiles')
+grade_cuda_tests() {
+  local t stub filter n
+  local -a graded
+  want grade_cuda "CUDA grading tests" || return 0
+  mapfile -t graded < <(cd "$bin" && ls ch[0-9][0-9]_task_*_cuda_* 2>/dev/null | grep -v '_stub$')
+  if ((${#graded[@]} == 0)); then
+    record grade_cuda "CUDA grading tests" failed 0 "no chNN_task_K_cuda_* binary in $bin"
+    return
+  fi
+  for t in "${graded[@]}"; do
+    stub="${t}_stub"
+    filter="${racecheck_filter[$t]:-*}"
+    n=$("$bin/$t" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
+    if [[ ! -x "$bin/$stub" ]]; then
+      record grade_cuda "grade $t on the stubs" failed 0 "$stub is not in the bundle"
+      continue
+    elif ((n == 0)); then
+      record grade_cuda "racecheck $t" failed 0 "no test in $t matches $filter"
+      continue
+    elif ((!gpu)); then
+      skip grade_cuda "grade $t: the reference passes, the stub fails every case" "$no_gpu"
+      continue
+    fi
+    if run grade_cuda "grade $t on the reference solution (must pass)" 120 "$bin/$t" \
+      --gtest_output="json:$work/gtest/$t.json" &&
+      grep -q '"result": "SKIPPED"' "$work/gtest/$t.json" 2>/dev/null; then
+      record grade_cuda "grade $t: every case ran" failed 0 "cases skipped on a GPU machine: the test saw no device"
+    fi
+    GTEST_OUTPUT="json:$work/logs/$stub.json" run grade_cuda "grade $t on the stubs (must fail every case)" 120 \
+      bash "$root/tests/grade/expect_stub_failure.sh" "$bin/$stub"
+    if command -v compute-sanitizer >/dev/null; then
+      run grade_cuda "racecheck $t ($n cases)" 180 compute-sanitizer --tool racecheck --error-exitcode 1 \
+        --print-limit 20 "$bin/$t" --gtest_filter="$filter"
+    else
+      skip grade_cuda "racecheck $t" "compute-sanitizer not on PATH"
+    fi
+  done
+}
+grade_cuda_tests
 
 # ---- the real model on re-quantized files: more weight readers against the CPU ----------------------
 for spec in "q8_0:--bits 8" "q4_0:--bits 4" "q3_1:--bits 3 --asymmetric"; do

@@ -38,7 +38,9 @@ steps = {s["name"]: s for s in d["steps"]}
 gpu_steps = ["nvidia-smi", "bench_cuda_decode", "ch07_flash_attention kernels --device cuda", "greedy text flash: CPU == CUDA",
              "greedy text flash, CUDA graphs + fused kernels: CPU == CUDA", "memcheck flash + naive attention",
              "memcheck paged attention + kv_append", "memcheck MLA", "memcheck fused + wide GEMV",
-             "memcheck runner (tiny models, every op)"]
+             "memcheck runner (tiny models, every op)", "memcheck chapter 07 Task 6 reference kernel"]
+gpu_steps += [f"grade {b}: the reference passes, the stub fails every case" for b in os.listdir(sys.argv[2])
+              if b.startswith("ch") and "_cuda_" in b and not b.endswith("_stub")]
 bad = [n for n in gpu_steps if steps.get(n, {}).get("status") != "skipped"]
 binaries = sorted(b for b in os.listdir(sys.argv[2]) if b.startswith("test_cuda_"))
 ran = sorted(g["binary"] for g in d["gtest"])
