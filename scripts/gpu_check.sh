@@ -64,8 +64,8 @@ memcheck:paged         1 h200  memcheck: paged attention + kv_append
 memcheck:mla           1 h200  memcheck: MLA
 memcheck:fused        15 est   memcheck: fused decode kernels + wide Q4_1 GEMV (test_cuda_ops)
 memcheck:runner       30 h200+ memcheck: the runner on tiny models (1 s at d22af36, before the CUDA graph, fused kernel and engine-with-graphs tests)
-memcheck:grade_cuda   10 est   memcheck: the reference kernel of chapter 07 Task 6 (ch07_task_6_cuda_flash_forward)
-grade_cuda            20 est   CUDA grading tests (chNN_task_K_cuda_*): the reference passes, the stub fails every case; racecheck on the reference
+memcheck:grade_cuda   20 est   memcheck: the reference kernel of every CUDA grading test (chapter 04 and 07 Task 6: chNN_task_K_cuda_*)
+grade_cuda            40 est   CUDA grading tests (chNN_task_K_cuda_*): the reference passes, the stub fails every case; racecheck on the reference
 requant:q8_0           6 h200  the model re-quantized to Q8_0: CUDA vs CPU logits
 requant:q4_0           5 h200  the model re-quantized to Q4_0: CUDA vs CPU logits
 requant:q3_1           6 h200  the model re-quantized to Q3_1: CUDA vs CPU logits
@@ -429,7 +429,23 @@ sanitize memcheck:mla "MLA" test_cuda_mla 'CudaMla.AttentionMatchesCpuAtSmallOdd
 sanitize memcheck:fused "fused + wide GEMV" test_cuda_ops 'CudaFused.*:CudaGemv.Q4_1Wide*:CudaGemv.WideRows*' 150
 sanitize memcheck:runner "runner (tiny models, every op)" test_cuda_runner \
   'CudaRunnerTest.MixedBatchMatchesCpu:CudaRunnerTest.HeadDim256*:CudaRunnerTest.Reserved*:CudaRunnerTest.Int8ActivationsRound*:CudaRunnerTest.SwapIn*:CudaRunnerTest.EngineSwapPreemptionMatchesCpu:CudaRunnerTest.DecodeGraphs*:CudaRunnerTest.FusedKernels*:CudaRunnerTest.EngineWithGraphs*' 300
-sanitize memcheck:grade_cuda "chapter 07 Task 6 reference kernel" ch07_task_6_cuda_flash_forward 'Ch07Task6.*' 150
+# Every CUDA grading test's reference kernel, each case: ch04_task_6_cuda_paged_decode is named
+# "memcheck chapter 04 Task 6 reference kernel" (tests/cli/gpu_check_dry_run.sh derives the same).
+memcheck_grade_cuda() {
+  local graded
+  local -a all
+  mapfile -t all < <(cd "$bin" && ls ch[0-9][0-9]_task_*_cuda_* 2>/dev/null | grep -v '_stub$')
+  if ((${#all[@]} == 0)); then
+    want memcheck:grade_cuda "memcheck CUDA grading tests" &&
+      record memcheck:grade_cuda "memcheck CUDA grading tests" failed 0 "no chNN_task_K_cuda_* binary in $bin"
+    return 0
+  fi
+  for graded in "${all[@]}"; do
+    [[ $graded =~ ^ch([0-9][0-9])_task_([0-9]+)_cuda_ ]] &&
+      sanitize memcheck:grade_cuda "chapter ${BASH_REMATCH[1]} Task ${BASH_REMATCH[2]} reference kernel" "$graded" '*' 150
+  done
+}
+memcheck_grade_cuda
 
 # ---- CUDA grading tests (issue 61): a learner's kernel is graded like a CPU task --------------------------
 # chNN_task_K_cuda_<what> (tests/grade/CMakeLists.txt, lio_add_cuda_grade_test) runs the reference
@@ -438,6 +454,7 @@ sanitize memcheck:grade_cuda "chapter 07 Task 6 reference kernel" ch07_task_6_cu
 # the CPU tasks; that check cannot run these: without a GPU their cases skip). Then racecheck on the
 # reference's smaller cases: shared-memory hazards between its barriers (compute-sanitizer).
 declare -A racecheck_filter=(
+  [ch04_task_6_cuda_paged_decode]='Ch04Task6.SmolLM2RaggedContexts:Ch04Task6.GroupsWiderThanOneBlock:Ch04Task6.ContextsOfOneToken'
   [ch07_task_6_cuda_flash_forward]='Ch07Task6.DecodeRowsOneQueryATile:Ch07Task6.ShortChunkOfSevenRows:Ch07Task6.HeadDim80AndRaggedTiles')
 grade_cuda_tests() {
   local t stub filter n

@@ -32,15 +32,17 @@ check "writes the JSON report" test -s "$json"
 check "writes the Markdown report" test -s "$md"
 check "writes the full log" test -s "$work/gpu_check.log"
 summary=$(python3 - "$json" "$bin" <<'PY'
-import json, os, sys
+import json, os, re, sys
 d = json.load(open(sys.argv[1]))
 steps = {s["name"]: s for s in d["steps"]}
 gpu_steps = ["nvidia-smi", "bench_cuda_decode", "ch07_flash_attention kernels --device cuda", "greedy text flash: CPU == CUDA",
              "greedy text flash, CUDA graphs + fused kernels: CPU == CUDA", "memcheck flash + naive attention",
              "memcheck paged attention + kv_append", "memcheck MLA", "memcheck fused + wide GEMV",
-             "memcheck runner (tiny models, every op)", "memcheck chapter 07 Task 6 reference kernel"]
-gpu_steps += [f"grade {b}: the reference passes, the stub fails every case" for b in os.listdir(sys.argv[2])
-              if b.startswith("ch") and "_cuda_" in b and not b.endswith("_stub")]
+             "memcheck runner (tiny models, every op)"]
+graded = [b for b in os.listdir(sys.argv[2]) if b.startswith("ch") and "_cuda_" in b and not b.endswith("_stub")]
+gpu_steps += [f"grade {b}: the reference passes, the stub fails every case" for b in graded]
+gpu_steps += ["memcheck chapter %s Task %s reference kernel" % re.match(r"ch(\d\d)_task_(\d+)_cuda_", b).groups()
+              for b in graded]
 bad = [n for n in gpu_steps if steps.get(n, {}).get("status") != "skipped"]
 binaries = sorted(b for b in os.listdir(sys.argv[2]) if b.startswith("test_cuda_"))
 ran = sorted(g["binary"] for g in d["gtest"])
