@@ -6,8 +6,13 @@
 // (llama.cpp's "normal" mode): convert_hf_to_gguf.py permutes the Q/K rows so that this equals
 // Hugging Face's rotate-half on the original weights. A model chapter 02 converted to MLA runs
 // its attention variant (arch/mla.cpp) in place of GQA.
+//
+// On one rank the layer is chapter 01's Task 5 (lio/decoder_layer.h): the learner's code when
+// LIO_EXERCISES names 01. A tensor-parallel rank (chapter 08: row-parallel W_o and W_down,
+// all-reduced) and an MLA model run the shared blocks.
 #include "blocks.h"
 #include "families.h"
+#include "lio/decoder_layer.h"
 #include "lio/model_config.h"
 
 namespace lio::arch {
@@ -17,6 +22,9 @@ namespace {
 void llama_layer(LayerPass& p, int64_t l) {
   if (p.config.is_mla()) {
     mla_self_attention(p, l);
+  } else if (p.tp.size == 1) {
+    llama_decoder_layer(p, l);  // chapter 01, Task 5
+    return;
   } else {
     qkv_projection(p, l);
     rope_qk(p, l);
