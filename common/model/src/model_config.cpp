@@ -9,6 +9,8 @@
 #include "lio/architecture.h"
 #include "lio/error.h"
 #include "lio/gguf.h"
+#include "lio/kv_sizing.h"
+#include "lio/mla.h"
 
 namespace lio {
 
@@ -57,8 +59,26 @@ float ModelConfig::layer_rope_theta(int64_t layer) const {
   return layer_window(layer) > 0 && rope_theta_local > 0.0f ? rope_theta_local : rope_theta;
 }
 
+namespace {
+// Set while kv_bytes_per_token asks a chapter's answer, so an answer that asks it back gets a
+// clear error instead of recursing until the stack overflows.
+thread_local bool g_in_kv_bytes_per_token = false;
+}  // namespace
+
 int64_t ModelConfig::kv_bytes_per_token(int64_t bytes_per_elem) const {
-  return 2 * n_layers * kv_dim() * bytes_per_elem;
+  if (g_in_kv_bytes_per_token)
+    throw InvalidArgument(
+        "ModelConfig::kv_bytes_per_token is computed by chapter 01's kv_cache_bytes (Task 1) and chapter 02's "
+        "mla_latent_bytes_per_token (Task 2): those must compute the bytes themselves, not call it");
+  if (!is_mla() && bytes_per_elem != 4 && bytes_per_elem != 2 && bytes_per_elem != 1)
+    throw InvalidArgument("kv_bytes_per_token: bytes_per_elem must be 4, 2 or 1, got " + std::to_string(bytes_per_elem));
+  g_in_kv_bytes_per_token = true;
+  struct Reset {
+    ~Reset() { g_in_kv_bytes_per_token = false; }
+  } reset;
+  if (is_mla()) return mla_latent_bytes_per_token(*this, bytes_per_elem);  // chapter 02, Task 2
+  const KvDtype dtype = bytes_per_elem == 4 ? KvDtype::F32 : bytes_per_elem == 2 ? KvDtype::F16 : KvDtype::INT8;
+  return kv_cache_bytes(*this, /*seq_len=*/1, /*batch=*/1, dtype);  // chapter 01, Task 1
 }
 
 float ModelConfig::softmax_scale() const {

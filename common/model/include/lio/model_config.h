@@ -69,7 +69,11 @@ struct ModelConfig {
   /// in the V array. Inline: lio_kv (the contiguous cache) uses it without linking lio_model.
   int64_t kv_dim() const { return is_mla() ? (kv_lora_rank + qk_rope_head_dim) / 2 : n_kv_heads * head_dim; }
   /// KV-pool bytes one token takes across all layers, K and V arrays both, at bytes_per_elem
-  /// bytes per element, scales not counted (`lio info` prints it for f32).
+  /// bytes per element (4, 2 or 1; any for MLA), scales not counted (`lio info` prints it for
+  /// f32). Computed by the chapters' answers: chapter 01's kv_cache_bytes (Task 1) for one
+  /// token, chapter 02's mla_latent_bytes_per_token (Task 2) for an MLA model, so it runs on the
+  /// learner's code where they are switched. Throws InvalidArgument for another bytes_per_elem,
+  /// when called from inside those answers, and as they throw.
   int64_t kv_bytes_per_token(int64_t bytes_per_elem) const;
   /// The softmax scale: attn_scale when set, else 1/sqrt of the query-key width.
   float softmax_scale() const;
