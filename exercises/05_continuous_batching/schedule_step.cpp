@@ -1,8 +1,8 @@
-// Chapter 05, Task 5 — YOUR implementation: the scheduling step, the loop that asks Tasks 1-4.
-// Declarations and contract: common/engine/include/lio/scheduler_policy.h (SchedulerOps) and
-// common/engine/include/lio/scheduler.h (SchedulerQueues, ScheduledSequence).
-// Lesson: docs/05_continuous_batching.md, sections 3-5 and 7 (Task 5).
-// Grade: ctest -R ch05_task_5
+// Chapter 05, Task 1 — YOUR implementation: the scheduling step, with every decision in it.
+// Declaration and contract: common/engine/include/lio/scheduler_policy.h (schedule_step,
+// SchedulerOps) and common/engine/include/lio/scheduler.h (SchedulerQueues, ScheduledSequence).
+// Lesson: docs/05_continuous_batching.md, sections 1-5 and "Task 1".
+// Grade: ctest -R ch05_task_1
 #include <algorithm>
 #include <vector>
 
@@ -11,24 +11,25 @@
 
 namespace lio {
 
-// ---- Task 5 -----------------------------------------------------------------------------------
+// ---- Task 1 -----------------------------------------------------------------------------------
 
 std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, SchedulerQueues& queues,
                                              SchedulerOps& ops) {
-  // TODO(Task 5): one engine step's batch, as {sequence, rows} in batch order: running
+  // TODO(Task 1): one engine step's batch, as {sequence, rows} in batch order: running
   //   sequences, then swapped ones resumed, then waiting ones admitted, under one budget of
-  //   config.max_num_batched_tokens rows. Your Tasks 1-4 decide how many rows, who joins, who
-  //   is preempted and when static batching admits; `ops` does the block work (slots,
-  //   preemption, swap-in, the prefix cache, giving up on a sequence).
+  //   config.max_num_batched_tokens rows. The decisions are yours: how many rows each sequence
+  //   runs (section 4), who may join (seats, rows, blocks), whom to preempt when the pool runs
+  //   out and where a recomputed one goes back (section 5), and when static batching admits
+  //   (section 1). `ops` does the block work (slots, preemption, swap-in, the prefix cache,
+  //   giving up on a sequence). Helpers of your own may sit in an anonymous namespace here.
   //   Invariants the tests check (lio/scheduler_policy.h lists them all): rows <= the budget;
   //   <= max_num_seqs running; FCFS (nobody overtakes an earlier arrival that cannot join); a
   //   sequence already in this step's batch is never preempted; nobody new joins in a step
   //   with a preemption or while any is swapped.
-  //   Lesson: docs/05_continuous_batching.md, sections 3-5 and "Task 5".
   (void)config, (void)queues, (void)ops;
   throw NotImplemented(
-      "Task 5 (exercises/05_continuous_batching/schedule_step.cpp): schedule_step — "
-      "see docs/05_continuous_batching.md, Task 5");
+      "Task 1 (exercises/05_continuous_batching/schedule_step.cpp): schedule_step — "
+      "see docs/05_continuous_batching.md, Task 1");
 }
 
 }  // namespace lio

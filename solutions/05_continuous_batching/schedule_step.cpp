@@ -1,11 +1,71 @@
-// Chapter 05, Task 5 — reference solution: the scheduling step (the loop that asks Tasks 1-4).
-// Declarations and contract: common/engine/include/lio/scheduler_policy.h.
+// Chapter 05, Task 1 — reference solution: the scheduling step, with the decisions inside it.
+// Declaration and contract: common/engine/include/lio/scheduler_policy.h.
 #include <algorithm>
+#include <deque>
+#include <span>
 #include <vector>
 
 #include "lio/scheduler_policy.h"
 
 namespace lio {
+
+namespace {
+
+// The step's decisions (sections 1, 4 and 5 of the lesson derive each), private to this file.
+
+/// Rows a sequence with `remaining` uncomputed tokens runs, with `budget` rows left this step.
+int64_t prefill_chunk(int64_t remaining, int64_t budget, bool chunked_prefill) {
+  if (remaining <= 0 || budget <= 0) return 0;
+  if (chunked_prefill) return std::min(remaining, budget);  // split a long prompt over steps
+  return remaining <= budget ? remaining : 0;                // whole, or wait
+}
+
+/// What admitting one waiting sequence would take.
+struct AdmissionRequest {
+  int64_t n_running = 0;         // sequences already running this step
+  int64_t max_num_seqs = 0;      // the limit on running sequences
+  int64_t chunk_tokens = 0;      // rows it would run this step (prefill_chunk)
+  int64_t blocks_needed = 0;     // new KV blocks those rows need
+  int64_t blocks_available = 0;  // blocks the pool can hand out now
+};
+
+/// Continuous batching's admission: a seat, rows this step, and the blocks for them.
+bool can_admit(const AdmissionRequest& r) {
+  const auto& [n_running, max_num_seqs, chunk_tokens, blocks_needed, blocks_available] = r;
+  return n_running < max_num_seqs             // a seat
+         && chunk_tokens > 0                  // rows this step (an unchunked prompt fits whole)
+         && blocks_needed <= blocks_available;  // the blocks for them
+}
+
+/// FCFS's preemption victim among `candidates` (Kwon et al. 2023, sec. 4.5); nullptr if none.
+Sequence* choose_victim(std::span<Sequence* const> candidates) {
+  Sequence* victim = nullptr;
+  for (Sequence* s : candidates) {
+    if (victim == nullptr || s->arrival_time > victim->arrival_time ||
+        (s->arrival_time == victim->arrival_time && s->id() > victim->id())) {
+      victim = s;  // the latest arrival has the lowest priority: it loses its blocks
+    }
+  }
+  return victim;
+}
+
+/// A victim preempted by recompute (its blocks freed, nothing computed) back in `waiting`.
+void requeue_for_recompute(Sequence& victim, std::deque<Sequence*>& waiting) {
+  victim.status = SequenceStatus::Waiting;
+  waiting.push_front(&victim);  // ahead of everything that arrived after it
+}
+
+/// Static batching's admission (HF generate): only between batches, at most max_num_seqs.
+bool static_may_admit(int64_t n_running_at_step_start, int64_t n_admitted_this_step, int64_t max_num_seqs) {
+  return n_running_at_step_start == 0 && n_admitted_this_step < max_num_seqs;
+}
+
+/// Preempts `victim` through `ops`; one preempted by recompute goes back to `waiting`.
+void preempt(Sequence& victim, SchedulerQueues& queues, SchedulerOps& ops) {
+  if (!ops.preempt(victim)) requeue_for_recompute(victim, queues.waiting);
+}
+
+}  // namespace
 
 std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, SchedulerQueues& queues,
                                              SchedulerOps& ops) {
@@ -28,7 +88,7 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
     if (budget <= 0) break;
     if (!is_running(seq)) continue;  // preempted earlier in this step
     const int64_t remaining = seq->n_tokens() - seq->num_computed_tokens;
-    int64_t n_new = prefill_chunk(remaining, budget, config.enable_chunked_prefill);  // Task 1
+    int64_t n_new = prefill_chunk(remaining, budget, config.enable_chunked_prefill);
     // Speculative decoding (chapter 06): a decoding sequence's drafts ride in the same step, as
     // many as the budget leaves room for; they are rows like any other.
     if (remaining == 1 && n_new == 1)
@@ -39,9 +99,9 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
       std::vector<Sequence*> candidates;
       for (Sequence* s : queues.running)
         if (s != seq && !in_batch(s)) candidates.push_back(s);
-      Sequence* victim = choose_victim(candidates);  // Task 3
+      Sequence* victim = choose_victim(candidates);
       if (victim == nullptr) break;
-      ops.preempt(*victim);
+      preempt(*victim, queues, ops);
       preempted = true;
       fits = ops.append_slots(*seq, n_new);
     }
@@ -49,7 +109,7 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
       if (batch.empty()) {
         ops.drop_unfittable(*seq);  // alone and still no room: it can never grow in this pool
       } else {
-        ops.preempt(*seq);  // the others already hold the blocks this step; retry it later
+        preempt(*seq, queues, ops);  // the others already hold the blocks this step; retry it later
         preempted = true;
       }
       continue;
@@ -66,7 +126,7 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
     // Chunked whatever the setting: it ran before, and a remainder waiting for a budget it can
     // never get would hold up the queue behind it.
     const int64_t n_new =
-        prefill_chunk(seq->n_tokens() - seq->num_computed_tokens, budget, true);  // Task 1
+        prefill_chunk(seq->n_tokens() - seq->num_computed_tokens, budget, true);
     if (n_new == 0 || !ops.swap_in(*seq, n_new)) break;
     queues.swapped.pop_front();
     seq->status = SequenceStatus::Running;
@@ -81,7 +141,7 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
   const bool is_static = config.policy == SchedulingPolicy::Static;
   for (int64_t n_admitted = 0; !queues.waiting.empty();) {
     if (is_static && !static_may_admit(n_running_at_start, n_admitted, config.max_num_seqs))
-      break;  // Task 4
+      break;  // a batch is running, or this one is full
     Sequence* seq = queues.waiting.front();
     if (!config.enable_chunked_prefill &&
         seq->n_tokens() - seq->num_computed_tokens > config.max_num_batched_tokens) {
@@ -90,10 +150,10 @@ std::vector<ScheduledSequence> schedule_step(const SchedulerConfig& config, Sche
     }
     const bool matched = ops.match_cached_prefix(*seq);  // chapter 04: start from a cached prefix
     const int64_t chunk = prefill_chunk(seq->n_tokens() - seq->num_computed_tokens, budget,
-                                        config.enable_chunked_prefill);  // Task 1
+                                        config.enable_chunked_prefill);
     const auto n_running = static_cast<int64_t>(queues.running.size());
     bool ok = can_admit({n_running, config.max_num_seqs, chunk, ops.blocks_needed(*seq, chunk),
-                         ops.n_available_blocks()});  // Task 2
+                         ops.n_available_blocks()});
     if (is_static && chunk == 0)
       ok = n_running < config.max_num_seqs;  // joins its batch, runs later
     if (ok && chunk > 0) ok = ops.append_slots(*seq, chunk);

@@ -82,7 +82,7 @@ void Scheduler::release_padding() {
   padding_.clear();
 }
 
-// ---- the block operations schedule_step (Task 5) may use ------------------------------------
+// ---- the block operations schedule_step (Task 1) may use ------------------------------------
 
 /// SchedulerOps over one Scheduler for one schedule() call: the copies and the preempted and
 /// unfittable sequences go to `out`. Prefix-cache statistics count the sequences that matched
@@ -113,9 +113,10 @@ class Scheduler::StepOps final : public SchedulerOps {
     });
   }
 
-  void preempt(Sequence& seq) override {
+  bool preempt(Sequence& seq) override {
     std::erase(s_.queues_.running, &seq);
     out_.preempted.push_back(&seq);
+    seq.n_preemptions += 1;
     if (s_.config_.preemption == PreemptionMode::Swap && s_.swap_space_ != nullptr && seq.num_computed_tokens > 0) {
       // Swap: copy the blocks holding its K/V to host blocks; it resumes where it stopped.
       std::vector<int32_t> host;
@@ -124,13 +125,14 @@ class Scheduler::StepOps final : public SchedulerOps {
         s_.blocks_.free(seq.block_table);
         seq.host_block_table = std::move(host);
         seq.status = SequenceStatus::Swapped;
-        seq.n_preemptions += 1;
         s_.queues_.swapped.push_back(&seq);
-        return;
+        return true;
       }  // swap space full: recompute instead
     }
+    // Recompute (vLLM v1's _preempt_request): its K/V are gone; the step requeues it.
     s_.free_tables(seq.block_table, seq.group_block_tables);
-    requeue_for_recompute(seq, s_.queues_.waiting);  // Task 3
+    seq.num_computed_tokens = 0;
+    return false;
   }
 
   bool swap_in(Sequence& seq, int64_t n_new) override {
@@ -214,7 +216,7 @@ class Scheduler::StepOps final : public SchedulerOps {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   StepOps ops(*this, out);
-  out.scheduled = schedule_step(config_, queues_, ops);  // Task 5
+  out.scheduled = schedule_step(config_, queues_, ops);  // chapter 05, Task 1
   ops.commit_prefix_stats();
   for (const ScheduledSequence& s : out.scheduled) out.n_tokens += s.n_new_tokens;
   int64_t budget = config_.max_num_batched_tokens - out.n_tokens;

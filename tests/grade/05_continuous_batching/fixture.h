@@ -1,13 +1,18 @@
-// What chapter 05's grading tests share: a tiny random model (its tokenizer makes Sequences),
-// a scheduler-level simulation that checks every step's invariants, and engine runs.
+// What chapter 05's grading test shares: a tiny random model (its tokenizer makes Sequences),
+// a Scheduler driven one step at a time on a pool small enough to be read by hand (Step), a
+// scheduler-level simulation that checks every step's invariants, and engine runs. Every case
+// goes through the Scheduler or the Engine, so every case runs your schedule_step.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lio/cpu_backend.h"
@@ -137,6 +142,80 @@ inline PoolRuns run_in_large_and_small_pool(const TinyModel& tiny, EngineConfig 
   auto small = tiny.runner(8, 16);
   r.small_pool = run_engine(*small, *tiny.model().tokenizer, cfg, reqs);
   return r;
+}
+
+constexpr int64_t kBlockSize = 4;
+
+/// (sequence id, rows) in batch order.
+using Rows = std::vector<std::pair<int64_t, int64_t>>;
+
+/// A pool of blocks of kBlockSize tokens, an optional swap space, a Scheduler over them, and
+/// sequences arriving at set times.
+class Step {
+ public:
+  Step(const SchedulerConfig& cfg, int64_t n_blocks, int64_t n_swap_blocks = 0)
+      : blocks_(n_blocks, kBlockSize),
+        swap_(n_swap_blocks > 0 ? std::make_unique<BlockManager>(n_swap_blocks, kBlockSize)
+                                : nullptr),
+        sched_(cfg, blocks_, nullptr, swap_.get()) {}
+
+  /// Adds sequence `id` with a prompt of `prompt_len` tokens, `max_tokens` to generate,
+  /// arriving `ms` after time zero.
+  Sequence* add(int64_t id, int64_t prompt_len, int64_t max_tokens, int ms) {
+    seqs_.push_back(
+        std::make_unique<Sequence>(id, prompt_of(static_cast<int>(id), prompt_len),
+                                   exactly(max_tokens), *tiny_.model().tokenizer));
+    Sequence* s = seqs_.back().get();
+    s->arrival_time = Sequence::Clock::time_point{} + std::chrono::milliseconds(ms);
+    sched_.add(s);
+    return s;
+  }
+
+  /// One scheduler step; its rows are "computed" at once: a sequence that reaches its last
+  /// token samples one (id 7) and, when done, leaves.
+  SchedulerOutput run() {
+    SchedulerOutput out = sched_.schedule();
+    EXPECT_LE(out.n_tokens, sched_.config().max_num_batched_tokens) << "over the token budget";
+    EXPECT_LE(sched_.n_running(), sched_.config().max_num_seqs) << "more running than seats";
+    for (const ScheduledSequence& s : out.scheduled) {
+      EXPECT_GT(s.n_new_tokens, 0) << "sequence " << s.seq->id() << " scheduled with no rows";
+      s.seq->num_computed_tokens += s.n_new_tokens;
+      if (s.seq->num_computed_tokens == s.seq->n_tokens()) {
+        s.seq->append_token(7, 256);
+        if (s.seq->finish_reason) sched_.remove(s.seq);
+      }
+    }
+    return out;
+  }
+
+  static Rows rows(const SchedulerOutput& out) {
+    Rows r;
+    for (const ScheduledSequence& s : out.scheduled) r.emplace_back(s.seq->id(), s.n_new_tokens);
+    return r;
+  }
+  static std::vector<int64_t> ids(std::span<Sequence* const> seqs) {
+    std::vector<int64_t> r;
+    for (const Sequence* s : seqs) r.push_back(s->id());
+    return r;
+  }
+
+  Scheduler& sched() { return sched_; }
+  BlockManager& blocks() { return blocks_; }
+
+ private:
+  TinyModel tiny_;
+  BlockManager blocks_;
+  std::unique_ptr<BlockManager> swap_;
+  Scheduler sched_;
+  std::vector<std::unique_ptr<Sequence>> seqs_;
+};
+
+inline SchedulerConfig limits(int64_t max_num_seqs, int64_t max_num_batched_tokens, bool chunked = true) {
+  SchedulerConfig cfg;
+  cfg.max_num_seqs = max_num_seqs;
+  cfg.max_num_batched_tokens = max_num_batched_tokens;
+  cfg.enable_chunked_prefill = chunked;
+  return cfg;
 }
 
 }  // namespace lio::grade

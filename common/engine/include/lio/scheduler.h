@@ -7,7 +7,7 @@
 // (`max_num_batched_tokens`) and blocks last. Prefill and decode rows mix in one step; a prompt
 // longer than the budget left is split (chunked prefill; Agrawal et al. 2024, Sarathi-Serve).
 // When the pool has no block for a running sequence, one is preempted under FCFS (Kwon et
-// al. 2023, sec. 4.5; chapter 05's Task 3 picks it): recompute (its blocks freed, its tokens
+// al. 2023, sec. 4.5; chapter 05's Task 1 picks it): recompute (its blocks freed, its tokens
 // prefilled again later: vLLM's default) or swap (its K/V copied to a host swap space and back
 // when blocks free up; vLLM v0).
 // With a prefix cache a sequence admitted with nothing computed starts from the longest cached
@@ -19,8 +19,8 @@
 // Speculative decoding (chapter 06): a decoding sequence with num_lookahead_slots > 0 gets up to
 // that many extra rows (its drafts) in the same step, as far as the token budget allows, and
 // slots for them (vLLM's lookahead slots); the engine gives back the rejected ones after the pass.
-// The step itself and the decisions inside it are chapter 05's exercise points
-// (lio/scheduler_policy.h: schedule_step, Task 5, asking Tasks 1-4); this class owns the queues
+// The step itself, with every decision inside it, is chapter 05's exercise point
+// (lio/scheduler_policy.h: schedule_step, Task 1); this class owns the queues
 // and lends the step its block operations. The copies decided here are carried out by the
 // Engine before the forward pass.
 #pragma once
@@ -107,7 +107,7 @@ struct SchedulerOutput {
   int64_t n_tokens = 0;  ///< total rows scheduled, padding included
 };
 
-/// The Scheduler's three queues, as schedule_step (Task 5) sees them (front = first in line).
+/// The Scheduler's three queues, as schedule_step (Task 1) sees them (front = first in line).
 struct SchedulerQueues {
   std::deque<Sequence*> waiting;  ///< new, or preempted to be recomputed (those at the front)
   std::deque<Sequence*> running;  ///< holding KV blocks, in admission order
@@ -133,7 +133,7 @@ class Scheduler {
   /// Static batching with `static_padding`: a running sequence's blocks stay held by a
   /// PaddingRow until the last sequence of its batch is removed.
   void remove(Sequence* seq);
-  /// Picks the next step's sequences and allocates their slots: schedule_step (Task 5,
+  /// Picks the next step's sequences and allocates their slots: schedule_step (Task 1,
   /// solutions|exercises/05_continuous_batching/schedule_step.cpp) over this scheduler's queues
   /// and blocks, then static batching's padding rows as the budget allows.
   SchedulerOutput schedule();
