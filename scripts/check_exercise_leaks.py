@@ -5,8 +5,8 @@ Each chapter's reference solution lists, per graded task, the key expressions of
 solutions/<chapter>/leak_keys.json:
 
     {"lesson": "docs/05_continuous_batching.md",
-     "tasks": [{"task": 1, "stub": "exercises/05_continuous_batching/scheduler_policy.cpp",
-                "function": "can_admit", "core": true,
+     "tasks": [{"task": 1, "stub": "exercises/05_continuous_batching/schedule_step.cpp",
+                "function": "schedule_step", "core": true,
                 "keys": ["free_blocks - watermark", "num_new_tokens <= token_budget"]}]}
 
 For every task this fails when a key appears (whitespace ignored, so `a/b` matches `a / b`) in:
