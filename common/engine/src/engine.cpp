@@ -217,18 +217,7 @@ void Engine::drain_inbox(std::vector<RequestOutput>& out) {
 // ---- one step: schedule, run, postprocess (nano-vllm's LLMEngine.step) ----------------------
 
 std::vector<RequestOutput> Engine::step() {
-  std::vector<RequestOutput> outputs;
-  drain_inbox(outputs);
-  plan_lookahead();                                 //    chapter 06: room for drafts
-  SchedulerOutput sched = schedule(outputs);        // 1. which sequences, how many tokens each
-  if (sched.scheduled.empty()) return outputs;
-  copy_blocks(sched);                               //    swap and copy-on-write before the pass
-  draft(sched);                                     //    chapter 06: the drafter proposes
-  record_schedule(sched);
-  const StepBatch step = build_batch(sched);        // 2. one ForwardBatch for every row
-  const std::vector<SpecVerifyResult> next = run(step);  // 3. forward pass + sampling / verification
-  postprocess(sched, step, next, outputs);          // 4. advance, append, stop checks, emit
-  return outputs;
+  return engine_step(*this);  // chapter 05, Task 2
 }
 
 void Engine::plan_lookahead() {
@@ -324,46 +313,6 @@ void Engine::copy_blocks(const SchedulerOutput& sched) {
   runner_.swap_out(sched.swap_out, swap_host_.data());
   runner_.swap_in(sched.swap_in, swap_host_.data());
   runner_.copy_blocks(sched.copies);
-}
-
-Engine::StepBatch Engine::build_batch(const SchedulerOutput& sched) {
-  // Each sequence's next tokens at their positions, through its blocks; a sequence whose chunk
-  // reaches its last token gets a logits row and samples.
-  StepBatch step{ForwardBatch(blocks_.block_size()), {}, {}};
-  const auto now = Sequence::Clock::now();
-  for (const ScheduledSequence& s : sched.scheduled) {
-    Sequence& seq = *s.seq;
-    if (!seq.first_scheduled_time) seq.first_scheduled_time = now;
-    if (!seq.spec_token_ids.empty()) {
-      // Chapter 06: the last token and k drafts, k + 1 logits rows (verify() reads them).
-      std::vector<int32_t> tokens{seq.token_ids().back()};
-      tokens.insert(tokens.end(), seq.spec_token_ids.begin(), seq.spec_token_ids.end());
-      const auto n_rows = static_cast<int64_t>(tokens.size());
-      step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, n_rows, true, seq.group_block_tables);
-      step.sampling.push_back(&seq);
-      for (int64_t r = 0; r < n_rows; ++r) step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
-      step.speculative = true;
-      continue;
-    }
-    const std::span<const int32_t> tokens =
-        std::span<const int32_t>(seq.token_ids()).subspan(static_cast<size_t>(seq.num_computed_tokens),
-                                                          static_cast<size_t>(s.n_new_tokens));
-    const bool completes = seq.num_computed_tokens + s.n_new_tokens == seq.n_tokens();
-    step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0, true,
-                            seq.group_block_tables);
-    if (completes) {
-      step.sampling.push_back(&seq);
-      step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
-    }
-  }
-  // Static batching's finished rows (HF generate-style padding): they cost a row, write no
-  // K/V, and their greedy token is thrown away.
-  for (const PaddingRow& row : sched.padding) {
-    step.batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false,
-                            row.group_block_tables);
-    step.rows.push_back({&padding_sampler_, std::span<const int32_t>(&row.token, 1)});
-  }
-  return step;
 }
 
 std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {

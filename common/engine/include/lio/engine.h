@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lio/block_manager.h"
+#include "lio/engine_step.h"
 #include "lio/forward_batch.h"
 #include "lio/model_runner.h"
 #include "lio/prefix_cache.h"
@@ -46,38 +47,6 @@ struct EngineConfig {
   /// GPU check has run the graph path (issue 45): a replay nobody has compared on a card could
   /// give wrong tokens silently, so graphs are opt-in (--cuda-graphs) until then.
   bool enforce_eager = true;
-};
-
-/// What one request got in one step.
-struct RequestOutput {
-  int64_t request_id = 0;              ///< add_request()'s id
-  int64_t sample_index = 0;            ///< which of the request's n samples (0 .. n-1)
-  std::vector<int32_t> new_token_ids;  ///< tokens sampled this step (EOS excluded)
-  std::string new_text;                ///< text that became final this step
-  bool finished = false;               ///< true on the request's last output
-  std::optional<FinishReason> finish_reason;  ///< set when finished
-  int64_t n_prompt_tokens = 0;         ///< tokens in the prompt
-  int64_t n_generated_tokens = 0;      ///< so far
-  double queue_ms = 0;                 ///< arrival -> first step that ran it (once known)
-  double ttft_ms = 0;                  ///< arrival -> first token (once known)
-  double tpot_ms = 0;                  ///< mean time per token after the first (when finished)
-  double e2e_ms = 0;                   ///< arrival -> finish (when finished)
-  /// Inter-token latencies, ms: the gaps between consecutive sampled tokens (when finished;
-  /// n_generated - 1 of them, one more if it stopped at EOS). TPOT is their mean.
-  std::vector<double> itl_ms;
-  /// Arrival -> each sampled token (EOS included), ms (when finished): the timestamps the
-  /// server's metrics derive TTFT, TPOT and ITL from (chapter 09, Task 2).
-  std::vector<double> token_times_ms;
-  int64_t n_preemptions = 0;           ///< times this request was preempted
-  int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
-  /// With params.sampler.logprobs >= 0: one entry per new_token_ids entry, in order.
-  std::vector<SampleLogprobs> logprobs;
-  /// Speculative decoding (chapter 06), this sample so far: verification rounds with drafts,
-  /// drafted tokens, and accepted drafts (acceptance rate = accepted / drafted).
-  int64_t n_spec_drafts = 0;
-  int64_t n_spec_draft_tokens = 0;     ///< see n_spec_drafts
-  int64_t n_spec_accepted_tokens = 0;  ///< see n_spec_drafts
-  int64_t n_spec_rejections = 0;       ///< rounds that ended at a rejected draft
 };
 
 /// Counters over the engine's life.
@@ -132,8 +101,9 @@ struct EngineSnapshot {
   std::vector<RequestState> requests;
 };
 
-/// Requests -> steps -> outputs over one ModelRunner (which must outlive it).
-class Engine {
+/// Requests -> steps -> outputs over one ModelRunner (which must outlive it). Its step() is
+/// chapter 05's Task 2 (lio/engine_step.h) over the phases below.
+class Engine : private EngineStepPhases {
  public:
   /// The runner's pool decides the block manager's size. `draft` (which must outlive the
   /// engine) is the draft model's runner for config.speculative.method == Draft, else unused.
@@ -155,8 +125,9 @@ class Engine {
   void abort_request(int64_t id);
 
   /// Runs one step: drains the inbox, schedules, runs the forward pass, samples, and returns one
-  /// output per request that got tokens, finished or was aborted this step. Throws what the
-  /// runner throws (a device failure); the engine's queues stay consistent.
+  /// output per request that got tokens, finished or was aborted this step (chapter 05, Task 2:
+  /// engine_step over this engine's phases). Throws what the runner throws (a device failure);
+  /// the engine's queues stay consistent.
   std::vector<RequestOutput> step();
 
   /// True while any request is waiting, running or in the inbox.
@@ -186,25 +157,20 @@ class Engine {
   const std::map<int64_t, std::unique_ptr<Sequence>>& live_sequences() const { return live_; }
 
  private:
-  /// One step's forward batch and who samples from it.
-  struct StepBatch {
-    ForwardBatch batch;               ///< every scheduled row, then static batching's padding
-    std::vector<Sequence*> sampling;  ///< sequences whose chunk ends on their last token
-    std::vector<SampleRow> rows;      ///< one per logits row: sampling's, then the padding's
-    bool speculative = false;         ///< a sampling sequence verifies drafts (1 + k rows)
-  };
-
-  void drain_inbox(std::vector<RequestOutput>& out);
-  void plan_lookahead();
-  SchedulerOutput schedule(std::vector<RequestOutput>& out);
-  void draft(SchedulerOutput& sched);
-  void copy_blocks(const SchedulerOutput& sched);
-  StepBatch build_batch(const SchedulerOutput& sched);
-  std::vector<SpecVerifyResult> run(const StepBatch& step);
-  SpecVerifyResult verify(Sequence& seq, std::span<const float> logits);
+  // The phases of a step (EngineStepPhases; their contracts are there).
+  void drain_inbox(std::vector<RequestOutput>& out) override;
+  void plan_lookahead() override;
+  SchedulerOutput schedule(std::vector<RequestOutput>& out) override;
+  void draft(SchedulerOutput& sched) override;
+  void copy_blocks(const SchedulerOutput& sched) override;
+  std::vector<SpecVerifyResult> run(const StepBatch& step) override;
   void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
-                   std::vector<RequestOutput>& out);
-  void record_schedule(const SchedulerOutput& sched);
+                   std::vector<RequestOutput>& out) override;
+  void record_schedule(const SchedulerOutput& sched) override;
+  int64_t block_size() const override { return blocks_.block_size(); }
+  Sampler& padding_sampler() override { return padding_sampler_; }
+
+  SpecVerifyResult verify(Sequence& seq, std::span<const float> logits);
   RequestOutput output_of(const Sequence& seq) const;
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out);
   void fork_samples(Sequence& parent);
