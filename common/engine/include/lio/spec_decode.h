@@ -13,8 +13,9 @@
 //
 // Task 1 and 2: how many tokens one target pass yields and what that buys (the chapter program
 // prints the formula next to the measurement). Task 3: the n-gram proposer (what
-// `--spec-method ngram` drafts with). Task 4: the acceptance rule (what the engine verifies every
-// draft with, for every proposer and every sampling setting).
+// `--spec-method ngram` drafts with). Task 4: the acceptance rule (what chapter 06's round,
+// lio/spec_round.h's Task 5, verifies every draft with, for every proposer and every sampling
+// setting).
 #pragma once
 
 #include <cstdint>

@@ -2,10 +2,11 @@
 //
 // Each step a decoding sequence may run 1 + k rows instead of one: its last token plus k
 // drafted tokens, in the same ForwardBatch as every other sequence's prefill and decode rows.
-// The target's k + 1 logits rows verify the drafts (lio/spec_decode.h, Task 4) and the rejected
-// positions are rolled back. This header holds the drafters (vLLM v1 `vllm/v1/spec_decode/`:
-// the n-gram proposer and the draft-model proposer; LayerSkip's early exit, Elhoushi et al.
-// 2024) behind one interface; the Engine schedules, verifies and rolls back.
+// The target's k + 1 logits rows verify the drafts and the sequence's KV cache is rolled back
+// (chapter 06's round, lio/spec_round.h, Task 5, with Task 4's rule from lio/spec_decode.h).
+// This header holds the drafters (vLLM v1 `vllm/v1/spec_decode/`: the n-gram proposer and the
+// draft-model proposer; LayerSkip's early exit, Elhoushi et al. 2024) behind one interface; the
+// Engine schedules the rows and runs the round.
 #pragma once
 
 #include <cstdint>
