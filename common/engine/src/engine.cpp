@@ -5,6 +5,7 @@
 #include <string>
 
 #include "lio/error.h"
+#include "lio/spec_round.h"
 
 namespace lio {
 namespace {
@@ -37,6 +38,44 @@ std::vector<int64_t> extra_group_windows(const KvPool& pool, const EngineConfig&
   }
   return std::vector<int64_t>(g.window.begin() + 1, g.window.end());
 }
+
+/// Chapter 06, Task 5's view of one speculating sequence (lio/spec_round.h): its tokens, its
+/// own sampler, and its block tables in this engine's pool.
+class EngineSpecRoundSequence final : public SpecRoundSequence {
+ public:
+  EngineSpecRoundSequence(Sequence& seq, BlockManager& blocks, KvCacheCoordinator& groups, int64_t vocab)
+      : seq_(seq), blocks_(blocks), groups_(groups), row_(static_cast<size_t>(vocab)) {}
+
+  std::span<const int32_t> token_ids() const override { return seq_.token_ids(); }
+  void target_probs(std::span<const float> logits, std::span<const int32_t> history, std::span<float> probs) override {
+    const std::vector<int32_t>& own = seq_.token_ids();
+    if (logits.size() != row_.size() || probs.size() != row_.size()) {
+      throw InvalidArgument("target_probs: logits and probs must hold vocab = " + std::to_string(row_.size()) +
+                            " floats, got " + std::to_string(logits.size()) + " and " + std::to_string(probs.size()));
+    }
+    if (history.size() < own.size() || !std::equal(own.begin(), own.end(), history.begin())) {
+      throw InvalidArgument("target_probs: history must begin with the sequence's " + std::to_string(own.size()) +
+                            " tokens (token_ids())");
+    }
+    // The sampler's penalties change the row in place: a copy, so the pass's logits stay as
+    // they came. Its output history is what follows the prompt.
+    std::copy(logits.begin(), logits.end(), row_.begin());
+    seq_.sampler().probabilities(row_, history, history.subspan(static_cast<size_t>(seq_.n_prompt_tokens())), probs);
+  }
+  double uniform() override { return seq_.sampler().uniform(); }
+  int64_t num_computed_tokens() const override { return seq_.num_computed_tokens; }
+  void set_num_computed_tokens(int64_t n) override { seq_.num_computed_tokens = n; }
+  void truncate_blocks(int64_t n_tokens) override {
+    blocks_.truncate(seq_.block_table, n_tokens);
+    groups_.truncate(seq_.group_block_tables, n_tokens);
+  }
+
+ private:
+  Sequence& seq_;
+  BlockManager& blocks_;
+  KvCacheCoordinator& groups_;
+  std::vector<float> row_;  ///< (vocab) scratch: the row the sampler's penalties write into
+};
 
 }  // namespace
 
@@ -325,8 +364,8 @@ std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {
     for (const int32_t t : runner_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
     return results;
   }
-  // Chapter 06: logits rows come back to the host; a sequence with drafts verifies its 1 + k
-  // rows, the others sample their one row as forward_sample() would.
+  // Chapter 06: logits rows come back to the host; a sequence with drafts finishes its round
+  // over its 1 + k rows (verify()), the others sample their one row as forward_sample() would.
   const std::span<const float> logits = runner_.forward(step.batch);
   const int64_t vocab = runner_.config().vocab_size;
   std::vector<float> row(static_cast<size_t>(vocab));
@@ -346,26 +385,16 @@ std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {
 }
 
 SpecVerifyResult Engine::verify(Sequence& seq, std::span<const float> logits) {
-  // p_i: the target's sampling distribution after the prefix and drafts 0 .. i-1, as plain
-  // sampling would build it (penalties see the drafts as history).
-  const int64_t vocab = runner_.config().vocab_size;
-  const std::vector<int32_t>& drafts = seq.spec_token_ids;
-  const auto k = static_cast<int64_t>(drafts.size());
-  std::vector<float> p(static_cast<size_t>((k + 1) * vocab));
-  std::vector<float> row(static_cast<size_t>(vocab));
-  std::vector<int32_t> history(seq.token_ids().begin(), seq.token_ids().end());
-  std::vector<int32_t> output(seq.output_ids().begin(), seq.output_ids().end());
-  for (int64_t i = 0; i <= k; ++i) {
-    if (i > 0) {
-      history.push_back(drafts[static_cast<size_t>(i - 1)]);
-      output.push_back(drafts[static_cast<size_t>(i - 1)]);
-    }
-    std::copy_n(logits.begin() + i * vocab, vocab, row.begin());
-    seq.sampler().probabilities(row, history, output, std::span<float>(p).subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)));
-  }
+  // Chapter 06, Task 5: p_0 .. p_k from the pass's rows, Task 4's acceptance, and the rollback
+  // of the sequence's KV cache to what stays valid.
   const auto q = draft_probs_.find(seq.id());
-  const std::span<const float> q_rows = q == draft_probs_.end() ? std::span<const float>() : std::span<const float>(q->second);
-  return verify_drafts(p, q_rows, drafts, vocab, [&seq] { return seq.sampler().uniform(); });  // Task 4
+  SpecRoundPass pass;
+  pass.logits = logits;
+  pass.drafts = seq.spec_token_ids;
+  if (q != draft_probs_.end()) pass.draft_probs = q->second;
+  pass.vocab = runner_.config().vocab_size;
+  EngineSpecRoundSequence view(seq, blocks_, kv_groups_, pass.vocab);
+  return finish_speculative_round(pass, view);
 }
 
 void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
@@ -392,14 +421,16 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
       if (seq.finish_reason) break;
     }
     if (!seq.spec_token_ids.empty()) {
-      // Chapter 06's rollback: K/V are valid for the last token and the accepted drafts only
-      // (and never past the tokens kept, if the sequence stopped inside them). The blocks that
-      // held nothing else go back to the pool; the prefix cache and the drafter see the
+      // Chapter 06: run() rolled the cache back to the verified length (Task 5). A stop inside
+      // the tokens just appended keeps fewer of them than that: the cache never counts a
+      // position past the sequence's last token. The prefix cache and the drafter see the
       // verified length only.
       const int64_t n_accepted = next[i].n_accepted;
-      seq.num_computed_tokens = std::min(seq.num_computed_tokens + 1 + n_accepted, seq.n_tokens());
-      blocks_.truncate(seq.block_table, seq.num_computed_tokens);
-      kv_groups_.truncate(seq.group_block_tables, seq.num_computed_tokens);
+      if (seq.num_computed_tokens > seq.n_tokens()) {
+        seq.num_computed_tokens = seq.n_tokens();
+        blocks_.truncate(seq.block_table, seq.num_computed_tokens);
+        kv_groups_.truncate(seq.group_block_tables, seq.num_computed_tokens);
+      }
       if (prefix_cache_) cache_insert(seq, false);
       const auto k = static_cast<int64_t>(seq.spec_token_ids.size());
       seq.n_spec_drafts += 1;

@@ -84,12 +84,14 @@ class EngineStepPhases {
   /// Counts the step's shape for the engine's statistics (rows, prefill and decode tokens).
   virtual void record_schedule(const SchedulerOutput& sched) = 0;
   /// The forward pass over step.batch, then each sampling sequence's result from its logits
-  /// rows: one sampled token, or chapter 06's verification of its drafts. Returns one result per
-  /// step.sampling entry, in order. Throws what the runner throws.
+  /// rows: one sampled token, or chapter 06's round over its drafts (Task 5: verification, then
+  /// the KV cache rolled back to what stays valid). Returns one result per step.sampling entry,
+  /// in order. Throws what the runner throws.
   virtual std::vector<SpecVerifyResult> run(const StepBatch& step) = 0;
   /// Advances every scheduled sequence by what it computed, appends the results' tokens, checks
-  /// stop conditions, rolls back rejected drafts and appends one output per request that got
-  /// tokens or finished to `out`. `next` is run()'s result for `step`.
+  /// stop conditions (a stop inside accepted drafts cuts the computed count back to it) and
+  /// appends one output per request that got tokens or finished to `out`. `next` is run()'s
+  /// result for `step`.
   virtual void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
                            std::vector<RequestOutput>& out) = 0;
   /// Tokens per KV block (the ForwardBatch's block size).
