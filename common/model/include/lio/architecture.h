@@ -46,9 +46,10 @@ struct LayerPass {
   float* attn = nullptr;         ///< (n_tokens, attn_out_dim) attention output
   float* gate = nullptr;         ///< (n_tokens, d_ff) MLP gate / hidden
   float* up = nullptr;           ///< (n_tokens, d_ff) MLP up projection
-  /// This rank's tensor-parallel group (chapter 08; size 1 on one rank). A layer's row-parallel
-  /// projections go through arch::row_parallel_out, which runs chapter 08's Task 5a
-  /// (lio/tensor_parallel.h row_parallel_linear) when the group has more than one rank.
+  /// This rank's tensor-parallel group (chapter 08; size 1 on one rank). The shared blocks'
+  /// row-parallel projections go through arch::row_parallel_out, which runs chapter 08's Task 5a
+  /// (lio/tensor_parallel.h row_parallel_linear) when the group has more than one rank; a llama
+  /// rank's whole layer is chapter 08's Task 6 (lio/tp_decoder_layer.h).
   TpGroup tp;
 };
 

@@ -8,12 +8,14 @@
 // its attention variant (arch/mla.cpp) in place of GQA.
 //
 // On one rank the layer is chapter 01's Task 5 (lio/decoder_layer.h): the learner's code when
-// LIO_EXERCISES names 01. A tensor-parallel rank (chapter 08: row-parallel W_o and W_down,
-// all-reduced) and an MLA model run the shared blocks.
+// LIO_EXERCISES names 01. On a rank of a tensor-parallel group it is chapter 08's Task 6
+// (lio/tp_decoder_layer.h: column-parallel Q/K/V and gate/up, row-parallel W_o and W_down, two
+// all-reduces): the learner's when LIO_EXERCISES names 08. An MLA model runs the shared blocks.
 #include "blocks.h"
 #include "families.h"
 #include "lio/decoder_layer.h"
 #include "lio/model_config.h"
+#include "lio/tp_decoder_layer.h"
 
 namespace lio::arch {
 
@@ -22,15 +24,12 @@ namespace {
 void llama_layer(LayerPass& p, int64_t l) {
   if (p.config.is_mla()) {
     mla_self_attention(p, l);
+    swiglu_mlp(p, l);
   } else if (p.tp.size == 1) {
     llama_decoder_layer(p, l);  // chapter 01, Task 5
-    return;
   } else {
-    qkv_projection(p, l);
-    rope_qk(p, l);
-    gqa_attend(p, l);
+    tp_decoder_layer(p, l);  // chapter 08, Task 6
   }
-  swiglu_mlp(p, l);
 }
 
 }  // namespace

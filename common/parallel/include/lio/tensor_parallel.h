@@ -130,8 +130,9 @@ LayerCommVolume layer_comm_volume(int64_t n_tokens, int64_t d_model, int64_t byt
 // communication in the forward pass: the rank multiplies by the rows it holds (Megatron-LM's f
 // operator is the identity going forward). The ranks meet only where a result is a SUM of their
 // pieces or is spread over them. Task 5 is every such point of the engine's forward pass: the
-// row-parallel layers of every family (o_proj and down; common/model/src/arch/), the
-// vocabulary-parallel embedding's ids and the vocabulary-parallel LM head's gathered logits
+// row-parallel layers (o_proj and down) of qwen2, qwen3 and gemma3 (common/model/src/arch/;
+// a llama rank runs Task 6's whole layer, lio/tp_decoder_layer.h), the vocabulary-parallel
+// embedding's ids and the vocabulary-parallel LM head's gathered logits
 // (common/model/src/model.cpp). The engine calls these only when tensor_parallel_size > 1.
 
 /// This rank's tensor-parallel group as a layer sees it.
