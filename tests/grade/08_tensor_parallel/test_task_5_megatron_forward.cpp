@@ -270,8 +270,9 @@ testing::TinyModelSpec spec_for(const std::string& arch) {
   return s;
 }
 
-// Llama: two all-reduces per layer into the residual stream (o_proj, down).
-TEST(Task5Engine, LlamaAtTpEqualsOneRank) { expect_tp_equals_one_rank(spec_for("llama"), "llama"); }
+// Qwen 3: two all-reduces per layer into the residual stream (o_proj, down). (A llama rank runs
+// Task 6's layer instead, graded by ch08_task_6_tp_decoder_layer.)
+TEST(Task5Engine, Qwen3AtTpEqualsOneRank) { expect_tp_equals_one_rank(spec_for("qwen3"), "qwen3"); }
 
 // Gemma 3: the all-reduced sum is post-normed before the residual add.
 TEST(Task5Engine, Gemma3AtTpEqualsOneRank) { expect_tp_equals_one_rank(spec_for("gemma3"), "gemma3"); }
