@@ -64,8 +64,8 @@ memcheck:paged         1 h200  memcheck: paged attention + kv_append
 memcheck:mla           1 h200  memcheck: MLA
 memcheck:fused        15 est   memcheck: fused decode kernels + wide Q4_1 GEMV (test_cuda_ops)
 memcheck:runner       30 h200+ memcheck: the runner on tiny models (1 s at d22af36, before the CUDA graph, fused kernel and engine-with-graphs tests)
-memcheck:grade_cuda   20 est   memcheck: the reference kernel of every CUDA grading test (chapter 04 and 07 Task 6: chNN_task_K_cuda_*)
-grade_cuda            40 est   CUDA grading tests (chNN_task_K_cuda_*): the reference passes, the stub fails every case; racecheck on the reference
+memcheck:grade_cuda   30 est   memcheck: the reference kernel of every CUDA grading test (chapter 03 Task 7, 04 and 07 Task 6: chNN_task_K_cuda_*)
+grade_cuda            60 est   CUDA grading tests (chNN_task_K_cuda_*): the reference passes, the stub fails every case; racecheck on the reference
 requant:q8_0           6 h200  the model re-quantized to Q8_0: CUDA vs CPU logits
 requant:q4_0           5 h200  the model re-quantized to Q4_0: CUDA vs CPU logits
 requant:q3_1           6 h200  the model re-quantized to Q3_1: CUDA vs CPU logits
@@ -454,6 +454,7 @@ memcheck_grade_cuda
 # the CPU tasks; that check cannot run these: without a GPU their cases skip). Then racecheck on the
 # reference's smaller cases: shared-memory hazards between its barriers (compute-sanitizer).
 declare -A racecheck_filter=(
+  [ch03_task_7_cuda_q4_1_gemv]='Ch03Task7.RaggedRowsAndRowLengths:Ch03Task7.SingleBlockRows:Ch03Task7.BatchesOfTwoToEight'
   [ch04_task_6_cuda_paged_decode]='Ch04Task6.SmolLM2RaggedContexts:Ch04Task6.GroupsWiderThanOneBlock:Ch04Task6.ContextsOfOneToken'
   [ch07_task_6_cuda_flash_forward]='Ch07Task6.DecodeRowsOneQueryATile:Ch07Task6.ShortChunkOfSevenRows:Ch07Task6.HeadDim80AndRaggedTiles')
 grade_cuda_tests() {
