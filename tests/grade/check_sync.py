@@ -2,7 +2,10 @@
 """Keeps exercises/ and solutions/ in step (COURSE.md, "Exercises and grading"):
 1. every chapter directory has the same files in exercises/ and solutions/ (but for
    solutions/NN_topic/leak_keys.json, the reference's key expressions the leak check reads);
-2. each pair of files defines the same functions (same signatures, in any order);
+2. each pair of files defines the same functions with external linkage (same signatures up to
+   parameter names, in any order); the reference may add helpers the stub does not have when
+   nothing outside the file can call them (an anonymous namespace, `static`, a `__device__`
+   function of the kernel's file);
 3. every "Task K -> `path`" in docs/NN_topic.md names a stub file that exists and carries a
    "TODO(Task K)", and every TODO(Task K) in a stub has its "Task K" section in the lesson.
 Usage: check_sync.py REPO_ROOT. Exit 1 with one line per problem."""
@@ -17,8 +20,38 @@ def strip_comments_and_strings(src):
     return re.sub(r'"(?:\\.|[^"\\])*"', '""', src)
 
 
-def definitions(path):
-    """Signatures of the functions defined in `path` (text before each body's `{`)."""
+def without_parameter_names(sig):
+    """`sig` with each parameter's name (and default) dropped: `f(int64_t l)` -> `f(int64_t)`."""
+    end = sig.rfind(")")
+    depth, i = 0, end
+    while i >= 0:  # the '(' that opens the parameter list
+        depth += sig[i] == ")"
+        depth -= sig[i] == "("
+        if depth == 0:
+            break
+        i -= 1
+    params, cur, depth = [], "", 0
+    for c in sig[i + 1:end]:
+        depth += c in "<([" 
+        depth -= c in ">)]"
+        if c == "," and depth == 0:
+            params.append(cur)
+            cur = ""
+        else:
+            cur += c
+    params.append(cur)
+    kept = []
+    for prm in params:
+        prm = prm.split("=")[0].strip()
+        m = re.match(r"^(.*[\s*&>])([A-Za-z_]\w*)$", prm)
+        kept.append(m.group(1).strip() if m and m.group(1).strip() not in ("", "const", "unsigned") else prm)
+    return sig[:i + 1] + ", ".join(p for p in kept if p) + sig[end:]
+
+
+def definitions(path, external_only=False):
+    """Signatures of the functions defined in `path` (text before each body's `{`), parameter
+    names dropped; with external_only, not those nothing outside the file can call (in an
+    anonymous namespace, `static`, `__device__`)."""
     src = strip_comments_and_strings(open(path, encoding="utf-8").read())
     sigs, depth_stack, start = [], [], 0
     i = 0
@@ -26,13 +59,18 @@ def definitions(path):
         c = src[i]
         if c == "{":
             head = src[start:i].strip()
-            if re.search(r"\bnamespace\b[\w:\s]*$", head) or not depth_stack and not head:
+            if re.search(r"\bnamespace\s*$", head):
+                depth_stack.append("anon")
+            elif re.search(r"\bnamespace\b[\w:\s]*$", head) or not depth_stack and not head:
                 depth_stack.append("ns")
-            elif all(d == "ns" for d in depth_stack) and head.endswith(")") or re.search(r"\)\s*const$", head):
-                if all(d == "ns" for d in depth_stack):
+            elif all(d in ("ns", "anon") for d in depth_stack) and head.endswith(")") or re.search(r"\)\s*const$", head):
+                if all(d in ("ns", "anon") for d in depth_stack):
                     sig = " ".join(head.split(";")[-1].split())
                     sig = re.sub(r"^#.*?(?=\S+\s)", "", sig)
-                    sigs.append(sig)
+                    internal = ("anon" in depth_stack or re.match(r"^(static|inline static)\b", sig) is not None
+                                or ("__device__" in sig and "__global__" not in sig))
+                    if not (external_only and internal):
+                        sigs.append(without_parameter_names(sig))
                 depth_stack.append("fn")
             else:
                 depth_stack.append("other")
@@ -41,7 +79,7 @@ def definitions(path):
             if depth_stack:
                 depth_stack.pop()
             start = i + 1
-        elif c in ";" and all(d == "ns" for d in depth_stack):
+        elif c in ";" and all(d in ("ns", "anon") for d in depth_stack):
             start = i + 1
         elif c == "\n" and src[start:i].lstrip().startswith("#"):
             start = i + 1
@@ -67,7 +105,8 @@ def main():
         for f in sorted(ex_files & sol_files):
             if not f.endswith((".cpp", ".cu", ".h")):
                 continue
-            a, b = definitions(os.path.join(ex_dir, f)), definitions(os.path.join(sol_dir, f))
+            a = definitions(os.path.join(ex_dir, f), external_only=True)
+            b = definitions(os.path.join(sol_dir, f), external_only=True)
             if a != b:
                 problems.append(f"{ch}/{f}: definitions differ:\n  exercises: {a}\n  solutions: {b}")
             if not a:
