@@ -17,6 +17,18 @@ For every task this fails when a key appears (whitespace ignored, so `a/b` match
 A key is a fragment of the reference answer, not a word: pick what transcribing would copy (an
 update rule, a predicate, a formula), at least 8 characters.
 
+Each task also says what in LIO runs the learner's code ("runs": the engine's operator, tool or
+program that calls it; tests do not count) and whether it is the chapter's core ("core"). The
+rule for core: the task is the chapter's technique itself, the code that does the optimization
+each time the engine, a tool or the chapter's program applies it (a cache write, a quantizer, an
+address translation, an attention kernel, a scheduling decision, a drafter, an all-reduce, a
+serving turn). Not core: arithmetic about the technique (bytes, counts, speedups, the slice a
+rank holds, the KV head a query head reads), a predicate a core task calls, and serving plumbing
+that is not inference optimization (SSE framing, latency metrics, request validation). Every
+task needs a "runs" (code nothing runs is an exercise about the engine, not a part of it); the
+CUDA kernel exercises (chapters 03, 04, 07) name their given launcher, on a GPU, off the
+engine's own GPU path.
+
     python3 scripts/check_exercise_leaks.py            check every chapter (exit 1 on a leak; 2 when an
                                                        exercises/ chapter has no key file)
     python3 scripts/check_exercise_leaks.py --partial  only the chapters that have a key file
@@ -36,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 INCLUDE_ROOTS = ("common", "kernels", "chapters", "exercises")
 MIN_KEY_CHARS = 8
+REQUIRE_RUNS = True
 
 
 def squash(text: str) -> str:
@@ -126,6 +139,9 @@ def validate(path: Path, data: dict) -> list[str]:
             errors.append(f"{where}: stub {t.get('stub')!r} is not a file")
         if not isinstance(t.get("core"), bool):
             errors.append(f"{where}: 'core' must be true or false")
+        if REQUIRE_RUNS and (not isinstance(t.get("runs"), str) or not t.get("runs", "").strip()):
+            errors.append(f"{where}: 'runs' must say what in LIO runs the learner's code (an operator, a tool, "
+                          "a program; tests do not count)")
         keys = t.get("keys", [])
         if not keys:
             errors.append(f"{where}: no keys")
@@ -188,7 +204,8 @@ def self_test() -> int:
         keys = [key] if where != "malformed" else ["not in the reference at all"]
         (root / "solutions/99_x/leak_keys.json").write_text(json.dumps(
             {"lesson": "docs/99_x.md",
-             "tasks": [{"task": 1, "stub": "exercises/99_x/x.cpp", "function": "update", "core": True, "keys": keys}]}))
+             "tasks": [{"task": 1, "stub": "exercises/99_x/x.cpp", "function": "update", "core": True,
+                        "runs": "the fixture's program", "keys": keys}]}))
         return root
 
     failures = []
@@ -236,15 +253,16 @@ def main() -> int:
         print("\n".join(errors), file=sys.stderr)
         return 2
     if args.table:
-        print("| chapter | task | stub | function | reference lines | core |")
-        print("|---|---:|---|---|---:|---|")
+        print("| chapter | task | stub | function | reference lines | core | what runs it |")
+        print("|---|---:|---|---|---:|---|---|")
         n_core = n_all = 0
         for path, data in chapters:
             for t in data["tasks"]:
                 n_all += 1
                 n_core += t["core"]
                 print(f"| {path.parent.name} | {t['task']} | `{t['stub']}` | {t.get('function', '')} | "
-                      f"{reference_lines(t['stub'], t.get('function'))} | {'yes' if t['core'] else 'no'} |")
+                      f"{reference_lines(t['stub'], t.get('function'))} | {'yes' if t['core'] else 'no'} | "
+                      f"{t.get('runs', '')} |")
         print(f"\n{n_core} of {n_all} tasks are a chapter's core algorithm.")
         return 0
     index = header_index()
