@@ -13,6 +13,7 @@
 #include "lio/cpu_backend.h"
 #include "lio/engine.h"
 #include "lio/error.h"
+#include "lio/generate.h"
 #include "lio/kv_cache_coordinator.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
@@ -289,6 +290,31 @@ TEST_F(HybridEngineTest, SoloSequenceLogitsEqualTheOneGroupPool) {
   const std::span<const float> lb = sb.forward(p, true);
   ASSERT_EQ(lb.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(lb[i], want[i]) << "logit " << i;
+}
+
+TEST_F(HybridEngineTest, GenerateCountsTheBlocksOfEveryGroup) {
+  // lio generate --json's kv_bytes_allocated (issue 62: it multiplied one group's block bytes by
+  // the token blocks, so a hybrid pool lost the windowed groups' blocks). 40 + 12 tokens, blocks
+  // of 4: the full group holds every block of the 51 computed positions; each of the 5 windowed
+  // groups holds its window of 8 plus the block being written: 2 or 3 blocks.
+  const std::vector<int32_t> p = prompt(1, 40);
+  lio::GenerateOptions options;
+  options.max_tokens = 12;
+  options.ignore_eos = true;
+  for (const bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "hybrid pool" : "one group");
+    auto r = runner(hybrid, 64);
+    const lio::GenerateResult g = lio::generate(*r, *model_->tokenizer, p, options);
+    ASSERT_EQ(g.kv_tokens, 40 + 12 - 1);
+    const int64_t full_blocks = (g.kv_tokens + 3) / 4;
+    const int64_t block_bytes = r->kv_pool().block_bytes();
+    if (!hybrid) {
+      EXPECT_EQ(g.kv_bytes_allocated, full_blocks * block_bytes);
+      continue;
+    }
+    EXPECT_GE(g.kv_bytes_allocated, (full_blocks + 5 * 2) * block_bytes);
+    EXPECT_LE(g.kv_bytes_allocated, (full_blocks + 5 * 3) * block_bytes);
+  }
 }
 
 }  // namespace

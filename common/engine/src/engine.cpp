@@ -189,6 +189,9 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   for (size_t i = 1; i < seq.token_times.size(); ++i)
     out.itl_ms.push_back(ms_between(seq.token_times[i - 1], seq.token_times[i]));
   for (const auto& t : seq.token_times) out.token_times_ms.push_back(ms_between(seq.arrival_time, t));
+  out.kv_blocks = static_cast<int64_t>(seq.block_table.size());  // group 0: full attention, every block held
+  for (const std::vector<int32_t>& t : seq.group_block_tables)
+    out.kv_blocks += std::count_if(t.begin(), t.end(), [&](int32_t id) { return id != kv_groups_.null_block(); });
   if (prefix_cache_ && !seq.block_table.empty()) cache_insert(seq, true);  // what it computed stays findable
   scheduler_.remove(&seq);  // frees its blocks at once (cached content kept until reused)
   if (proposer_) proposer_->release(seq);

@@ -58,12 +58,13 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   }
   if (options.use_kv_cache) {
     const ModelConfig& c = runner.config();
-    const int64_t bs = runner.kv_pool().block_size();
     result.kv_tokens = last.kv_tokens;
     const KvPool& pool = runner.kv_pool();
     result.kv_bytes = pool.dtype() == KvCacheDType::F32 ? c.kv_bytes_per_token(sizeof(float)) * last.kv_tokens
                                                         : 2 * c.n_layers * pool.slot_bytes() * last.kv_tokens;
-    result.kv_bytes_allocated = (last.kv_tokens + bs - 1) / bs * pool.block_bytes();
+    // Every KV cache group's blocks: with the hybrid pool a block holds one group's layers and a
+    // windowed group keeps only its window's blocks, so the tokens alone do not say it.
+    result.kv_bytes_allocated = last.kv_blocks * pool.block_bytes();
   }
   return result;
 }

@@ -39,6 +39,9 @@ struct RequestOutput {
   std::vector<double> token_times_ms;
   int64_t n_preemptions = 0;           ///< times this request was preempted
   int64_t kv_tokens = 0;               ///< positions it held in the pool at its last step
+  /// KV blocks it held when it finished, every KV cache group's (a sliding-window group's blocks
+  /// that slid out of the window, and the null block standing in for them, not counted); 0 before.
+  int64_t kv_blocks = 0;
   /// With params.sampler.logprobs >= 0: one entry per new_token_ids entry, in order.
   std::vector<SampleLogprobs> logprobs;
   /// Speculative decoding (chapter 06), this sample so far: verification rounds with drafts,
