@@ -1,6 +1,9 @@
+// model_runner.cpp — ModelRunner (lio/model_runner.h): the step buffers, the decode CUDA
+// graphs, the forward pass and device-side greedy sampling, and the default KV budget. The
+// Backend defaults are in backend.cpp, the driver/worker messages in runner_rpc.cpp, the
+// one-sequence helper in solo_sequence.cpp.
 #include "lio/model_runner.h"
 
-#include <cstring>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,111 +12,9 @@
 
 #include "lio/cuda_graph_plan.h"
 #include "lio/error.h"
+#include "runner_rpc.h"
 
 namespace lio {
-
-Device parse_device(const std::string& text) {
-  if (text == "cpu") return Device::Cpu;
-  if (text == "cuda") return Device::Cuda;
-  throw InvalidArgument("--device must be 'cpu' or 'cuda', got '" + text + "'");
-}
-
-const char* device_name(Device device) { return device == Device::Cpu ? "cpu" : "cuda"; }
-
-std::vector<ArgmaxRow> Backend::greedy_argmax(float*, std::span<const int32_t>,
-                                              const std::vector<std::vector<int32_t>>&, std::span<const float>) {
-  throw UnsupportedError("this backend has no device argmax");
-}
-
-void Backend::from_host(const float* host, int64_t n_floats, float* dst) {
-  if (n_floats < 0 || (n_floats > 0 && (host == nullptr || dst == nullptr))) {
-    throw InvalidArgument("Backend::from_host: need n_floats >= 0 and non-null pointers");
-  }
-  if (n_floats > 0) std::memcpy(dst, host, static_cast<size_t>(n_floats) * sizeof(float));
-}
-
-void Backend::capture_graph(int64_t, const std::function<float*()>&) {
-  throw UnsupportedError("Backend::capture_graph: this backend has no CUDA graphs (" + device_description() + ")");
-}
-
-float* Backend::replay_graph(int64_t, const ForwardBatch&) { return nullptr; }
-
-void Backend::reserve(const StepLimits& limits) {
-  if (limits.max_tokens < 0 || limits.max_seqs < 0 || limits.max_logits_rows < 0 || limits.max_blocks_per_seq < 0) {
-    throw InvalidArgument("Backend::reserve: negative step limits");
-  }
-  if (limits.kv_cache_groups < 1) throw InvalidArgument("Backend::reserve: kv_cache_groups must be >= 1");
-}
-
-int64_t norm_width(WeightKind kind, const ModelConfig& config) {
-  return kind == WeightKind::QNorm || kind == WeightKind::KNorm ? config.head_dim : config.d_model;
-}
-
-void Backend::geglu(const float*, const float*, float*, int64_t) {
-  throw UnsupportedError("this backend has no GeGLU kernel (gemma3's MLP): run it with --device cpu");
-}
-
-void Backend::add(float*, const float*, int64_t) {
-  throw UnsupportedError("this backend has no residual-add kernel (gemma3's post-norms): run it with --device cpu");
-}
-
-void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
-  for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
-}
-
-void Backend::rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
-                                  int64_t n_rows) {
-  rmsnorm(x, norm, xn, n_rows);
-  matmul_many(outs, xn, n_rows);
-}
-
-void Backend::rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, WeightRef w_gate, WeightRef w_up, float* gate,
-                             float* up, int64_t n_rows) {
-  rmsnorm(x, norm, xn, n_rows);
-  const MatmulOut gate_up[] = {{w_gate, gate}, {w_up, up}};
-  matmul_many(gate_up, xn, n_rows);
-  swiglu(gate, up, gate, n_rows * config().d_ff);
-}
-
-void Backend::rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
-                      int64_t n_kv_heads, float theta) {
-  rope(q, positions, n_tokens, n_heads, theta);
-  rope(k, positions, n_tokens, n_kv_heads, theta);
-}
-
-void Backend::all_reduce(Communicator& comm, float* x, int64_t n) {
-  if (comm.size() == 1 || n == 0) return;
-  const bool device_comm = comm.memory_kind() == CommMemory::Device;
-  if (host_memory() != device_comm) {  // CPU + MPI, or GPU + NCCL: the buffer is the comm's
-    if (!host_memory()) to_host(x, 0, nullptr);  // waits for the kernels that wrote x
-    return comm.all_reduce_sum(x, n);
-  }
-  std::vector<float> staged(static_cast<size_t>(n));  // GPU + MPI: through host memory
-  to_host(x, n, staged.data());
-  comm.all_reduce_sum(staged.data(), n);
-  from_host(staged.data(), n, x);
-}
-
-void Backend::all_gather(Communicator& comm, const float* in, float* out, int64_t n) {
-  const bool device_comm = comm.memory_kind() == CommMemory::Device;
-  if (host_memory() != device_comm) {
-    if (!host_memory()) to_host(in, 0, nullptr);
-    return comm.all_gather(in, out, n);
-  }
-  std::vector<float> mine(static_cast<size_t>(n));
-  std::vector<float> all(static_cast<size_t>(n) * static_cast<size_t>(comm.size()));
-  to_host(in, n, mine.data());
-  comm.all_gather(mine.data(), all.data(), n);
-  from_host(all.data(), static_cast<int64_t>(all.size()), out);
-}
-
-void Backend::mla_rope(float*, float*, const int32_t*, int64_t) {
-  throw UnsupportedError(device_description() + ": this backend has no MLA kernels yet (MLA models run with --device cpu)");
-}
-
-void Backend::mla_attention(KvPool&, int64_t, const float*, const float*, float*, const BatchView&) {
-  throw UnsupportedError(device_description() + ": this backend has no MLA kernels yet (MLA models run with --device cpu)");
-}
 
 // ---- ModelRunner ----------------------------------------------------------------------
 
@@ -128,133 +29,6 @@ ModelRunner::~ModelRunner() {
     stop_workers();
   } catch (...) {  // a destructor does not throw; a dead job ends through mpirun anyway
   }
-}
-
-// ---- chapter 08: the driver and its workers ------------------------------------------------
-
-namespace {
-
-/// The driver's commands to the workers (the first int of each message).
-enum Command : int32_t { kForward = 1, kCopyBlocks = 2, kSwapOut = 3, kSwapIn = 4, kStop = 5 };
-
-void append(std::vector<int32_t>& out, const std::vector<int32_t>& v) {
-  out.push_back(static_cast<int32_t>(v.size()));
-  out.insert(out.end(), v.begin(), v.end());
-}
-
-/// A ForwardBatch as ints: block_size, max_blocks_per_seq, n_layers, then each array with its length.
-std::vector<int32_t> serialize(const ForwardBatch& b) {
-  std::vector<int32_t> out{static_cast<int32_t>(b.block_size), static_cast<int32_t>(b.max_blocks_per_seq),
-                           static_cast<int32_t>(b.n_layers)};
-  for (const std::vector<int32_t>* v : {&b.token_ids, &b.positions, &b.slot_mapping, &b.query_start_loc, &b.seq_lens,
-                                        &b.block_tables, &b.logits_rows}) {
-    append(out, *v);
-  }
-  return out;
-}
-
-ForwardBatch deserialize(const std::vector<int32_t>& in) {
-  size_t at = 0;
-  auto next = [&]() -> int32_t {
-    if (at >= in.size()) throw CommError("worker: a forward batch from the driver ends early");
-    return in[at++];
-  };
-  ForwardBatch b(next());
-  b.max_blocks_per_seq = next();
-  b.n_layers = next();
-  for (std::vector<int32_t>* v : {&b.token_ids, &b.positions, &b.slot_mapping, &b.query_start_loc, &b.seq_lens,
-                                  &b.block_tables, &b.logits_rows}) {
-    const int32_t len = next();
-    if (len < 0 || static_cast<size_t>(len) > in.size() - at) throw CommError("worker: a forward batch from the driver is malformed");
-    v->assign(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at) + len);
-    at += static_cast<size_t>(len);
-  }
-  return b;
-}
-
-std::vector<int32_t> serialize(std::span<const BlockCopy> copies) {
-  std::vector<int32_t> out;
-  for (const BlockCopy& c : copies) out.insert(out.end(), {c.src, c.dst});
-  return out;
-}
-
-std::vector<BlockCopy> copies_of(const std::vector<int32_t>& in) {
-  std::vector<BlockCopy> out;
-  for (size_t i = 0; i + 1 < in.size(); i += 2) out.push_back({in[i], in[i + 1]});
-  return out;
-}
-
-}  // namespace
-
-void ModelRunner::set_parallel(std::unique_ptr<ParallelContext> parallel) {
-  if (parallel_) throw InvalidArgument("ModelRunner::set_parallel: the runner already has a grid");
-  parallel_ = std::move(parallel);
-  model_.set_parallel(parallel_.get());
-}
-
-void ModelRunner::broadcast_command(int32_t cmd, const std::vector<int32_t>& payload) {
-  if (!parallel_ || parallel_->world->size() == 1 || !parallel_->driver()) return;
-  int64_t header[2] = {cmd, static_cast<int64_t>(payload.size())};
-  parallel_->world->broadcast(header, sizeof(header), 0);
-  if (!payload.empty()) {
-    parallel_->world->broadcast(const_cast<int32_t*>(payload.data()),
-                                static_cast<int64_t>(payload.size() * sizeof(int32_t)), 0);
-  }
-}
-
-void ModelRunner::stop_workers() {
-  if (workers_stopped_ || !parallel_ || !parallel_->driver() || !mpi_active()) return;
-  workers_stopped_ = true;
-  broadcast_command(kStop, {});
-}
-
-void ModelRunner::serve_worker() {
-  if (is_driver()) throw InvalidArgument("ModelRunner::serve_worker: the driver (world rank 0) does not serve");
-  Communicator& world = *parallel_->world;
-  std::vector<int32_t> payload;
-  for (;;) {
-    int64_t header[2] = {0, 0};
-    world.broadcast(header, sizeof(header), 0);
-    if (header[1] < 0 || header[1] > (int64_t{1} << 31)) throw CommError("worker: a message of bad length from the driver");
-    payload.resize(static_cast<size_t>(header[1]));
-    if (!payload.empty()) world.broadcast(payload.data(), static_cast<int64_t>(payload.size() * sizeof(int32_t)), 0);
-    switch (header[0]) {
-      case kForward: {
-        const ForwardBatch batch = deserialize(payload);
-        model_.forward(batch, *pool_, {});
-        break;
-      }
-      case kCopyBlocks: copy_blocks(copies_of(payload)); break;
-      case kSwapOut:
-      case kSwapIn: {
-        const std::vector<BlockCopy> copies = copies_of(payload);
-        int64_t host_blocks = 0;
-        for (const BlockCopy& c : copies) host_blocks = std::max<int64_t>(host_blocks, 1 + (header[0] == kSwapOut ? c.dst : c.src));
-        const auto need = static_cast<size_t>(host_blocks * pool_->block_floats());
-        if (worker_swap_.size() < need) worker_swap_.resize(need);
-        if (header[0] == kSwapOut) swap_out(copies, worker_swap_.data());
-        else swap_in(copies, worker_swap_.data());
-        break;
-      }
-      case kStop: return;
-      default: throw CommError("worker: unknown command " + std::to_string(header[0]) + " from the driver");
-    }
-  }
-}
-
-void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
-  if (!copies.empty()) broadcast_command(kCopyBlocks, serialize(copies));
-  for (const BlockCopy& c : copies) pool_->copy_block(c.src, c.dst);
-}
-
-void ModelRunner::swap_out(std::span<const BlockCopy> copies, float* host) {
-  if (!copies.empty()) broadcast_command(kSwapOut, serialize(copies));
-  for (const BlockCopy& c : copies) pool_->copy_block_to_host(c.src, host + c.dst * pool_->block_floats());
-}
-
-void ModelRunner::swap_in(std::span<const BlockCopy> copies, const float* host) {
-  if (!copies.empty()) broadcast_command(kSwapIn, serialize(copies));
-  for (const BlockCopy& c : copies) pool_->copy_block_from_host(host + c.src * pool_->block_floats(), c.dst);
 }
 
 void ModelRunner::reserve(const StepLimits& limits) {
@@ -354,7 +128,7 @@ std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   if (parallel_ && parallel_->world->size() > 1) {
     // Checked before the workers see it: a bad batch is the caller's error, not the job's end.
     batch.validate(config().vocab_size, config().context_length, pool_->n_blocks());
-    broadcast_command(kForward, serialize(batch));
+    broadcast_command(rpc::kForward, rpc::serialize(batch));
   }
   model_.forward(batch, *pool_, logits_);
   return logits_;
@@ -422,57 +196,6 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
     tokens[static_cast<size_t>(i)] = was_greedy ? r.sampler->sample(row, {}) : r.sampler->sample(row, r.history, r.output);
   }
   return tokens;
-}
-
-// ---- SoloSequence ---------------------------------------------------------------------
-
-SoloSequence::SoloSequence(ModelRunner& runner, int64_t capacity_tokens) : runner_(runner), capacity_(capacity_tokens) {
-  const ModelConfig& c = runner.config();
-  if (capacity_tokens < 1 || capacity_tokens > c.context_length) {
-    throw InvalidArgument("KV cache capacity must be in [1, " + std::to_string(c.context_length) + "] tokens, got " +
-                          std::to_string(capacity_tokens));
-  }
-  const KvPool& pool = runner.kv_pool();
-  const int64_t n_blocks = (capacity_tokens + pool.block_size() - 1) / pool.block_size();
-  if (n_blocks * pool.n_groups() > pool.n_blocks()) {  // every KV cache group its own blocks
-    throw InvalidArgument("a sequence of " + std::to_string(capacity_tokens) + " tokens needs " +
-                          std::to_string(n_blocks * pool.n_groups()) + " KV blocks of " +
-                          std::to_string(pool.block_size()) + " tokens; the pool has " +
-                          std::to_string(pool.n_blocks()) + " (raise --kv-cache-mib)");
-  }
-  for (int64_t b = 0; b < n_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
-  for (int64_t g = 1; g < pool.n_groups(); ++g) {
-    group_tables_.emplace_back();
-    for (int64_t b = 0; b < n_blocks; ++b) group_tables_.back().push_back(static_cast<int32_t>(g * n_blocks + b));
-  }
-}
-
-ForwardBatch SoloSequence::batch(std::span<const int32_t> tokens, bool all_logits) const {
-  const auto n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw InvalidArgument("forward: no tokens");
-  if (n_tokens_ + n > capacity_) {
-    throw InvalidArgument("forward: " + std::to_string(n_tokens_ + n) + " tokens do not fit in a KV cache of " +
-                          std::to_string(capacity_) + " tokens");
-  }
-  ForwardBatch b(runner_.kv_pool().block_size());
-  b.add_sequence(tokens, n_tokens_, block_table_, all_logits ? n : 1, true, group_tables_);
-  return b;
-}
-
-std::span<const float> SoloSequence::forward(std::span<const int32_t> tokens, bool all_logits) {
-  const ForwardBatch b = batch(tokens, all_logits);
-  std::span<const float> logits = runner_.forward(b);
-  n_tokens_ += b.n_tokens();
-  return logits;
-}
-
-int32_t SoloSequence::forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
-                                     std::span<const int32_t> history) {
-  const ForwardBatch b = batch(tokens, false);
-  const SampleRow row{&sampler, history};
-  const int32_t next = runner_.forward_sample(b, std::span<const SampleRow>(&row, 1)).front();
-  n_tokens_ += b.n_tokens();
-  return next;
 }
 
 // ---- construction ---------------------------------------------------------------------
