@@ -48,9 +48,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-import results_meta  # noqa: E402
+from liobench import ROOT, results_meta
+
 
 PY = ".venv/bin/python"
 R = "bench/results"
@@ -79,7 +78,7 @@ def ch03_json(name, args):
     """ch03_quantization ARGS --json > NAME.json, then the provenance stamp with that command."""
     cmd = f"{B}/ch03_quantization {args} --json"
     return [f"{cmd} > {R}/{name}.json",
-            f"python3 bench/common/results_meta.py stamp {R}/{name}.json --command {shlex.quote(cmd)}"]
+            f"{PY} -m liobench.results_meta stamp {R}/{name}.json --command {shlex.quote(cmd)}"]
 
 
 def stdout_md(md, title, cmd, json_path=None):
@@ -217,9 +216,9 @@ def steps():
                   [f"{cb_q} > {R}/05_continuous_batching_cpu.md", plot05],
                   ("05_continuous_batching_cpu.json", "05_continuous_batching_cpu.md"), est_full=700, est_quick=90))
     def abc(cmd):  # the table as text, then as JSON stamped with its command
-        return [f"{cmd} > {R}/05_abc_cpu.txt", f"python3 bench/common/results_meta.py strip-paths {R}/05_abc_cpu.txt",
+        return [f"{cmd} > {R}/05_abc_cpu.txt", f"{PY} -m liobench.results_meta strip-paths {R}/05_abc_cpu.txt",
                 f"{cmd} --json > {R}/05_abc_cpu.json",
-                f"python3 bench/common/results_meta.py stamp {R}/05_abc_cpu.json --command {shlex.quote(cmd + ' --json')}"]
+                f"{PY} -m liobench.results_meta stamp {R}/05_abc_cpu.json --command {shlex.quote(cmd + ' --json')}"]
     s.append(Step("05", "the lecture's A, B, C requests, static vs continuous (ch05_continuous_batching)",
                   abc(f"{B}/ch05_continuous_batching --threads 1"),
                   abc(f"{B}/ch05_continuous_batching --threads 1 --scale 0.2"),
@@ -312,6 +311,9 @@ def check_plan(plan, bin_dir):
             for path in re.findall(r"(?:^|\s)((?:bench|scripts)/[\w./-]+\.(?:py|sh))", c):
                 if not os.path.isfile(os.path.join(ROOT, path)):
                     missing.add(f"{s.chapter} {s.name}: {path} is not in the tree")
+            for mod in re.findall(r"-m liobench\.(\w+)", c):
+                if not os.path.isfile(os.path.join(ROOT, "bench", "liobench", mod + ".py")):
+                    missing.add(f"{s.chapter} {s.name}: bench/liobench/{mod}.py is not in the tree")
             for prog in re.findall(r"build/bin/([\w-]+)", c):
                 if not os.access(os.path.join(bin_dir, prog), os.X_OK):
                     missing.add(f"{s.chapter} {s.name}: build/bin/{prog} is not built")

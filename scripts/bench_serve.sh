@@ -29,6 +29,7 @@
 # once by scripts/build_llama_server.sh when missing (long on 2 cores).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}"  # the benchmark toolkit, liobench, for any python3
 cd "$root"
 
 quick=0 llama=1 device=cpu name="" repeats=""

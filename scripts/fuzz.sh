@@ -19,6 +19,7 @@
 #       one bounded run (what `ctest --preset fuzz` runs per target, label fuzz, with SEED 1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}"  # the benchmark toolkit, liobench, for any python3
 
 # One bounded run of one target. Prints libFuzzer's final stats line and a one-line summary;
 # exit status 0 only when the run ended by time with no finding.

@@ -47,6 +47,7 @@
 # says so).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}"  # the benchmark toolkit, liobench, for any python3
 cd "$root"
 
 # ---- the steps: id, estimated seconds on an H200, where that number comes from, what the step runs --

@@ -15,9 +15,8 @@ import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, machine, machine_text  # noqa: E402
+from liobench import flags
+from liobench.results_meta import local_path_free, machine, machine_text
 
 
 def gpu_slug(name, dry):
@@ -126,7 +125,7 @@ def table(header, rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True)
-    ap.add_argument("--out", required=True)
+    flags.add_out(ap)
     ap.add_argument("--commit", required=True)
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--driver", required=True)

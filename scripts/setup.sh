@@ -99,6 +99,10 @@ venv_and_models() {
     else
       log ".venv up to date"
     fi
+    # liobench (bench/liobench/, the benchmark scripts' toolkit) on the venv's path, so that
+    # `.venv/bin/python bench/<dir>/<script>.py` imports it with no sys.path edit: the one-line .pth
+    # file an editable install writes, here with no build backend and no network.
+    .venv/bin/python -c 'import os, sysconfig; open(os.path.join(sysconfig.get_paths()["purelib"], "liobench.pth"), "w").write(os.path.abspath("bench") + "\n")'
     log "Python venv took $((SECONDS - t0)) s${1:+ ($1)}"; t0=$SECONDS
   fi
 

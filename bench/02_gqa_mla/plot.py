@@ -4,16 +4,13 @@
 - KV bytes per token (f16) and mean KL against the stored model, per variant
 Usage: plot.py RESULT.json [RESULT.json ...]   (default: bench/results/02_gqa*.json)"""
 import json
-import os
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from plot_util import plot_each, save_beside  # noqa: E402
+from liobench.plot_util import plot_each, save_beside
 
 
 def plot(path):

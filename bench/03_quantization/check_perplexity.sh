@@ -16,6 +16,7 @@
 # Exit status: 0 when every model agrees within 1%, 1 otherwise.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+export PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}"  # the benchmark toolkit, liobench, for any python3
 cd "$root"
 build="${BUILD_DIR:-build}"
 llama_build="${LLAMA_BUILD_DIR:-$root/build-llama}"
@@ -33,7 +34,7 @@ LLAMA_BUILD_DIR="$llama_build" bash bench/batched/build_llama_tools.sh --perplex
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 # results_meta's rule: LIO_COMMIT when set, else HEAD, "-dirty" only for changed code.
-commit="$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_meta; print(results_meta.git_commit())' "$root/bench/common")"
+commit="$(python3 -c 'from liobench.results_meta import git_commit; print(git_commit())')"
 command="MODELS=\"$models\" BUILD_DIR=$build bench/03_quantization/check_perplexity.sh $*"
 {
   echo "# Chapter 03: lio perplexity vs llama-perplexity"
@@ -68,9 +69,9 @@ done
 mv "$out.tmp" "$out"
 # No local paths in what is recorded (results_meta.local_path_free: the repository root is cut, $HOME
 # becomes ~, anything under /tmp becomes TMP/); the .json's provenance goes through the same function.
-python3 bench/common/results_meta.py strip-paths "$out"
+python3 -m liobench.results_meta strip-paths "$out"
 # The same table as JSON beside it (what the lessons render from), with the run's provenance.
-python3 bench/common/results_meta.py md-table-json "$out" "${out%.md}.json" \
+python3 -m liobench.results_meta md-table-json "$out" "${out%.md}.json" \
   --keys model,lio_ppl,llama_ppl,ratio,within_1pct --command "$command" \
   --set "text=$text" --set "ctx=$ctx" --set "chunks=$chunks" --set "threads=$threads"
 cat "$out"

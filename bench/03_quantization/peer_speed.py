@@ -62,9 +62,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines
 
 DEFAULT_OUT = os.path.join(ROOT, "bench/results/03_quantization_peer_cpu")
 DEFAULT_VARIANTS = "f32,q8_0,q8_0+a8b,w8a16,w8a8,q8_0+kv8,q4_1,q4_1+a8b,q4_0,q4_0+a8b"
@@ -162,8 +161,8 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=64, help="N: decode steps timed at batch 1")
     ap.add_argument("--gen-tokens-b32", type=int, default=64, help="N': decode steps timed at batch 32")
     ap.add_argument("--prefill-tokens", type=int, default=2048, help="Q: prompt tokens timed in prefill")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--lio", default=os.path.join(ROOT, "build/bin/lio"))
+    flags.add_threads(ap)
+    flags.add_lio(ap)
     ap.add_argument("--ch03", default=os.path.join(ROOT, "build/bin/ch03_quantization"))
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-batched-bench"))
     ap.add_argument("--out", default=DEFAULT_OUT, help="output prefix: writes PREFIX.json and PREFIX.md")

@@ -9,15 +9,14 @@ bar per variant: perplexity, and decode tok/s at batch 1 and 32 with prefill tok
 Usage: plot.py RESULT.json [RESULT.json ...]   (default: bench/results/03_quantization*.json)"""
 import json
 import os
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from plot_util import plot_each, save_beside  # noqa: E402
+from liobench.plot_util import plot_each, save_beside
+
 
 METHODS = ["rtn", "gptq", "awq"]
 

@@ -2,7 +2,6 @@
 """Renders ch03_quantization's --json output as the Markdown table of bench/results
 (stdout). Usage: table.py RESULT.json"""
 import json
-import os
 import sys
 
 
@@ -14,8 +13,7 @@ def main(path):
     d = json.load(open(path))
     prov = d.get("provenance")
     if prov:  # command, commit, machine, date (bench/common/results_meta.py)
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-        from results_meta import provenance_lines
+        from liobench.results_meta import provenance_lines
         print("\n".join(provenance_lines(prov)))
     print(f'- Device: {d["device"]}; reference `{d["reference"]}`')
     print(f'- Perplexity: `{d["text"]}`, {d["ppl_chunks"]} chunks of {d["ppl_ctx"]} tokens (llama-perplexity\'s '

@@ -10,15 +10,13 @@ import glob
 import json
 import os
 
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from plot_util import bars  # noqa: E402
+from liobench.plot_util import bars
 
 
 def rows_of(runs, variant):

@@ -12,15 +12,15 @@ llama.cpp `llama-bench -p 0 -n 64 -d 128` (tg at depth 128). Per round the four 
 Writes bench/results/06_speculative_draft_cost_cpu.json and .md (command, commit, machine, date).
   .venv/bin/python bench/06_speculative/draft_cost.py [--repeats 5] [--threads 2]
 """
-import argparse
 import json
 import os
 import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines, spread, write_results  # noqa: E402
+from liobench import ROOT
+from liobench.main import bench_main
+from liobench.results_meta import provenance_lines
+from liobench.stats import spread
+
 
 LLAMA = os.path.join(os.environ.get("LLAMA_BUILD_DIR", os.path.join(ROOT, "build-llama")), "bin")
 MODELS = {"target": "models/SmolLM2-135M-Instruct.F32.gguf", "draft": "models/SmolLM2-135M-Instruct.Q4_1.gguf"}
@@ -60,16 +60,14 @@ def markdown(r):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/06_speculative_draft_cost_cpu"))
-    a = ap.parse_args()
+def build_llama_tools(a):
+    """llama-bench, built once (bench/batched/build_llama_tools.sh)."""
     if not os.path.exists(os.path.join(LLAMA, "llama-bench")):
         subprocess.run(["bash", os.path.join(ROOT, "bench", "batched", "build_llama_tools.sh")], check=True)
-    prov = provenance()
+
+
+def measure(a):
+    """Target and draft tok/s of each engine, --repeats interleaved rounds, and their ratio c."""
     tok = {(e, r): [] for e in ("LIO", "llama.cpp") for r in MODELS}
     for rep in range(a.repeats):
         for role, model in MODELS.items():
@@ -82,9 +80,8 @@ def main():
         cs = [t / d for t, d in zip(tok[(engine, "target")], tok[(engine, "draft")])]
         rows.append({"engine": engine, "target_tok_s": spread(tok[(engine, "target")]),
                      "draft_tok_s": spread(tok[(engine, "draft")]), "c": spread(cs)})
-    result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "models": MODELS, "rows": rows}
-    print(markdown(write_results(a.out, result, markdown)))
+    return {"models": MODELS, "rows": rows}
 
 
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, "06_speculative_draft_cost_cpu", 5, measure, markdown, prepare=build_llama_tools)

@@ -22,9 +22,9 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines
+
 
 LIO = os.path.join(ROOT, "build", "bin", "lio")
 LLAMA = os.path.join(os.environ.get("LLAMA_BUILD_DIR", os.path.join(ROOT, "build-llama")), "bin")
@@ -82,11 +82,11 @@ def prompt_tokens(prompt):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    flags.add_repeats(ap, 5)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_peer_cpu"))
+    flags.add_threads(ap)
+    flags.add_out(ap, "06_speculative_peer_cpu")
     args = ap.parse_args()
     subprocess.run(["bash", os.path.join(ROOT, "bench", "batched", "build_llama_tools.sh"), "--speculative"], check=True)
     k = ["--num-speculative-tokens", str(args.k)]

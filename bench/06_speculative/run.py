@@ -24,9 +24,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines, write_results  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import provenance, provenance_lines, write_results
+
 
 BIN = os.path.join(ROOT, "build", "bin")
 MODELS = os.path.join(ROOT, "models")
@@ -152,12 +152,12 @@ def markdown(result):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=2)
+    flags.add_repeats(ap, 2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k-max", type=int, default=8)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16, 32])
     ap.add_argument("--quick", action="store_true", help="k <= 4, one repeat, batch sizes 1 and 16 (a smoke run)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_cpu"))
+    flags.add_out(ap, "06_speculative_cpu")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.k_max, args.batch_sizes = 1, 4, [1, 16]

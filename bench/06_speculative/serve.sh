@@ -12,6 +12,7 @@
 # Writes bench/results/06_speculative_serve_cpu.{json,md}.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+export PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}"  # the benchmark toolkit, liobench, for any python3
 cd "$root"
 repeats=3
 spec="ngram --num-speculative-tokens 4"

@@ -8,16 +8,16 @@ import os
 import statistics
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from liobench import flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines
+
 
 METRICS = ["tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "itl_p50_ms", "e2e_p50_ms", "output_throughput"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    flags.add_out(ap)
     ap.add_argument("--spec", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--slots", required=True)

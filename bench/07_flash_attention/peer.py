@@ -30,9 +30,9 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines
+
 
 CH07 = os.path.join(ROOT, "build", "bin", "ch07_flash_attention")
 LLAMA = os.path.join(os.environ.get("LLAMA_BUILD_DIR", os.path.join(ROOT, "build-llama")), "bin")
@@ -140,8 +140,8 @@ def markdown(result):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", default="4096", help="comma-separated N (prompt length and decode depth)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    flags.add_repeats(ap, 5)
+    flags.add_threads(ap)
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--kv-cache-dtype", choices=("f32", "f16"), default="f16",
                     help="K/V elements in both engines (f16: llama-bench's default; the vendored "
@@ -150,7 +150,7 @@ def main():
     ap.add_argument("--ch07", default=CH07, help="the chapter program")
     ap.add_argument("--llama-dir", default=LLAMA, help="folder holding llama-bench")
     ap.add_argument("--no-build", action="store_true", help="do not run build_llama_tools.sh")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "07_flash_attention_peer_cpu"))
+    flags.add_out(ap, "07_flash_attention_peer_cpu")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--reaggregate", action="store_true",
                     help="run nothing: recompute --out's ratios from the per-repeat runs it stores")

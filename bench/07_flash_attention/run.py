@@ -26,14 +26,13 @@ is a test; learners run it to reproduce the chapter's tables on their machine.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines
+
 
 BIN = os.path.join(ROOT, "build", "bin", "ch07_flash_attention")
 DEFAULT_N = "16,64,256,512,1024,2048,4096,8192"
@@ -141,7 +140,7 @@ def plot(result, json_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from plot_util import save_beside
+    from liobench.plot_util import save_beside
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     p = result["prefill"]
@@ -179,8 +178,8 @@ def plot(result, json_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", default=DEFAULT_N, help="comma-separated N: prefill lengths and decode contexts")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    flags.add_repeats(ap, 5)
+    flags.add_threads(ap)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--kv-bytes-per-element", type=int, default=4,
                     help="bytes of one K/V element in the program's pool (f32: 4), for the decode GB/s")

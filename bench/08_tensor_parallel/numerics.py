@@ -28,14 +28,13 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import command_line, provenance, provenance_lines, write_results  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import command_line, provenance, provenance_lines, write_results
+
 
 MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
 NUDGED_TENSOR = "blk.0.attn_norm.weight"
@@ -113,9 +112,9 @@ def markdown(res):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--lio", default=os.path.join(ROOT, "build", "bin", "lio"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "08_tp_numerics_cpu"))
+    flags.add_model(ap)
+    flags.add_lio(ap)
+    flags.add_out(ap, "08_tp_numerics_cpu")
     a = ap.parse_args()
     for need in (a.model, a.lio):
         if not os.path.exists(need):

@@ -33,9 +33,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines
+
 
 BIN = os.path.join(ROOT, "build", "bin", "ch08_tensor_parallel")
 MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
@@ -194,7 +194,7 @@ def plot(res, json_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from plot_util import save_beside
+    from liobench.plot_util import save_beside
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
@@ -238,7 +238,7 @@ def plot_projection(proj, json_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from plot_util import save_beside
+    from liobench.plot_util import save_beside
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=False)
     for ax, model in zip(axes, sorted({r["model"] for r in proj["rows"]})):
@@ -262,7 +262,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--decode-steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3, help="prefill + decode rounds inside each run")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "08_tensor_parallel_cpu"))
+    flags.add_out(ap, "08_tensor_parallel_cpu")
     ap.add_argument("--projection-out", default=os.path.join(ROOT, "bench", "results", "08_tensor_parallel_projection"))
     args = ap.parse_args()
     if not os.path.exists(BIN):

@@ -46,10 +46,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs  # noqa: E402
+from liobench import ROOT, flags, repo_module
+from liobench.results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs
+
 
 TARGET_C = 32            # the concurrency the targets are stated at
 TARGET_VS_C1 = 3.0       # LIO decode throughput at TARGET_C >= this x its C=1
@@ -254,8 +253,8 @@ def write_plot(path, rows, concurrency, prompt_tokens, gen_tokens):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--lio", default=os.path.join(ROOT, "build/bin/lio"))
+    flags.add_model(ap)
+    flags.add_lio(ap)
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-batched-bench"))
     ap.add_argument("--concurrency", default="1,4,16,32,64", help="comma-separated C values")
     ap.add_argument("--requests", type=int, default=64,
@@ -269,7 +268,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=MIN_REPEATS,
                     help=f"interleaved LIO / llama.cpp pairs per point (COURSE.md: >= {MIN_REPEATS}); one "
                          "sweep takes ~8 min on 2 cores, so 5 take ~40 min")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    flags.add_threads(ap)
     ap.add_argument("--weights", default="Q4_1,F32", help="which files: Q4_1, F32 or both")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run (~4 min): C 1,4,16; <= 16 requests; 2 repeats (below the rule's 5)")
@@ -277,7 +276,7 @@ def main():
     ap.add_argument("--lio-args", default="",
                     help='extra flags for every `lio batch` run, e.g. "--activations int8" or "--device cuda" '
                          "(recorded in the .md's command line; llama.cpp still runs on the CPU)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/batched"))
+    flags.add_out(ap, "batched")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: both engines on the GPU (LIO --device cuda, llama.cpp -ngl 99), Q4_1 only")
     ap.add_argument("--llama-args", default="", help="extra arguments for llama-batched-bench")
@@ -312,8 +311,7 @@ def main():
 
     files = {"Q4_1": a.model, "F32": os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")}
     if "F32" in weights:
-        from make_f32_copy import make_f32_copy
-        make_f32_copy(files["Q4_1"], files["F32"])
+        repo_module("scripts/make_f32_copy.py").make_f32_copy(files["Q4_1"], files["F32"])
     machine = machine_info()
     prov = provenance()
     gpu = gpu_info() if a.device == "cuda" else None

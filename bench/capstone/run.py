@@ -46,9 +46,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs, write_results  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs, write_results
+
 
 F32 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.F32.gguf")
 AWQ = os.path.join(ROOT, "build", "capstone", "SmolLM2-135M-Instruct.Q4_1-awq.gguf")
@@ -276,7 +276,7 @@ def plot(result, json_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from plot_util import save_beside
+    from liobench.plot_util import save_beside
 
     ran = [s for s in result["steps"] if "output_tok_per_s" in s]
     labels = [f"{result['steps'].index(s)} {s['title']}" for s in ran]
@@ -315,7 +315,7 @@ def plot(result, json_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    flags.add_repeats(ap, 5)
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2, help="CPU threads of a one-process step (TP: 1 per rank)")
@@ -323,7 +323,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"),
                     help="where lio is (default: build/bin; another checkout's build of the same commit works)")
     ap.add_argument("--quick", action="store_true", help="8 requests, 32 tokens, 2 repeats: a smoke run")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "09_closing_cpu"))
+    flags.add_out(ap, "09_closing_cpu")
     args = ap.parse_args()
     if args.quick:
         args.requests, args.max_tokens, args.repeats = 8, 32, 2

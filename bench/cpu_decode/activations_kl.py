@@ -26,15 +26,16 @@ Writes bench/results/cpu_activations_kl.{json,md} with command, commit, machine 
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "conformance"))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from check_logits import TEXTS, compare, lio_logits, teacher_forced  # noqa: E402
-from results_meta import provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags, repo_module
+from liobench.results_meta import provenance, provenance_lines
+
+
+_check_logits = repo_module("tests/conformance/check_logits.py")
+TEXTS, compare, lio_logits, teacher_forced = (_check_logits.TEXTS, _check_logits.compare, _check_logits.lio_logits,
+                                              _check_logits.teacher_forced)
 
 RULE_RATIO = 1.10
 CHAT_QUESTION = "What is the capital of France?"  # README.md's first example
@@ -62,13 +63,13 @@ def greedy_answers(args, f32_llm, q_llm):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lio", default=os.path.join(ROOT, "build", "bin", "lio"))
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    flags.add_lio(ap)
+    flags.add_model(ap)
     ap.add_argument("--f32-model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.F32.gguf"))
-    ap.add_argument("--threads", type=int, default=2)
+    flags.add_threads(ap, 2)
     ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
     ap.add_argument("--windows", type=int, default=8, help="256-token windows of --text")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cpu_activations_kl"))
+    flags.add_out(ap, "cpu_activations_kl")
     args = ap.parse_args()
     from llama_cpp import Llama
 

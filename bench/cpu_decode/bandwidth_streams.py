@@ -13,15 +13,15 @@ alternating; medians [min-max].
 Writes bench/results/read_bandwidth_streams_cpu.json and .md (command, commit, machine, date).
   .venv/bin/python bench/cpu_decode/bandwidth_streams.py [--repeats 5] [--threads 2]
 """
-import argparse
 import json
 import os
 import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines, spread, write_results  # noqa: E402
+from liobench import ROOT
+from liobench.main import bench_main
+from liobench.results_meta import provenance_lines
+from liobench.stats import spread
+
 
 MODEL = "models/SmolLM2-135M-Instruct.F32.gguf"
 STREAMS = [1, 2, 4, 8]
@@ -43,16 +43,8 @@ def markdown(r):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/read_bandwidth_streams_cpu"))
-    a = ap.parse_args()
-    if not os.path.exists(os.path.join(ROOT, MODEL)):
-        sys.exit(f"no {MODEL}: run scripts/setup.sh (it writes the F32 copy)")
-    prov = provenance()
+def measure(a):
+    """The probe's GB/s at each stream count and the F32 decode's, --repeats interleaved rounds."""
     probe, decode = {s: [] for s in STREAMS}, []
     for rep in range(a.repeats):
         for s in STREAMS:
@@ -66,10 +58,9 @@ def main():
             print(f"round {rep + 1}: streams {s}: probe {j['read_bandwidth_gbs']:.1f} GB/s, "
                   f"f32 decode reads {j['decode_achieved_gbs']:.1f} GB/s", flush=True)
     rows = [{"streams": s, "probe_gbs": spread(probe[s])} for s in STREAMS]
-    result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "model": MODEL, "rows": rows,
-              "f32_decode_gbs": spread(decode)}
-    print(markdown(write_results(a.out, result, markdown)))
+    return {"model": MODEL, "rows": rows, "f32_decode_gbs": spread(decode)}
 
 
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, "read_bandwidth_streams_cpu", 5, measure, markdown,
+               needs=[(MODEL, "run scripts/setup.sh (it writes the F32 copy)")])

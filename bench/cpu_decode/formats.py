@@ -28,10 +28,9 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-sys.path.insert(0, os.path.join(ROOT, "bench", "cpu_decode"))
-from results_meta import provenance, provenance_lines, write_results  # noqa: E402
+from liobench import ROOT, flags
+from liobench.results_meta import provenance, provenance_lines, write_results
+
 from run import DECODE_TOKENS, DEPTH, MIN_REPEATS, ratio_cell, run_lio, run_llama, spread  # noqa: E402
 
 FORMATS = (  # label, file, how it was made, the make_kquant.sh type that makes it (or None)
@@ -60,12 +59,12 @@ def bound_text(pct, pct1, scaling):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
+    flags.add_bin(ap)
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-bench"))
     ap.add_argument("--repeats", type=int, default=MIN_REPEATS, help=f"interleaved rounds (COURSE.md: >= {MIN_REPEATS})")
-    ap.add_argument("--threads", type=int, default=2)
+    flags.add_threads(ap, 2)
     ap.add_argument("--formats", default=",".join(f[0] for f in FORMATS), help="comma-separated labels")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/cpu_decode_formats"))
+    flags.add_out(ap, "cpu_decode_formats")
     a = ap.parse_args()
     os.chdir(ROOT)
     if not os.path.exists(a.llama_bench):

@@ -32,11 +32,11 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from make_f32_copy import make_f32_copy  # noqa: E402
-from results_meta import provenance, provenance_lines  # noqa: E402
+from liobench import ROOT, flags, repo_module
+from liobench.results_meta import provenance, provenance_lines
+
+
+make_f32_copy = repo_module("scripts/make_f32_copy.py").make_f32_copy
 
 MIN_REPEATS = 5  # COURSE.md: peer comparisons repeat at least this many times
 PREFILL_TOKENS = 512
@@ -109,18 +109,18 @@ def write_plot(path, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
+    flags.add_model(ap)
+    flags.add_bin(ap)
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-bench"))
     ap.add_argument("--repeats", type=int, default=MIN_REPEATS,
                     help=f"interleaved rounds per file (COURSE.md: >= {MIN_REPEATS})")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    flags.add_threads(ap)
     ap.add_argument("--f32-model", help="its F32 copy (default: <model dir>/SmolLM2-135M-Instruct.F32.gguf, made "
                     "with llama.cpp's quantize API when missing)")
     ap.add_argument("--label", default="Q4_1", help="how the report names --model's weights (e.g. Q4_K_M)")
     ap.add_argument("--description", default="SmolLM2-135M-Instruct as shipped (Q4_1, token_embd Q8_0)",
                     help="the model line of the report")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/cpu_decode"))
+    flags.add_out(ap, "cpu_decode")
     ap.add_argument("--plot-only", action="store_true", help="redraw OUT.png from OUT.json")
     a = ap.parse_args()
     if a.plot_only:

@@ -38,9 +38,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import local_path_free, provenance, provenance_lines, spread  # noqa: E402
+from liobench.results_meta import local_path_free, provenance, provenance_lines, spread
+
 
 MIN_ROUNDS = 5             # COURSE.md: peer comparisons repeat at least this many times
 TARGET_DECODE_TPS = 2500   # issue 45: batch-1 decode on the Q4_1 file

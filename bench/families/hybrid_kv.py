@@ -14,7 +14,6 @@ tokens.
 Writes bench/results/hybrid_kv_cpu.json and .md (command, commit, machine, date).
   .venv/bin/python bench/families/hybrid_kv.py [--repeats 3] [--threads 2]
 """
-import argparse
 import json
 import os
 import random
@@ -23,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines, write_results  # noqa: E402
+from liobench import ROOT
+from liobench.main import bench_main
+from liobench.results_meta import provenance_lines
+
 
 MODEL = "models/gemma-3-270m-q4_k_m.gguf"
 CONTEXTS = [1024, 4096, 8192]
@@ -68,16 +68,8 @@ def markdown(res):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/hybrid_kv_cpu"))
-    a = ap.parse_args()
-    if not os.path.exists(os.path.join(ROOT, MODEL)):
-        sys.exit(f"no {MODEL}: run scripts/fetch_model.sh all")
-    prov = provenance()
+def measure(a):
+    """Peak KV memory and decode tok/s of each configuration at each context, --repeats rounds."""
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(a.repeats):
@@ -102,10 +94,8 @@ def main():
             v = r["tok_s"]
             out_rows.append({**r, "decode_tok_s": statistics.median(v), "min": min(v), "max": max(v),
                              "same_tokens": same})
-    result = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "model": MODEL,
-              "generated": GENERATED, "chunk": CHUNK, "rows": out_rows}
-    print(markdown(write_results(a.out, result, markdown)))
+    return {"model": MODEL, "generated": GENERATED, "chunk": CHUNK, "rows": out_rows}
 
 
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, "hybrid_kv_cpu", 3, measure, markdown, needs=[(MODEL, "run scripts/fetch_model.sh all")])

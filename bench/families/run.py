@@ -18,16 +18,15 @@ of 256, a 512-key sliding window on 15 of its 18 layers).
 Writes bench/results/families_cpu.json and .md (command, commit, machine, date).
   .venv/bin/python bench/families/run.py [--repeats 3] [--threads 2]
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-from results_meta import provenance, provenance_lines  # noqa: E402
+from liobench import ROOT
+from liobench.main import bench_main
+from liobench.results_meta import provenance_lines
+
 
 MODELS = [("SmolLM2-135M (llama, GQA)", "models/SmolLM2-135M-Instruct.Q4_1.gguf"),
           ("Gemma 3 270M (gemma3, MQA + window)", "models/gemma-3-270m-q4_k_m.gguf")]
@@ -70,29 +69,20 @@ def decode_rows(a):
              "samples": v} for (name, n), v in samples.items()]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin"))
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/families_cpu"))
-    a = ap.parse_args()
-    for _, path in MODELS:
-        if not os.path.exists(os.path.join(ROOT, path)):
-            sys.exit(f"no {path}: run scripts/fetch_model.sh all")
-    prov = provenance()
+def measure(a):
+    """KV sizing from each file's config, the window prefill and the decode rounds."""
     kv = kv_rows(a)
     window = run_json([os.path.join(a.bin, "ch07_flash_attention"), "--threads", str(a.threads), "window", "--json",
                        "--repeats", "5"])
-    decode = decode_rows(a)
-    out = {"provenance": prov, "threads": a.threads, "repeats": a.repeats, "kv": kv, "decode": decode,
-           "window": window}
-    with open(a.out + ".json", "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
+    return {"kv": kv, "decode": decode_rows(a), "window": window}
+
+
+def markdown(res):
+    """The results file's Markdown, from the result as written."""
+    kv, decode, window = res["kv"], res["decode"], res["window"]
     lines = ["# Two model families on the CPU: SmolLM2-135M (GQA) and Gemma 3 270M (MQA + sliding window)", ""]
-    lines += provenance_lines(prov)
-    lines += [f"- Threads: {a.threads}; decode: bench_decode, 32 tokens after an N-token prompt, {a.repeats} rounds "
+    lines += provenance_lines(res["provenance"])
+    lines += [f"- Threads: {res['threads']}; decode: bench_decode, 32 tokens after an N-token prompt, {res['repeats']} rounds "
               "with the models alternating, median [min-max]", "",
               "## KV cache per sequence (f32; chapter 01's arithmetic from each file's config)", "",
               "| model | layers (windowed) | KV heads x dim | KV bytes / token | context | every token kept | "
@@ -112,10 +102,9 @@ def main():
         lines.append(f"| {r['n']:,} | {r['skip_ms']['median']:.1f} | {r['mask_ms']['median']:.1f} | "
                      f"{r['skip_speedup']:.2f}x | {r['tiles_gathered_skip']:,} / {r['tiles_gathered_mask']:,} | "
                      f"{r['full_causal_ms']['median']:.1f} |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, "families_cpu", 3, measure, markdown,
+               needs=[(path, "run scripts/fetch_model.sh all") for _, path in MODELS])

@@ -37,6 +37,7 @@
 # the logs to run.log / ci<i>.log under a temporary folder it names.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}"  # the benchmark toolkit, liobench, for any python3
 command="bench/fresh_machine/measure.sh"
 for a in "$@"; do [[ "$a" =~ [[:space:]] ]] && command+=" \"$a\"" || command+=" $a"; done  # --note's sentence quoted
 out="$root/bench/results/fresh_machine_cpu"

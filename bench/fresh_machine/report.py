@@ -20,13 +20,12 @@ local path.
 """
 import argparse
 import json
-import os
 import re
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
-import results_meta  # noqa: E402
+from liobench import flags, results_meta
+
 
 STAGE = re.compile(r"^=== (.*) \((\d\d):(\d\d):(\d\d)\)$")
 
@@ -99,7 +98,7 @@ def grade_summary(record):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", required=True)
-    ap.add_argument("--out", required=True)
+    flags.add_out(ap)
     ap.add_argument("--command", required=True)
     ap.add_argument("--apt-seconds", type=float)
     ap.add_argument("--grade-apt-seconds", type=float,

@@ -11,10 +11,8 @@ lines scripts/fuzz.sh writes; writes OUT.json and OUT.md with command, commit, m
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-import results_meta  # noqa: E402
+from liobench import flags, results_meta
 
 
 def markdown(r):
@@ -40,7 +38,7 @@ def markdown(r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--out", required=True)
+    flags.add_out(ap)
     ap.add_argument("--targets", nargs="+", required=True)
     ap.add_argument("--command", required=True)
     a = ap.parse_args()

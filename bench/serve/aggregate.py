@@ -17,12 +17,11 @@ Standard library only.
 """
 import argparse
 import json
-import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from results_meta import provenance, provenance_lines  # noqa: E402
+from liobench import flags
+from liobench.results_meta import provenance, provenance_lines
+
 
 MIN_REPEATS = 5  # COURSE.md: peer comparisons repeat at least this many times
 # (column, key) of the per-target table, and the ratios bench_serve reports (first / other)
@@ -60,7 +59,7 @@ def ratio_cell(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="bench_serve --json files, one per (rate, repeat)")
-    ap.add_argument("--out", required=True)
+    flags.add_out(ap)
     ap.add_argument("--repeats", type=int, required=True)
     ap.add_argument("--command", default=None, help="the command to record (default: this one)")
     a = ap.parse_args()

@@ -11,15 +11,13 @@ Usage: plot.py RESULT.json [RESULT.json ...]   (default: bench/results/09_serve*
 import json
 import os
 
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from plot_util import bars, plot_each, save_beside  # noqa: E402
+from liobench.plot_util import bars, plot_each, save_beside
 
 
 def by_target(runs):

@@ -48,11 +48,10 @@ import threading
 import time
 from collections import Counter
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
-sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-import server_harness as h  # noqa: E402
-import results_meta  # noqa: E402
+from liobench import repo_module, results_meta
+
+
+h = repo_module("tests/server/server_harness.py")
 
 SYSTEM = ("You are a careful assistant for a course on large language model inference. Answer in "
           "one or two short sentences, use plain words, and never invent numbers. When a question "

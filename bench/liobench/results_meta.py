@@ -3,19 +3,19 @@
 the command line, the commit, the machine (CPU model and flags, cores, GPU and driver where
 there is one) and the date, and never a path of the machine it ran on.
 
-Python producers import it:
+Python producers import it (liobench is installed in .venv; see bench/liobench/__init__.py):
 
-    sys.path.insert(0, os.path.join(ROOT, "bench", "common"))
-    from results_meta import provenance, provenance_lines, local_path_free
+    from liobench.results_meta import provenance, provenance_lines, local_path_free
     out = {"provenance": provenance(), ...}          # JSON: one "provenance" object
     lines += provenance_lines(prov)                  # Markdown: "- Command: ..." lines
 
 Shell producers call it:
 
-    python3 bench/common/results_meta.py provenance --command "..."      # the JSON object
-    python3 bench/common/results_meta.py md-table-json OUT.md OUT.json --keys a,b,c --command "..."
+    # (PYTHONPATH=bench, or .venv/bin/python)
+    python3 -m liobench.results_meta provenance --command "..."      # the JSON object
+    python3 -m liobench.results_meta md-table-json OUT.md OUT.json --keys a,b,c --command "..."
         # the first Markdown table of OUT.md as {"provenance": ..., "rows": [...]}
-    python3 bench/common/results_meta.py stamp OUT.json --command "build/bin/ch03_quantization ..."
+    python3 -m liobench.results_meta stamp OUT.json --command "build/bin/ch03_quantization ..."
         # a JSON a program wrote (ch03_quantization --json > OUT.json): adds "provenance" first
         # (unless the program wrote one) and takes local paths out of every string
 
@@ -32,11 +32,12 @@ import os
 import platform
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from liobench import ROOT
+from liobench.stats import spread  # noqa: F401  (the producers' old name for it)
+
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile")  # the kernels' choices
 
 
@@ -199,11 +200,6 @@ def read_bandwidth_gbs(bin_dir, model, threads):
         return json.loads(out)["read_bandwidth_gbs"]
     except (subprocess.SubprocessError, ValueError, KeyError):
         return None
-
-
-def spread(values):
-    """Median, min, max and the samples of repeated measurements (COURSE.md: median and spread)."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "samples": list(values)}
 
 
 def write_text(path, text):
