@@ -1,13 +1,18 @@
 // test_parallel_plan.cpp — chapter 08's bookkeeping without MPI: a batch cut into pipeline
 // micro-batches keeps every row, slot, block table and logits row, re-based; the rank plan's
-// pipeline stages cover the layers once.
+// pipeline stages cover the layers once; a tensor-parallel rank rounds its shard of a row-parallel
+// input with per-token int8 activations on the whole row's grid.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "lio/communicator.h"
+#include "lio/cpu_backend.h"
 #include "lio/error.h"
 #include "lio/parallel.h"
 #include "tiny_model.h"
@@ -115,4 +120,64 @@ TEST(LocalRank, FromTheLaunchersEnvironment) {
 }
 
 }  // namespace
+// Issue 62: with --activations int8-token, each TP rank rounded its shard of W_o's and W_down's
+// input at the shard's own max|x| / 127, so TP 3 sat further from f32 than one process. Here two
+// shard backends, told the whole row's maximum (Backend::set_row_parallel_max, as the parallel
+// runner does over the group), must give partial products that sum to one process's output up to
+// float summation order; without the maximum (the old rounding) they differ by whole code steps,
+// which shows this test can fail.
+TEST(RowParallelInt8PerToken, ShardsRoundOnTheWholeRowsGrid) {
+  const std::string dir = testing::make_temp_dir("lio_rowpar");
+  testing::TinyModelSpec spec;
+  spec.n_layers = 1;
+  spec.weight_dtype = DType::Q8_0;
+  spec.head_dim = 16;  // W_o's input: 4 heads x 16 = 64 features, 32 a rank (one block)
+  testing::write_tiny_gguf(dir + "/m.gguf", spec);
+  const LoadedModel full = load_model(dir + "/m.gguf", WeightMode::AsStored);
+  constexpr int64_t kTp = 2, kRows = 3;
+  CpuBackend one(full.config, full.weights, cpu::MatmulActivations::Int8PerToken);
+  std::vector<LoadedModel> shards;
+  for (int64_t r = 0; r < kTp; ++r) shards.push_back(shard_model(full, make_rank_plan(full.config, full.weights, {kTp, 1}, r)));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const WeightKind kind : {WeightKind::Wo, WeightKind::Down}) {
+    const int64_t cols = kind == WeightKind::Wo ? spec.n_heads * spec.head_dim : spec.d_ff, part = cols / kTp;
+    std::vector<float> x(static_cast<size_t>(kRows * cols));
+    for (float& v : x) v = normal(rng);
+    for (int64_t r = 0; r < kRows; ++r) x[static_cast<size_t>(r * cols + r % kTp * part + 3)] = 9.0f;  // one shard's outlier
+    std::vector<float> row_max(static_cast<size_t>(kRows), 0.0f);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < cols; ++c) row_max[r] = std::max(row_max[r], std::fabs(x[static_cast<size_t>(r * cols + c)]));
+    std::vector<float> y1(static_cast<size_t>(kRows * spec.d_model));
+    one.matmul({kind, 0}, x.data(), y1.data(), kRows, false);
+    for (const bool exchange : {true, false}) {
+      std::vector<double> sum(y1.size(), 0.0);
+      for (int64_t rank = 0; rank < kTp; ++rank) {
+        CpuBackend be(shards[rank].config, shards[rank].weights, cpu::MatmulActivations::Int8PerToken);
+        if (exchange) {
+          be.set_row_parallel_max([&](float* m, int64_t n) {
+            ASSERT_EQ(n, kRows);
+            for (int64_t i = 0; i < n; ++i) m[i] = std::max(m[i], row_max[static_cast<size_t>(i)]);
+          });
+        }
+        std::vector<float> xs(static_cast<size_t>(kRows * part)), ys(y1.size());
+        for (int64_t r = 0; r < kRows; ++r)
+          std::copy_n(x.begin() + r * cols + rank * part, part, xs.begin() + r * part);
+        be.matmul({kind, 0}, xs.data(), ys.data(), kRows, false);
+        for (size_t i = 0; i < ys.size(); ++i) sum[i] += ys[i];
+      }
+      double worst = 0.0, scale = 0.0;
+      for (size_t i = 0; i < y1.size(); ++i) {
+        worst = std::max(worst, std::fabs(sum[i] - y1[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(y1[i])));
+      }
+      if (exchange) {
+        EXPECT_LT(worst, 1e-5 * scale) << (kind == WeightKind::Wo ? "W_o" : "W_down") << ": the shards' codes are not one process's";
+      } else {
+        EXPECT_GT(worst, 1e-3 * scale) << (kind == WeightKind::Wo ? "W_o" : "W_down") << ": each shard's own scale should round differently";
+      }
+    }
+  }
+}
+
 }  // namespace lio

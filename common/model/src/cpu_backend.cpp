@@ -157,11 +157,33 @@ void CpuBackend::add_bias(float* y, WeightRef w, int64_t n_rows) {
   cpu::add_bias(y, bias.data(), n_rows, static_cast<int64_t>(bias.size()));
 }
 
-void CpuBackend::round_tokens(const float* x, int64_t n_rows, int64_t cols) {
+void CpuBackend::round_tokens(const float* x, int64_t n_rows, int64_t cols, bool row_parallel) {
   // W8A8: each token's row rounded to int8 with one scale (chapter 03, Task 6).
   token_codes_.resize(static_cast<size_t>(n_rows * cols));
   token_scales_.resize(static_cast<size_t>(n_rows));
   cpu::FirstError error;
+  if (row_parallel && row_parallel_max_) {
+    // This rank holds a shard of each row. The scale must be the whole row's, max|x| / 127 as one
+    // process computes it: the group's largest |x| is appended to the shard, so Task 6 finds that
+    // maximum and rounds the shard's elements on one process's grid (its own code is dropped).
+    row_max_.assign(static_cast<size_t>(n_rows), 0.0f);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float m = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) m = std::max(m, std::fabs(x[r * cols + c]));
+      row_max_[static_cast<size_t>(r)] = m;
+    }
+    row_parallel_max_(row_max_.data(), n_rows);
+    row_pad_.resize(static_cast<size_t>(cols + 1));
+    std::vector<int8_t> codes(static_cast<size_t>(cols + 1));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      std::copy(x + r * cols, x + (r + 1) * cols, row_pad_.begin());
+      row_pad_[static_cast<size_t>(cols)] = row_max_[static_cast<size_t>(r)];
+      token_scales_[static_cast<size_t>(r)] =
+          quantize_row_int8(std::span<const float>(row_pad_.data(), static_cast<size_t>(cols + 1)), codes);
+      std::copy(codes.begin(), codes.end() - 1, token_codes_.begin() + r * cols);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n_rows > 1)
   for (int64_t r = 0; r < n_rows; ++r) {
     error.run([&] {
@@ -190,7 +212,7 @@ void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, b
   const cpu::PackedMatrix& m = packed(w);
   const cpu::PackedTarget t{&m, y, accumulate};
   if (per_token_int8(w, m.has_int8_kernel())) {
-    round_tokens(x, n_rows, m.cols());
+    round_tokens(x, n_rows, m.cols(), w.kind == WeightKind::Wo || w.kind == WeightKind::Down);
     return cpu::packed_matmul_int8({&t, 1}, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
   }
   cpu::packed_matmul({&t, 1}, x, n_rows, block_activations(), isa_, packed_scratch_);
@@ -208,7 +230,7 @@ void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, in
   }
   if (targets.empty()) return;
   if (n_per_token == targets.size()) {
-    round_tokens(x, n_rows, targets[0].w->cols());
+    round_tokens(x, n_rows, targets[0].w->cols(), /*row_parallel=*/false);  // Q/K/V, gate/up: whole rows
     return cpu::packed_matmul_int8(targets, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
   }
   if (n_per_token == 0) return cpu::packed_matmul(targets, x, n_rows, block_activations(), isa_, packed_scratch_);

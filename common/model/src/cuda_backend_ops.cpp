@@ -141,6 +141,15 @@ void CudaBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, i
   }
 }
 
+void CudaBackend::set_row_parallel_max(std::function<void(float* row_max, int64_t n)> row_max) {
+  if (row_max && impl_->activations == ActivationPrecision::Int8PerToken) {
+    throw UnsupportedError(
+        "--activations int8-token under tensor parallelism: the CUDA backend rounds each rank's shard of W_o's "
+        "and W_down's input at that shard's own scale (it does not exchange the row's max|x|), which is not one "
+        "process's arithmetic; use --activations int8 or f32 on the GPU, or int8-token on the CPU");
+  }
+}
+
 // ---- fused decode kernels (issue 45) -----------------------------------------------------------
 
 bool CudaBackend::set_fused_kernels(bool on) {

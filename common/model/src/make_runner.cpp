@@ -143,6 +143,15 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
   }
   auto runner = std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
   std::unique_ptr<ParallelContext> ctx = make_parallel_context(plan, model.config, std::move(world), cuda_device);
+  if (plan.tp_size > 1) {  // per-token int8 (issue 62): a row-parallel input's scale is the whole row's
+    Communicator* group = ctx->tp.get();
+    runner->backend().set_row_parallel_max([group, gathered = std::vector<float>()](float* row_max, int64_t n) mutable {
+      gathered.resize(static_cast<size_t>(n * group->size()));
+      group->all_gather(row_max, gathered.data(), n);
+      for (int r = 0; r < group->size(); ++r)
+        for (int64_t i = 0; i < n; ++i) row_max[i] = std::max(row_max[i], gathered[static_cast<size_t>(r * n + i)]);
+    });
+  }
   ctx->shard = std::move(shard);
   runner->set_parallel(std::move(ctx));
   return runner;

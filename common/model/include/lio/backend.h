@@ -267,6 +267,15 @@ class Backend {
   /// out (comm.size() * n floats, device memory) = every rank's `in` (n floats), rank 0 first:
   /// the vocabulary-parallel LM head's logits. Throws as the communicator.
   virtual void all_gather(Communicator& comm, const float* in, float* out, int64_t n);
+  /// Tensor parallelism with per-token int8 activations (chapter 03, Task 6): the input of a
+  /// row-parallel matmul (W_o's, W_down's; chapter 08) is split over the ranks, yet its token
+  /// scale max|x| / 127 must be the whole row's, as in one process, or each rank rounds its
+  /// shard on another grid (issue 62: TP 3's logits sat a mean 0.80 from one process's, where
+  /// int8 block activations sit 0.16). `row_max` replaces n per-row maxima (host floats) by their
+  /// maximum over the tensor-parallel group; an empty function (the default) means one rank.
+  /// The CPU backend keeps it; a backend without per-token activations ignores it; the CUDA
+  /// backend throws UnsupportedError when its activations are per token (it has no exchange).
+  virtual void set_row_parallel_max(std::function<void(float* row_max, int64_t n)> row_max) { (void)row_max; }
 
   /// True when greedy_argmax() runs on this device (worth it where copying the logits row
   /// back costs more than the argmax: a GPU).

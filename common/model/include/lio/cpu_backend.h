@@ -19,8 +19,10 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_ops.h"
@@ -79,14 +81,19 @@ class CpuBackend final : public Backend {
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
   void to_host(const float* src, int64_t n_floats, float* host) override;
+  void set_row_parallel_max(std::function<void(float* row_max, int64_t n)> row_max) override {
+    row_parallel_max_ = std::move(row_max);
+  }
 
  private:
   const WeightMatrix& matrix(WeightRef w) const;
   /// The packed copy of w. Throws InternalError for a matrix the model does not have.
   const cpu::PackedMatrix& packed(WeightRef w) const;
   /// Rounds x (n_rows, cols) one token at a time with chapter 03's Task 6 (Int8PerToken) into
-  /// token_codes_ / token_scales_.
-  void round_tokens(const float* x, int64_t n_rows, int64_t cols);
+  /// token_codes_ / token_scales_. `row_parallel` (W_o's and W_down's input under tensor
+  /// parallelism, set_row_parallel_max given): x is this rank's shard of each row, and each row
+  /// is rounded at the whole row's scale (the group's max|x|), so its codes are one process's.
+  void round_tokens(const float* x, int64_t n_rows, int64_t cols, bool row_parallel);
   /// Whether w's matmul takes per-token int8 rows (Int8PerToken, an integer kernel, not the head).
   bool per_token_int8(WeightRef w, bool has_int8_kernel) const;
   /// The activations of a per-32-block matmul: Int8 under Int8, else F32.
@@ -115,6 +122,10 @@ class CpuBackend final : public Backend {
   std::vector<float> attn_scores_;   ///< naive decode rows: (n_threads, longest context) Task 5's scores
   std::vector<int8_t> token_codes_;  ///< Int8PerToken: (n_rows, cols) a matmul input's codes
   std::vector<float> token_scales_;  ///< Int8PerToken: (n_rows) their per-token scales
+  /// Tensor parallelism (set_row_parallel_max): the group's max over each row, or empty.
+  std::function<void(float* row_max, int64_t n)> row_parallel_max_;
+  std::vector<float> row_max_;       ///< Int8PerToken under TP: (n_rows) each row's max|x|
+  std::vector<float> row_pad_;       ///< Int8PerToken under TP: (cols + 1) a row's shard and its max
   std::vector<float> mla_latents_;   ///< MLA: each sequence's cached latent rows, gathered
   std::vector<float> mla_c_;         ///< MLA naive path: the latents' c_kv parts, contiguous
   std::vector<float> mla_k_, mla_v_; ///< MLA naive path: up-projected keys and values

@@ -202,6 +202,8 @@ class CudaBackend final : public Backend {
 
   // ---- fused decode kernels (issue 45) ---------------------------------------------------
   /// Backend::set_fused_kernels; returns true.
+  /// Throws UnsupportedError under per-token int8 activations (see Backend::set_row_parallel_max).
+  void set_row_parallel_max(std::function<void(float* row_max, int64_t n)> row_max) override;
   bool set_fused_kernels(bool on) override;
   /// With fused kernels on and one row whose matrices fused_gemv_supports(), all of one dtype,
   /// no int8 activations: cuda::rmsnorm_gemv_many (xn unwritten); else the default.
