@@ -87,25 +87,18 @@ DevicePaged upload(const ind::PagedKv& p) {
 /// One decode step of a variant on layer copy `layer`, queued on the benchmark's stream.
 using Step = std::function<void(int64_t layer)>;
 
-/// Median microseconds per step of each of `steps`: a sample is `iters` steps queued back to
-/// back between two events (step i on layer i % n_layers), divided by iters; the variants take
-/// turns within each repeat. `warmup` untimed samples of each run first.
+/// Median microseconds per step of each of `steps` (ind::median_us_taking_turns): a sample is
+/// `iters` steps queued back to back between two events (step i on layer i % n_layers), divided
+/// by iters.
 std::vector<double> time_steps(const std::vector<Step>& steps, int64_t n_layers, int iters,
                                int warmup, int repeats, cudaStream_t stream) {
   CudaEvent start, stop;
-  std::vector<std::vector<double>> samples(steps.size());
-  for (int r = 0; r < warmup + repeats; ++r) {
-    for (size_t v = 0; v < steps.size(); ++v) {
-      CUDA_CHECK(cudaEventRecord(start.get(), stream));
-      for (int i = 0; i < iters; ++i) steps[v](i % n_layers);
-      CUDA_CHECK(cudaEventRecord(stop.get(), stream));
-      const float ms = lio::cuda::elapsed_ms(start, stop);
-      if (r >= warmup) samples[v].push_back(1e3 * ms / iters);
-    }
-  }
-  std::vector<double> us;
-  for (const auto& s : samples) us.push_back(lio::bench::median(s));
-  return us;
+  return ind::median_us_taking_turns(steps.size(), warmup, repeats, [&](size_t v) {
+    CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    for (int i = 0; i < iters; ++i) steps[v](i % n_layers);
+    CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    return 1e3 * lio::cuda::elapsed_ms(start, stop) / iters;
+  });
 }
 
 /// The device copies of one context length's layouts (ind::make_contiguous / make_paged).
@@ -159,15 +152,11 @@ ind::Row measure(const ind::Shape& shape, const ind::Options& o, int iters, cons
     for (const Step& step : steps) step(l);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> want = out[0].to_host();
-    for (size_t v = 1; v < steps.size(); ++v) {
-      row.max_rel_diff[v] =
-          std::max(row.max_rel_diff[v], ind::max_rel_diff(out[v].to_host(), want));
-      ind::require_parity(row.max_rel_diff[v], kParityLimit,
-                          "n_ctx " + std::to_string(d.n_ctx) + ", " + std::to_string(n_rows) +
-                              " rows, layer " + std::to_string(l) +
-                              (v == 1 ? ", paged 1 blk"
-                                      : ", paged bs=" + std::to_string(d.paged[v - 1].block_size)));
-    }
+    for (size_t v = ind::kOneBlock; v < steps.size(); ++v)
+      ind::check_variant(row, v, out[v].to_host(), want, kParityLimit,
+                         "n_ctx " + std::to_string(d.n_ctx) + ", " + std::to_string(n_rows) +
+                             " rows, layer " + std::to_string(l),
+                         o.block_sizes);
   }
   row.us = time_steps(steps, o.n_layers, iters, o.warmup, o.repeats, stream);
   return row;
@@ -191,12 +180,7 @@ int run(const ind::Options& o, int iters) {
       "%.0f GB/s (measured, read+write) | host %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, copy_bw / 1e9,
       lio::bench::cpu_name().c_str());
-  std::printf(
-      "SmolLM2 attention: %lld heads over %lld KV heads, head_dim %lld, f32 | B = %lld "
-      "sequences, one decode row each | layers %lld | %d steps per sample, medians of %d "
-      "after %d warm-up\n",
-      (long long)shape.n_heads, (long long)shape.n_kv_heads, (long long)shape.head_dim,
-      (long long)o.batch, (long long)o.n_layers, iters, o.repeats, o.warmup);
+  ind::print_setup(shape, o, std::to_string(iters) + " steps per sample, ");
   std::fflush(stdout);
 
   std::vector<ind::Row> batch_rows, single_rows;
@@ -243,29 +227,19 @@ int run(const ind::Options& o, int iters) {
   ind::print_layout_ratios(single_rows, o.block_sizes);
 
   if (!o.json_path.empty()) {
-    ind::json j{{"provenance",
-                 {{"command", o.command},
-                  {"commit", lio::bench::git_commit()},
-                  {"machine",
-                   {{"cpu", lio::bench::cpu_name()}, {"gpu", std::string(prop.name)}, {"driver", lio::bench::gpu_driver()}}},
-                  {"date", lio::bench::utc_date()}}},
-                {"benchmark", "bench_cuda_paged_indirection"},
-                {"device", std::string(prop.name)},
-                {"sm_count", prop.multiProcessorCount},
-                {"l2_bytes", prop.l2CacheSize},
-                {"copy_bandwidth_gbs", copy_bw / 1e9},
-                {"host_cpu", lio::bench::cpu_name()},
-                {"n_heads", shape.n_heads},
-                {"n_kv_heads", shape.n_kv_heads},
-                {"head_dim", shape.head_dim},
-                {"batch", o.batch},
-                {"layers", o.n_layers},
-                {"iters", iters},
-                {"repeats", o.repeats},
-                {"warmup", o.warmup},
-                {"seed", o.seed},
-                {"batch_rows", ind::rows_json(batch_rows, o.block_sizes)},
-                {"single_rows", ind::rows_json(single_rows, o.block_sizes)}};
+    ind::json j = ind::head_json("bench_cuda_paged_indirection", o,
+                                 {{"cpu", lio::bench::cpu_name()},
+                                  {"gpu", std::string(prop.name)},
+                                  {"driver", lio::bench::gpu_driver()}},
+                                 {{"device", std::string(prop.name)},
+                                  {"sm_count", prop.multiProcessorCount},
+                                  {"l2_bytes", prop.l2CacheSize},
+                                  {"copy_bandwidth_gbs", copy_bw / 1e9},
+                                  {"host_cpu", lio::bench::cpu_name()}},
+                                 shape);
+    j["iters"] = iters;
+    j["batch_rows"] = ind::rows_json(batch_rows, o.block_sizes);
+    j["single_rows"] = ind::rows_json(single_rows, o.block_sizes);
     ind::write_json(o.json_path, j);
   }
   return 0;
@@ -281,17 +255,5 @@ int main(int argc, char** argv) {
   ind::add_options(app, o);
   app.add_option("--iters", iters, "Steps queued back to back per timed sample")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  o.command = lio::bench::command_line(argc, argv);
-  try {
-    return run(o, iters);
-  } catch (const lio::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());
-    return 1;
-  }
+  return ind::run_main(app, o, argc, argv, [&] { return run(o, iters); });
 }

@@ -12,8 +12,6 @@
 // heads of one row, paged_attention_reference over the B rows (all heads of a row on one thread).
 // Achieved GB/s counts each K/V byte once per step, next to a read bandwidth measured in the
 // same run (lio::bench::measure_read_bandwidth).
-#include "lio/omp_compat.h"
-
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -23,6 +21,7 @@
 #include "bench_util.h"
 #include "cpu_ops.h"
 #include "indirection_common.h"
+#include "lio/omp_compat.h"
 
 namespace {
 
@@ -31,23 +30,15 @@ namespace ind = lio::bench::indirection;
 /// One decode step of a variant on layer copy `layer` (0 .. n_layers-1).
 using Step = std::function<void(int64_t layer)>;
 
-/// Median microseconds per step of each of `steps`. A sample runs the variant once on every
-/// layer copy and divides by n_layers; the variants take turns within each repeat, so a noisy
-/// neighbour slows them alike. `warmup` untimed samples of each run first.
+/// Median microseconds per step of each of `steps` (ind::median_us_taking_turns): a sample runs
+/// the variant once on every layer copy and divides by n_layers.
 std::vector<double> time_steps(const std::vector<Step>& steps, int64_t n_layers, int warmup,
                                int repeats) {
-  std::vector<std::vector<double>> samples(steps.size());
-  for (int r = 0; r < warmup + repeats; ++r) {
-    for (size_t v = 0; v < steps.size(); ++v) {
-      const double t0 = lio::bench::now_s();
-      for (int64_t l = 0; l < n_layers; ++l) steps[v](l);
-      const double dt = lio::bench::now_s() - t0;
-      if (r >= warmup) samples[v].push_back(1e6 * dt / static_cast<double>(n_layers));
-    }
-  }
-  std::vector<double> us;
-  for (const auto& s : samples) us.push_back(lio::bench::median(s));
-  return us;
+  return ind::median_us_taking_turns(steps.size(), warmup, repeats, [&](size_t v) {
+    const double t0 = lio::bench::now_s();
+    for (int64_t l = 0; l < n_layers; ++l) steps[v](l);
+    return 1e6 * (lio::bench::now_s() - t0) / static_cast<double>(n_layers);
+  });
 }
 
 /// Builds the layouts of one context length, checks every paged variant against the contiguous
@@ -85,13 +76,10 @@ ind::Row measure(const ind::Shape& shape, const ind::Options& o, int64_t n_ctx) 
   ind::Row row{n_ctx, c.kv_bytes_per_step(), {}, std::vector<double>(steps.size(), 0.0)};
   for (int64_t l = 0; l < o.n_layers; ++l) {
     for (const Step& step : steps) step(l);
-    for (size_t v = 1; v < steps.size(); ++v) {
-      row.max_rel_diff[v] = std::max(row.max_rel_diff[v], ind::max_rel_diff(out[v], out[0]));
-      ind::require_parity(
-          row.max_rel_diff[v], kParityLimit,
-          "n_ctx " + std::to_string(n_ctx) + ", layer " + std::to_string(l) +
-              (v == 1 ? ", paged 1 blk" : ", paged bs=" + std::to_string(paged[v - 1].block_size)));
-    }
+    for (size_t v = ind::kOneBlock; v < steps.size(); ++v)
+      ind::check_variant(row, v, out[v], out[0], kParityLimit,
+                         "n_ctx " + std::to_string(n_ctx) + ", layer " + std::to_string(l),
+                         o.block_sizes);
   }
   row.us = time_steps(steps, o.n_layers, o.warmup, o.repeats);
   return row;
@@ -108,11 +96,7 @@ int run(const ind::Options& o, int threads) {
       "bench_paged_indirection | %s, %d threads | read bandwidth %.1f GB/s (measured, "
       "256 MiB, all threads)\n",
       lio::bench::cpu_name().c_str(), omp_get_max_threads(), read_bw / 1e9);
-  std::printf(
-      "SmolLM2 attention: %lld heads over %lld KV heads, head_dim %lld, f32 | B = %lld "
-      "sequences, one decode row each | layers %lld | medians of %d after %d warm-up\n",
-      (long long)shape.n_heads, (long long)shape.n_kv_heads, (long long)shape.head_dim,
-      (long long)o.batch, (long long)o.n_layers, o.repeats, o.warmup);
+  ind::print_setup(shape, o, "");
   std::printf(
       "contiguous = %lld x cpu::decode_attention (OpenMP over heads); paged = 1 x "
       "cpu::paged_attention_reference (OpenMP over rows), blocks in a random order; paged 1 blk = "
@@ -135,26 +119,17 @@ int run(const ind::Options& o, int threads) {
   ind::print_layout_ratios(rows, o.block_sizes);
 
   if (!o.json_path.empty()) {
-    ind::json j{{"provenance",
-                 {{"command", o.command},
-                  {"commit", lio::bench::git_commit()},
-                  {"machine", lio::bench::cpu_name() + ", " + std::to_string(omp_get_max_threads()) + " threads"},
-                  {"date", lio::bench::utc_date()}}},
-                {"benchmark", "bench_paged_indirection"},
-                {"cpu", lio::bench::cpu_name()},
-                {"threads", omp_get_max_threads()},
-                {"read_bandwidth_gbs", read_bw / 1e9},
-                {"n_heads", shape.n_heads},
-                {"n_kv_heads", shape.n_kv_heads},
-                {"head_dim", shape.head_dim},
-                {"batch", o.batch},
-                {"layers", o.n_layers},
-                {"repeats", o.repeats},
-                {"warmup", o.warmup},
-                {"seed", o.seed},
-                {"contiguous", "batch x cpu::decode_attention"},
-                {"paged", "1 x cpu::paged_attention_reference"},
-                {"rows", ind::rows_json(rows, o.block_sizes)}};
+    const int threads_used = omp_get_max_threads();
+    ind::json j =
+        ind::head_json("bench_paged_indirection", o,
+                       lio::bench::cpu_name() + ", " + std::to_string(threads_used) + " threads",
+                       {{"cpu", lio::bench::cpu_name()},
+                        {"threads", threads_used},
+                        {"read_bandwidth_gbs", read_bw / 1e9}},
+                       shape);
+    j["contiguous"] = "batch x cpu::decode_attention";
+    j["paged"] = "1 x cpu::paged_attention_reference";
+    j["rows"] = ind::rows_json(rows, o.block_sizes);
     ind::write_json(o.json_path, j);
   }
   return 0;
@@ -169,17 +144,5 @@ int main(int argc, char** argv) {
   int threads = 0;
   ind::add_options(app, o);
   app.add_option("--threads", threads, "OpenMP threads (0 = all cores)")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  o.command = lio::bench::command_line(argc, argv);
-  try {
-    return run(o, threads);
-  } catch (const lio::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());
-    return 1;
-  }
+  return ind::run_main(app, o, argc, argv, [&] { return run(o, threads); });
 }

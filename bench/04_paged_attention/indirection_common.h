@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "lio/atomic_file.h"
 #include "lio/error.h"
 
@@ -189,6 +191,26 @@ inline PagedKv make_paged(const ContiguousKv& c, int64_t block_size, bool scatte
   return p;
 }
 
+// ---- timing -------------------------------------------------------------------------------------
+
+/// Median microseconds per step of each of `n_variants` variants. `sample_us(v)` runs variant v
+/// once (one timed sample, however the caller times it: wall clock on the CPU, CUDA events on
+/// the GPU) and returns its microseconds per step. The variants take turns within each repeat,
+/// so a noisy neighbour slows them alike; the first `warmup` rounds are not kept.
+inline std::vector<double> median_us_taking_turns(size_t n_variants, int warmup, int repeats,
+                                                  const std::function<double(size_t)>& sample_us) {
+  std::vector<std::vector<double>> samples(n_variants);
+  for (int r = 0; r < warmup + repeats; ++r) {
+    for (size_t v = 0; v < n_variants; ++v) {
+      const double us = sample_us(v);
+      if (r >= warmup) samples[v].push_back(us);
+    }
+  }
+  std::vector<double> us;
+  for (const auto& s : samples) us.push_back(median(s));
+  return us;
+}
+
 // ---- parity -------------------------------------------------------------------------------------
 
 /// max_i |got[i] - want[i]| / max_i |want[i]|; +infinity on a size mismatch or a non-finite
@@ -227,6 +249,31 @@ struct Row {
   std::vector<double> us;            ///< (2 + n_block_sizes): median microseconds per step
   std::vector<double> max_rel_diff;  ///< (2 + n_block_sizes): vs the contiguous output ([0] = 0)
 };
+
+/// Records one parity check of variant v (>= kOneBlock): row.max_rel_diff[v] keeps the largest
+/// max_rel_diff(got, want) seen; throws InternalError (require_parity) naming `where` (n_ctx,
+/// layer, ...) and the variant unless it stays below `limit`. block_sizes[i] is variant
+/// kFirstPaged + i's.
+inline void check_variant(Row& row, size_t v, std::span<const float> got,
+                          std::span<const float> want, double limit, const std::string& where,
+                          const std::vector<int64_t>& block_sizes) {
+  row.max_rel_diff[v] = std::max(row.max_rel_diff[v], max_rel_diff(got, want));
+  require_parity(
+      row.max_rel_diff[v], limit,
+      where + (v == kOneBlock ? ", paged 1 blk"
+                              : ", paged bs=" + std::to_string(block_sizes[v - kFirstPaged])));
+}
+
+/// Prints the setup line both benchmarks start with: the attention shape, B, --layers and how
+/// samples are taken; `per_sample` is inserted before the medians (e.g. "50 steps per sample, ",
+/// or "").
+inline void print_setup(const Shape& shape, const Options& o, const std::string& per_sample) {
+  std::printf(
+      "SmolLM2 attention: %lld heads over %lld KV heads, head_dim %lld, f32 | B = %lld "
+      "sequences, one decode row each | layers %lld | %smedians of %d after %d warm-up\n",
+      (long long)shape.n_heads, (long long)shape.n_kv_heads, (long long)shape.head_dim,
+      (long long)o.batch, (long long)o.n_layers, per_sample.c_str(), o.repeats, o.warmup);
+}
 
 /// Prints `rows` as a markdown table: n_ctx, K/V MiB read per step, then each variant's median
 /// us and its ratio to the contiguous kernel (GB/s for the contiguous kernel).
@@ -286,6 +333,48 @@ inline json rows_json(const std::vector<Row>& rows, const std::vector<int64_t>& 
     out.push_back({{"n_ctx", r.n_ctx}, {"kv_bytes_per_step", r.kv_bytes}, {"variants", variants}});
   }
   return out;
+}
+
+/// The JSON head both benchmarks write: provenance (the command, commit, `machine`, date), the
+/// benchmark's name, then `before_settings` (machine facts), the attention shape and the flags.
+inline json head_json(const std::string& benchmark, const Options& o, json machine,
+                      const json& before_settings, const Shape& shape) {
+  json j{{"provenance",
+          {{"command", o.command},
+           {"commit", git_commit()},
+           {"machine", std::move(machine)},
+           {"date", utc_date()}}},
+         {"benchmark", benchmark}};
+  j.update(before_settings);
+  j.update(json{{"n_heads", shape.n_heads},
+                {"n_kv_heads", shape.n_kv_heads},
+                {"head_dim", shape.head_dim},
+                {"batch", o.batch},
+                {"layers", o.n_layers},
+                {"repeats", o.repeats},
+                {"warmup", o.warmup},
+                {"seed", o.seed}});
+  return j;
+}
+
+/// What both mains do around `run`: parse `app` (whose flags include add_options(app, o)),
+/// record the command line in o.command, run, and report an lio::Error as "<name>: error: ..."
+/// with exit status 1 (a flag error exits as CLI11 does).
+inline int run_main(CLI::App& app, Options& o, int argc, char** argv,
+                    const std::function<int()>& run) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  o.command = command_line(argc, argv);
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());
+    return 1;
+  }
 }
 
 /// Writes `j` to `path` (pretty-printed). Throws InvalidArgument if the file cannot be written.
