@@ -858,8 +858,8 @@ def main():
     if stage and not whole:
         print("reproduce: not re-rendering the lessons: the published results did not change")
     elif not a.no_render:
-        print("\nreproduce: python3 scripts/render_docs.py", flush=True)
-        if subprocess.run(["python3", "scripts/render_docs.py"], env=env).returncode != 0:
+        print(f"\nreproduce: {PY} scripts/render_docs.py", flush=True)
+        if subprocess.run([PY, "scripts/render_docs.py"], env=env).returncode != 0:
             failed.append("render_docs")
     print(f"\nreproduce: {mode} run done in {fmt_s(total)}; {len(done) - len(failed)} of {len(plan)} steps ran"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))

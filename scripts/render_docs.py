@@ -2,12 +2,14 @@
 """Fills the measured numbers of the lessons and the README from bench/results, so that no
 measured number is typed by hand (COURSE.md, "Performance method").
 
-    python3 scripts/render_docs.py            # rewrite every stale block in place
-    python3 scripts/render_docs.py --check    # exit 1 and print a unified diff if any block is stale
-    python3 scripts/render_docs.py --self-test
+    .venv/bin/python scripts/render_docs.py            # rewrite every stale block in place
+    .venv/bin/python scripts/render_docs.py --check    # exit 1 and print a unified diff if any block is stale
+    .venv/bin/python scripts/render_docs.py --self-test
 
 Files: README.md, docs/*.md and bench/results/*.md (or the paths given), relative to the
-repository root (--root). Standard library only: CI runs it under plain python3.
+repository root (--root). Templates are Jinja2 (scripts/requirements.txt pins it; the venv that
+scripts/setup.sh makes has it), in its sandbox; the functions they call are in
+scripts/render_fns.py, tested by scripts/test_render_fns.py.
 
 Markers
 -------
@@ -20,7 +22,7 @@ Table (one row of output per element of `rows`):
     let rows = stack.decode
     | context | naive tok/s | absorbed tok/s | absorbed / naive |
     |---:|---:|---:|---:|
-    | {context} | {naive_tokens_per_s:.1f} | {absorbed_tokens_per_s:.1f} | {absorbed_tokens_per_s / naive_tokens_per_s:.1f}x |
+    | {{ context }} | {{ naive_tokens_per_s | fmt('.1f') }} | {{ absorbed_tokens_per_s | fmt('.1f') }} | {{ (absorbed_tokens_per_s / naive_tokens_per_s) | fmt('.1f') }}x |
     -->
 
     | context | naive tok/s | ...                   (generated; do not edit)
@@ -28,7 +30,7 @@ Table (one row of output per element of `rows`):
 
 Text (evaluated once; inline on one line, or as a block like the table):
 
-    ... decodes <!-- render: text q=bench/results/03_quantization_cpu.json {q8_b1 / f32_b1:.2f}x -->1.99x<!-- /render --> faster
+    ... decodes <!-- render: text q=bench/results/03_quantization_cpu.json {{ (q8_b1 / f32_b1) | fmt('.2f') }}x -->1.99x<!-- /render --> faster
 
 File scope (names visible to every later marker of the same file; nothing is rendered):
 
@@ -40,21 +42,25 @@ The words after `render: KIND` on the marker's first line are sources, up to the
 that is not one (further lines made only of sources, before any template line, add more): `NAME=PATH` binds the loaded file to NAME; a bare `PATH` also spreads its
 top-level keys as names (as `stack` above). PATH is relative to the root and ends in .json
 (parsed as is) or .csv (a list of rows; numbers, true / false and nan converted). The rest of
-the marker is the template. `let NAME = EXPR` lines bind names, in order; a table needs
-`rows`. In a table template the lines up to the `|---|` separator are the header, written
-once; the lines after it are written once per row, with the row's keys as names (and `row`
-for the row itself). `{EXPR}` or `{EXPR:SPEC}` is replaced by the value of a Python expression,
-formatted by a format spec (`.2f`, `,.0f`, `.1%`); None prints as `-`; `{{` and `}}` are
-literal braces. An expression cannot contain `:` outside brackets (no lambdas in templates;
-define them with `let`). Dict keys read as attributes (`v.perplexity`) or, when they are not
-identifiers, as `v['S_TG t/s']`.
+the marker is the template. `let NAME = EXPR` lines bind names, in order, to the value of a
+Jinja2 expression; a table needs `rows`. In a table template the lines up to the `|---|`
+separator are the header, written once; the lines after it are written once per row, with the
+row's keys as names (and `row` for the row itself). Each template line is a Jinja2 template:
+`{{ EXPR }}` prints a value (None prints as `-`), `{{ EXPR | fmt('SPEC') }}` formats it by a
+Python format spec (`.2f`, `,.0f`, `.1%`; parenthesize an EXPR with operators: filters bind
+first). An unknown name or key is an error, never an empty cell. Dict keys read as attributes
+(`v.perplexity`) or, when they are not identifiers, as `v['S_TG t/s']`. An expression that needs
+a comprehension, a lambda or more than a line is a named function in scripts/render_fns.py
+(a function of arguments is bound to the marker's names with `partial(f, a, b)`).
 
-Names available in expressions: the sources and lets above, and
+Names available in expressions: the sources and lets above, every function of render_fns
+(its named functions and these helpers)
     find(seq, key=value, ...)   the one element whose keys have these values (an error if
                                 none or several)
     where(seq, key=value, ...)  every such element, in order
     mib(n_bytes)                n_bytes / 2**20
     median, spread              statistics.median; (min, max)
+    fmt(value, spec), partial   the format filter as a function; functools.partial
 and abs, all, any, bool, dict, enumerate, float, int, len, list, max, min, range, round,
 sorted, str, sum, tuple, zip.
 
@@ -62,7 +68,6 @@ An inline text marker must not start a line (Markdown would read the line as an 
 A number that cannot be rendered stops the run with the file and line of its marker (exit 2).
 """
 import argparse
-import ast
 import csv
 import difflib
 import glob
@@ -70,10 +75,18 @@ import json
 import math
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
+
+try:
+    import jinja2
+    import jinja2.sandbox
+except ImportError:
+    sys.exit("render_docs: needs Jinja2 (scripts/requirements.txt): run scripts/setup.sh, then "
+             ".venv/bin/python scripts/render_docs.py")
+
+import render_fns  # scripts/render_fns.py, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPEN = re.compile(r"<!--\s*render:\s*(table|text|let)\b")
@@ -81,6 +94,13 @@ CLOSE = "<!-- /render -->"
 SOURCE = re.compile(r"^(?:([A-Za-z_]\w*)=)?([\w./+-]+\.(?:json|csv))$")
 LET = re.compile(r"^\s*let\s+([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
 SEPARATOR = re.compile(r"^\s*\|[\s:|-]+\|\s*$")
+# Jinja2's sandbox: no private attributes, no unsafe calls; an unknown name is an error, never an
+# empty cell; None prints as "-".
+ENV = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False,
+                                          keep_trailing_newline=True,
+                                          finalize=lambda v: "-" if v is None else v)
+ENV.globals.update(render_fns.names())
+ENV.filters["fmt"] = render_fns.fmt
 
 
 class RenderError(Exception):
@@ -134,82 +154,37 @@ def load_source(root, path, cache):
     return cache[full]
 
 
-def find(seq, **match):
-    hits = where(seq, **match)
-    if len(hits) != 1:
-        raise RenderError(f"find({match}): {len(hits)} matches, expected 1")
-    return hits[0]
-
-
-def where(seq, **match):
-    return [x for x in seq if all(x.get(k) == v for k, v in match.items())]
-
-
-HELPERS = {
-    "find": find, "where": where, "mib": lambda n: n / 2**20, "median": statistics.median,
-    "spread": lambda xs: (min(xs), max(xs)),
-    **{name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
-       for name in ("abs", "all", "any", "bool", "dict", "enumerate", "float", "int", "len", "list", "max",
-                    "min", "range", "round", "sorted", "str", "sum", "tuple", "zip")},
-}
+_EXPRESSIONS, _TEMPLATES = {}, {}
 
 
 def evaluate(expr, scope):
+    """The value of the Jinja2 expression `expr` with the names in `scope`; RenderError on failure."""
+    expr = expr.strip()
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as e:
-        raise RenderError(f"cannot parse {expr!r}: {e.msg}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-            raise RenderError(f"{expr!r}: private attributes are not allowed")
-    try:
-        return eval(compile(tree, "<render>", "eval"), {"__builtins__": {}, **scope})  # noqa: S307
+        if expr not in _EXPRESSIONS:
+            _EXPRESSIONS[expr] = ENV.compile_expression(expr, undefined_to_none=False)
+        value = _EXPRESSIONS[expr](**scope)
+        if isinstance(value, jinja2.Undefined):
+            value._fail_with_undefined_error()
+        return value
+    except jinja2.TemplateSyntaxError as e:
+        raise RenderError(f"cannot parse {expr!r}: {e.message}") from None
     except RenderError:
         raise
     except Exception as e:  # any failure names the expression
         raise RenderError(f"{expr!r}: {type(e).__name__}: {e}") from None
 
 
-def split_spec(field):
-    """'a / b:.2f' -> ('a / b', '.2f'): the last ':' outside brackets and quotes."""
-    depth, quote, cut = 0, None, -1
-    for i, c in enumerate(field):
-        if quote:
-            quote = None if c == quote else quote
-        elif c in "'\"":
-            quote = c
-        elif c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif c == ":" and depth == 0:
-            cut = i
-    return (field, "") if cut < 0 else (field[:cut], field[cut + 1:])
-
-
 def fill(template, scope):
-    """The template with every {EXPR[:SPEC]} replaced."""
-    out, i = [], 0
-    while i < len(template):
-        c = template[i]
-        if template.startswith("{{", i) or template.startswith("}}", i):
-            out.append(c)
-            i += 2
-        elif c == "{":
-            end = template.find("}", i)
-            if end < 0:
-                raise RenderError(f"unclosed '{{' in {template!r}")
-            expr, spec = split_spec(template[i + 1:end])
-            value = evaluate(expr, scope)
-            try:
-                out.append("-" if value is None else format(value, spec))
-            except (ValueError, TypeError) as e:
-                raise RenderError(f"{expr!r} = {value!r} cannot take format {spec!r}: {e}") from None
-            i = end + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    """The template line rendered by Jinja2: every {{ EXPR }} (or {{ EXPR | fmt('SPEC') }}) replaced."""
+    try:
+        if template not in _TEMPLATES:
+            _TEMPLATES[template] = ENV.from_string(template)
+        return _TEMPLATES[template].render(scope)
+    except jinja2.TemplateSyntaxError as e:
+        raise RenderError(f"cannot parse {template!r}: {e.message}") from None
+    except Exception as e:
+        raise RenderError(f"{template!r}: {type(e).__name__}: {e}") from None
 
 
 def bind_source(word, scope, root, cache):
@@ -274,7 +249,7 @@ def render_table(scope, template):
 
 def render_text(text, path, root, cache):
     """The file's text with every block re-rendered."""
-    out, pos, scope = [], 0, dict(HELPERS)
+    out, pos, scope = [], 0, {}
     while True:
         m = OPEN.search(text, pos)
         if not m:
@@ -344,7 +319,8 @@ def run(root, files, check):
                 f.write(new)
             print(f"render_docs: rewrote {rel}")
     if check and stale:
-        print(f"render_docs: {stale} file(s) hold stale numbers; run python3 scripts/render_docs.py", file=sys.stderr)
+        print(f"render_docs: {stale} file(s) hold stale numbers; run .venv/bin/python scripts/render_docs.py",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -365,7 +341,7 @@ let base = find(r.rows, name='a').tps
 let rows = rows
 | name | tok/s | vs a |
 |---|---:|---:|
-| {name} | {tps:.1f} | {tps / base:.2f}x |
+| {{ name }} | {{ tps | fmt('.1f') }} | {{ (tps / base) | fmt('.2f') }}x |
 -->
 
 | name | tok/s | vs a |
@@ -375,7 +351,7 @@ let rows = rows
 
 <!-- /render -->
 
-b is <!-- render: text {find(r.rows, name='b').tps / base:.1f}x -->2.4x<!-- /render --> faster than a.
+b is <!-- render: text {{ (find(r.rows, name='b').tps / base) | fmt('.1f') }}x -->2.4x<!-- /render --> faster than a.
 """
 SELF_TEST_FRESH = SELF_TEST_MD.replace("| b | 24.0 | 2.40x |", "| b | 25.0 | 2.50x |").replace(
     "-->2.4x<!--", "-->2.5x<!--")
@@ -418,18 +394,18 @@ def self_test():
 
         # A marker naming a missing key is an error, never a silently kept number.
         with open(md, "w") as f:
-            f.write(SELF_TEST_MD.replace("{tps:.1f}", "{tokens_per_s:.1f}"))
+            f.write(SELF_TEST_MD.replace("{{ tps | fmt('.1f') }}", "{{ tokens_per_s | fmt('.1f') }}"))
         rc, out = call(root, "--check")
         expect(rc == 2 and "docs/t.md:7" in out and "tokens_per_s" in out,
                f"an unknown name exits 2 with the marker's line (got {rc})", out)
         # An inline marker at the start of a line would become an HTML block.
         with open(md, "w") as f:
-            f.write("<!-- render: text {1 + 1} -->2<!-- /render -->\n")
+            f.write("<!-- render: text {{ 1 + 1 }} -->2<!-- /render -->\n")
         rc, out = call(root, "--check")
         expect(rc == 2 and "must not start a line" in out, "an inline marker at a line start is refused", out)
         # A marker whose template spans lines inside a paragraph would split the paragraph.
         with open(md, "w") as f:
-            f.write("b is <!-- render: text {1 +\n1} -->2<!-- /render --> here.\n")
+            f.write("b is <!-- render: text {{ 1 +\n1 }} -->2<!-- /render --> here.\n")
         rc, out = call(root, "--check")
         expect(rc == 2 and "must fit on that line" in out, "a multi-line marker inside a line is refused", out)
     print("render_docs self-test: ok (stale block caught, rendered, fresh; bad markers refused)")
