@@ -45,29 +45,10 @@ median = statistics.median
 
 # Names every marker sees besides its sources and lets: these helpers, the Python built-ins the
 # markers have always had, and the named functions below.
+_BUILTIN_NAMES = "abs all any bool dict enumerate float int len list max min range round sorted str sum tuple zip"
 BUILTINS = {
     name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
-    for name in (
-        "abs",
-        "all",
-        "any",
-        "bool",
-        "dict",
-        "enumerate",
-        "float",
-        "int",
-        "len",
-        "list",
-        "max",
-        "min",
-        "range",
-        "round",
-        "sorted",
-        "str",
-        "sum",
-        "tuple",
-        "zip",
-    )
+    for name in _BUILTIN_NAMES.split()
 }
 HELPERS = {
     "find": find,
@@ -105,8 +86,8 @@ def readme_TT(ec, cache, warm):
     return find(ec.shared_system_prompt, prefix_cache=cache, warm=warm).median_ttft_ms
 
 
-def readme_M(d):
-    """README.md, `let M`. A function of d; the lesson binds nothing with partial()."""
+def readme_machine_name(d):
+    """README.md, `let M`. A function of d; the lesson names it as it is."""
     return (
         (d.provenance.machine if str(d.provenance.machine) == d.provenance.machine else d.provenance.machine.cpu)
         .split(" |")[0]
@@ -252,7 +233,7 @@ def readme_NC(f):
     return len(dict.fromkeys(x.commit for x in f.sittings))
 
 
-def ch01_that_file_names(cd):
+def machine_name(cd):
     """docs/01_kv_cache.md, a {...} field. Also docs/02_gqa_mla.md, docs/03_quantization.md, docs/04_paged_attention.md, docs/05_continuous_batching.md."""
     return (
         (cd.provenance.machine if str(cd.provenance.machine) == cd.provenance.machine else cd.provenance.machine.cpu)
@@ -308,12 +289,12 @@ def ch02_T(G, name, b, c):
 
 
 def ch02_kl(x):
-    """docs/02_gqa_mla.md, `let kl`. A function of x; the lesson binds nothing with partial()."""
+    """docs/02_gqa_mla.md, `let kl`. A function of x; the lesson names it as it is."""
     return "%.2f" % x if x >= 0.1 else "%.2g" % x if x > 0 else "0"
 
 
 def ch02_ppl(x):
-    """docs/02_gqa_mla.md, `let ppl`. A function of x; the lesson binds nothing with partial()."""
+    """docs/02_gqa_mla.md, `let ppl`. A function of x; the lesson names it as it is."""
     return "{:,.0f}".format(x) if x >= 1000 else "%.3f" % x
 
 
@@ -347,7 +328,7 @@ def ch02_best(ml):
 
 
 def ch02_bold(text, on):
-    """docs/02_gqa_mla.md, `let bold`. A function of text, on; the lesson binds nothing with partial(). Also docs/04_paged_attention.md."""
+    """docs/02_gqa_mla.md, `let bold`. A function of text, on; the lesson names it as it is. Also docs/04_paged_attention.md."""
     return "**%s**" % text if on else text
 
 
@@ -357,12 +338,12 @@ def ch02_kv_bytes_gqa_s(bold, rank, best, kv_bytes_per_token_f16, ml):
 
 
 def ch03_V(doc, name):
-    """docs/03_quantization.md, `let V`. A function of doc, name; the lesson binds nothing with partial(). Also bench/results/03_quantization_tables.md, bench/results/README.md."""
+    """docs/03_quantization.md, `let V`. A function of doc, name; the lesson names it as it is. Also bench/results/03_quantization_tables.md, bench/results/README.md."""
     return find(doc.variants, variant=name)
 
 
 def ch03_P(doc, name):
-    """docs/03_quantization.md, `let P`. A function of doc, name; the lesson binds nothing with partial(). Also bench/results/03_quantization_tables.md."""
+    """docs/03_quantization.md, `let P`. A function of doc, name; the lesson names it as it is. Also bench/results/03_quantization_tables.md."""
     return find(doc.rows, model=name)
 
 
@@ -407,7 +388,7 @@ def ch03_measured_rows(GRIDS, V, m):
 
 
 def ch03_B(v, other):
-    """docs/03_quantization.md, `let B`. A function of v, other; the lesson binds nothing with partial()."""
+    """docs/03_quantization.md, `let B`. A function of v, other; the lesson names it as it is."""
     return ("**%.2f**" if v.perplexity < other.perplexity else "%.2f") % v.perplexity
 
 
@@ -444,7 +425,7 @@ def ch04_S(mem, trace, scheme):
 
 
 def ch04_TT(e, cache, warm):
-    """docs/04_paged_attention.md, `let TT`. A function of e, cache, warm; the lesson binds nothing with partial(). Also bench/results/README.md."""
+    """docs/04_paged_attention.md, `let TT`. A function of e, cache, warm; the lesson names it as it is. Also bench/results/README.md."""
     return find(e.shared_system_prompt, prefix_cache=cache, warm=warm).median_ttft_ms
 
 
@@ -459,7 +440,7 @@ def ch04_MT(ec, cache):
 
 
 def ch04_LAYOUT(rows, n, bs):
-    """docs/04_paged_attention.md, `let LAYOUT`. A function of rows, n, bs; the lesson binds nothing with partial()."""
+    """docs/04_paged_attention.md, `let LAYOUT`. A function of rows, n, bs; the lesson names it as it is."""
     return [v for v in find(rows, n_ctx=n).variants if v.get("block_size") == bs][0].ratio_vs_one_block
 
 
@@ -504,17 +485,17 @@ def ch04_LESS_WASTE(PG, S, scheme):
 
 
 def ch05_RUN(t, variant, rate):
-    """docs/05_continuous_batching.md, `let RUN`. A function of t, variant, rate; the lesson binds nothing with partial(). Also bench/results/README.md."""
+    """docs/05_continuous_batching.md, `let RUN`. A function of t, variant, rate; the lesson names it as it is. Also bench/results/README.md."""
     return find(t.runs, variant=variant, rate=rate)
 
 
 def ch05_RATIO(t, rate):
-    """docs/05_continuous_batching.md, `let RATIO`. A function of t, rate; the lesson binds nothing with partial(). Also bench/results/README.md."""
+    """docs/05_continuous_batching.md, `let RATIO`. A function of t, rate; the lesson names it as it is. Also bench/results/README.md."""
     return find(t.continuous_over_static, rate=rate)
 
 
 def ch05_REQ(abc, policy, name):
-    """docs/05_continuous_batching.md, `let REQ`. A function of abc, policy, name; the lesson binds nothing with partial()."""
+    """docs/05_continuous_batching.md, `let REQ`. A function of abc, policy, name; the lesson names it as it is."""
     return find(abc[policy].requests, name=name)
 
 
@@ -554,7 +535,7 @@ def ch05_exercise_production(ac, RATIO, tc):
     )
 
 
-def ch05_value_64(ac, RATIO, tc):
+def ch05_best_throughput_ratio(ac, RATIO, tc):
     """docs/05_continuous_batching.md, a {...} field."""
     return max(
         ac.summary.throughput_ratio,
@@ -600,7 +581,7 @@ def ch06_gives(d):
     )
 
 
-def ch06_value_59(d):
+def ch06_faster_or_slower_draft(d):
     """docs/06_speculative.md, a {...} field."""
     return (
         "faster"
@@ -663,7 +644,7 @@ def ch08_R(n, w, a):
     return find(n.rows, what=w, activations=a)
 
 
-def ch08_M(n):
+def ch08_machine_name(n):
     """docs/08_tensor_parallel.md, `let M`."""
     return (
         n.provenance.machine if str(n.provenance.machine) == n.provenance.machine else n.provenance.machine.cpu
@@ -787,7 +768,7 @@ def ch09_against(RUN, sv):
     return min(RUN("lio", r).itl_p99_ms for r in sv.settings.request_rates) / 1000
 
 
-def ch09_value_21(RUN, sv):
+def ch09_worst_itl_p99_s(RUN, sv):
     """docs/09_server.md, a {...} field."""
     return max(RUN("lio", r).itl_p99_ms for r in sv.settings.request_rates) / 1000
 
@@ -797,7 +778,7 @@ def ch09_goodput_ranges_over(sv):
     return min(r.goodput for r in sv.runs)
 
 
-def ch09_value_23(sv):
+def ch09_best_goodput(sv):
     """docs/09_server.md, a {...} field."""
     return max(r.goodput for r in sv.runs)
 
@@ -849,12 +830,12 @@ def ch09_S(cl, key):
 
 
 def ch09_MED(d, spec):
-    """docs/09_server.md, `let MED`. A function of d, spec; the lesson binds nothing with partial()."""
+    """docs/09_server.md, `let MED`. A function of d, spec; the lesson names it as it is."""
     return "-" if d is None else ("{:" + spec + "}").format(d["median"])
 
 
 def ch09_RANGE(d, spec):
-    """docs/09_server.md, `let RANGE`. A function of d, spec; the lesson binds nothing with partial()."""
+    """docs/09_server.md, `let RANGE`. A function of d, spec; the lesson names it as it is."""
     return (
         "-"
         if d is None
@@ -863,7 +844,7 @@ def ch09_RANGE(d, spec):
 
 
 def ch09_RATIO(d):
-    """docs/09_server.md, `let RATIO`. A function of d; the lesson binds nothing with partial()."""
+    """docs/09_server.md, `let RATIO`. A function of d; the lesson names it as it is."""
     return "" if d is None else "{:.2f}x ({:.2f}-{:.2f})".format(d["median"], d["min"], d["max"])
 
 
@@ -921,7 +902,7 @@ def cuda_backend_swiglu_over_floats_takes(g):
     return find(g.kernel_breakdown, op="rmsnorm").us_per_token / find(g.kernel_breakdown, op="rmsnorm").calls_per_token
 
 
-def cuda_backend_value_16(g):
+def cuda_backend_rope_us_per_call(g):
     """docs/cuda_backend.md, a {...} field."""
     return find(g.kernel_breakdown, op="rope").us_per_token / find(g.kernel_breakdown, op="rope").calls_per_token
 
@@ -931,12 +912,12 @@ def cuda_backend_one_call(g):
     return sum(1 for s in g.steps if s.status == "passed")
 
 
-def cuda_backend_value_20(g):
+def cuda_backend_gtest_total(g):
     """docs/cuda_backend.md, a {...} field."""
     return sum(t.tests for t in g.gtest)
 
 
-def cuda_backend_value_21(g):
+def cuda_backend_gtest_failed(g):
     """docs/cuda_backend.md, a {...} field."""
     return sum(t.failed for t in g.gtest)
 
@@ -946,7 +927,7 @@ def engine_or_int8_activations_rows(kl):
     return [dict(name=k, **v) for k, v in kl.rows.items()]
 
 
-def engine_value_7(kl):
+def engine_int8_kl_verdict(kl):
     """docs/engine.md, a {...} field."""
     return (
         "a tie with llama.cpp, so int8 passes the rule"
@@ -959,13 +940,13 @@ def engine_value_7(kl):
     )
 
 
-def engine__rows(kl):
+def engine_greedy_text_rows(kl):
     """docs/engine.md, `let rows`."""
     return [dict(name=k, text=v) for k, v in kl.greedy.items()]
 
 
 def quant_tables_RM(r, key):
-    """bench/results/03_quantization_tables.md, `let RM`. A function of r, key; the lesson binds nothing with partial()."""
+    """bench/results/03_quantization_tables.md, `let RM`. A function of r, key; the lesson names it as it is."""
     return r[key].ratio.median if key in r else r.lio[key] / r.llama_cpp[key]
 
 
@@ -979,17 +960,17 @@ def quant_tables_RC(RM, r, key):
 
 
 def quant_tables_LL(r, key):
-    """bench/results/03_quantization_tables.md, `let LL`. A function of r, key; the lesson binds nothing with partial()."""
+    """bench/results/03_quantization_tables.md, `let LL`. A function of r, key; the lesson names it as it is."""
     return r[key].llama_cpp.median if key in r else r.llama_cpp[key]
 
 
 def quant_tables_OLD(d):
-    """bench/results/03_quantization_tables.md, `let OLD`. A function of d; the lesson binds nothing with partial()."""
+    """bench/results/03_quantization_tables.md, `let OLD`. A function of d; the lesson names it as it is."""
     return str(d.get("harness", "")).startswith("old")
 
 
 def quant_tables_SPAN(d):
-    """bench/results/03_quantization_tables.md, `let SPAN`. A function of d; the lesson binds nothing with partial()."""
+    """bench/results/03_quantization_tables.md, `let SPAN`. A function of d; the lesson names it as it is."""
     return "decode at context %d, prefill of prompt positions %d..%d" % (
         d.prompt_tokens,
         d.prompt_tokens,
@@ -1064,7 +1045,7 @@ def quant_tables_decode_was(PR2, A8B):
     return min(PR2(v, "decode_b1") for v in A8B)
 
 
-def quant_tables_value_40(PR2, A8B):
+def quant_tables_best_a8b_decode_b1(PR2, A8B):
     """bench/results/03_quantization_tables.md, a {...} field."""
     return max(PR2(v, "decode_b1") for v in A8B)
 
@@ -1104,7 +1085,7 @@ def results_SD(fam):
 
 
 def results_DT(r):
-    """bench/results/README.md, `let DT`. A function of r; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let DT`. A function of r; the lesson names it as it is."""
     return 1000 / r.decode_tok_s
 
 
@@ -1119,7 +1100,7 @@ def results_BL(bt, c):
 
 
 def results_ppl(x):
-    """bench/results/README.md, `let ppl`. A function of x; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let ppl`. A function of x; the lesson names it as it is."""
     return "{:,.0f}".format(x) if x >= 1000 else "%.2f" % x
 
 
@@ -1215,7 +1196,7 @@ def results_PEER_DRAFT(sp, engine):
 
 
 def results_NAME(e):
-    """bench/results/README.md, `let NAME`. A function of e; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let NAME`. A function of e; the lesson names it as it is."""
     return "LIO" if e == "lio" else e
 
 
@@ -1249,7 +1230,7 @@ def results_PR(p7, pair, metric):
 
 
 def results_STEP8(cfgs, a, b):
-    """bench/results/README.md, `let STEP8`. A function of cfgs, a, b; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let STEP8`. A function of cfgs, a, b; the lesson names it as it is."""
     return cfgs[a].decode.step_ms.median / cfgs[b].decode.step_ms.median
 
 
@@ -1334,7 +1315,7 @@ def results_CL_WHY():
 
 
 def results_CL_RATIO(d):
-    """bench/results/README.md, `let CL_RATIO`. A function of d; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let CL_RATIO`. A function of d; the lesson names it as it is."""
     return "-" if d is None else "{:.2f}x ({:.2f}-{:.2f})".format(d["median"], d["min"], d["max"])
 
 
@@ -1357,7 +1338,7 @@ def results_closing_table_rows(cl, CL_LINE):
 
 
 def results_MACH(p):
-    """bench/results/README.md, `let MACH`. A function of p; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let MACH`. A function of p; the lesson names it as it is."""
     return (
         p.machine
         if str(p.machine) == p.machine
@@ -1366,7 +1347,7 @@ def results_MACH(p):
 
 
 def results_CMD(p):
-    """bench/results/README.md, `let CMD`. A function of p; the lesson binds nothing with partial()."""
+    """bench/results/README.md, `let CMD`. A function of p; the lesson names it as it is."""
     return str(p.command).replace("|", "\\|")
 
 
