@@ -17,6 +17,7 @@ import sys
 
 from liobench import flags
 from liobench.results_meta import local_path_free, machine, machine_text
+from liobench.tables import md_table as table
 
 
 def gpu_slug(name, dry):
@@ -114,12 +115,6 @@ def decode_section(bench):
             "buffer_grows_during_timed_steps": bench.get("buffer_grows_during_timed_steps"),
             "bench_device": bench.get("device"), "prompt_tokens": bench.get("prompt_tokens"),
             "decode_tokens": bench.get("decode_tokens"), "repeats": bench.get("repeats")}
-
-
-def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return lines
 
 
 def main():

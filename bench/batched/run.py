@@ -48,6 +48,7 @@ import time
 
 from liobench import ROOT, flags, repo_module
 from liobench.results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs
+from liobench.stats import is_tie, median_min_max
 
 
 TARGET_C = 32            # the concurrency the targets are stated at
@@ -183,9 +184,7 @@ def med(values):
     return statistics.median(values) if values else float("nan")
 
 
-def spread(values):
-    """(median, min, max) of the values, NaN where there are none."""
-    return (med(values), min(values), max(values)) if values else (float("nan"),) * 3
+spread = median_min_max  # (median, min, max) of the values, NaN where there are none
 
 
 def ratio_spread(pairs):
@@ -193,7 +192,7 @@ def ratio_spread(pairs):
     per-repeat ratios lio / llama and the tie flag (the range holds 1)."""
     ratios = [x / y for x, y in pairs if y]
     r_med, r_min, r_max = spread(ratios)
-    return r_med, r_min, r_max, bool(ratios) and r_min <= 1.0 <= r_max
+    return r_med, r_min, r_max, bool(ratios) and is_tie(r_min, r_max)
 
 
 def fmt_cell(median, lo, hi, digits=1):

@@ -31,7 +31,7 @@ import sys
 from liobench import ROOT, flags
 from liobench.results_meta import provenance, provenance_lines, write_results
 
-from run import DECODE_TOKENS, DEPTH, MIN_REPEATS, ratio_cell, run_lio, run_llama, spread  # noqa: E402
+from run import DECODE_TOKENS, DEPTH, MIN_REPEATS, ratio_cell, run_lio, run_llama, spread
 
 FORMATS = (  # label, file, how it was made, the make_kquant.sh type that makes it (or None)
     ("F32", "models/SmolLM2-135M-Instruct.F32.gguf", "SmolLM2's Q4_1 weights dequantized (scripts/setup.sh)", None),

@@ -34,6 +34,7 @@ import sys
 
 from liobench import ROOT, flags, repo_module
 from liobench.results_meta import provenance, provenance_lines
+from liobench.stats import is_tie, median_min_max, spread_cell
 
 
 make_f32_copy = repo_module("scripts/make_f32_copy.py").make_f32_copy
@@ -60,20 +61,19 @@ def run_llama(a, path, prompt, gen, depth):
     return float(json.loads(out)[0]["avg_ts"])
 
 
-def spread(values):
-    return statistics.median(values), min(values), max(values)
+spread = median_min_max  # (median, min, max) of the samples; formats.py imports it from here
 
 
 def cell(values, digits=1):
-    m, lo, hi = spread(values)
-    return f"{m:.{digits}f} [{lo:.{digits}f}–{hi:.{digits}f}]"
+    """'median [min–max]' of the samples, `digits` decimals."""
+    return spread_cell(median_min_max(values), digits)
 
 
 def ratio_cell(pairs):
     """Median [min–max] of the per-repeat ratios ours / theirs, "tie" when the range holds 1."""
-    m, lo, hi = spread([x / y for x, y in pairs])
-    text = f"{m:.2f} [{lo:.2f}–{hi:.2f}]"
-    return (f"tie ({text})" if lo <= 1.0 <= hi else text), (m, lo, hi)
+    m, lo, hi = median_min_max([x / y for x, y in pairs])
+    text = spread_cell((m, lo, hi), 2)
+    return (f"tie ({text})" if is_tie(lo, hi) else text), (m, lo, hi)
 
 
 def write_plot(path, rows):

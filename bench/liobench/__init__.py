@@ -21,10 +21,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def repo_module(relpath):
-    """The Python file ROOT/relpath (e.g. "scripts/make_f32_copy.py") imported as a module named
-    after the file, once (later calls return the same module), without putting its directory on
-    sys.path. Raises FileNotFoundError when the file is missing."""
-    name = os.path.splitext(os.path.basename(relpath))[0]
+    """The Python file ROOT/relpath (e.g. "scripts/make_f32_copy.py") imported as a module, once
+    (later calls return the same module), without putting its directory on sys.path. Its name is
+    the path's ("repo:scripts/make_f32_copy"), so two files of one name (bench/*/run.py) stay two
+    modules. Raises FileNotFoundError when the file is missing."""
+    name = "repo:" + os.path.splitext(os.path.normpath(relpath))[0]
     if name in sys.modules:
         return sys.modules[name]
     path = os.path.join(ROOT, relpath)

@@ -83,6 +83,7 @@ class RepoModule(unittest.TestCase):
         m = repo_module("bench/liobench/tables.py")
         self.assertIs(m, repo_module("bench/liobench/tables.py"))
         self.assertEqual(m.md_table(["a"], []), ["| a |", "|---|"])
+        self.assertIsNot(repo_module("bench/cpu_decode/run.py"), repo_module("bench/batched/run.py"))
         with self.assertRaises(FileNotFoundError):
             repo_module("bench/no_such_module.py")
 
