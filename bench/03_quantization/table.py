@@ -12,7 +12,7 @@ def cell(v, fmt):
 def main(path):
     d = json.load(open(path))
     prov = d.get("provenance")
-    if prov:  # command, commit, machine, date (bench/common/results_meta.py)
+    if prov:  # command, commit, machine, date (bench/liobench/results_meta.py)
         from liobench.results_meta import provenance_lines
         print("\n".join(provenance_lines(prov)))
     print(f'- Device: {d["device"]}; reference `{d["reference"]}`')

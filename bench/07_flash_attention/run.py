@@ -19,7 +19,7 @@ reads and the achieved GB/s, next to a copy bandwidth measured here (numpy, one 
 reference, not the machine's peak).
 
 Writes bench/results/07_flash_attention_cpu.{json,md,png}: the JSON is the program's object plus
-"provenance" (command, commit, machine, date; bench/common/results_meta.py) and "derived";
+"provenance" (command, commit, machine, date; bench/liobench/results_meta.py) and "derived";
 the lesson (docs/07_flash_attention.md) and the README render their tables from it. Nothing here
 is a test; learners run it to reproduce the chapter's tables on their machine.
 """

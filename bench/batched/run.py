@@ -23,7 +23,7 @@ Achieved GB/s = weight bytes x decode steps/s (each decode step reads every weig
 whatever the batch), next to a read bandwidth measured in the same run (bench_decode's probe).
 
 Writes bench/results/batched.csv, .json, .md and .png; the .json and .md record the command,
-commit, machine and date (bench/common/results_meta.py), with no local paths.
+commit, machine and date (bench/liobench/results_meta.py), with no local paths.
 Usage: .venv/bin/python bench/batched/run.py [--quick] [--repeats 5] [--concurrency 1,4,16,32,64]
 Needs build/bin/lio (Release) and bench/batched/build_llama_tools.sh run once.
 

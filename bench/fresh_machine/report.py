@@ -13,7 +13,7 @@ average before it, sampled every 10 s while it ran, and after it.
 This script reads them and each log: test.sh prints "=== STAGE (HH:MM:SS)" as each stage starts,
 so a stage's time is the gap to the next mark; setup.sh prints "[setup] PHASE took N s" after its
 packages, venv and models, and "[setup] built in N s" (since its start) after the build. The
-results carry the provenance every results file does (bench/common/results_meta.py) and no
+results carry the provenance every results file does (bench/liobench/results_meta.py) and no
 local path.
 
     report.py --records FILE --out PREFIX --command "bench/fresh_machine/measure.sh ..." [--apt-seconds S]
