@@ -103,16 +103,14 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-/// What one sample of a request ended with.
+/// What one sample of a request ended with: the text and tokens of every step's output, and the
+/// engine's last output itself for the rest (finish reason, timings, preemptions, chapter 06's
+/// draft counts), kept whole rather than copied field by field.
 struct SampleResult {
   bool done = false;
   std::string text;
   std::vector<int32_t> token_ids;
-  std::optional<FinishReason> finish_reason;
-  double queue_ms = 0, ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
-  std::vector<double> itl_ms;
-  int64_t n_preemptions = 0;
-  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;  ///< chapter 06, this sample
+  RequestOutput last;  ///< the output that finished the sample (valid once done)
 };
 
 /// What one request ended with (its output line): n samples (1 unless the line asked for n).
@@ -130,14 +128,16 @@ struct BatchResult {
 void sample_json(json& j, const SampleResult& r, bool ok) {
   j["text"] = r.text;
   j["token_ids"] = r.token_ids;
-  j["finish_reason"] = r.finish_reason ? json(finish_reason_name(*r.finish_reason)) : json(nullptr);
+  const RequestOutput& o = r.last;
+  j["finish_reason"] = o.finish_reason ? json(finish_reason_name(*o.finish_reason)) : json(nullptr);
   j["n_generated_tokens"] = r.token_ids.size();
-  j["queue_ms"] = ok ? json(r.queue_ms) : json(nullptr);
-  j["ttft_ms"] = ok ? json(r.ttft_ms) : json(nullptr);
-  j["tpot_ms"] = ok && r.token_ids.size() > 1 ? json(r.tpot_ms) : json(nullptr);
-  j["e2e_ms"] = ok ? json(r.e2e_ms) : json(nullptr);
-  j["n_preemptions"] = r.n_preemptions;
-  if (r.spec_drafts > 0) j.update(spec_decode_json(r.spec_drafts, r.spec_draft_tokens, r.spec_accepted));
+  j["queue_ms"] = ok ? json(o.queue_ms) : json(nullptr);
+  j["ttft_ms"] = ok ? json(o.ttft_ms) : json(nullptr);
+  j["tpot_ms"] = ok && r.token_ids.size() > 1 ? json(o.tpot_ms) : json(nullptr);
+  j["e2e_ms"] = ok ? json(o.e2e_ms) : json(nullptr);
+  j["n_preemptions"] = o.n_preemptions;
+  if (o.n_spec_drafts > 0)
+    j.update(spec_decode_json(o.n_spec_drafts, o.n_spec_draft_tokens, o.n_spec_accepted_tokens));
 }
 
 /// The output line of request `index`: the fields listed in batch.h for its first sample, and
@@ -335,17 +335,8 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
       step_tokens += static_cast<int64_t>(ro.new_token_ids.size());
       if (ro.finished) {
         r.done = true;
-        r.finish_reason = ro.finish_reason;
         request.n_prompt_tokens = ro.n_prompt_tokens;
-        r.queue_ms = ro.queue_ms;
-        r.itl_ms = ro.itl_ms;
-        r.ttft_ms = ro.ttft_ms;
-        r.tpot_ms = ro.tpot_ms;
-        r.e2e_ms = ro.e2e_ms;
-        r.n_preemptions = ro.n_preemptions;
-        r.spec_drafts = ro.n_spec_drafts;
-        r.spec_draft_tokens = ro.n_spec_draft_tokens;
-        r.spec_accepted = ro.n_spec_accepted_tokens;
+        r.last = ro;
         n_done += request.done();
       }
     }
@@ -379,11 +370,12 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     }
     n_prompt_tokens += r.n_prompt_tokens;
     for (const SampleResult& sr : r.samples) {
-      if (!sr.token_ids.empty()) ttfts.push_back(sr.ttft_ms);
-      if (sr.token_ids.size() > 1) tpots.push_back(sr.tpot_ms);
-      itls.insert(itls.end(), sr.itl_ms.begin(), sr.itl_ms.end());
-      e2es.push_back(sr.e2e_ms);
-      queues.push_back(sr.queue_ms);
+      const RequestOutput& last = sr.last;
+      if (!sr.token_ids.empty()) ttfts.push_back(last.ttft_ms);
+      if (sr.token_ids.size() > 1) tpots.push_back(last.tpot_ms);
+      itls.insert(itls.end(), last.itl_ms.begin(), last.itl_ms.end());
+      e2es.push_back(last.e2e_ms);
+      queues.push_back(last.queue_ms);
     }
   }
   const EngineStats& st = engine.stats();
