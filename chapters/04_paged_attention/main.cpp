@@ -129,10 +129,12 @@ int64_t measure(const lio::Engine& engine, int64_t max_len, Usage& u) {
     if (seq->status != lio::SequenceStatus::Running) continue;
     ++n_running;
     used += seq->num_computed_tokens;
-    for (size_t b = 0; b < seq->block_table.size(); ++b) {
-      const int64_t n = std::clamp<int64_t>(
-          seq->num_computed_tokens - static_cast<int64_t>(b) * bm.block_size(), 0, bm.block_size());
-      filled[seq->block_table[b]] = std::max(filled[seq->block_table[b]], n);
+    for (const std::vector<int32_t>& table : seq->block_tables) {  // every KV cache group's
+      for (size_t b = 0; b < table.size(); ++b) {
+        const int64_t n = std::clamp<int64_t>(
+            seq->num_computed_tokens - static_cast<int64_t>(b) * bm.block_size(), 0, bm.block_size());
+        filled[table[b]] = std::max(filled[table[b]], n);
+      }
     }
   }
   if (n_running == 0) return 0;
@@ -155,7 +157,9 @@ std::vector<TableView> capture_tables(const lio::Engine& engine, int64_t n) {
   for (const auto& [id, seq] : engine.live_sequences()) {
     if (static_cast<int64_t>(views.size()) >= n) break;
     if (seq->status != lio::SequenceStatus::Running) continue;
-    TableView v{id, seq->num_computed_tokens, seq->block_table, {}, 0};
+    // The first KV cache group's table (the only one without a hybrid pool).
+    TableView v{id, seq->num_computed_tokens, seq->block_tables.empty() ? std::vector<int32_t>{} : seq->block_tables[0],
+                {}, 0};
     for (int32_t b : v.table) v.shared.push_back(bm.ref_count(b) > 1);
     const int64_t tail = v.tokens % bm.block_size();
     v.last_block_tokens = v.tokens == 0 ? 0 : (tail == 0 ? bm.block_size() : tail);

@@ -21,7 +21,7 @@ StepBatch build_step_batch(EngineStepPhases& e, const SchedulerOutput& sched) {
       std::vector<int32_t> tokens{seq.token_ids().back()};
       tokens.insert(tokens.end(), seq.spec_token_ids.begin(), seq.spec_token_ids.end());
       const auto n_rows = static_cast<int64_t>(tokens.size());
-      step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, n_rows, true, seq.group_block_tables);
+      step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_tables, n_rows, true);
       step.sampling.push_back(&seq);
       for (int64_t r = 0; r < n_rows; ++r) step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
       step.speculative = true;
@@ -31,8 +31,7 @@ StepBatch build_step_batch(EngineStepPhases& e, const SchedulerOutput& sched) {
         std::span<const int32_t>(seq.token_ids()).subspan(static_cast<size_t>(seq.num_computed_tokens),
                                                           static_cast<size_t>(s.n_new_tokens));
     const bool completes = seq.num_computed_tokens + s.n_new_tokens == seq.n_tokens();
-    step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_table, completes ? 1 : 0, true,
-                            seq.group_block_tables);
+    step.batch.add_sequence(tokens, seq.num_computed_tokens, seq.block_tables, completes ? 1 : 0, true);
     if (completes) {
       step.sampling.push_back(&seq);
       step.rows.push_back({&seq.sampler(), seq.token_ids(), seq.output_ids()});
@@ -40,8 +39,7 @@ StepBatch build_step_batch(EngineStepPhases& e, const SchedulerOutput& sched) {
   }
   // Static batching's finished rows (HF generate-style padding): a row each, no K/V written.
   for (const PaddingRow& row : sched.padding) {
-    step.batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_table, 1, false,
-                            row.group_block_tables);
+    step.batch.add_sequence(std::span<const int32_t>(&row.token, 1), row.position, row.block_tables, 1, false);
     step.rows.push_back({&e.padding_sampler(), std::span<const int32_t>(&row.token, 1)});
   }
   return step;

@@ -1,7 +1,7 @@
 // The hybrid KV cache (lio/kv_pool.h KvCacheGroups, lio/kv_cache_coordinator.h) on a tiny
 // gemma3 model whose windowed layers see 8 keys: blocks that slide out of the window go back to
 // the pool, and every engine path — chunked batches, parallel sampling (copy-on-write),
-// preemption by recompute, the hash prefix cache, speculative decoding, static batching —
+// preemption by recompute or swap, the hash prefix cache, speculative decoding, static batching —
 // gives exactly the tokens of the one-group pool, which keeps every block.
 #include <gtest/gtest.h>
 
@@ -53,44 +53,99 @@ TEST(KvCacheGroupsTest, GemmaLayersSplitIntoGroupsOfTheGlobalLayerCount) {
 
 TEST(KvCacheCoordinatorTest, WindowedTablesGiveBackWhatSlidOut) {
   lio::BlockManager blocks(32, 4);
-  lio::KvCacheCoordinator kv(blocks, {8});  // one extra group, window 8
+  lio::KvCacheCoordinator kv(blocks, {0, 8});  // group 0 full attention, group 1 window 8
   ASSERT_EQ(kv.null_block(), 0);
   EXPECT_EQ(blocks.n_free_blocks(), 31);
-  std::vector<int32_t> table;
-  lio::GroupTables groups = kv.empty_tables();
+  lio::GroupTables tables = kv.empty_tables();
+  ASSERT_EQ(tables.size(), 2u);
   std::vector<lio::BlockCopy> copies;
-  ASSERT_TRUE(kv.append_slots(table, groups, 0, 20, copies));  // a 20-token prefill: 5 + 5 blocks
+  ASSERT_TRUE(kv.append_slots(tables, 0, 20, copies));  // a 20-token prefill: 5 + 5 blocks
   EXPECT_EQ(blocks.n_free_blocks(), 21);
   // The next query at position 20 sees keys 13..20: blocks 0..2 (positions 0..11) slide out.
   EXPECT_EQ(kv.first_kept_block(8, 20), 3);
   // Position 20 starts block 5 in both tables (2 new blocks), and 3 come back first: none needed.
-  EXPECT_EQ(kv.blocks_needed(table, groups, 20, 1), 0);
-  ASSERT_TRUE(kv.append_slots(table, groups, 20, 1, copies));
-  EXPECT_EQ(groups[0][0], kv.null_block());
-  EXPECT_EQ(groups[0][2], kv.null_block());
-  EXPECT_NE(groups[0][3], kv.null_block());
-  EXPECT_EQ(table.size(), 6u);
-  EXPECT_EQ(groups[0].size(), 6u);
+  EXPECT_EQ(kv.blocks_needed(tables, 20, 1), 0);
+  ASSERT_TRUE(kv.append_slots(tables, 20, 1, copies));
+  EXPECT_EQ(tables[1][0], kv.null_block());
+  EXPECT_EQ(tables[1][2], kv.null_block());
+  EXPECT_NE(tables[1][3], kv.null_block());
+  EXPECT_EQ(tables[0].size(), 6u);
+  EXPECT_EQ(tables[1].size(), 6u);
+  EXPECT_EQ(kv.n_blocks_held(tables), 6 + 3);
   EXPECT_EQ(blocks.n_free_blocks(), 21 - 2 + 3);
   EXPECT_TRUE(copies.empty());
-  kv.free(table, groups);
+  kv.free(tables);
   EXPECT_EQ(blocks.n_free_blocks(), 31) << "only the null block stays held";
   EXPECT_EQ(blocks.ref_count(kv.null_block()), 1);
 }
 
 TEST(KvCacheCoordinatorTest, BlocksNeededNeverOvercommits) {
   lio::BlockManager blocks(6, 4);
-  lio::KvCacheCoordinator kv(blocks, {8});
-  std::vector<int32_t> table;
-  lio::GroupTables groups = kv.empty_tables();
+  lio::KvCacheCoordinator kv(blocks, {0, 8});
+  lio::GroupTables tables;  // a new sequence holds nothing yet
   std::vector<lio::BlockCopy> copies;
-  EXPECT_EQ(kv.blocks_needed(table, groups, 0, 12), 6);
-  EXPECT_FALSE(kv.append_slots(table, groups, 0, 12, copies)) << "5 free blocks, 6 needed";
-  EXPECT_TRUE(table.empty());
-  EXPECT_TRUE(groups[0].empty());
+  EXPECT_EQ(kv.blocks_needed(tables, 0, 12), 6);
+  EXPECT_FALSE(kv.append_slots(tables, 0, 12, copies)) << "5 free blocks, 6 needed";
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_TRUE(tables[0].empty());
+  EXPECT_TRUE(tables[1].empty());
   EXPECT_EQ(blocks.n_free_blocks(), 5);
-  ASSERT_TRUE(kv.append_slots(table, groups, 0, 8, copies));
+  ASSERT_TRUE(kv.append_slots(tables, 0, 8, copies));
   EXPECT_EQ(blocks.n_free_blocks(), 1);
+}
+
+TEST(KvCacheCoordinatorTest, OneFullAttentionGroupIsTheBlockManagerItself) {
+  lio::BlockManager blocks(8, 4);
+  lio::KvCacheCoordinator kv(blocks, {0});
+  EXPECT_EQ(kv.null_block(), -1) << "no window: no null block";
+  EXPECT_EQ(blocks.n_free_blocks(), 8);
+  EXPECT_EQ(kv.peak_blocks(10), 3);
+  lio::GroupTables a;
+  std::vector<lio::BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(a, 0, 10, copies));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].size(), 3u);
+  lio::GroupTables b = kv.fork(a, 10);  // parallel sampling: the last, partial block is shared
+  EXPECT_EQ(kv.blocks_needed(b, 10, 1), 1) << "the shared block's copy";
+  ASSERT_TRUE(kv.append_slots(b, 10, 1, copies));
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, a[0][2]);
+  kv.free(a);
+  kv.free(b);
+  EXPECT_EQ(blocks.n_free_blocks(), 8);
+}
+
+TEST(KvCacheCoordinatorTest, SwapMovesOnlyTheBlocksInsideEachWindow) {
+  lio::BlockManager blocks(32, 4);
+  lio::BlockManager host(16, 4);
+  lio::KvCacheCoordinator kv(blocks, {0, 8});
+  lio::GroupTables tables;
+  std::vector<lio::BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(tables, 0, 20, copies));
+  ASSERT_TRUE(kv.append_slots(tables, 20, 1, copies));  // window group: blocks 0..2 slid out
+  const int64_t free_before = blocks.n_free_blocks();
+  // 21 computed positions: 6 blocks in group 0, 3 live ones in group 1.
+  lio::GroupTables on_host;
+  std::vector<lio::BlockCopy> out;
+  ASSERT_TRUE(kv.swap_out(tables, 21, host, on_host, out));
+  EXPECT_EQ(out.size(), 9u);
+  EXPECT_EQ(host.n_free_blocks(), 16 - 9);
+  ASSERT_EQ(on_host.size(), 2u);
+  EXPECT_EQ(on_host[1][0], -1) << "what slid out of the window is not swapped";
+  EXPECT_EQ(blocks.n_free_blocks(), free_before + 9);
+  EXPECT_TRUE(tables[0].empty()) << "swap_out freed the device tables";
+  // Back in, for one more position: every live block copied back, the null block where it was.
+  std::vector<lio::BlockCopy> in;
+  ASSERT_TRUE(kv.swap_in(on_host, 21, 1, host, tables, in));
+  EXPECT_EQ(in.size(), 9u);
+  EXPECT_EQ(host.n_free_blocks(), 16);
+  EXPECT_EQ(tables[0].size(), 6u);
+  EXPECT_EQ(tables[1].size(), 6u);
+  EXPECT_EQ(tables[1][2], kv.null_block());
+  EXPECT_NE(tables[1][3], kv.null_block());
+  EXPECT_EQ(blocks.n_free_blocks(), free_before);
+  kv.free(tables);
+  EXPECT_EQ(blocks.n_free_blocks(), 31);
 }
 
 class HybridEngineTest : public ::testing::Test {
@@ -268,15 +323,29 @@ TEST_F(HybridEngineTest, StaticBatchingPaddingRowsKeepTheirGroups) {
   EXPECT_EQ(serve(true, cfg, 256, reqs), want);
 }
 
-TEST_F(HybridEngineTest, RadixCacheAndSwapPreemptionAreRefusedClearly) {
+TEST_F(HybridEngineTest, SwapPreemptionGivesTheSameTokens) {
+  // vLLM v1 has no swap preemption (it recomputes); here swap moves every group's live blocks.
+  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back({prompt(i), greedy(30)});
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_batched_tokens = 16;
+  const Outputs want = serve(false, cfg, 256, reqs);
+  ASSERT_EQ(want.size(), 6u);
+  cfg.scheduler.preemption = lio::PreemptionMode::Swap;
+  lio::EngineStats tight;
+  EXPECT_EQ(serve(true, cfg, 14, reqs, &tight), want);
+  EXPECT_GT(tight.n_preemptions, 0) << "the pool was meant to be too small";
+  EXPECT_GT(tight.n_blocks_swapped_out, 0);
+  EXPECT_GT(tight.n_blocks_swapped_in, 0);
+  EXPECT_LE(tight.n_blocks_swapped_in, tight.n_blocks_swapped_out) << "what a window passed stays on the host";
+}
+
+TEST_F(HybridEngineTest, RadixCacheIsRefusedClearly) {
   auto r = runner(true, 64);
   lio::EngineConfig radix;
   radix.prefix_cache = lio::PrefixCacheMode::Radix;
   EXPECT_THROW(lio::Engine(*r, *model_->tokenizer, radix), lio::InvalidArgument);
-  lio::EngineConfig swap;
-  swap.scheduler.preemption = lio::PreemptionMode::Swap;
-  EXPECT_THROW(lio::Engine(*r, *model_->tokenizer, swap), lio::InvalidArgument);
-  auto one = runner(false, 64);  // the one-group pool does both
+  auto one = runner(false, 64);  // the one-group pool does
   EXPECT_NO_THROW(lio::Engine(*one, *model_->tokenizer, radix));
 }
 

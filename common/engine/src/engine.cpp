@@ -23,28 +23,15 @@ std::unique_ptr<BlockManager> make_swap_space(const EngineConfig& config, const 
   return std::make_unique<BlockManager>(n, pool.block_size());
 }
 
-/// The windows of KV cache groups 1.. of the runner's pool (empty with one group). Throws
-/// InvalidArgument for what a hybrid pool cannot do: the radix prefix cache, swap preemption.
-std::vector<int64_t> extra_group_windows(const KvPool& pool, const EngineConfig& config) {
-  const KvCacheGroups& g = pool.groups();
-  if (g.n_groups() == 1) return {};
-  if (config.prefix_cache == PrefixCacheMode::Radix) {
-    throw InvalidArgument("--prefix-cache radix does not support a sliding-window model's hybrid KV cache: use "
-                          "--prefix-cache hash (vLLM's) or --disable-hybrid-kv-cache-manager");
-  }
-  if (config.scheduler.preemption == PreemptionMode::Swap) {
-    throw InvalidArgument("--preemption swap: a sliding-window model's hybrid KV cache is preempted by recompute "
-                          "(as vLLM v1 does); use --preemption recompute or --disable-hybrid-kv-cache-manager");
-  }
-  return std::vector<int64_t>(g.window.begin() + 1, g.window.end());
-}
+/// The sliding window of each KV cache group of the runner's pool (0 = full attention).
+std::vector<int64_t> group_windows(const KvPool& pool) { return pool.groups().window; }
 
 /// Chapter 06, Task 5's view of one speculating sequence (lio/spec_round.h): its tokens, its
 /// own sampler, and its block tables in this engine's pool.
 class EngineSpecRoundSequence final : public SpecRoundSequence {
  public:
-  EngineSpecRoundSequence(Sequence& seq, BlockManager& blocks, KvCacheCoordinator& groups, int64_t vocab)
-      : seq_(seq), blocks_(blocks), groups_(groups), row_(static_cast<size_t>(vocab)) {}
+  EngineSpecRoundSequence(Sequence& seq, KvCacheCoordinator& groups, int64_t vocab)
+      : seq_(seq), groups_(groups), row_(static_cast<size_t>(vocab)) {}
 
   std::span<const int32_t> token_ids() const override { return seq_.token_ids(); }
   void target_probs(std::span<const float> logits, std::span<const int32_t> history, std::span<float> probs) override {
@@ -66,13 +53,11 @@ class EngineSpecRoundSequence final : public SpecRoundSequence {
   int64_t num_computed_tokens() const override { return seq_.num_computed_tokens; }
   void set_num_computed_tokens(int64_t n) override { seq_.num_computed_tokens = n; }
   void truncate_blocks(int64_t n_tokens) override {
-    blocks_.truncate(seq_.block_table, n_tokens);
-    groups_.truncate(seq_.group_block_tables, n_tokens);
+    groups_.truncate(seq_.block_tables, n_tokens);
   }
 
  private:
   Sequence& seq_;
-  BlockManager& blocks_;
   KvCacheCoordinator& groups_;
   std::vector<float> row_;  ///< (vocab) scratch: the row the sampler's penalties write into
 };
@@ -86,9 +71,10 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
       blocks_(runner.kv_pool().n_blocks(), runner.kv_pool().block_size()),
       prefix_cache_(make_prefix_cache(config.prefix_cache, blocks_)),
       swap_blocks_(make_swap_space(config, runner.kv_pool(), swap_host_)),
-      kv_groups_(blocks_, extra_group_windows(runner.kv_pool(), config)),
+      kv_groups_(blocks_, group_windows(runner.kv_pool())),
       scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get(), &kv_groups_),
       proposer_(make_proposer(config.speculative, runner, draft)) {
+  if (prefix_cache_) prefix_cache_->check_groups(kv_groups_);
   if (proposer_ && !config.reuse_kv) {
     throw InvalidArgument("speculative decoding needs the KV cache (it verifies drafts against cached K/V)");
   }
@@ -129,13 +115,9 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& p
     throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens; with chunked prefill off one step holds " +
                           std::to_string(sc.max_num_batched_tokens) + " (raise --max-num-batched-tokens)");
   }
-  // Blocks the prompt needs at least: group 0's, and each other group's up to its window.
-  int64_t need = blocks_.blocks_for(n_prompt + 1) + (params.n - 1);
-  for (int64_t g = 0; g < kv_groups_.n_extra_groups(); ++g) {
-    const int64_t w = kv_groups_.window(static_cast<size_t>(g));
-    need += w == 0 ? blocks_.blocks_for(n_prompt + 1) : std::min(blocks_.blocks_for(n_prompt + 1), blocks_.blocks_for(w) + 1);
-  }
-  if (need + (kv_groups_.null_block() >= 0 ? 1 : 0) > blocks_.n_blocks()) {
+  // Blocks the prompt needs at least: every group's, a windowed group's up to its window.
+  const int64_t need = kv_groups_.peak_blocks(n_prompt + 1) + (params.n - 1);
+  if (need > blocks_.n_blocks()) {
     throw InvalidArgument("prompt has " + std::to_string(n_prompt) + " tokens" +
                           (params.n > 1 ? " and n = " + std::to_string(params.n) + " samples" : std::string()) +
                           "; the KV pool holds only " + std::to_string(blocks_.n_blocks() * blocks_.block_size()) +
@@ -189,22 +171,16 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   for (size_t i = 1; i < seq.token_times.size(); ++i)
     out.itl_ms.push_back(ms_between(seq.token_times[i - 1], seq.token_times[i]));
   for (const auto& t : seq.token_times) out.token_times_ms.push_back(ms_between(seq.arrival_time, t));
-  out.kv_blocks = static_cast<int64_t>(seq.block_table.size());  // group 0: full attention, every block held
-  for (const std::vector<int32_t>& t : seq.group_block_tables)
-    out.kv_blocks += std::count_if(t.begin(), t.end(), [&](int32_t id) { return id != kv_groups_.null_block(); });
-  if (prefix_cache_ && !seq.block_table.empty()) cache_insert(seq, true);  // what it computed stays findable
+  out.kv_blocks = kv_groups_.n_blocks_held(seq.block_tables);  // every group's, the null block not counted
+  if (prefix_cache_ && seq.holds_blocks()) cache_insert(seq, true);  // what it computed stays findable
   scheduler_.remove(&seq);  // frees its blocks at once (cached content kept until reused)
   if (proposer_) proposer_->release(seq);
   draft_probs_.erase(seq.id());
 }
 
 void Engine::cache_insert(const Sequence& seq, bool finished) {
-  if (kv_groups_.n_extra_groups() == 0 || seq.group_block_tables.empty()) {
-    prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_table, finished);
-    return;
-  }
-  prefix_cache_->insert_groups(seq.token_ids(), seq.num_computed_tokens, seq.block_table, seq.group_block_tables,
-                               kv_groups_, finished);
+  if (!seq.holds_blocks()) return;
+  prefix_cache_->insert(seq.token_ids(), seq.num_computed_tokens, seq.block_tables, kv_groups_, finished);
 }
 
 void Engine::fork_samples(Sequence& parent) {
@@ -220,8 +196,7 @@ void Engine::fork_samples(Sequence& parent) {
     child->request_id = parent.request_id;
     child->sample_index = i;
     child->arrival_time = parent.arrival_time;
-    child->block_table = blocks_.fork(parent.block_table, n_prompt - 1);
-    child->group_block_tables = kv_groups_.fork(parent.group_block_tables, n_prompt - 1);
+    child->block_tables = kv_groups_.fork(parent.block_tables, n_prompt - 1);
     child->num_computed_tokens = n_prompt - 1;
     scheduler_.add_front(child.get());
     live_.emplace(child->id(), std::move(child));
@@ -396,7 +371,7 @@ SpecVerifyResult Engine::verify(Sequence& seq, std::span<const float> logits) {
   pass.drafts = seq.spec_token_ids;
   if (q != draft_probs_.end()) pass.draft_probs = q->second;
   pass.vocab = runner_.config().vocab_size;
-  EngineSpecRoundSequence view(seq, blocks_, kv_groups_, pass.vocab);
+  EngineSpecRoundSequence view(seq, kv_groups_, pass.vocab);
   return finish_speculative_round(pass, view);
 }
 
@@ -431,8 +406,7 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
       const int64_t n_accepted = next[i].n_accepted;
       if (seq.num_computed_tokens > seq.n_tokens()) {
         seq.num_computed_tokens = seq.n_tokens();
-        blocks_.truncate(seq.block_table, seq.num_computed_tokens);
-        kv_groups_.truncate(seq.group_block_tables, seq.num_computed_tokens);
+        kv_groups_.truncate(seq.block_tables, seq.num_computed_tokens);
       }
       if (prefix_cache_) cache_insert(seq, false);
       const auto k = static_cast<int64_t>(seq.spec_token_ids.size());

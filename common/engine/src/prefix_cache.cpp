@@ -37,18 +37,10 @@ HashPrefixCache::HashPrefixCache(BlockManager& blocks) : blocks_(blocks) {
   index_.entries.resize(static_cast<size_t>(blocks.n_blocks()));
 }
 
-int64_t HashPrefixCache::match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) {
-  const std::vector<int32_t> hit = hash_chain_match(index_, tokens, blocks_.block_size());  // Task 4
-  for (const int32_t id : hit) {
-    blocks_.ref(id);  // a free cached block leaves the free list
-    block_table.push_back(id);
-  }
-  return static_cast<int64_t>(hit.size()) * blocks_.block_size();
-}
-
-void HashPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-                             bool /*finished: only full blocks are ever cached*/) {
-  insert_chain(tokens, n_computed, block_table, 0, -1);
+void HashPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
+                             const KvCacheCoordinator& kv, bool /*finished: only full blocks are ever cached*/) {
+  for (size_t g = 0; g < tables.size(); ++g)
+    insert_chain(tokens, n_computed, tables[g], group_chain_seed(static_cast<int64_t>(g)), kv.null_block());
 }
 
 void HashPrefixCache::insert_chain(std::span<const int32_t> tokens, int64_t n_computed,
@@ -79,23 +71,17 @@ void HashPrefixCache::insert_chain(std::span<const int32_t> tokens, int64_t n_co
 
 uint64_t group_chain_seed(int64_t g) { return g == 0 ? 0 : 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(g); }
 
-void HashPrefixCache::insert_groups(std::span<const int32_t> tokens, int64_t n_computed,
-                                    std::span<const int32_t> block_table, const GroupTables& groups,
-                                    const KvCacheCoordinator& kv, bool /*finished*/) {
-  insert_chain(tokens, n_computed, block_table, 0, -1);
-  for (size_t g = 0; g < groups.size(); ++g)
-    insert_chain(tokens, n_computed, groups[g], group_chain_seed(static_cast<int64_t>(g) + 1), kv.null_block());
-}
-
-int64_t HashPrefixCache::match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table,
-                                      GroupTables& groups, KvCacheCoordinator& kv) {
+int64_t HashPrefixCache::match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) {
+  LIO_CHECK(static_cast<int64_t>(tables.size()) == kv.n_groups(), "HashPrefixCache::match: one table per KV cache group");
   const int64_t bs = blocks_.block_size();
   const std::vector<int32_t> hit0 = hash_chain_match(index_, tokens, bs);  // Task 4
   const auto k0 = static_cast<int64_t>(hit0.size());
-  // Each other group's cached block at every position j < k0 (-1 where it is gone).
-  std::vector<std::vector<int32_t>> ids(groups.size(), std::vector<int32_t>(static_cast<size_t>(k0), -1));
-  for (size_t g = 0; g < groups.size(); ++g) {
-    uint64_t parent = group_chain_seed(static_cast<int64_t>(g) + 1);
+  // Each group's cached block at every position j < k0 (-1 where it is gone).
+  std::vector<std::vector<int32_t>> ids(tables.size());
+  ids[0] = hit0;
+  for (size_t g = 1; g < tables.size(); ++g) {
+    ids[g].assign(static_cast<size_t>(k0), -1);
+    uint64_t parent = group_chain_seed(static_cast<int64_t>(g));
     for (int64_t j = 0; j < k0; ++j) {
       const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(j * bs), static_cast<size_t>(bs));
       const uint64_t h = block_hash(parent, block);
@@ -111,20 +97,17 @@ int64_t HashPrefixCache::match_groups(std::span<const int32_t> tokens, std::vect
   int64_t k = k0;
   for (; k > 0; --k) {  // the longest hit every group can serve
     bool ok = true;
-    for (size_t g = 0; g < groups.size() && ok; ++g)
-      for (int64_t j = kv.first_kept_block(kv.window(g), k * bs); j < k && ok; ++j) ok = ids[g][static_cast<size_t>(j)] >= 0;
+    for (size_t g = 0; g < tables.size() && ok; ++g)
+      for (int64_t j = kv.first_kept_block(kv.window(static_cast<int64_t>(g)), k * bs); j < k && ok; ++j)
+        ok = ids[g][static_cast<size_t>(j)] >= 0;
     if (ok) break;
   }
-  for (int64_t j = 0; j < k; ++j) {
-    blocks_.ref(hit0[static_cast<size_t>(j)]);
-    block_table.push_back(hit0[static_cast<size_t>(j)]);
-  }
-  for (size_t g = 0; g < groups.size() && k > 0; ++g) {
-    const int64_t first = kv.first_kept_block(kv.window(g), k * bs);
+  for (size_t g = 0; g < tables.size() && k > 0; ++g) {
+    const int64_t first = kv.first_kept_block(kv.window(static_cast<int64_t>(g)), k * bs);
     for (int64_t j = 0; j < k; ++j) {
       const int32_t id = j < first ? kv.null_block() : ids[g][static_cast<size_t>(j)];
-      blocks_.ref(id);
-      groups[g].push_back(id);
+      blocks_.ref(id);  // a free cached block leaves the free list
+      tables[g].push_back(id);
     }
   }
   return k * bs;

@@ -187,6 +187,24 @@ RadixPrefixCache::~RadixPrefixCache() {
   }
 }
 
+void RadixPrefixCache::check_groups(const KvCacheCoordinator& kv) const {
+  if (kv.n_groups() == 1) return;
+  throw InvalidArgument("--prefix-cache radix keeps one block table per sequence; a sliding-window model's hybrid KV "
+                        "cache has " + std::to_string(kv.n_groups()) + " (use --prefix-cache hash, vLLM's, or "
+                        "--disable-hybrid-kv-cache-manager)");
+}
+
+int64_t RadixPrefixCache::match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) {
+  check_groups(kv);
+  return match(tokens, tables.at(0));
+}
+
+void RadixPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
+                              const KvCacheCoordinator& kv, bool finished) {
+  check_groups(kv);
+  insert(tokens, n_computed, tables.at(0), finished);
+}
+
 // Walks from the root while the tokens agree (at most tokens.size() - 1 of them), without
 // splitting the node the match ends in. A matched prefix must be usable as a block table: every
 // matched position p must sit at offset p % block_size of the block chosen for block index

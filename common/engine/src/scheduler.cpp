@@ -37,15 +37,11 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks, Prefix
                      BlockManager* swap_space, KvCacheCoordinator* kv_groups)
     : config_(config),
       blocks_(blocks),
-      own_kv_(kv_groups == nullptr ? std::make_unique<KvCacheCoordinator>(blocks, std::vector<int64_t>{}) : nullptr),
+      own_kv_(kv_groups == nullptr ? std::make_unique<KvCacheCoordinator>(blocks, std::vector<int64_t>{0}) : nullptr),
       kv_(kv_groups != nullptr ? kv_groups : own_kv_.get()),
       cache_(prefix_cache),
       swap_space_(swap_space) {
   config_.validate();
-  if (kv_->n_extra_groups() > 0 && swap_space_ != nullptr) {
-    throw InvalidArgument("--preemption swap: a sliding-window model's hybrid KV cache is preempted by recompute "
-                          "(as vLLM v1 does); use --preemption recompute or --disable-hybrid-kv-cache-manager");
-  }
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -63,22 +59,20 @@ void Scheduler::remove(Sequence* seq) {
   const bool was_running = std::erase(queues_.running, seq) > 0;
   std::erase(queues_.swapped, seq);
   if (was_running && config_.policy == SchedulingPolicy::Static && config_.static_padding &&
-      seq->num_computed_tokens > 0 && !seq->block_table.empty()) {
+      seq->num_computed_tokens > 0 && seq->holds_blocks()) {
     // HF generate: the finished row stays in the batch, decoding padding, until the batch ends.
     const int64_t pos = seq->num_computed_tokens - 1;
-    padding_.push_back({std::move(seq->block_table), std::move(seq->group_block_tables),
-                        seq->token_ids()[static_cast<size_t>(pos)], pos});
-    seq->block_table.clear();
-    seq->group_block_tables.clear();
+    padding_.push_back({std::move(seq->block_tables), seq->token_ids()[static_cast<size_t>(pos)], pos});
+    seq->block_tables.clear();
   }
-  free_tables(seq->block_table, seq->group_block_tables);
-  if (swap_space_ != nullptr) swap_space_->free(seq->host_block_table);
-  seq->host_block_table.clear();
+  kv_->free(seq->block_tables);
+  if (swap_space_ != nullptr) KvCacheCoordinator::free_host(*swap_space_, seq->host_block_tables);
+  seq->host_block_tables.clear();
   if (queues_.running.empty() && queues_.swapped.empty()) release_padding();  // the batch has ended
 }
 
 void Scheduler::release_padding() {
-  for (PaddingRow& row : padding_) free_tables(row.block_table, row.group_block_tables);
+  for (PaddingRow& row : padding_) kv_->free(row.block_tables);
   padding_.clear();
 }
 
@@ -93,24 +87,19 @@ class Scheduler::StepOps final : public SchedulerOps {
 
   int64_t n_available_blocks() const override { return s_.blocks_.n_available_blocks(); }
 
+  // Every group's new blocks and copy-on-write copies, less what slid out of a window.
   int64_t blocks_needed(const Sequence& seq, int64_t n_new) const override {
-    if (s_.kv_->n_extra_groups() > 0)  // every group's new blocks, less what slid out of a window
-      return s_.kv_->blocks_needed(seq.block_table, tables(seq), seq.num_computed_tokens, n_new);
-    return std::max<int64_t>(0, s_.blocks_.blocks_for(seq.num_computed_tokens + n_new) -
-                                    static_cast<int64_t>(seq.block_table.size()));
+    return s_.kv_->blocks_needed(seq.block_tables, seq.num_computed_tokens, n_new);
   }
 
   bool can_allocate(const Sequence& seq, int64_t n_tokens) const override {
-    if (s_.kv_->n_extra_groups() > 0)
-      return s_.kv_->can_allocate(seq.block_table, tables(seq), seq.num_computed_tokens,
-                                  std::max<int64_t>(0, n_tokens - seq.num_computed_tokens));
-    return s_.blocks_.can_allocate(seq.block_table, n_tokens);
+    return s_.kv_->can_allocate(seq.block_tables, seq.num_computed_tokens,
+                                std::max<int64_t>(0, n_tokens - seq.num_computed_tokens));
   }
 
   bool append_slots(Sequence& seq, int64_t n_new) override {
-    return allocate_before_padding([&] {
-      return s_.kv_->append_slots(seq.block_table, tables(seq), seq.num_computed_tokens, n_new, out_.copies);
-    });
+    return allocate_before_padding(
+        [&] { return s_.kv_->append_slots(seq.block_tables, seq.num_computed_tokens, n_new, out_.copies); });
   }
 
   bool preempt(Sequence& seq) override {
@@ -118,39 +107,32 @@ class Scheduler::StepOps final : public SchedulerOps {
     out_.preempted.push_back(&seq);
     seq.n_preemptions += 1;
     if (s_.config_.preemption == PreemptionMode::Swap && s_.swap_space_ != nullptr && seq.num_computed_tokens > 0) {
-      // Swap: copy the blocks holding its K/V to host blocks; it resumes where it stopped.
-      std::vector<int32_t> host;
-      if (s_.swap_space_->allocate(host, seq.num_computed_tokens)) {
-        for (size_t k = 0; k < host.size(); ++k) out_.swap_out.push_back({seq.block_table[k], host[k]});
-        s_.blocks_.free(seq.block_table);
-        seq.host_block_table = std::move(host);
+      // Swap (vLLM v0's; v1 only recomputes): copy every group's blocks holding its K/V to host
+      // blocks; it resumes where it stopped.
+      if (s_.kv_->swap_out(seq.block_tables, seq.num_computed_tokens, *s_.swap_space_, seq.host_block_tables,
+                           out_.swap_out)) {
         seq.status = SequenceStatus::Swapped;
         s_.queues_.swapped.push_back(&seq);
         return true;
       }  // swap space full: recompute instead
     }
     // Recompute (vLLM v1's _preempt_request): its K/V are gone; the step requeues it.
-    s_.free_tables(seq.block_table, seq.group_block_tables);
+    s_.kv_->free(seq.block_tables);
     seq.num_computed_tokens = 0;
     return false;
   }
 
   bool swap_in(Sequence& seq, int64_t n_new) override {
-    std::vector<int32_t> table;
-    if (s_.swap_space_ == nullptr ||
-        !allocate_before_padding([&] { return s_.blocks_.allocate(table, seq.num_computed_tokens + n_new); }))
-      return false;
-    for (size_t k = 0; k < seq.host_block_table.size(); ++k) out_.swap_in.push_back({seq.host_block_table[k], table[k]});
-    s_.swap_space_->free(seq.host_block_table);
-    seq.block_table = std::move(table);
-    return true;
+    return s_.swap_space_ != nullptr && allocate_before_padding([&] {
+             return s_.kv_->swap_in(seq.host_block_tables, seq.num_computed_tokens, n_new, *s_.swap_space_,
+                                    seq.block_tables, out_.swap_in);
+           });
   }
 
   bool match_cached_prefix(Sequence& seq) override {
-    if (s_.cache_ == nullptr || seq.num_computed_tokens != 0 || !seq.block_table.empty()) return false;
-    const int64_t n_hit = s_.kv_->n_extra_groups() > 0
-                              ? s_.cache_->match_groups(seq.token_ids(), seq.block_table, tables(seq), *s_.kv_)
-                              : s_.cache_->match(seq.token_ids(), seq.block_table);
+    if (s_.cache_ == nullptr || seq.num_computed_tokens != 0 || seq.holds_blocks()) return false;
+    seq.block_tables = s_.kv_->empty_tables();
+    const int64_t n_hit = s_.cache_->match(seq.token_ids(), seq.block_tables, *s_.kv_);
     seq.num_computed_tokens = n_hit;
     matched_.push_back({&seq, n_hit});
     return true;
@@ -158,7 +140,7 @@ class Scheduler::StepOps final : public SchedulerOps {
 
   void unmatch_cached_prefix(Sequence& seq) override {
     if (std::erase_if(matched_, [&](const Match& m) { return m.seq == &seq; }) == 0) return;  // not matched
-    s_.free_tables(seq.block_table, seq.group_block_tables);  // give the hits back; it looks up again next time
+    s_.kv_->free(seq.block_tables);  // give the hits back; it looks up again next time
     seq.num_computed_tokens = 0;
   }
 
@@ -167,7 +149,7 @@ class Scheduler::StepOps final : public SchedulerOps {
     std::erase(s_.queues_.waiting, &seq);
     std::erase(s_.queues_.running, &seq);
     std::erase(s_.queues_.swapped, &seq);
-    s_.free_tables(seq.block_table, seq.group_block_tables);
+    s_.kv_->free(seq.block_tables);
     out_.unfittable.push_back(&seq);
   }
 
@@ -193,16 +175,6 @@ class Scheduler::StepOps final : public SchedulerOps {
     return allocate();
   }
 
-  /// The sequence's extra-group tables, one per group (created empty on first use).
-  std::vector<std::vector<int32_t>>& tables(Sequence& seq) const {
-    if (static_cast<int64_t>(seq.group_block_tables.size()) != s_.kv_->n_extra_groups())
-      seq.group_block_tables = s_.kv_->empty_tables();
-    return seq.group_block_tables;
-  }
-  const std::vector<std::vector<int32_t>>& tables(const Sequence& seq) const {
-    return seq.group_block_tables.size() == empty_.size() ? seq.group_block_tables : empty_;
-  }
-
   struct Match {
     Sequence* seq;
     int64_t n_hit;
@@ -210,7 +182,6 @@ class Scheduler::StepOps final : public SchedulerOps {
   Scheduler& s_;
   SchedulerOutput& out_;
   std::vector<Match> matched_;  ///< matched this step and not given back
-  std::vector<std::vector<int32_t>> empty_ = s_.kv_->empty_tables();  ///< a new sequence's tables
 };
 
 SchedulerOutput Scheduler::schedule() {

@@ -140,17 +140,16 @@ std::vector<DraftProposal> DraftModelProposer::propose(std::span<Sequence* const
       if (job.k <= j) continue;
       const Sequence& seq = *job.seq;
       const std::vector<int32_t>& drafts = out[job.index].tokens;
-      const std::span<const int32_t> table = blocks_ ? std::span<const int32_t>(job.state->block_table)
-                                                     : std::span<const int32_t>(seq.block_table);
-      // Early exit writes the target's own pool: through every KV cache group's table.
-      const std::span<const std::vector<int32_t>> groups =
-          blocks_ ? std::span<const std::vector<int32_t>>() : std::span<const std::vector<int32_t>>(seq.group_block_tables);
+      // The draft model's own pool (one table), or early exit's: the target's, every group's table.
+      const std::span<const std::vector<int32_t>> tables =
+          blocks_ ? std::span<const std::vector<int32_t>>(&job.state->block_table, 1)
+                  : std::span<const std::vector<int32_t>>(seq.block_tables);
       if (j == 0) {
         const std::span<const int32_t> ids(seq.token_ids());
-        batch.add_sequence(ids.subspan(static_cast<size_t>(job.from)), job.from, table, 1, true, groups);
+        batch.add_sequence(ids.subspan(static_cast<size_t>(job.from)), job.from, tables, 1, true);
       } else {
-        batch.add_sequence(std::span<const int32_t>(&drafts[static_cast<size_t>(j - 1)], 1), seq.n_tokens() - 1 + j, table,
-                           1, true, groups);
+        batch.add_sequence(std::span<const int32_t>(&drafts[static_cast<size_t>(j - 1)], 1), seq.n_tokens() - 1 + j,
+                           tables, 1, true);
       }
       in_pass.push_back(&job);
     }

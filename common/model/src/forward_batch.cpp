@@ -87,6 +87,12 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
   for (size_t g = 0; g < group_tables.size(); ++g) append_row(group_block_tables[g], group_tables[g]);
 }
 
+void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
+                                std::span<const std::vector<int32_t>> tables, int64_t n_logits, bool write_kv) {
+  if (tables.empty()) throw InvalidArgument("ForwardBatch::add_sequence: a sequence has one block table per KV cache group");
+  add_sequence(tokens, start_pos, tables.front(), n_logits, write_kv, tables.subspan(1));
+}
+
 void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks, int64_t n_groups) const {
   const int64_t n = n_tokens();
   if (n == 0) throw InvalidArgument("forward: the batch has no tokens");

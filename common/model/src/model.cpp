@@ -84,17 +84,14 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   // Row-parallel layers (y = x + sum over ranks of h_r W_r^T) sum through chapter 08's Task 5a.
   TpGroup group;
   if (tp) group = {plan.tp_rank, plan.tp_size, all_reduce};
-  LayerPass pass{be, c, pool, view, n, x, xn, q, k, v, attn, gate, up, group};
-  if (pool.n_groups() == 1) {
-    for (int64_t l = 0; l < n_run; ++l) arch_.layer(pass, l);
-  } else {  // KV cache groups (lio/kv_pool.h): each layer reads and writes its group's blocks
-    std::vector<BatchView> group_views;
-    for (int64_t g = 0; g < pool.n_groups(); ++g) group_views.push_back(view.for_group(g));
-    for (int64_t l = 0; l < n_run; ++l) {
-      LayerPass lp{be, c, pool, group_views[static_cast<size_t>(pool.groups().layer_group[static_cast<size_t>(l)])],
+  // One view per KV cache group (lio/kv_pool.h; one for a pool without the hybrid layout): each
+  // layer reads and writes its group's blocks.
+  std::vector<BatchView> group_views;
+  for (int64_t g = 0; g < pool.n_groups(); ++g) group_views.push_back(view.for_group(g));
+  for (int64_t l = 0; l < n_run; ++l) {
+    LayerPass pass{be, c, pool, group_views[static_cast<size_t>(pool.groups().layer_group[static_cast<size_t>(l)])],
                    n, x, xn, q, k, v, attn, gate, up, group};
-      arch_.layer(lp, l);
-    }
+    arch_.layer(pass, l);
   }
   if (!plan.last_stage()) {  // pipeline: on to the next stage
     staging_.resize(static_cast<size_t>(n * d));

@@ -175,7 +175,7 @@ TEST(Ch05Task1, ThePoolRunningOutPreemptsTheLatestArrivalNotYetScheduled) {
     EXPECT_EQ(s->num_computed_tokens, 0) << "recompute: its K/V are gone";
     EXPECT_EQ(s->status, SequenceStatus::Waiting);
     EXPECT_EQ(s->n_preemptions, 1);
-    EXPECT_TRUE(s->block_table.empty());
+    EXPECT_FALSE(s->holds_blocks());
   }
   const std::deque<Sequence*>& waiting = st.sched().queues().waiting;
   ASSERT_EQ(waiting.size(), 2u);

@@ -50,43 +50,28 @@ class PrefixCache {
   virtual ~PrefixCache() = default;
   /// "hash" or "radix".
   virtual const char* name() const = 0;
-  /// The longest cached prefix of `tokens` — at most tokens.size() - 1 tokens. Appends its
-  /// blocks to `block_table` (empty on entry), each gaining a holder (BlockManager::ref), and
-  /// returns the number of tokens matched: a multiple of block_size for the hash chain, any
-  /// count for the radix tree (its last block may then be partial and shared).
-  virtual int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) = 0;
+  /// The longest cached prefix of `tokens` — at most tokens.size() - 1 tokens — that every KV
+  /// cache group of `kv` can serve: group g's blocks from kv.first_kept_block(kv.window(g), hit)
+  /// on (all of them for a full-attention group); a windowed group's earlier entries name
+  /// kv.null_block() (vLLM's find_longest_cache_hit per group; the shortest hit wins). Appends
+  /// to each of `tables` (kv.n_groups() tables, empty on entry) the same number of entries, each
+  /// with a hold (BlockManager::ref), and returns the number of tokens matched: a multiple of
+  /// block_size for the hash chain, any count for the radix tree (its last block may then be
+  /// partial and shared).
+  virtual int64_t match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) = 0;
   /// Makes findable what a sequence has computed: `tokens`[0, n_computed) whose K/V are in
-  /// `block_table`. While the sequence runs (`finished` false) only full blocks are cached —
-  /// it still writes into its last one; when it finishes, the radix tree takes the partial
-  /// last block too. Call before the sequence frees its blocks.
-  virtual void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-                      bool finished) = 0;
+  /// `tables` (one per group of `kv`; null-block entries are skipped). While the sequence runs
+  /// (`finished` false) only full blocks are cached — it still writes into its last one; when it
+  /// finishes, the radix tree takes the partial last block too. Call before the sequence frees
+  /// its blocks.
+  virtual void insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
+                      const KvCacheCoordinator& kv, bool finished) = 0;
+  /// Throws InvalidArgument if this cache cannot serve the groups of `kv` (the Engine asks at
+  /// construction, so a refusal comes before any request). The default accepts any groups.
+  virtual void check_groups(const KvCacheCoordinator& kv) const { (void)kv; }
   /// Block `id` is about to be rewritten (BlockManager::allocate_block took it off the free
   /// list): forget its content.
   virtual void on_block_reused(int32_t id) = 0;
-  /// match() over every KV cache group of a hybrid pool (lio/kv_cache_coordinator.h): the
-  /// longest prefix whose group-0 blocks are cached and, for each other group, the blocks the
-  /// next query can still see (from kv.first_kept_block(window, hit) on); earlier entries of a
-  /// windowed group name kv.null_block(). Appends to `block_table` and to each of `groups`
-  /// (empty on entry), every entry with a hold. The default throws UnsupportedError (the radix
-  /// tree does not support KV cache groups).
-  /// (Defined inline, like every default here: PrefixCache keeps no key function, so its
-  /// typeinfo is emitted wherever it is used, lio_blocks' sanitized builds included.)
-  virtual int64_t match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table,
-                               GroupTables& groups, KvCacheCoordinator& kv) {
-    (void)tokens, (void)block_table, (void)groups, (void)kv;
-    throw UnsupportedError(std::string("--prefix-cache ") + name() +
-                           " does not support a hybrid KV cache (sliding-window layers): use --prefix-cache hash "
-                           "or --disable-hybrid-kv-cache-manager");
-  }
-  /// insert() over every KV cache group: group 0's table as insert() takes it, and each other
-  /// group's non-null blocks under that group's own hash chain. The default throws
-  /// UnsupportedError.
-  virtual void insert_groups(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-                             const GroupTables& groups, const KvCacheCoordinator& kv, bool finished) {
-    (void)tokens, (void)n_computed, (void)block_table, (void)groups, (void)kv, (void)finished;
-    throw UnsupportedError(std::string("--prefix-cache ") + name() + " does not support a hybrid KV cache");
-  }
   /// Drops the cache's hold on up to `n_blocks` blocks that only it holds, least recently used
   /// first, so they become free. Returns how many became free.
   virtual int64_t evict(int64_t n_blocks) = 0;
@@ -134,19 +119,16 @@ class HashPrefixCache final : public PrefixCache {
   /// Caches blocks of `blocks` (which must outlive it; attach it with set_prefix_cache).
   explicit HashPrefixCache(BlockManager& blocks);
   const char* name() const override { return "hash"; }
-  /// hash_chain_match() (Task 4), then a hold on each matched block.
-  int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) override;
-  void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-              bool finished) override;
-  void on_block_reused(int32_t id) override;
-  /// Group 0 by hash_chain_match(); group g >= 1 under its own chain, h_{-1} = group_chain_seed(g),
+  /// Group 0 (full attention: kv_cache_groups puts the full layers first) by hash_chain_match()
+  /// (Task 4), which bounds the hit as vLLM's HybridKVCacheCoordinator bounds it by the
+  /// full-attention hit; every other group under its own chain, h_{-1} = group_chain_seed(g),
   /// looked up block by block (a windowed group's early blocks may be gone); the hit shrinks a
-  /// block at a time until every group holds what it needs (vLLM: find_longest_cache_hit per
-  /// group, then the shortest wins).
-  int64_t match_groups(std::span<const int32_t> tokens, std::vector<int32_t>& block_table, GroupTables& groups,
-                       KvCacheCoordinator& kv) override;
-  void insert_groups(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-                     const GroupTables& groups, const KvCacheCoordinator& kv, bool finished) override;
+  /// block at a time until every group holds what it needs. Then a hold on each entry.
+  int64_t match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) override;
+  /// Each group's full blocks under its own chain (only full blocks are ever cached).
+  void insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
+              const KvCacheCoordinator& kv, bool finished) override;
+  void on_block_reused(int32_t id) override;
   /// Always 0: cached blocks with no holder are on the free list already.
   int64_t evict(int64_t n_blocks) override;
   int64_t n_evictable() const override { return 0; }
@@ -177,9 +159,18 @@ class RadixPrefixCache final : public PrefixCache {
   explicit RadixPrefixCache(BlockManager& blocks);
   ~RadixPrefixCache() override;
   const char* name() const override { return "radix"; }
-  int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) override;
-  void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
-              bool finished) override;
+  /// The one-table match below on the single group of `kv`.
+  int64_t match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) override;
+  /// The one-table insert below on the single group of `kv`.
+  void insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
+              const KvCacheCoordinator& kv, bool finished) override;
+  /// Throws InvalidArgument for a pool of several KV cache groups: the tree keeps one slot per
+  /// token (SGLang's SWARadixCache keeps a second, windowed slot list per node; not done here).
+  void check_groups(const KvCacheCoordinator& kv) const override;
+  /// match() on one KV cache group's table (empty on entry).
+  int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table);
+  /// insert() of one KV cache group's table.
+  void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table, bool finished);
   /// Never called for blocks the tree holds (they are never free); a no-op.
   void on_block_reused(int32_t id) override;
   int64_t evict(int64_t n_blocks) override;

@@ -85,10 +85,9 @@ struct ScheduledSequence {
 /// position, reading the blocks it still holds and writing no K/V (kPadSlotId); its output is
 /// discarded.
 struct PaddingRow {
-  std::vector<int32_t> block_table;  ///< the finished sequence's blocks, held until the batch ends
-  std::vector<std::vector<int32_t>> group_block_tables;  ///< its KV cache groups 1.. (hybrid pool)
-  int32_t token = 0;                 ///< its last computed token
-  int64_t position = 0;              ///< that token's position (its K/V are in block_table)
+  GroupTables block_tables;  ///< the finished sequence's tables (one per group), held until the batch ends
+  int32_t token = 0;         ///< its last computed token
+  int64_t position = 0;      ///< that token's position (its K/V are in block_tables)
 };
 
 /// What schedule() decided.
@@ -120,8 +119,9 @@ class Scheduler {
   /// `prefix_cache` may be nullptr (no prefix caching); `swap_space` (host block ids of the
   /// swap space) may be nullptr, which makes Swap preemption recompute. Throws InvalidArgument
   /// if `config` is invalid.
-  /// `kv_groups` (may be nullptr: one KV cache group) allocates every group's table of a
-  /// hybrid pool over `blocks`; it must outlive the scheduler.
+  /// `kv_groups` (may be nullptr: one full-attention KV cache group) allocates every group's
+  /// table over `blocks`, and is the only allocator the scheduler uses; it must outlive the
+  /// scheduler. Swap preemption moves every group's blocks (KvCacheCoordinator::swap_out).
   Scheduler(const SchedulerConfig& config, BlockManager& blocks, PrefixCache* prefix_cache = nullptr,
             BlockManager* swap_space = nullptr, KvCacheCoordinator* kv_groups = nullptr);
 
@@ -159,8 +159,6 @@ class Scheduler {
   class StepOps;  // SchedulerOps over this scheduler, for one schedule() call
   void release_padding();
   SchedulerConfig config_;
-  /// Frees a sequence's (or padding row's) tables of every group.
-  void free_tables(std::vector<int32_t>& table, std::vector<std::vector<int32_t>>& groups) { kv_->free(table, groups); }
   BlockManager& blocks_;
   std::unique_ptr<KvCacheCoordinator> own_kv_;  ///< one group, when none was given
   KvCacheCoordinator* kv_;

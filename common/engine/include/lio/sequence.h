@@ -68,14 +68,21 @@ class Sequence {
   int64_t n_generated() const { return n_tokens() - n_prompt_; }
   /// Tokens whose K/V are in the pool (positions 0 .. num_computed_tokens - 1).
   int64_t num_computed_tokens = 0;
-  /// Physical KV block ids, logical block i -> block_table[i] (KV cache group 0's).
-  std::vector<int32_t> block_table;
-  /// With a hybrid pool, the block tables of KV cache groups 1 .. G-1 (lio/kv_cache_coordinator.h),
-  /// as long as block_table; a sliding-window group's entries before its window name the null
-  /// block. Empty with one group.
-  std::vector<std::vector<int32_t>> group_block_tables;
-  /// While swapped out (status Swapped): the host swap-space blocks holding its K/V, in order.
-  std::vector<int32_t> host_block_table;
+  /// Physical KV block ids, one table per KV cache group (lio/kv_cache_coordinator.h,
+  /// GroupTables; vLLM v1's req_to_blocks per group): logical block i of group g ->
+  /// block_tables[g][i]. One table for a model without a hybrid pool; a sliding-window group's
+  /// entries before its window name the null block. Empty until the scheduler first allocates
+  /// (KvCacheCoordinator::append_slots) and after the sequence's blocks are freed.
+  std::vector<std::vector<int32_t>> block_tables;
+  /// While swapped out (status Swapped): per group, the host swap-space blocks holding its K/V
+  /// in order (-1 where the device table named the null block; KvCacheCoordinator::swap_out).
+  std::vector<std::vector<int32_t>> host_block_tables;
+  /// True if one of its tables holds an entry (blocks allocated, a cache hit, a fork).
+  bool holds_blocks() const {
+    for (const std::vector<int32_t>& t : block_tables)
+      if (!t.empty()) return true;
+    return false;
+  }
   SequenceStatus status = SequenceStatus::Waiting;  ///< the scheduler's queue, or finished
   std::optional<FinishReason> finish_reason;        ///< set once the sequence is done
   /// Times the scheduler preempted this sequence.

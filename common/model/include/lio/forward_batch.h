@@ -103,6 +103,11 @@ struct ForwardBatch {
   void add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
                     std::span<const int32_t> block_table, int64_t n_logits = 1, bool write_kv = true,
                     std::span<const std::vector<int32_t>> group_tables = {});
+  /// add_sequence() with the sequence's block tables of every KV cache group, group 0 first
+  /// (`tables`, one per group of the pool: a Sequence's block_tables). Throws InvalidArgument
+  /// if `tables` is empty, or as add_sequence() above.
+  void add_sequence(std::span<const int32_t> tokens, int64_t start_pos, std::span<const std::vector<int32_t>> tables,
+                    int64_t n_logits = 1, bool write_kv = true);
 
   /// Checks the batch against a model and a pool before anything runs: token ids in
   /// [0, vocab_size), every slot in [0, n_slots) or kPadSlotId, positions below context_length, block ids
