@@ -410,6 +410,9 @@ int main(int argc, char** argv) {
   std::string ids_text, out_path;
   logits->add_option("--ids", ids_text, "Comma-separated token ids")->required();
   logits->add_option("--out", out_path, "Output file (raw little-endian f32)")->required();
+  logits->add_option("--kv-cache-dtype", log_o.kv_cache_dtype,
+                     "KV-cache elements: f32, f16 or int8 (chapter 03), to compare each setting's logits")
+      ->capture_default_str();
 
   lio::CommonOptions ppl_o;
   CLI::App* ppl = app.add_subcommand("perplexity", "Perplexity over a text file, computed as llama-perplexity does");
