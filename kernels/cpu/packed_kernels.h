@@ -3,9 +3,12 @@
 // Each instruction set has its own translation unit (packed_kernels_avx2.cpp,
 // packed_kernels_avx512.cpp, compiled with that ISA's flags; packed_matmul.cpp holds the
 // scalar twins), so a machine runs the best one it has whatever -march the library was built
-// with. These files use only plain pointers and intrinsics: no inline library template is
-// instantiated under another ISA's flags (the linker keeps one copy of such a function, and an
-// AVX-512 copy would fault on an AVX2 machine).
+// with. The kernels are written once, in packed_kernels_simd.h, as templates over an ISA traits
+// struct that each of those files defines in an anonymous namespace: every instantiation then
+// has internal linkage, so no function compiled under one ISA's flags is shared with another
+// (the linker keeps one copy of an inline function with external linkage, and an AVX-512 copy
+// would fault on an AVX2 machine). Besides those, these files use only plain pointers and
+// intrinsics.
 //
 // Every kernel computes, for each output element (weight row j, x row r), exactly the sequence
 // of IEEE operations its scalar twin in packed_matmul.cpp writes down (lane = weight row, so no
