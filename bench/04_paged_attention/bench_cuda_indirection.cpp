@@ -26,7 +26,8 @@
 
 #include "bench_util.h"
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "attention.h"
+#include "paged_attention.h"
 #include "cuda_runtime_info.h"
 #include "cuda_timing.h"
 #include "device_buffer.h"

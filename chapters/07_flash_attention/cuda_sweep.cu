@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "flash_attention_cuda.h"
+#include "flash_attention_mma.h"
 #include "cuda_runtime_info.h"
 #include "cuda_timing.h"
 #include "device_buffer.h"

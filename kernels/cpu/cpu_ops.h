@@ -1,5 +1,6 @@
 // cpu_ops.h — the CPU operators of the Llama forward pass (Eigen + OpenMP + hand loops).
-// kernels/cuda/cuda_ops.h declares the same operators for device pointers.
+// kernels/cuda declares the same operators for device pointers, one header per kernel
+// (kernels/cuda/README.md).
 //
 // Shapes are written (outer, ..., inner), row-major, f32 unless stated.
 //

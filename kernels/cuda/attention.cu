@@ -23,7 +23,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "attention.h"
 #include "online_softmax.cuh"
 #include "lio/error.h"
 #include "reduce.cuh"

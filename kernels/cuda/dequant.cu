@@ -11,7 +11,8 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "dequant.h"
+#include "device_matrix.h"
 #include "lio/error.h"
 #include "quant.cuh"
 

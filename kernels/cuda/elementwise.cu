@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "elementwise.h"
 #include "lio/error.h"
 
 namespace lio::cuda {

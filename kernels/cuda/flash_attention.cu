@@ -37,7 +37,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "flash_attention_cuda.h"
 #include "flash_split.cuh"
 #include "lio/error.h"
 #include "paged_args.h"

@@ -26,7 +26,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "flash_attention_mma.h"
 #include "lio/error.h"
 #include "reduce.cuh"
 

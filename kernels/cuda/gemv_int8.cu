@@ -20,7 +20,9 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "device_matrix.h"
+#include "gemv_batched.h"
+#include "gemv_int8.h"
 #include "lio/error.h"
 #include "quant.cuh"
 #include "reduce.cuh"

@@ -16,7 +16,8 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "kv_append.h"
+#include "quantized_kv.h"
 #include "lio/error.h"
 #include "reduce.cuh"
 

@@ -15,7 +15,11 @@
 #include <string>
 
 #include "cublas_handle.h"
-#include "cuda_ops.h"
+#include "dequant.h"
+#include "device_matrix.h"
+#include "gemv.h"
+#include "gemv_batched.h"
+#include "matmul.h"
 #include "lio/error.h"
 
 namespace lio::cuda {

@@ -30,7 +30,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "mla.h"
 #include "lio/error.h"
 #include "paged_index.cuh"
 #include "reduce.cuh"

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "flash_attention_cuda.h"
 #include "lio/error.h"
 #include "paged_args.h"
 #include "paged_index.cuh"

@@ -41,7 +41,8 @@
 #include <type_traits>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "paged_attention.h"
+#include "quantized_kv.h"
 #include "lio/error.h"
 #include "online_softmax.cuh"
 #include "paged_args.h"

@@ -25,7 +25,7 @@
 #include <cstring>
 #include <string>
 
-#include "cuda_ops.h"
+#include "device_matrix.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "rmsnorm.h"
 #include "lio/error.h"
 #include "reduce.cuh"
 

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "rope.h"
 #include "lio/error.h"
 
 namespace lio::cuda {

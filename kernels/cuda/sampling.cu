@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "sampling.h"
 #include "lio/error.h"
 #include "reduce.cuh"
 

@@ -30,7 +30,9 @@
 
 #include "attention_reference.h"
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "flash_attention_cuda.h"
+#include "flash_attention_mma.h"
+#include "paged_attention.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/dtype.h"

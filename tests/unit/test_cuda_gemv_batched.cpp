@@ -20,7 +20,11 @@
 
 #include "cublas_handle.h"
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "device_matrix.h"
+#include "elementwise.h"
+#include "gemv.h"
+#include "gemv_batched.h"
+#include "matmul.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/dtype.h"

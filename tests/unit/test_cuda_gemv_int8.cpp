@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "device_matrix.h"
+#include "gemv_int8.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/dtype.h"

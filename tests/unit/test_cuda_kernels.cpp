@@ -19,7 +19,8 @@
 
 #include "cpu_ops.h"
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "rmsnorm.h"
+#include "rope.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/error.h"

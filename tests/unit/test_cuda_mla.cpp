@@ -21,7 +21,9 @@
 
 #include "cpu_ops.h"
 #include "cublas_handle.h"
-#include "cuda_ops.h"
+#include "device_matrix.h"
+#include "matmul.h"
+#include "mla.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/error.h"

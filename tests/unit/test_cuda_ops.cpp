@@ -23,7 +23,15 @@
 #include "cpu_ops.h"
 #include "cublas_handle.h"
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "attention.h"
+#include "dequant.h"
+#include "device_matrix.h"
+#include "elementwise.h"
+#include "gemv.h"
+#include "gemv_batched.h"
+#include "gemv_fused.h"
+#include "matmul.h"
+#include "rope.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/dtype.h"
@@ -102,7 +110,7 @@ TEST(CudaEmbedding, MatchesCpuEveryDtype) {
     std::vector<float> want(tokens.size() * cols);
     for (size_t i = 0; i < tokens.size(); ++i)
       lio::cpu::embedding_row(m.host, tokens[i], want.data() + i * cols);
-    EXPECT_EQ(d_out.to_host(), want) << "embedding " << dtype_name(t);  // exact: see cuda_ops.h
+    EXPECT_EQ(d_out.to_host(), want) << "embedding " << dtype_name(t);  // exact: see dequant.h
   }
 }
 

@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "kv_append.h"
+#include "paged_attention.h"
+#include "quantized_kv.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/dtype.h"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "gemv_int8.h"
 #include "lio/dtype.h"
 #include "quant.cuh"
 #include "random_inputs.h"

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "flash_attention_cuda.h"
+#include "gemv_batched.h"
+#include "mla.h"
 #include "cuda_runtime_info.h"
 #include "lio/cuda_backend.h"
 #include "lio/engine.h"

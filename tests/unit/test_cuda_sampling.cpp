@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "cuda_ops.h"
+#include "sampling.h"
 #include "cuda_runtime_info.h"
 #include "device_buffer.h"
 #include "lio/error.h"

@@ -26,7 +26,10 @@
 #include "cuda_device_memory.h"
 #include "cuda_runtime_info.h"
 #include "device_kv_pool.h"
+#include "flash_attention_cuda.h"
+#include "gemv_batched.h"
 #include "lio/error.h"
+#include "mla.h"
 
 namespace lio::cuda {
 

@@ -22,7 +22,10 @@
 #include "cublas_handle.h"
 #include "cuda_check.h"
 #include "cuda_device_memory.h"
-#include "cuda_ops.h"
+#include "device_matrix.h"
+#include "flash_attention_cuda.h"
+#include "fused_kernels.h"
+#include "sampling.h"
 #include "device_buffer.h"
 #include "lio/cuda_backend.h"
 
@@ -94,11 +97,11 @@ struct CudaBackend::Impl {
   DeviceBuffer<ArgmaxResult> argmax_d;  // (rows)
   PinnedBuffer<ArgmaxResult> argmax_h;
 
-  // ---- fused decode kernels (issue 45; off until a GPU check has compared them)
-  bool fused_kernels = false;
-  /// Whether one decode row of `outs` (reading the norm `norm`'s output) can go through the fused
-  /// kernels: fused kernels on, one row, at most kMaxFusedGemvOuts matrices of one dtype whose cols
-  /// equal the norm's width and fused_gemv_supports(), none taking int8 activations.
+  // ---- fused decode kernels (issue 45; off until a GPU check has compared them): chosen by
+  // cuda::FusedKernels (kernels/cuda/fused_kernels.h), the one place that decides
+  FusedKernels fused;
+  /// Whether one decode row of `weights` (reading the norm `norm`'s output) can go through the
+  /// fused kernels: fused.rmsnorm_gemv() at the norm's width, and none taking int8 activations.
   bool can_fuse(WeightRef norm, std::span<const WeightRef> weights, int64_t n_rows) const;
 
   // ---- decode CUDA graphs (issue 45): one executable graph per bucket, replayed by replay_graph

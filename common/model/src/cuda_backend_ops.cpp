@@ -7,8 +7,23 @@
 #include <string>
 
 #include "cuda_backend_impl.h"
+#include "dequant.h"
 #include "device_kv_pool.h"
+#include "device_matrix.h"
+#include "elementwise.h"
+#include "flash_attention_cuda.h"
+#include "fused_kernels.h"
+#include "gemv.h"
+#include "gemv_batched.h"
+#include "gemv_fused.h"
+#include "gemv_int8.h"
+#include "kv_append.h"
 #include "lio/error.h"
+#include "matmul.h"
+#include "mla.h"
+#include "paged_attention.h"
+#include "rmsnorm.h"
+#include "rope.h"
 
 namespace lio::cuda {
 
@@ -98,7 +113,7 @@ void CudaBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, 
     });
     return;
   }
-  if (m.fused_kernels && n_rows == 1 && gemv_wide_supports(matrix)) {  // issue 45: the wide Q4_1 reader
+  if (m.fused.wide_q4_1_gemv(matrix, n_rows)) {  // issue 45: the wide Q4_1 reader
     m.guarded([&] { m.op("gemv (Q4_1, wide loads)", [&] { gemv_q4_1_wide(matrix, x, y, accumulate, m.stream); }); });
     return;
   }
@@ -153,22 +168,18 @@ void CudaBackend::set_row_parallel_max(std::function<void(float* row_max, int64_
 // ---- fused decode kernels (issue 45) -----------------------------------------------------------
 
 bool CudaBackend::set_fused_kernels(bool on) {
-  impl_->fused_kernels = on;
+  impl_->fused = FusedKernels(on);
   return true;
 }
 
 bool CudaBackend::Impl::can_fuse(WeightRef norm, std::span<const WeightRef> weights, int64_t n_rows) const {
-  if (!fused_kernels || n_rows != 1 || weights.empty() || weights.size() > static_cast<size_t>(kMaxFusedGemvOuts)) {
-    return false;
+  if (!fused.enabled() || weights.size() > static_cast<size_t>(kMaxFusedGemvOuts)) return false;
+  std::array<const DeviceMatrix*, kMaxFusedGemvOuts> mats{};
+  for (size_t i = 0; i < weights.size(); ++i) {
+    mats[i] = &matrix(weights[i]);
+    if (int8_activations_for(weights[i], *mats[i])) return false;
   }
-  const int64_t width = norm_width(norm.kind, config);
-  if (!fused_gemv_supports(width)) return false;
-  const DType dtype = matrix(weights[0]).dtype;
-  for (const WeightRef w : weights) {
-    const DeviceMatrix& mat = matrix(w);
-    if (mat.cols != width || mat.dtype != dtype || int8_activations_for(w, mat)) return false;
-  }
-  return true;
+  return fused.rmsnorm_gemv(norm_width(norm.kind, config), std::span(mats.data(), weights.size()), n_rows);
 }
 
 void CudaBackend::rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
@@ -212,7 +223,7 @@ void CudaBackend::rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, Weig
 void CudaBackend::rope_qk(float* q, float* k, const int32_t* positions, int64_t n_tokens, int64_t n_heads,
                           int64_t n_kv_heads, float theta) {
   Impl& m = *impl_;
-  if (!m.fused_kernels) {
+  if (!m.fused.rope_qk()) {
     Backend::rope_qk(q, k, positions, n_tokens, n_heads, n_kv_heads, theta);
     return;
   }

@@ -9,6 +9,7 @@
 #include "cuda_backend_impl.h"
 #include "cuda_check.h"
 #include "lio/error.h"
+#include "sampling.h"
 
 namespace lio::cuda {
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda_backend_impl.h"
+#include "device_matrix.h"
 #include "lio/error.h"
 
 namespace lio::cuda {

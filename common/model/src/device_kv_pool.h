@@ -12,7 +12,7 @@
 
 #include "cuda_check.h"
 #include "cuda_device_memory.h"
-#include "cuda_ops.h"
+#include "quantized_kv.h"
 #include "device_buffer.h"
 #include "lio/error.h"
 #include "lio/kv_pool.h"

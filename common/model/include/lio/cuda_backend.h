@@ -2,10 +2,10 @@
 //
 // Model (lio/model.h) is the one layer loop; this backend supplies its operators on one CUDA
 // device (0, or a rank's own): each Backend op is one or two launches of a kernel from
-// kernels/cuda/cuda_ops.h on the backend's stream, asynchronous until to_host() or
-// greedy_argmax() waits. Matmuls pick their kernel by the number of rows: one token = gemv,
-// 2..16 = gemv_batched (both dequantize the stored blocks in registers), more = cuBLAS SGEMM on a
-// dequantized f32 copy. Attention is paged (over the pool's blocks): flash_attention (chapter 07,
+// kernels/cuda (one header per kernel, kernels/cuda/README.md) on the backend's stream,
+// asynchronous until to_host() or greedy_argmax() waits. Matmuls pick their kernel by the number
+// of rows: one token = gemv, 2..16 = gemv_batched (both dequantize the stored blocks in
+// registers), more = cuBLAS SGEMM on a dequantized f32 copy. Attention is paged (over the pool's blocks): flash_attention (chapter 07,
 // the default), its naive twin naive_attention or chapter 04's paged_attention on an f32 pool,
 // paged_attention_quantized on an f16 / int8 pool; K/V go in
 // with kv_append (vLLM's reshape_and_cache).
@@ -201,9 +201,10 @@ class CudaBackend final : public Backend {
   CapturedStep capture_step(const std::function<void()>& body);
 
   // ---- fused decode kernels (issue 45) ---------------------------------------------------
-  /// Backend::set_fused_kernels; returns true.
   /// Throws UnsupportedError under per-token int8 activations (see Backend::set_row_parallel_max).
   void set_row_parallel_max(std::function<void(float* row_max, int64_t n)> row_max) override;
+  /// Backend::set_fused_kernels; returns true. Which fused kernel runs where is
+  /// cuda::FusedKernels' choice (kernels/cuda/fused_kernels.h), the one place that decides.
   bool set_fused_kernels(bool on) override;
   /// With fused kernels on and one row whose matrices fused_gemv_supports(), all of one dtype,
   /// no int8 activations: cuda::rmsnorm_gemv_many (xn unwritten); else the default.
