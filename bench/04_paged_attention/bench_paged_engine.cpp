@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
     lio::apply_threads(o.threads);
     lio::LoadedModel m = lio::load_from_options(o);
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     const lio::Tokenizer& tok = *m.tokenizer;
     const double block_mib = static_cast<double>(runner->kv_pool().block_bytes()) / 1048576.0;
     std::printf("bench_paged_engine | %s | host %s | %s | KV pool %lld blocks x %lld tokens (%.2f MiB a block)\n\n",

@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
     lio::LoadedModel m = lio::load_from_options(o);
     const lio::Tokenizer& tok = *m.tokenizer;
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     const int64_t vocab = runner->config().vocab_size;
     const std::vector<TraceRequest> trace = lio::bench::make_trace(n_requests, shape, vocab, seed);
 

@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
           if (!contiguous) return b;
           return std::make_unique<lio::ch01::ContiguousAttentionBackend>(std::move(b));
         });
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     lio::GenerateOptions g;
     g.max_tokens = o.max_tokens;
     g.stop = o.stop;

@@ -426,6 +426,7 @@ int main(int argc, char** argv) {
     lio::LoadedModel m = lio::load_from_options(o);
     const lio::ModelConfig& c = m.config;
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     const lio::KvPool& pool = runner->kv_pool();
     lio::Engine engine(*runner, *m.tokenizer, ec);
     const Replay r = replay(engine, trace, make_prompts(trace, shared_prefix, c.vocab_size, seed),

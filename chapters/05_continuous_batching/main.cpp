@@ -376,6 +376,7 @@ int main(int argc, char** argv) {
     // ---- model and runner; a warm-up so the first replay does not pay for cold caches ----
     lio::LoadedModel m = lio::load_from_options(o);
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     int64_t sum_output = 0;
     for (const TraceRequest& r : trace) {
       sum_output += r.output_tokens;

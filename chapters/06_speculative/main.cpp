@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
     for (int64_t L : layer_sweep) lio::SpeculativeConfig{lio::SpecMethod::EarlyExit, 1, L}.validate(m.config.n_layers);
     lio::SpeculativeConfig{lio::SpecMethod::EarlyExit, 1, early_exit_layers}.validate(m.config.n_layers);
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     lio::LoadedModel dm = lio::load_model(draft_path, lio::WeightMode::AsStored);
     lio::check_draft_tokenizer(*m.tokenizer, *dm.tokenizer);
     std::unique_ptr<lio::ModelRunner> draft = lio::runner_from_options(dm, o);

@@ -235,6 +235,7 @@ json run_model(const lio::CommonOptions& o, int64_t context, int64_t decode_toke
   while (static_cast<int64_t>(prompt.size()) < context) prompt.insert(prompt.end(), unit.begin(), unit.end());
   prompt.resize(static_cast<size_t>(context));
   auto runner = lio::runner_from_options(m, o);
+  if (!runner) return json();  // a worker rank, done serving the driver (chapter 08): nothing to report
   lio::GenerateOptions g;
   g.max_tokens = decode_tokens;
   g.ignore_eos = true;
@@ -298,6 +299,7 @@ int main(int argc, char** argv) {
     lio::apply_threads(threads > 0 ? threads : o.threads);
     if (*model) {
       const json j = run_model(o, context, decode_tokens);
+      if (j.is_null()) return 0;  // a worker rank
       if (o.json) {
         std::cout << j.dump() << "\n";
       } else {

@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
     lio::LoadedModel m = lio::load_from_options(o);
     ec.speculative = lio::speculative_from_options(m, o);
     std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+    if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
     lio::DraftRunner draft = lio::draft_from_options(m, *runner, o, ec.speculative);
     ec.enforce_eager = o.enforce_eager;
     lio::Engine engine(*runner, *m.tokenizer, ec, draft.runner.get());

@@ -263,6 +263,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   LoadedModel m = load_from_options(o);
   engine_config.speculative = speculative_from_options(m, o);
   std::unique_ptr<ModelRunner> runner = runner_from_options(m, o);
+  if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
   DraftRunner draft = draft_from_options(m, *runner, o, engine_config.speculative);
   const KvPool& pool = runner->kv_pool();
   const double pool_mib = pool.size_bytes() / 1048576.0;

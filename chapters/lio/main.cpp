@@ -177,6 +177,7 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos, int64_t warmup_ru
   const lio::SpeculativeConfig spec = lio::speculative_from_options(m, o);
   std::vector<int32_t> prompt = lio::prompt_tokens(m, o);
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, o);
+  if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
   lio::DraftRunner draft = lio::draft_from_options(m, *runner, o, spec);
   lio::GenerateOptions g;
   g.max_tokens = o.max_tokens;
@@ -260,6 +261,7 @@ int cmd_logits(const lio::CommonOptions& o, const std::string& ids_text, const s
   pool_o.kv_pool = {static_cast<int64_t>(ids.size()),
                     (lio::kv_block_bytes(m.config, static_cast<int64_t>(ids.size())) >> 20) + 1};
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, pool_o);
+  if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
   lio::SoloSequence seq(*runner, static_cast<int64_t>(ids.size()));
   std::span<const float> logits = seq.forward(ids, /*all_logits=*/true);
   lio::write_file_atomically(out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),
@@ -288,6 +290,7 @@ int cmd_perplexity(const lio::CommonOptions& o, const std::string& text_path, in
     pool_o.kv_pool.kv_cache_mib = ((lio::kv_block_bytes(m.config, pool_o.kv_pool.block_size) * blocks) >> 20) + 1;
   }
   std::unique_ptr<lio::ModelRunner> runner = lio::runner_from_options(m, pool_o);
+  if (!runner) return 0;  // a worker rank, done serving the driver (chapter 08)
   const auto t0 = std::chrono::steady_clock::now();
   const lio::PerplexityResult r = lio::perplexity(
       *runner, tokens, add_bos ? m.tokenizer->bos_id() : -1, n_ctx, n_chunks, [&](int64_t i, double ppl) {

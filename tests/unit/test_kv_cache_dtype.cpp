@@ -12,6 +12,7 @@
 
 #include "flash_attention.h"
 #include "cpu_ops.h"
+#include "lio/cli_parse.h"
 #include "lio/error.h"
 #include "lio/kv_pool.h"
 #include "lio/quantization.h"

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "lio/cli_parse.h"
 #include "lio/cpu_backend.h"
 #include "lio/model_runner.h"
 #include "lio/error.h"

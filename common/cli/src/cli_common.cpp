@@ -189,12 +189,9 @@ std::unique_ptr<ModelRunner> runner_from_options(const LoadedModel& m, const Com
   grid_runner_made = true;
   std::unique_ptr<ModelRunner> runner =
       make_parallel_runner(m, o.parallel, algorithm, device, pool, activations, attention, wrap);
-  if (!runner->is_driver()) {  // a worker: serve the driver's steps, then leave quietly
+  if (!runner->is_driver()) {  // a worker: serve the driver's steps; the caller then returns 0
     runner->serve_worker();
-    runner.reset();
-    finalize_parallel();
-    std::fflush(stdout);
-    std::exit(0);
+    return nullptr;
   }
   return runner;
 }

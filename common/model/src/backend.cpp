@@ -13,12 +13,6 @@
 
 namespace lio {
 
-Device parse_device(const std::string& text) {
-  if (text == "cpu") return Device::Cpu;
-  if (text == "cuda") return Device::Cuda;
-  throw InvalidArgument("--device must be 'cpu' or 'cuda', got '" + text + "'");
-}
-
 const char* device_name(Device device) { return device == Device::Cpu ? "cpu" : "cuda"; }
 
 std::vector<ArgmaxRow> Backend::greedy_argmax(float*, std::span<const int32_t>,

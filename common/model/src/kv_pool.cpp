@@ -9,13 +9,6 @@
 
 namespace lio {
 
-KvCacheDType parse_kv_cache_dtype(const std::string& text) {
-  if (text == "f32") return KvCacheDType::F32;
-  if (text == "f16") return KvCacheDType::F16;
-  if (text == "int8") return KvCacheDType::Int8;
-  throw InvalidArgument("--kv-cache-dtype must be 'f32', 'f16' or 'int8', got '" + text + "'");
-}
-
 const char* kv_cache_dtype_name(KvCacheDType dtype) {
   switch (dtype) {
     case KvCacheDType::F16: return "f16";

@@ -15,13 +15,6 @@
 
 namespace lio {
 
-AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& text) {
-  if (text == "library") return AllReduceAlgorithm::Library;
-  if (text == "ring") return AllReduceAlgorithm::Ring;
-  if (text == "nccl") return AllReduceAlgorithm::Nccl;
-  throw InvalidArgument("--all-reduce: unknown algorithm " + single_quoted(text) + " (library|ring|nccl)");
-}
-
 // ---- SingleCommunicator ---------------------------------------------------------------------
 
 void SingleCommunicator::all_reduce_sum(float*, int64_t n) {

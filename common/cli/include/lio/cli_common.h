@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lio/cli_parse.h"
 #include "lio/generate.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
@@ -111,8 +112,9 @@ using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Ba
 /// (ch01_kv_cache: attention over its contiguous cache with chapter 01's decode_attention).
 /// Over several ranks (chapter 08: --tensor-parallel-size x --pipeline-parallel-size under
 /// mpirun) each rank builds its shard's runner (make_parallel_runner); on every rank but the
-/// driver (world rank 0) this call does not return: the rank serves the driver's steps
-/// (ModelRunner::serve_worker) and exits with status 0 when the driver's runner is gone.
+/// driver (world rank 0) this call serves the driver's steps (ModelRunner::serve_worker) until
+/// the driver's runner is gone, then returns nullptr: the caller's body then returns 0 at once
+/// (`if (!runner) return 0;`), and run_main finalizes MPI. Only the driver gets a runner.
 /// Throws InvalidArgument for an unknown device, KV dtype or a bad pool size, UnsupportedError
 /// when CUDA is asked for and unavailable, or for an f16 / int8 KV cache on CUDA or with an MLA
 /// model (see make_runner), and what `wrap` throws.

@@ -33,9 +33,7 @@ enum class KvCacheDType {
   Int8,  ///< int8 codes plus one f32 scale per (token, KV head)
 };
 
-/// Parses "f32", "f16" or "int8". Throws InvalidArgument otherwise.
-KvCacheDType parse_kv_cache_dtype(const std::string& text);
-/// "f32", "f16" or "int8".
+/// "f32", "f16" or "int8" (lio/cli_parse.h's parse_kv_cache_dtype reads --kv-cache-dtype).
 const char* kv_cache_dtype_name(KvCacheDType dtype);
 
 /// Bytes of one stored K or V element: 4 (f32), 2 (f16), 1 (int8; the scales come on top).

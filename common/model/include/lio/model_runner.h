@@ -25,9 +25,7 @@ namespace lio {
 /// Where the forward pass runs.
 enum class Device { Cpu, Cuda };
 
-/// Parses "cpu" or "cuda" (the --device flag). Throws InvalidArgument otherwise.
-Device parse_device(const std::string& text);
-/// "cpu" or "cuda".
+/// "cpu" or "cuda" (lio/cli_parse.h's parse_device reads the --device flag).
 const char* device_name(Device device);
 
 /// One logits row's sampling: the sequence's own sampler and its tokens so far (for the

@@ -32,9 +32,6 @@ enum class AllReduceAlgorithm {
   Nccl,     ///< the tensor-parallel group's data over NCCL (device memory; --device cuda), control over MPI
 };
 
-/// Parses "library", "ring" or "nccl" (the --all-reduce flag). Throws InvalidArgument otherwise.
-AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& text);
-
 /// A group of `size()` ranks; this process is `rank()`. Every collective must be called by
 /// every rank of the group in the same order with the same counts (MPI's rule); a rank that
 /// dies makes the others fail (MpiCommunicator aborts the whole job) rather than hang.
