@@ -1,7 +1,7 @@
 // The hybrid KV cache (lio/kv_pool.h KvCacheGroups, lio/kv_cache_coordinator.h) on a tiny
 // gemma3 model whose windowed layers see 8 keys: blocks that slide out of the window go back to
 // the pool, and every engine path — chunked batches, parallel sampling (copy-on-write),
-// preemption by recompute or swap, the hash prefix cache, speculative decoding, static batching —
+// preemption by recompute or swap, the hash and radix prefix caches, speculative decoding, static batching —
 // gives exactly the tokens of the one-group pool, which keeps every block.
 #include <gtest/gtest.h>
 
@@ -182,6 +182,19 @@ class HybridEngineTest : public ::testing::Test {
     p.sampler.seed = 7;
     return p;
   }
+  using Requests = std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>>;
+  /// Five greedy requests of 10 tokens: one 40-token system prompt, then 3 .. 7 tokens of their own.
+  static Requests shared_prefix_requests() {
+    const std::vector<int32_t> system = prompt(7, 40);
+    Requests reqs;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<int32_t> p = system;
+      const std::vector<int32_t> tail = prompt(i, 3 + i);
+      p.insert(p.end(), tail.begin(), tail.end());
+      reqs.push_back({p, greedy(10)});
+    }
+    return reqs;
+  }
   using Outputs = std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>>;
   static Outputs run_all(lio::Engine& e) {
     Outputs out;
@@ -269,14 +282,7 @@ TEST_F(HybridEngineTest, PreemptionByRecomputeGivesTheSameTokens) {
 }
 
 TEST_F(HybridEngineTest, HashPrefixCacheHitsOnEveryGroupAndChangesNoToken) {
-  const std::vector<int32_t> system = prompt(7, 40);
-  std::vector<std::pair<std::vector<int32_t>, lio::SamplingParams>> reqs;
-  for (int i = 0; i < 5; ++i) {
-    std::vector<int32_t> p = system;
-    const std::vector<int32_t> tail = prompt(i, 3 + i);
-    p.insert(p.end(), tail.begin(), tail.end());
-    reqs.push_back({p, greedy(10)});
-  }
+  const Requests reqs = shared_prefix_requests();
   lio::EngineConfig cfg;
   cfg.scheduler.max_num_seqs = 1;  // one after another: each finds the last one's blocks
   const Outputs want = serve(false, cfg, 256, reqs);
@@ -340,13 +346,25 @@ TEST_F(HybridEngineTest, SwapPreemptionGivesTheSameTokens) {
   EXPECT_LE(tight.n_blocks_swapped_in, tight.n_blocks_swapped_out) << "what a window passed stays on the host";
 }
 
-TEST_F(HybridEngineTest, RadixCacheIsRefusedClearly) {
-  auto r = runner(true, 64);
-  lio::EngineConfig radix;
-  radix.prefix_cache = lio::PrefixCacheMode::Radix;
-  EXPECT_THROW(lio::Engine(*r, *model_->tokenizer, radix), lio::InvalidArgument);
-  auto one = runner(false, 64);  // the one-group pool does
-  EXPECT_NO_THROW(lio::Engine(*one, *model_->tokenizer, radix));
+TEST_F(HybridEngineTest, RadixPrefixCacheHitsOnEveryGroupAndChangesNoToken) {
+  // SGLang's SWA radix cache serves hybrid models; here one tree per KV cache group.
+  const Requests reqs = shared_prefix_requests();
+  lio::EngineConfig cfg;
+  cfg.scheduler.max_num_seqs = 1;  // one after another: each finds the last one's blocks
+  cfg.scheduler.max_num_batched_tokens = 16;  // a prompt fits the small pool below without a hit
+  const Outputs want = serve(false, cfg, 256, reqs);
+  cfg.prefix_cache = lio::PrefixCacheMode::Radix;
+  for (const int64_t bytes_blocks : {256, 12}) {  // 12: the trees must evict (and tombstone)
+    SCOPED_TRACE(bytes_blocks);
+    auto r = runner(true, bytes_blocks);
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    for (const auto& [p, s] : reqs) e.add_request(p, s);
+    EXPECT_EQ(run_all(e), want);
+    const lio::PrefixCacheStats& pc = e.prefix_cache()->stats;
+    if (bytes_blocks == 256) EXPECT_GE(pc.hits, 4 * 40) << "requests 2-5 reuse the 40-token system prompt";
+    EXPECT_EQ(e.n_free_blocks() + e.prefix_cache()->n_evictable(), r->kv_pool().n_blocks() - 1)
+        << "every block but the null block is free or evictable";
+  }
 }
 
 TEST_F(HybridEngineTest, SoloSequenceLogitsEqualTheOneGroupPool) {

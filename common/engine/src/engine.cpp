@@ -74,7 +74,6 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
       kv_groups_(blocks_, group_windows(runner.kv_pool())),
       scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get(), &kv_groups_),
       proposer_(make_proposer(config.speculative, runner, draft)) {
-  if (prefix_cache_) prefix_cache_->check_groups(kv_groups_);
   if (proposer_ && !config.reuse_kv) {
     throw InvalidArgument("speculative decoding needs the KV cache (it verifies drafts against cached K/V)");
   }

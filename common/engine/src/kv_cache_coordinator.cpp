@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lio/error.h"
+#include "lio/prefix_cache.h"
 
 namespace lio {
 
@@ -82,7 +83,13 @@ bool KvCacheCoordinator::append_slots(GroupTables& tables, int64_t n_computed, i
                                                              std::to_string(n_computed) +
                                                              " falls in a block that slid out of the window");
   }
-  if (!can_allocate(tables, n_computed, n_new)) return false;
+  const int64_t need = blocks_needed(tables, n_computed, n_new);
+  if (need > blocks_.n_available_blocks()) return false;
+  // What the prefix cache must give up goes now, before any table changes: its evictable count
+  // is an estimate, and a table grown in one group but not the next could not be undone.
+  if (need > blocks_.n_free_blocks() && blocks_.prefix_cache() != nullptr)
+    blocks_.prefix_cache()->evict(need - blocks_.n_free_blocks());
+  if (need > blocks_.n_free_blocks()) return false;
   for (size_t g = 0; g < tables.size(); ++g) {
     if (blocks_.append_slots(tables[g], n_computed, n_new, copies)) continue;
     // The first append is all or nothing itself (the prefix cache's evictable count is an upper

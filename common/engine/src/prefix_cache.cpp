@@ -71,7 +71,7 @@ void HashPrefixCache::insert_chain(std::span<const int32_t> tokens, int64_t n_co
 
 uint64_t group_chain_seed(int64_t g) { return g == 0 ? 0 : 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(g); }
 
-int64_t HashPrefixCache::match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) {
+int64_t HashPrefixCache::match(std::span<const int32_t> tokens, GroupTables& tables, KvCacheCoordinator& kv) {
   LIO_CHECK(static_cast<int64_t>(tables.size()) == kv.n_groups(), "HashPrefixCache::match: one table per KV cache group");
   const int64_t bs = blocks_.block_size();
   const std::vector<int32_t> hit0 = hash_chain_match(index_, tokens, bs);  // Task 4

@@ -19,6 +19,7 @@
 //   evict(1) — BlockManager::allocate_block's request — frees one block, not a whole
 //   conversation, and the unheld tail of a leaf whose head a sequence still uses can go.
 
+#include <algorithm>
 #include <functional>
 #include <queue>
 #include <string>
@@ -171,38 +172,116 @@ struct RadixPrefixCache::Impl {
   bool trimmable(const Node* node) const {
     return node != &root && node->children.empty() && !held(node->blocks.back());
   }
+
+  // ---- a sliding-window group's tree: tombstones (SGLang's SWARadixCache) ------------------
+  // A windowed group's query sees only its window, so a block anywhere in an edge may go (its
+  // slots then name the null block), not only a leaf's tail. Tombstones stay a prefix of each
+  // edge: the first real block of an edge is the one that goes.
+
+  /// The null block's id when this tree serves a sliding-window group, else -1 (no tombstones).
+  int32_t null_block = -1;
+
+  /// `node`'s first block that is not the null block, or -1.
+  int32_t first_real(const Node* node) const {
+    for (const int32_t b : node->blocks)
+      if (b != null_block) return b;
+    return -1;
+  }
+  /// Points the slots of `node`'s first real block at the null block. Returns 1 if the block
+  /// became free.
+  int64_t tombstone_first(Node* node) {
+    const int32_t id = first_real(node);
+    const bool had_null = node->blocks.front() == null_block;
+    for (int32_t& slot : node->slots)
+      if (slot / block_size == id) slot = static_cast<int32_t>(null_block * block_size + slot % block_size);
+    node->blocks = blocks_of(node->slots, block_size);
+    if (!had_null) add_user(null_block);
+    return drop_user(id);
+  }
+  /// Tombstones unheld blocks, least recently used node first, until `n_blocks` are free.
+  int64_t evict_tombstones(int64_t n_blocks) {
+    std::vector<Node*> nodes;
+    std::vector<Node*> stack{&root};
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      if (node != &root) nodes.push_back(node);
+      for (auto& [token, child] : node->children) stack.push_back(child.get());
+    }
+    std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->last_access < b->last_access; });
+    int64_t n_freed = 0;
+    for (Node* node : nodes) {
+      for (int32_t b = first_real(node); n_freed < n_blocks && b >= 0 && !held(b); b = first_real(node))
+        n_freed += tombstone_first(node);
+      if (n_freed >= n_blocks) break;
+    }
+    return n_freed;
+  }
+
+  // ---- one tree's operations (RadixPrefixCache's, on one KV cache group's table) -------------
+  int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table);
+  void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table, bool finished);
+  int64_t evict(int64_t n_blocks);
+  int64_t n_evictable() const;
 };
 
 // ---- public API ------------------------------------------------------------------------------
 
-RadixPrefixCache::RadixPrefixCache(BlockManager& blocks) : impl_(std::make_unique<Impl>(blocks)) {}
+RadixPrefixCache::RadixPrefixCache(BlockManager& blocks) : blocks_(blocks) {
+  trees_.push_back(std::make_unique<Impl>(blocks));
+}
 
-// Drops the tree's hold on every block it caches (the BlockManager must still be alive: declare
+// Drops the trees' hold on every block they cache (the BlockManager must still be alive: declare
 // it before the cache), and detaches itself if it is the manager's attached cache.
 RadixPrefixCache::~RadixPrefixCache() {
-  Impl& s = *impl_;
-  if (s.bm.prefix_cache() == this) s.bm.set_prefix_cache(nullptr);
-  for (size_t id = 0; id < s.node_count.size(); ++id) {
-    if (s.node_count[id] > 0) s.bm.unref(static_cast<int32_t>(id));
+  if (blocks_.prefix_cache() == this) blocks_.set_prefix_cache(nullptr);
+  for (const std::unique_ptr<Impl>& t : trees_) {
+    for (size_t id = 0; id < t->node_count.size(); ++id) {
+      if (t->node_count[id] > 0) blocks_.unref(static_cast<int32_t>(id));
+    }
   }
 }
 
-void RadixPrefixCache::check_groups(const KvCacheCoordinator& kv) const {
-  if (kv.n_groups() == 1) return;
-  throw InvalidArgument("--prefix-cache radix keeps one block table per sequence; a sliding-window model's hybrid KV "
-                        "cache has " + std::to_string(kv.n_groups()) + " (use --prefix-cache hash, vLLM's, or "
-                        "--disable-hybrid-kv-cache-manager)");
+RadixPrefixCache::Impl& RadixPrefixCache::tree(int64_t g, const KvCacheCoordinator* kv) {
+  while (static_cast<int64_t>(trees_.size()) <= g) trees_.push_back(std::make_unique<Impl>(blocks_));
+  Impl& t = *trees_[static_cast<size_t>(g)];
+  if (kv != nullptr && kv->window(g) > 0) t.null_block = kv->null_block();
+  return t;
 }
 
-int64_t RadixPrefixCache::match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) {
-  check_groups(kv);
-  return match(tokens, tables.at(0));
+// Each group's tree matches on its own; the hit is the shortest, then shrinks a block at a time
+// until every windowed group's entries that the next query sees are real blocks (a tree may
+// have been given the null block for positions a sequence's window had passed).
+int64_t RadixPrefixCache::match(std::span<const int32_t> tokens, GroupTables& tables, KvCacheCoordinator& kv) {
+  LIO_CHECK(static_cast<int64_t>(tables.size()) == kv.n_groups(), "radix match: one table per KV cache group");
+  int64_t hit = static_cast<int64_t>(tokens.size());
+  for (size_t g = 0; g < tables.size(); ++g) hit = std::min(hit, tree(static_cast<int64_t>(g), &kv).match(tokens, tables[g]));
+  const int64_t bs = blocks_.block_size();
+  const auto serves = [&](int64_t n) {
+    for (size_t g = 0; g < tables.size(); ++g)
+      for (int64_t b = kv.first_kept_block(kv.window(static_cast<int64_t>(g)), n); b < blocks_.blocks_for(n); ++b)
+        if (tables[g][static_cast<size_t>(b)] == kv.null_block()) return false;
+    return true;
+  };
+  while (hit > 0 && !serves(hit)) hit = (hit - 1) / bs * bs;
+  for (BlockTable& t : tables) blocks_.truncate(t, hit);  // the sequence's holds past the hit go
+  kv.release_out_of_window(tables, hit);  // and, in a windowed group, those before its window
+  return hit;
 }
 
 void RadixPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
                               const KvCacheCoordinator& kv, bool finished) {
-  check_groups(kv);
-  insert(tokens, n_computed, tables.at(0), finished);
+  LIO_CHECK(static_cast<int64_t>(tables.size()) == kv.n_groups(), "radix insert: one table per KV cache group");
+  for (size_t g = 0; g < tables.size(); ++g) tree(static_cast<int64_t>(g), &kv).insert(tokens, n_computed, tables[g], finished);
+}
+
+int64_t RadixPrefixCache::match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) {
+  return tree(0, nullptr).match(tokens, block_table);
+}
+
+void RadixPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table,
+                              bool finished) {
+  tree(0, nullptr).insert(tokens, n_computed, block_table, finished);
 }
 
 // Walks from the root while the tokens agree (at most tokens.size() - 1 of them), without
@@ -210,9 +289,8 @@ void RadixPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_compute
 // matched position p must sit at offset p % block_size of the block chosen for block index
 // p / block_size; where two sequences' slots meet inside one block index, the deeper block is
 // taken for the whole index (it holds the earlier positions too).
-int64_t RadixPrefixCache::match(std::span<const int32_t> tokens,
-                                std::vector<int32_t>& block_table) {
-  Impl& s = *impl_;
+int64_t RadixPrefixCache::Impl::match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table) {
+  Impl& s = *this;
   if (tokens.size() < 2) return 0;
   const auto limit = static_cast<int64_t>(tokens.size()) - 1;
   const int64_t bs = s.block_size;
@@ -257,9 +335,9 @@ int64_t RadixPrefixCache::match(std::span<const int32_t> tokens,
 // the slots of tokens the tree already has; splits the edge where the tokens diverge inside it
 // and stores the rest as a new leaf, or as an extension of the leaf the walk ran off the end of.
 // Allocates nothing when the tree already has all n tokens.
-void RadixPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_computed,
-                              std::span<const int32_t> block_table, bool finished) {
-  Impl& s = *impl_;
+void RadixPrefixCache::Impl::insert(std::span<const int32_t> tokens, int64_t n_computed,
+                                    std::span<const int32_t> block_table, bool finished) {
+  Impl& s = *this;
   const int64_t bs = s.block_size;
   LIO_CHECK(n_computed >= 0 && n_computed <= static_cast<int64_t>(tokens.size()),
             "radix insert: n_computed " + std::to_string(n_computed) + " outside [0, " +
@@ -307,17 +385,32 @@ void RadixPrefixCache::insert(std::span<const int32_t> tokens, int64_t n_compute
 }
 
 void RadixPrefixCache::on_block_reused(int32_t id) {
-  const Impl& s = *impl_;
-  LIO_CHECK(id < 0 || id >= static_cast<int64_t>(s.node_count.size()) ||
-                s.node_count[static_cast<size_t>(id)] == 0,
-            "radix tree: block " + std::to_string(id) + " reused while the tree holds it");
+  for (const std::unique_ptr<Impl>& t : trees_) {
+    LIO_CHECK(id < 0 || id >= static_cast<int64_t>(t->node_count.size()) ||
+                  t->node_count[static_cast<size_t>(id)] == 0,
+              "radix tree: block " + std::to_string(id) + " reused while the tree holds it");
+  }
+}
+
+// Tree by tree, the last KV cache group's first (a windowed group's blocks are the cheapest to
+// lose: only a hit's last window needs them); within a tree, least recently used first.
+int64_t RadixPrefixCache::evict(int64_t n_blocks) {
+  int64_t n_freed = 0;
+  for (auto t = trees_.rbegin(); t != trees_.rend() && n_freed < n_blocks; ++t) n_freed += (*t)->evict(n_blocks - n_freed);
+  return n_freed;
+}
+
+int64_t RadixPrefixCache::n_evictable() const {
+  int64_t n = 0;
+  for (const std::unique_ptr<Impl>& t : trees_) n += t->n_evictable();
+  return n;
 }
 
 // Least recently used leaf first (a min-heap on last_access), one block at a time from the
 // leaf's end; a leaf whose last block a sequence holds is skipped, and an emptied leaf goes,
 // which may make its parent a leaf.
-int64_t RadixPrefixCache::evict(int64_t n_blocks) {
-  Impl& s = *impl_;
+int64_t RadixPrefixCache::Impl::evict(int64_t n_blocks) {
+  Impl& s = *this;
   if (n_blocks <= 0) return 0;
   using Entry = std::pair<int64_t, Node*>;  // (last_access, leaf)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> lru;
@@ -343,13 +436,14 @@ int64_t RadixPrefixCache::evict(int64_t n_blocks) {
     s.remove_empty_leaf(leaf, first_token);
     if (s.trimmable(parent)) lru.emplace(parent->last_access, parent);
   }
+  if (s.null_block >= 0 && n_freed < n_blocks) n_freed += s.evict_tombstones(n_blocks - n_freed);
   return n_freed;
 }
 
 // Exactly what evict(infinity) would free now: a block goes once no node using it has a held
 // block at or below it (later in its own edge, or anywhere in its subtree).
-int64_t RadixPrefixCache::n_evictable() const {
-  const Impl& s = *impl_;
+int64_t RadixPrefixCache::Impl::n_evictable() const {
+  const Impl& s = *this;
   // Pre-order, so the reverse visits every child before its parent.
   std::vector<Node*> order;
   std::vector<Node*> stack;
@@ -373,13 +467,31 @@ int64_t RadixPrefixCache::n_evictable() const {
     }
     if (pinned && node->parent != nullptr) node->parent->pinned = true;
   }
+  if (s.null_block >= 0) {  // a windowed tree also frees, by tombstones, each edge's unheld head
+    keep[static_cast<size_t>(s.null_block)] = 1;
+    for (const Node* node : order) {
+      for (const int32_t b : node->blocks) {
+        if (b == s.null_block) continue;
+        if (s.held(b)) break;
+        keep[static_cast<size_t>(b)] = 0;
+      }
+    }
+  }
   int64_t n = 0;
   for (size_t id = 0; id < keep.size(); ++id) n += (s.node_count[id] > 0 && keep[id] == 0) ? 1 : 0;
   return n;
 }
 
-int64_t RadixPrefixCache::n_cached_tokens() const { return impl_->n_tokens; }
+int64_t RadixPrefixCache::n_cached_tokens() const {
+  int64_t n = 0;
+  for (const std::unique_ptr<Impl>& t : trees_) n += t->n_tokens;
+  return n;
+}
 
-int64_t RadixPrefixCache::n_nodes() const { return impl_->n_nodes; }
+int64_t RadixPrefixCache::n_nodes() const {
+  int64_t n = 0;
+  for (const std::unique_ptr<Impl>& t : trees_) n += t->n_nodes;
+  return n;
+}
 
 }  // namespace lio

@@ -31,8 +31,12 @@
 //   n_computed, and blocks are released only below n_computed - window + 1, so no rejected draft
 //   ever needs a released block.
 // - Prefix caching: the prefix cache keeps each group's blocks (PrefixCache::match / insert take
-//   every group's table); a hit needs group 0..G-1's blocks within each group's window before
-//   the hit's end (vLLM's find_longest_cache_hit per manager, the shortest hit wins).
+//   every group's table); a hit needs each group's blocks within its window before the hit's
+//   end (vLLM's find_longest_cache_hit per manager, the shortest hit wins). The hash chain does
+//   it as vLLM does; the radix cache keeps one tree per group and tombstones a windowed group's
+//   blocks anywhere in an edge (SGLang's SWARadixCache).
+// Not yet: the tensor- and pipeline-parallel runners keep one group (their pools are built
+// without the hybrid layout).
 #pragma once
 
 #include <cstdint>

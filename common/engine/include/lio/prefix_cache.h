@@ -13,6 +13,9 @@
 //   it caches, and evicts least-recently-used leaves that no running sequence uses.
 // Both leave the last prompt token uncached, so its logits are computed (at most
 // n_tokens - 1 tokens match).
+// Both serve every KV cache group of a hybrid pool (lio/kv_cache_coordinator.h): match and insert
+// take a sequence's tables, one per group, and a hit must hold each group's blocks that the next
+// query can see.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +61,7 @@ class PrefixCache {
   /// with a hold (BlockManager::ref), and returns the number of tokens matched: a multiple of
   /// block_size for the hash chain, any count for the radix tree (its last block may then be
   /// partial and shared).
-  virtual int64_t match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) = 0;
+  virtual int64_t match(std::span<const int32_t> tokens, GroupTables& tables, KvCacheCoordinator& kv) = 0;
   /// Makes findable what a sequence has computed: `tokens`[0, n_computed) whose K/V are in
   /// `tables` (one per group of `kv`; null-block entries are skipped). While the sequence runs
   /// (`finished` false) only full blocks are cached — it still writes into its last one; when it
@@ -66,9 +69,6 @@ class PrefixCache {
   /// its blocks.
   virtual void insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
                       const KvCacheCoordinator& kv, bool finished) = 0;
-  /// Throws InvalidArgument if this cache cannot serve the groups of `kv` (the Engine asks at
-  /// construction, so a refusal comes before any request). The default accepts any groups.
-  virtual void check_groups(const KvCacheCoordinator& kv) const { (void)kv; }
   /// Block `id` is about to be rewritten (BlockManager::allocate_block took it off the free
   /// list): forget its content.
   virtual void on_block_reused(int32_t id) = 0;
@@ -124,7 +124,7 @@ class HashPrefixCache final : public PrefixCache {
   /// full-attention hit; every other group under its own chain, h_{-1} = group_chain_seed(g),
   /// looked up block by block (a windowed group's early blocks may be gone); the hit shrinks a
   /// block at a time until every group holds what it needs. Then a hold on each entry.
-  int64_t match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) override;
+  int64_t match(std::span<const int32_t> tokens, GroupTables& tables, KvCacheCoordinator& kv) override;
   /// Each group's full blocks under its own chain (only full blocks are ever cached).
   void insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
               const KvCacheCoordinator& kv, bool finished) override;
@@ -159,30 +159,39 @@ class RadixPrefixCache final : public PrefixCache {
   explicit RadixPrefixCache(BlockManager& blocks);
   ~RadixPrefixCache() override;
   const char* name() const override { return "radix"; }
-  /// The one-table match below on the single group of `kv`.
-  int64_t match(std::span<const int32_t> tokens, GroupTables& tables, const KvCacheCoordinator& kv) override;
-  /// The one-table insert below on the single group of `kv`.
+  /// One tree per KV cache group, each matched on its own; the hit is the shortest of them,
+  /// shrunk a block at a time until each windowed group's entries within its window before the
+  /// hit's end are real blocks (SGLang's SWARadixCache keeps full and windowed slots in one tree
+  /// and tombstones the evicted windowed ones; separate trees give the same hits). Entries past
+  /// the hit are given back.
+  int64_t match(std::span<const int32_t> tokens, GroupTables& tables, KvCacheCoordinator& kv) override;
+  /// Each group's table into its own tree.
   void insert(std::span<const int32_t> tokens, int64_t n_computed, const GroupTables& tables,
               const KvCacheCoordinator& kv, bool finished) override;
-  /// Throws InvalidArgument for a pool of several KV cache groups: the tree keeps one slot per
-  /// token (SGLang's SWARadixCache keeps a second, windowed slot list per node; not done here).
-  void check_groups(const KvCacheCoordinator& kv) const override;
-  /// match() on one KV cache group's table (empty on entry).
+  /// match() on the first KV cache group's tree alone (a pool of one group; `block_table`
+  /// empty on entry).
   int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& block_table);
-  /// insert() of one KV cache group's table.
+  /// insert() of one table into the first KV cache group's tree (a pool of one group).
   void insert(std::span<const int32_t> tokens, int64_t n_computed, std::span<const int32_t> block_table, bool finished);
   /// Never called for blocks the tree holds (they are never free); a no-op.
   void on_block_reused(int32_t id) override;
+  /// Trims least recently used leaves, tree by tree, the last group's first; a sliding-window
+  /// group's tree then also replaces unheld blocks at the head of its edges by the null block
+  /// (SGLang's SWARadixCache tombstones), least recently used node first.
   int64_t evict(int64_t n_blocks) override;
   int64_t n_evictable() const override;
-  /// Tokens stored in the tree.
+  /// Tokens stored in the trees.
   int64_t n_cached_tokens() const;
-  /// Nodes in the tree, root excluded.
+  /// Nodes in the trees, roots excluded.
   int64_t n_nodes() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  struct Impl;  // one tree (radix_prefix_cache.cpp)
+  /// The tree of KV cache group `g`, created on first use; a sliding-window group's (window
+  /// from `kv`, if given) evicts by tombstones as well.
+  Impl& tree(int64_t g, const KvCacheCoordinator* kv);
+  BlockManager& blocks_;
+  std::vector<std::unique_ptr<Impl>> trees_;  ///< one per KV cache group seen, group 0's first
 };
 
 /// The cache for `mode` over `blocks` (nullptr for None); attaches it to `blocks`.
