@@ -1,4 +1,5 @@
-// cli_parse.cpp — the --device, --kv-cache-dtype and --all-reduce words (lio/cli_parse.h).
+// cli_parse.cpp — the --device, --kv-cache-dtype, --all-reduce, --dtype, --activations and
+// --attention-backend words (lio/cli_parse.h).
 #include "lio/cli_parse.h"
 
 #include "lio/error.h"
@@ -23,6 +24,29 @@ AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& text) {
   if (text == "ring") return AllReduceAlgorithm::Ring;
   if (text == "nccl") return AllReduceAlgorithm::Nccl;
   throw InvalidArgument("--all-reduce: unknown algorithm " + single_quoted(text) + " (library|ring|nccl)");
+}
+
+WeightMode parse_weight_mode(const std::string& text) {
+  if (text == "auto" || text == "stored") return WeightMode::AsStored;
+  if (text == "f32") return WeightMode::F32;
+  if (text == "f16") return WeightMode::F16;
+  if (text == "bf16") return WeightMode::BF16;
+  throw InvalidArgument("--dtype must be 'auto' (keep the file's types), 'f32', 'f16' or 'bf16', got '" +
+                        text + "'");
+}
+
+ActivationPrecision parse_activation_precision(const std::string& text) {
+  if (text == "f32") return ActivationPrecision::F32;
+  if (text == "int8") return ActivationPrecision::Int8;
+  if (text == "int8-token") return ActivationPrecision::Int8PerToken;
+  throw InvalidArgument("--activations must be 'f32', 'int8' or 'int8-token', got '" + text + "'");
+}
+
+AttentionBackend parse_attention_backend(const std::string& text) {
+  if (text == "flash") return AttentionBackend::Flash;
+  if (text == "naive") return AttentionBackend::Naive;
+  if (text == "paged") return AttentionBackend::Paged;
+  throw InvalidArgument("--attention-backend must be 'flash', 'naive' or 'paged', got '" + text + "'");
 }
 
 }  // namespace lio

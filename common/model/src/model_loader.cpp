@@ -263,15 +263,6 @@ int64_t Weights::n_params() const {
   return total;
 }
 
-WeightMode parse_weight_mode(const std::string& text) {
-  if (text == "auto" || text == "stored") return WeightMode::AsStored;
-  if (text == "f32") return WeightMode::F32;
-  if (text == "f16") return WeightMode::F16;
-  if (text == "bf16") return WeightMode::BF16;
-  throw InvalidArgument("--dtype must be 'auto' (keep the file's types), 'f32', 'f16' or 'bf16', got '" +
-                        text + "'");
-}
-
 LoadedModel load_model(const std::string& path, WeightMode mode) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InvalidArgument("model path '" + path + "' does not exist");

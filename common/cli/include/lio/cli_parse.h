@@ -1,5 +1,5 @@
 // cli_parse.h — the shared flags' strings turned into the core's enums. The core (lio_model,
-// lio_parallel) takes the enums only; the words a user types, and the errors for a wrong one,
+// lio_backends, lio_parallel) takes the enums only; the words a user types, and the errors for a wrong one,
 // live here beside the flags that read them (lio/cli_common.h).
 #pragma once
 
@@ -7,6 +7,7 @@
 
 #include "lio/communicator.h"
 #include "lio/kv_pool.h"
+#include "lio/model_loader.h"
 #include "lio/model_runner.h"
 
 namespace lio {
@@ -22,5 +23,19 @@ KvCacheDType parse_kv_cache_dtype(const std::string& text);
 /// Parses "library", "ring" or "nccl" (--all-reduce, chapter 08). Throws InvalidArgument
 /// otherwise ("--all-reduce: unknown algorithm '<text>' (library|ring|nccl)").
 AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& text);
+
+/// Parses "auto" or "stored" (AsStored), "f32", "f16" or "bf16" (--dtype). Throws
+/// InvalidArgument otherwise ("--dtype must be 'auto' (keep the file's types), 'f32', 'f16' or
+/// 'bf16', got '<text>'").
+WeightMode parse_weight_mode(const std::string& text);
+
+/// Parses "f32", "int8" or "int8-token" (--activations; "auto" is activations_from_options'
+/// business). Throws InvalidArgument otherwise ("--activations must be 'f32', 'int8' or
+/// 'int8-token', got '<text>'").
+ActivationPrecision parse_activation_precision(const std::string& text);
+
+/// Parses "flash", "naive" or "paged" (--attention-backend, chapter 07). Throws InvalidArgument
+/// otherwise ("--attention-backend must be 'flash', 'naive' or 'paged', got '<text>'").
+AttentionBackend parse_attention_backend(const std::string& text);
 
 }  // namespace lio

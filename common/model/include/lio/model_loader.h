@@ -75,10 +75,6 @@ enum class WeightMode {
   BF16,      ///< every matrix converted to bfloat16 once at load (2 bytes/weight)
 };
 
-/// Parses "auto"/"stored" -> AsStored, "f32" -> F32, "f16" -> F16, "bf16" -> BF16.
-/// Throws InvalidArgument otherwise.
-WeightMode parse_weight_mode(const std::string& text);
-
 /// A loaded model: config, weights and tokenizer from one source.
 struct LoadedModel {
   std::string path;     ///< the .gguf file or the HF directory

@@ -218,8 +218,8 @@ struct KvPoolOptions {
   KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype)
   /// KV cache groups for a model with both full and sliding-window layers (KvPoolConfig::hybrid).
   /// The Engine's commands turn it on (off again with --disable-hybrid-kv-cache-manager, vLLM's
-  /// flag); code that builds its own block tables keeps one group. One rank only: the tensor-
-  /// and pipeline-parallel runners keep one group.
+  /// flag); code that builds its own block tables keeps one group. The tensor-parallel runner
+  /// keeps the groups (every rank holds every layer); a pipeline-parallel one keeps one group.
   bool hybrid = false;
 };
 
@@ -227,14 +227,8 @@ struct KvPoolOptions {
 /// on a GPU 80% of the memory free after the weights. At least one block's worth.
 int64_t default_kv_cache_mib(const Backend& backend);
 
-/// Parses "f32", "int8" or "int8-token" (the --activations flag). Throws InvalidArgument
-/// otherwise.
-ActivationPrecision parse_activation_precision(const std::string& text);
-
-/// Parses "flash", "naive" or "paged" (the --attention-backend flag, chapter 07). Throws
-/// InvalidArgument otherwise.
-AttentionBackend parse_attention_backend(const std::string& text);
-/// "flash", "naive" or "paged".
+/// "flash", "naive" or "paged" (lio/cli_parse.h's parse_attention_backend reads
+/// --attention-backend).
 const char* attention_backend_name(AttentionBackend backend);
 
 /// The backend for `device` over `model` (which must outlive it), running `attention`'s kernels
