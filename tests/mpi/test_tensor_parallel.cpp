@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "lio/communicator.h"
+#include "lio/engine.h"
 #include "lio/error.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
@@ -182,6 +184,53 @@ TEST(TensorParallel, Qwen2Qwen3AndGemma3TinyModelsEqualOneRank) {
     }
     check_grids(tiny_model(s, arch), {{2, 1}, {4, 1}, {1, 2}, {2, 2}}, 1e-5);
   }
+}
+
+// A hybrid KV cache (gemma3's sliding-window layers; lio/kv_cache_coordinator.h) under tensor
+// parallelism: every rank's pool keeps the KV cache groups, each forward batch carries every
+// group's tables (runner_rpc.h), and an Engine over TP 2 gives one rank's greedy tokens.
+TEST(TensorParallel, HybridKvCacheEngineAtTp2EqualsOneRank) {
+  std::unique_ptr<Communicator> world = world_communicator();
+  if (world->size() % 2 != 0) GTEST_SKIP() << "runs in groups of 2 ranks (a world of " << world->size() << ")";
+  testing::TinyModelSpec s = eight_heads();
+  s.architecture = "gemma3";
+  s.n_layers = 6;  // five windowed layers, then a global one: six groups
+  s.sliding_window = 4;
+  const LoadedModel model = tiny_model(s, "gemma3_hybrid");
+  std::unique_ptr<Communicator> group = world->split(static_cast<int>(world->rank() / 2), world->rank());
+  const KvPoolOptions kv{4, 8, KvCacheDType::F32, true};
+  std::unique_ptr<ModelRunner> runner = make_parallel_runner(model, ParallelConfig{2, 1}, std::move(group), Device::Cpu,
+                                                             kv, ActivationPrecision::F32, AttentionBackend::Flash);
+  EXPECT_EQ(runner->kv_pool().n_groups(), 6) << "every rank keeps the groups";
+  if (!runner->is_driver()) {
+    runner->serve_worker();
+    return;
+  }
+  std::unique_ptr<ModelRunner> single = make_runner(model, Device::Cpu, kv, ActivationPrecision::F32);
+  const auto serve = [&](ModelRunner& r) {
+    EngineConfig cfg;
+    cfg.scheduler.max_num_batched_tokens = 8;  // prompts in chunks: windowed blocks slide out
+    Engine e(r, *model.tokenizer, cfg);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> p;
+      for (int k = 0; k < 10 + 5 * i; ++k) p.push_back(3 + (k * 37 + i * 11) % 250);
+      SamplingParams sp;
+      sp.max_tokens = 12;
+      sp.ignore_eos = true;
+      sp.sampler.temperature = 0.0f;
+      e.add_request(p, sp);
+    }
+    std::map<int64_t, std::vector<int32_t>> out;
+    for (int guard = 0; e.has_unfinished() && guard < 2000; ++guard)
+      for (const RequestOutput& o : e.step()) out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    return out;
+  };
+  const std::map<int64_t, std::vector<int32_t>> want = serve(*single);
+  const std::map<int64_t, std::vector<int32_t>> got = serve(*runner);
+  runner->stop_workers();
+  ASSERT_EQ(want.size(), 3u);
+  for (const auto& [id, tokens] : want) EXPECT_EQ(tokens.size(), 12u) << "request " << id;
+  EXPECT_EQ(got, want);
 }
 
 TEST(TensorParallel, ShardHoldsItsPartOfTheWeights) {

@@ -118,7 +118,12 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
   // Every rank's pool has the same block ids (the driver's BlockManager hands them out): the
   // smallest count any rank's budget allows (pipeline stages may hold different layer counts).
   const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
-  const int64_t mine = kv_blocks_for_budget(backend->config(), pool.block_size, mib << 20, pool.dtype);
+  // KV cache groups (a hybrid pool) under tensor parallelism: every rank holds every layer, so
+  // every rank's pool has the driver's groups, and the forward batch carries each group's tables
+  // (runner_rpc.h). A pipeline stage holds some layers only, whose groups would differ from the
+  // driver's: pipelines keep one group.
+  const bool hybrid = pool.hybrid && parallel.pipeline_parallel_size == 1;
+  const int64_t mine = kv_blocks_for_budget(backend->config(), pool.block_size, mib << 20, pool.dtype, hybrid);
   std::vector<float> all(static_cast<size_t>(world->size()));
   const float mine_f = static_cast<float>(std::min<int64_t>(mine, 1 << 24));
   world->all_gather(&mine_f, all.data(), 1);
@@ -127,7 +132,8 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
     throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
                           std::to_string(pool.block_size) + " tokens on some rank");
   }
-  auto runner = std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype});
+  auto runner =
+      std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype, hybrid});
   std::unique_ptr<ParallelContext> ctx = make_parallel_context(plan, model.config, std::move(world), cuda_device);
   if (plan.tp_size > 1) {  // per-token int8 (issue 62): a row-parallel input's scale is the whole row's
     Communicator* group = ctx->tp.get();

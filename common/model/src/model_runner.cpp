@@ -127,7 +127,7 @@ std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   }
   if (parallel_ && parallel_->world->size() > 1) {
     // Checked before the workers see it: a bad batch is the caller's error, not the job's end.
-    batch.validate(config().vocab_size, config().context_length, pool_->n_blocks());
+    batch.validate(config().vocab_size, config().context_length, pool_->n_blocks(), pool_->n_groups());
     broadcast_command(rpc::kForward, rpc::serialize(batch));
   }
   model_.forward(batch, *pool_, logits_);

@@ -29,6 +29,11 @@ std::vector<int32_t> serialize(const ForwardBatch& b) {
                                         &b.block_tables, &b.logits_rows}) {
     append(out, *v);
   }
+  out.push_back(static_cast<int32_t>(b.group_slot_mapping.size()));  // KV cache groups 1..
+  for (size_t g = 0; g < b.group_slot_mapping.size(); ++g) {
+    append(out, b.group_slot_mapping[g]);
+    append(out, b.group_block_tables[g]);
+  }
   return out;
 }
 
@@ -41,12 +46,24 @@ ForwardBatch deserialize(const std::vector<int32_t>& in) {
   ForwardBatch b(next());
   b.max_blocks_per_seq = next();
   b.n_layers = next();
-  for (std::vector<int32_t>* v : {&b.token_ids, &b.positions, &b.slot_mapping, &b.query_start_loc, &b.seq_lens,
-                                  &b.block_tables, &b.logits_rows}) {
+  const auto take = [&](std::vector<int32_t>& v) {
     const int32_t len = next();
     if (len < 0 || static_cast<size_t>(len) > in.size() - at) throw CommError("worker: a forward batch from the driver is malformed");
-    v->assign(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at) + len);
+    v.assign(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at) + len);
     at += static_cast<size_t>(len);
+  };
+  for (std::vector<int32_t>* v : {&b.token_ids, &b.positions, &b.slot_mapping, &b.query_start_loc, &b.seq_lens,
+                                  &b.block_tables, &b.logits_rows}) {
+    take(*v);
+  }
+  const int32_t n_extra_tables = next();
+  if (n_extra_tables < 0 || static_cast<size_t>(n_extra_tables) > in.size() - at)
+    throw CommError("worker: a forward batch from the driver is malformed");
+  b.group_slot_mapping.resize(static_cast<size_t>(n_extra_tables));
+  b.group_block_tables.resize(static_cast<size_t>(n_extra_tables));
+  for (int32_t g = 0; g < n_extra_tables; ++g) {
+    take(b.group_slot_mapping[static_cast<size_t>(g)]);
+    take(b.group_block_tables[static_cast<size_t>(g)]);
   }
   return b;
 }

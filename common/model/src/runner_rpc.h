@@ -16,7 +16,8 @@ namespace lio::rpc {
 enum Command : int32_t { kForward = 1, kCopyBlocks = 2, kSwapOut = 3, kSwapIn = 4, kStop = 5 };
 
 /// A ForwardBatch as ints: block_size, max_blocks_per_seq, n_layers, then each array with its
-/// length.
+/// length, then the number of KV cache groups past the first (G - 1) and each one's slot
+/// mapping and block tables with their lengths (a hybrid pool's workers get every group's).
 std::vector<int32_t> serialize(const ForwardBatch& b);
 
 /// The inverse of serialize(const ForwardBatch&). Throws CommError when the message ends early or

@@ -35,8 +35,9 @@
 //   end (vLLM's find_longest_cache_hit per manager, the shortest hit wins). The hash chain does
 //   it as vLLM does; the radix cache keeps one tree per group and tombstones a windowed group's
 //   blocks anywhere in an edge (SGLang's SWARadixCache).
-// Not yet: the tensor- and pipeline-parallel runners keep one group (their pools are built
-// without the hybrid layout).
+// - Tensor parallelism: every rank holds every layer, so every rank's pool has these groups,
+//   and the runner RPC carries each group's tables (common/model/src/runner_rpc.h). Not yet:
+//   pipeline stages, which keep one group (a stage's layers would give it other groups).
 #pragma once
 
 #include <cstdint>

@@ -218,8 +218,8 @@ struct KvPoolOptions {
   KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype)
   /// KV cache groups for a model with both full and sliding-window layers (KvPoolConfig::hybrid).
   /// The Engine's commands turn it on (off again with --disable-hybrid-kv-cache-manager, vLLM's
-  /// flag); code that builds its own block tables keeps one group. One rank only: the tensor-
-  /// and pipeline-parallel runners keep one group.
+  /// flag); code that builds its own block tables keeps one group. The tensor-parallel runner
+  /// keeps the groups (every rank holds every layer); a pipeline-parallel one keeps one group.
   bool hybrid = false;
 };
 
