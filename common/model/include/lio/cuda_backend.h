@@ -5,9 +5,9 @@
 // kernels/cuda (one header per kernel, kernels/cuda/README.md) on the backend's stream,
 // asynchronous until to_host() or greedy_argmax() waits. Matmuls pick their kernel by the number
 // of rows: one token = gemv, 2..16 = gemv_batched (both dequantize the stored blocks in
-// registers), more = cuBLAS SGEMM on a dequantized f32 copy. Attention is paged (over the pool's blocks): flash_attention (chapter 07,
-// the default), its naive twin naive_attention or chapter 04's paged_attention on an f32 pool,
-// paged_attention_quantized on an f16 / int8 pool; K/V go in
+// registers), more = cuBLAS SGEMM on a dequantized f32 copy. Attention is paged (over the pool's
+// blocks): flash_attention (chapter 07, the default), its naive twin naive_attention or chapter
+// 04's paged_attention on an f32 pool, paged_attention_quantized on an f16 / int8 pool; K/V go in
 // with kv_append (vLLM's reshape_and_cache).
 // Everything lives in this object: the stream, the cuBLAS handle, the weights (uploaded once,
 // as stored or as converted by --dtype; a tied head shares the embedding's copy), the batch's
