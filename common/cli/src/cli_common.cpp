@@ -137,10 +137,10 @@ DraftRunner draft_from_options(const LoadedModel& m, ModelRunner& target, const 
   // cache group's lanes, so count the blocks its pool would have with one group instead (the
   // draft's own blocks hold all its layers); when a draft sequence finds no block, it simply
   // does not speculate that step (DraftModelProposer).
+  // (n_layers() is the lanes of a block: the model's layer count with one group.)
   const KvPool& tp = target.kv_pool();
   const auto target_layers = static_cast<int64_t>(tp.groups().layer_lane.size());
-  const int64_t n_blocks =
-      tp.n_groups() > 1 ? std::max<int64_t>(1, tp.n_blocks() * tp.n_layers() / target_layers) : tp.n_blocks();
+  const int64_t n_blocks = std::max<int64_t>(1, tp.n_blocks() * tp.n_layers() / target_layers);
   d.runner = std::make_unique<ModelRunner>(
       make_backend(*d.model, parse_device(o.device), activations_from_options(o),
                    parse_attention_backend(o.attention_backend)),
