@@ -58,34 +58,15 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
 
   if (plan.first_stage()) {
     be.embedding(view.token_ids, n, x);
-  } else {  // pipeline: the residual stream from the stage before, same tensor-parallel rank
-    staging_.resize(static_cast<size_t>(n * d));
-    const double t0 = comm_clock_seconds();
-    par->world->send_recv(nullptr, 0, -1, staging_.data(), n * d,
-                          static_cast<int>(plan.world_rank_of(plan.pp_rank - 1, plan.tp_rank)));
-    par->send_recv.add(n * d * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
-    be.from_host(staging_.data(), n * d, x);
+    if (tp) par->tp_all_reduce(be, x, n * d);  // each token's embedding row came from one rank's shard
+  } else {
+    par->receive_from_previous_stage(be, x, n * d);  // same tensor-parallel rank, the stage before
   }
-  const auto wait_for_group = [&] {  // measurement mode: the ranks' imbalance apart from the collective
-    if (!par->split_wait) return;
-    if (!be.host_memory()) be.to_host(x, 0, nullptr);  // this rank's kernels are done before it waits
-    const double t0 = comm_clock_seconds();
-    par->tp->barrier();
-    par->wait.add(0, comm_clock_seconds() - t0);
-  };
-  const auto all_reduce = [&](float* buf, int64_t count) {  // timed: chapter 08's compute/communication split
-    wait_for_group();
-    const double t0 = comm_clock_seconds();
-    be.all_reduce(*par->tp, buf, count);
-    par->all_reduce.add(count * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
-  };
-  if (tp && plan.first_stage()) all_reduce(x, n * d);  // each token's embedding row came from one rank's shard
-  // ---- the family's decoder layers (lio/architecture.h; arch/<family>.cpp)
-  // Row-parallel layers (y = x + sum over ranks of h_r W_r^T) sum through chapter 08's Task 5a.
-  TpGroup group;
-  if (tp) group = {plan.tp_rank, plan.tp_size, all_reduce};
-  // One view per KV cache group (lio/kv_pool.h; one for a pool without the hybrid layout): each
-  // layer reads and writes its group's blocks.
+  // ---- the family's decoder layers (lio/architecture.h; arch/<family>.cpp). Row-parallel layers
+  // (y = x + sum over ranks of h_r W_r^T) sum through chapter 08's Task 5a over `group`. One view
+  // per KV cache group (lio/kv_pool.h; one without the hybrid layout): each layer reads and
+  // writes its group's blocks.
+  const TpGroup group = tp ? par->tp_group(be) : TpGroup{};
   std::vector<BatchView> group_views;
   for (int64_t g = 0; g < pool.n_groups(); ++g) group_views.push_back(view.for_group(g));
   for (int64_t l = 0; l < n_run; ++l) {
@@ -93,13 +74,8 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
                    n, x, xn, q, k, v, attn, gate, up, group};
     arch_.layer(pass, l);
   }
-  if (!plan.last_stage()) {  // pipeline: on to the next stage
-    staging_.resize(static_cast<size_t>(n * d));
-    be.to_host(x, n * d, staging_.data());
-    const double t0 = comm_clock_seconds();
-    par->world->send_recv(staging_.data(), n * d, static_cast<int>(plan.world_rank_of(plan.pp_rank + 1, plan.tp_rank)),
-                          nullptr, 0, -1);
-    par->send_recv.add(n * d * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
+  if (!plan.last_stage()) {
+    par->send_to_next_stage(be, x, n * d);
     return nullptr;
   }
   // Only the rows whose logits are wanted go through the (vocab x d_model) head.
@@ -111,10 +87,7 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   be.matmul({WeightKind::Output}, rows, logits, n_out, false);  // vocabulary-parallel: this rank's columns
   if (!tp) return logits;
   float* gathered = be.scratch(Scratch::Gathered, plan.tp_size * n_out * c.vocab_size);
-  wait_for_group();
-  const double t0 = comm_clock_seconds();
-  be.all_gather(*par->tp, logits, gathered, n_out * c.vocab_size);  // (tp, n_out, vocab / tp)
-  par->all_gather.add(n_out * c.vocab_size * static_cast<int64_t>(sizeof(float)), comm_clock_seconds() - t0);
+  par->tp_all_gather(be, logits, gathered, n_out * c.vocab_size);  // (tp, n_out, vocab / tp)
   return gathered;
 }
 

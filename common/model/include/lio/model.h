@@ -64,7 +64,7 @@ class Model {
   const Architecture& arch_;        ///< the family whose layers the frame runs
   ParallelContext* parallel_ = nullptr;
   ForwardBatch local_batch_;        ///< over tensor parallelism: the batch with shard-local token ids
-  std::vector<float> staging_;      ///< host buffer for pipeline sends and the logits' reordering
+  std::vector<float> staging_;      ///< host buffer of the logits' reordering (the pipeline's own: ParallelContext)
 };
 
 }  // namespace lio

@@ -22,8 +22,11 @@
 #include "lio/forward_batch.h"
 #include "lio/model_config.h"
 #include "lio/model_loader.h"
+#include "lio/tensor_parallel.h"
 
 namespace lio {
+
+class Backend;
 
 /// The grid the flags ask for (--tensor-parallel-size, --pipeline-parallel-size).
 struct ParallelConfig {
@@ -119,6 +122,29 @@ struct ParallelContext {
 
   /// True on the driver: world rank 0 (the scheduler, the tokenizer, the server).
   bool driver() const { return plan.world_rank() == 0; }
+
+  // ---- the frame around a forward pass's layers (Model::forward_device): each exchange timed
+  // into the CommStats above, so the layer loop holds no communication code.
+  /// Pipeline: x (n_floats, the backend's memory) = the residual stream the stage before sent
+  /// (same tensor-parallel rank). Throws as Communicator::send_recv.
+  void receive_from_previous_stage(Backend& be, float* x, int64_t n_floats);
+  /// Pipeline: sends x (n_floats, the backend's memory) to the next stage. Throws as send_recv.
+  void send_to_next_stage(Backend& be, const float* x, int64_t n_floats);
+  /// x (n_floats, the backend's memory) = its sum over the tensor-parallel group
+  /// (Backend::all_reduce; Megatron-LM's g operator), timed into `all_reduce` (and `wait`).
+  void tp_all_reduce(Backend& be, float* x, int64_t n_floats);
+  /// out (tp_size * n_floats) = every TP rank's `in` (n_floats), rank 0 first (the
+  /// vocabulary-parallel LM head), timed into `all_gather` (and `wait`).
+  void tp_all_gather(Backend& be, const float* in, float* out, int64_t n_floats);
+  /// The group the decoder layers sum through (chapter 08, Task 5a): this rank, the group's size
+  /// and tp_all_reduce on `be`. Size 1 (no all_reduce) without tensor parallelism.
+  TpGroup tp_group(Backend& be);
+
+ private:
+  /// Measurement mode (split_wait): waits for this rank's queued work (`buf`: any device
+  /// pointer of it), then for the group, timed into `wait`.
+  void wait_for_group(Backend& be, const float* buf);
+  std::vector<float> staging_;  ///< host buffer of the pipeline's sends and receives
 };
 
 /// Throws CommError, saying how to start the job, when a job of `world_size` ranks cannot hold

@@ -54,6 +54,8 @@ class ForwardingBackend : public Backend {
   bool host_memory() const override { return inner_->host_memory(); }
   void all_reduce(Communicator& c, float* x, int64_t n) override { inner_->all_reduce(c, x, n); }
   void all_gather(Communicator& c, const float* in, float* out, int64_t n) override { inner_->all_gather(c, in, out, n); }
+  /// Forwards to the inner backend (a wrapper must not drop the tensor-parallel row max: per-token
+  /// int8 would round each rank's shard at its own scale; Backend::set_row_parallel_max).
   void set_row_parallel_max(std::function<void(float*, int64_t)> row_max) override {
     inner_->set_row_parallel_max(std::move(row_max));
   }
