@@ -42,11 +42,9 @@ void pad_decode_batch(ForwardBatch& b, int64_t bucket) {
                           std::to_string(b.n_seqs()) + " sequences");
   }
   const std::vector<int32_t> block0(static_cast<size_t>(std::max<int64_t>(b.max_blocks_per_seq, 1)), 0);
-  const std::vector<std::vector<int32_t>> group_tables(b.group_block_tables.size(), block0);
+  const std::vector<std::vector<int32_t>> tables(b.group_block_tables.size() + 1, block0);  // every group's
   const int32_t token = 0;
-  while (b.n_seqs() < bucket) {
-    b.add_sequence(std::span(&token, 1), 0, block0, /*n_logits=*/0, /*write_kv=*/false, group_tables);
-  }
+  while (b.n_seqs() < bucket) b.add_sequence(std::span(&token, 1), 0, tables, /*n_logits=*/0, /*write_kv=*/false);
 }
 
 namespace {
@@ -87,9 +85,9 @@ ForwardBatch graph_capture_batch(int64_t bucket, int64_t width, int64_t block_si
   }
   ForwardBatch b(block_size);
   const std::vector<int32_t> block0(static_cast<size_t>(width), 0);
-  const std::vector<std::vector<int32_t>> group_tables(static_cast<size_t>(n_groups - 1), block0);
+  const std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n_groups), block0);
   const int32_t token = 0;
-  b.add_sequence(std::span(&token, 1), 0, block0, /*n_logits=*/1, /*write_kv=*/false, group_tables);
+  b.add_sequence(std::span(&token, 1), 0, tables, /*n_logits=*/1, /*write_kv=*/false);
   return graph_decode_batch(b, bucket, width);
 }
 

@@ -21,10 +21,9 @@ SoloSequence::SoloSequence(ModelRunner& runner, int64_t capacity_tokens) : runne
                           std::to_string(pool.block_size()) + " tokens; the pool has " +
                           std::to_string(pool.n_blocks()) + " (raise --kv-cache-mib)");
   }
-  for (int64_t b = 0; b < n_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
-  for (int64_t g = 1; g < pool.n_groups(); ++g) {
-    group_tables_.emplace_back();
-    for (int64_t b = 0; b < n_blocks; ++b) group_tables_.back().push_back(static_cast<int32_t>(g * n_blocks + b));
+  for (int64_t g = 0; g < pool.n_groups(); ++g) {
+    block_tables_.emplace_back();
+    for (int64_t b = 0; b < n_blocks; ++b) block_tables_.back().push_back(static_cast<int32_t>(g * n_blocks + b));
   }
 }
 
@@ -36,7 +35,7 @@ ForwardBatch SoloSequence::batch(std::span<const int32_t> tokens, bool all_logit
                           std::to_string(capacity_) + " tokens");
   }
   ForwardBatch b(runner_.kv_pool().block_size());
-  b.add_sequence(tokens, n_tokens_, block_table_, all_logits ? n : 1, true, group_tables_);
+  b.add_sequence(tokens, n_tokens_, block_tables_, all_logits ? n : 1, true);
   return b;
 }
 

@@ -206,9 +206,8 @@ class SoloSequence {
   ModelRunner& runner_;
   int64_t capacity_;
   int64_t n_tokens_ = 0;
-  std::vector<int32_t> block_table_;
-  /// KV cache groups 1.. of a hybrid pool: group g holds blocks [g * n, (g + 1) * n).
-  std::vector<std::vector<int32_t>> group_tables_;
+  /// One block table per KV cache group of the pool: group g holds blocks [g * n, (g + 1) * n).
+  std::vector<std::vector<int32_t>> block_tables_;
 };
 
 /// Where the KV pool's size comes from.
