@@ -11,7 +11,7 @@
 namespace lio {
 
 Model::Model(Backend& backend)
-    : backend_(backend), arch_(find_architecture(backend.config().architecture, backend.config().name)) {}
+    : backend_(backend), arch_(layer_architecture(backend.config())) {}
 
 float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   Backend& be = backend_;

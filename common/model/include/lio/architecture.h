@@ -102,6 +102,13 @@ std::string architecture_names();
 /// architecture 'x' is not supported (supported: llama, qwen2, qwen3, gemma3)") for any other name.
 const Architecture& find_architecture(std::string_view name, const std::string& source);
 
+/// The Architecture whose layers run `config` (Model's frame): find_architecture of its family,
+/// or, for a model chapter 02 converted to MLA (config.is_mla()), that family's MLA variant
+/// (arch/mla.cpp: MLA self-attention in place of GQA; DeepSeek-V2 sec. 2.1), so no family's layer
+/// branches on MLA. Throws as find_architecture, or UnsupportedError for an MLA model of a
+/// family other than llama.
+const Architecture& layer_architecture(const ModelConfig& config);
+
 /// The family whose name or hf_model_type is config.json's `model_type`. Throws as
 /// find_architecture() (the message lists the families' names).
 const Architecture& find_hf_architecture(std::string_view model_type, const std::string& source);

@@ -9,5 +9,7 @@ extern const Architecture kLlama;  ///< arch/llama.cpp
 extern const Architecture kQwen2;  ///< arch/qwen2.cpp
 extern const Architecture kQwen3;  ///< arch/qwen3.cpp
 extern const Architecture kGemma3;  ///< arch/gemma3.cpp
+/// arch/mla.cpp: a llama model chapter 02 converted to MLA (layer_architecture, not the registry)
+extern const Architecture kLlamaMla;
 
 }  // namespace lio::arch

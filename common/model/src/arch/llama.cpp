@@ -5,12 +5,12 @@
 // SmolLM2, Llama 2/3 and Mistral GGUF files are this family. RoPE pairs adjacent dimensions
 // (llama.cpp's "normal" mode): convert_hf_to_gguf.py permutes the Q/K rows so that this equals
 // Hugging Face's rotate-half on the original weights. A model chapter 02 converted to MLA runs
-// its attention variant (arch/mla.cpp) in place of GQA.
+// the family's MLA variant (arch/mla.cpp, kLlamaMla; layer_architecture picks it).
 //
 // On one rank the layer is chapter 01's Task 5 (lio/decoder_layer.h): the learner's code when
 // LIO_EXERCISES names 01. On a rank of a tensor-parallel group it is chapter 08's Task 6
 // (lio/tp_decoder_layer.h: column-parallel Q/K/V and gate/up, row-parallel W_o and W_down, two
-// all-reduces): the learner's when LIO_EXERCISES names 08. An MLA model runs the shared blocks.
+// all-reduces): the learner's when LIO_EXERCISES names 08.
 #include "blocks.h"
 #include "families.h"
 #include "lio/decoder_layer.h"
@@ -22,10 +22,7 @@ namespace lio::arch {
 namespace {
 
 void llama_layer(LayerPass& p, int64_t l) {
-  if (p.config.is_mla()) {
-    mla_self_attention(p, l);
-    swiglu_mlp(p, l);
-  } else if (p.tp.size == 1) {
+  if (p.tp.size == 1) {
     llama_decoder_layer(p, l);  // chapter 01, Task 5
   } else {
     tp_decoder_layer(p, l);  // chapter 08, Task 6

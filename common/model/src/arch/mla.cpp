@@ -3,7 +3,9 @@
 // converted to MLA (lio/mla_conversion.h). It caches one latent row per token and layer, the
 // compressed c_kv (d_c) and the shared RoPE key k_pe (d_R), instead of n_kv_heads keys and values.
 #include "blocks.h"
+#include "families.h"
 #include "lio/backend.h"
+#include "lio/model_config.h"
 
 namespace lio::arch {
 
@@ -15,5 +17,22 @@ void mla_self_attention(LayerPass& p, int64_t l) {
   p.be.mla_attention(p.pool, l, p.q, p.k, p.attn, p.view);            // latents cached, then attended
   p.be.matmul({WeightKind::Wo, l}, p.attn, p.x, p.n_tokens, /*accumulate=*/true);
 }
+
+namespace {
+
+/// A Llama layer with MLA in place of GQA: MLA self-attention, then the family's SwiGLU MLP.
+void llama_mla_layer(LayerPass& p, int64_t l) {
+  mla_self_attention(p, l);
+  swiglu_mlp(p, l);
+}
+
+}  // namespace
+
+const Architecture kLlamaMla{
+    .name = "llama",
+    .summary = "a llama-family model chapter 02 converted to MLA: RMSNorm, MLA (latent KV cache), SwiGLU",
+    .rope_style = RopeStyle::Normal,
+    .layer = llama_mla_layer,
+};
 
 }  // namespace lio::arch

@@ -3,6 +3,7 @@
 
 #include "families.h"
 #include "lio/error.h"
+#include "lio/model_config.h"
 
 namespace lio {
 
@@ -25,6 +26,16 @@ const Architecture& find_architecture(std::string_view name, const std::string& 
     if (a->name == name) return *a;
   throw UnsupportedError(source + ": architecture '" + std::string(name) + "' is not supported (supported: " +
                          architecture_names() + ")");
+}
+
+const Architecture& layer_architecture(const ModelConfig& config) {
+  const Architecture& family = find_architecture(config.architecture, config.name);
+  if (!config.is_mla()) return family;
+  if (family.name != arch::kLlama.name) {
+    throw UnsupportedError(config.name + ": an MLA model of the '" + std::string(family.name) +
+                           "' family; chapter 02 converts llama-family models only");
+  }
+  return arch::kLlamaMla;
 }
 
 const Architecture& find_hf_architecture(std::string_view model_type, const std::string& source) {
