@@ -138,8 +138,8 @@ TEST(GraphPlan, EveryBatchOfABucketHasTheCaptureBatchsShapes) {
         const int64_t pos = 10 * s + 7;  // 1 .. 5 blocks
         std::vector<int32_t> table(static_cast<size_t>(pos / 16 + 1));
         for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(1 + s * 6 + static_cast<int64_t>(i));
-        const std::vector<std::vector<int32_t>> group_tables(static_cast<size_t>(groups - 1), table);
-        b.add_sequence(std::span(&token, 1), pos, table, 1, true, group_tables);
+        const std::vector<std::vector<int32_t>> tables(static_cast<size_t>(groups), table);
+        b.add_sequence(std::span(&token, 1), pos, tables, 1, true);
       }
       EXPECT_EQ(shapes(lio::graph_decode_batch(b, 8, 6)), shapes(capture)) << n << " sequences, " << groups << " groups";
     }

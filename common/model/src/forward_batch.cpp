@@ -15,8 +15,17 @@ ForwardBatch::ForwardBatch(int64_t block_size_tokens) : block_size(block_size_to
 }
 
 void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                                std::span<const int32_t> block_table, int64_t n_logits, bool write_kv,
-                                std::span<const std::vector<int32_t>> group_tables) {
+                                std::span<const int32_t> block_table, int64_t n_logits, bool write_kv) {
+  const std::vector<int32_t> table(block_table.begin(), block_table.end());
+  add_sequence(tokens, start_pos, std::span<const std::vector<int32_t>>(&table, 1), n_logits, write_kv);
+}
+
+void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
+                                std::span<const std::vector<int32_t>> tables, int64_t n_logits, bool write_kv) {
+  if (tables.empty()) throw InvalidArgument("ForwardBatch::add_sequence: a sequence has one block table per KV cache group");
+  // Group 0's arrays are the batch's slot_mapping / block_tables; groups 1.. go to group_*.
+  const std::span<const int32_t> block_table = tables.front();
+  const std::span<const std::vector<int32_t>> group_tables = tables.subspan(1);
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw InvalidArgument("ForwardBatch::add_sequence: no tokens");
   if (start_pos < 0) throw InvalidArgument("ForwardBatch::add_sequence: start_pos < 0");
@@ -85,12 +94,6 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
   };
   append_row(block_tables, block_table);
   for (size_t g = 0; g < group_tables.size(); ++g) append_row(group_block_tables[g], group_tables[g]);
-}
-
-void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                                std::span<const std::vector<int32_t>> tables, int64_t n_logits, bool write_kv) {
-  if (tables.empty()) throw InvalidArgument("ForwardBatch::add_sequence: a sequence has one block table per KV cache group");
-  add_sequence(tokens, start_pos, tables.front(), n_logits, write_kv, tables.subspan(1));
 }
 
 void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks, int64_t n_groups) const {

@@ -97,15 +97,13 @@ struct ForwardBatch {
   /// rows re-run their last computed token; HF `generate` keeps such rows in the batch).
   /// Throws InvalidArgument if tokens is empty, start_pos < 0, n_logits outside
   /// [0, query_len], or the block table is too short for start_pos + query_len.
-  /// `group_tables`: with a hybrid pool, the sequence's block tables of KV cache groups
-  /// 1 .. G-1 (each as long as block_table needs); every sequence of a batch passes the same
-  /// number (InvalidArgument otherwise).
+  /// A pool of one KV cache group: `block_table` is its table.
   void add_sequence(std::span<const int32_t> tokens, int64_t start_pos,
-                    std::span<const int32_t> block_table, int64_t n_logits = 1, bool write_kv = true,
-                    std::span<const std::vector<int32_t>> group_tables = {});
-  /// add_sequence() with the sequence's block tables of every KV cache group, group 0 first
-  /// (`tables`, one per group of the pool: a Sequence's block_tables). Throws InvalidArgument
-  /// if `tables` is empty, or as add_sequence() above.
+                    std::span<const int32_t> block_table, int64_t n_logits = 1, bool write_kv = true);
+  /// add_sequence() with the sequence's block tables of every KV cache group (`tables`, one per
+  /// group of the pool, each as long as the positions need: a Sequence's block_tables); every
+  /// sequence of a batch passes the same number. Throws InvalidArgument if `tables` is empty or
+  /// its size differs from the batch's other sequences', or as add_sequence() above.
   void add_sequence(std::span<const int32_t> tokens, int64_t start_pos, std::span<const std::vector<int32_t>> tables,
                     int64_t n_logits = 1, bool write_kv = true);
 
