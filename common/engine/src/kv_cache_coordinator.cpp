@@ -87,8 +87,9 @@ bool KvCacheCoordinator::append_slots(GroupTables& tables, int64_t n_computed, i
   if (need > blocks_.n_available_blocks()) return false;
   // What the prefix cache must give up goes now, before any table changes: its evictable count
   // is an estimate, and a table grown in one group but not the next could not be undone.
-  if (need > blocks_.n_free_blocks() && blocks_.prefix_cache() != nullptr)
-    blocks_.prefix_cache()->evict(need - blocks_.n_free_blocks());
+  while (need > blocks_.n_free_blocks() && blocks_.prefix_cache() != nullptr &&
+         blocks_.prefix_cache()->evict(need - blocks_.n_free_blocks()) > 0) {
+  }  // an eviction can make more evictable (an emptied leaf's parent becomes a leaf)
   if (need > blocks_.n_free_blocks()) return false;
   for (size_t g = 0; g < tables.size(); ++g) {
     if (blocks_.append_slots(tables[g], n_computed, n_new, copies)) continue;
