@@ -5,6 +5,8 @@
 // gives exactly the tokens of the one-group pool, which keeps every block.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <memory>
 #include <random>
@@ -364,6 +366,44 @@ TEST_F(HybridEngineTest, RadixPrefixCacheHitsOnEveryGroupAndChangesNoToken) {
     if (bytes_blocks == 256) EXPECT_GE(pc.hits, 4 * 40) << "requests 2-5 reuse the 40-token system prompt";
     EXPECT_EQ(e.n_free_blocks() + e.prefix_cache()->n_evictable(), r->kv_pool().n_blocks() - 1)
         << "every block but the null block is free or evictable";
+  }
+}
+
+TEST_F(HybridEngineTest, RadixHitThatCannotGrowInATinyPoolDoesNotLivelock) {
+  // A pool of 5 blocks of 16 tokens, smaller than one request's 65-token prompt plus its 24
+  // tokens of output, the radix cache, and a shared 60-token prefix: the hit ends inside a block,
+  // so it needs a copy-on-write copy. With nothing running, the hit pinned blocks the sequence
+  // then could not grow around, while it fitted without the hit; the scheduler undid the match
+  // and tried the same lookup every step, forever (found by lio batch on Gemma 3 at
+  // --kv-cache-mib 3). Now the cache gives its blocks back and the request runs from scratch.
+  const std::vector<int32_t> system = prompt(7, 60);
+  Requests reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> tail = prompt(i, 5);
+    p.insert(p.end(), tail.begin(), tail.end());
+    reqs.push_back({p, greedy(24)});
+  }
+  for (const bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "hybrid pool" : "one group");
+    lio::EngineConfig cfg;
+    const int64_t bytes_blocks = hybrid ? 8 : 5;  // the windowed groups need blocks of their own
+    auto plain_runner = runner(hybrid, bytes_blocks, 16);
+    lio::Engine plain_engine(*plain_runner, *model_->tokenizer, cfg);
+    for (const auto& [p, sp] : reqs) plain_engine.add_request(p, sp);
+    const Outputs plain = run_all(plain_engine);
+    cfg.prefix_cache = lio::PrefixCacheMode::Radix;
+    auto r = runner(hybrid, bytes_blocks, 16);
+    lio::Engine e(*r, *model_->tokenizer, cfg);
+    for (const auto& [p, sp] : reqs) e.add_request(p, sp);
+    const Outputs got = run_all(e);  // "engine did not finish" without the fix
+    ASSERT_EQ(got.size(), plain.size());
+    for (const auto& [key, tokens] : got) {
+      const std::vector<int32_t>& want = plain.at(key);
+      EXPECT_FALSE(tokens.empty()) << "request " << key.first << " plain " << want.size();
+      ASSERT_LE(tokens.size(), want.size());
+      EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), want.begin())) << "request " << key.first;
+    }
   }
 }
 

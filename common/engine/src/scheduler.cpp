@@ -1,6 +1,7 @@
 #include "lio/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "lio/error.h"
@@ -142,6 +143,12 @@ class Scheduler::StepOps final : public SchedulerOps {
     if (std::erase_if(matched_, [&](const Match& m) { return m.seq == &seq; }) == 0) return;  // not matched
     s_.kv_->free(seq.block_tables);  // give the hits back; it looks up again next time
     seq.num_computed_tokens = 0;
+    // Nothing runs, so the prefix cache is all that holds the pool's blocks. A hit that pins them
+    // can leave too few for the rest (a radix hit ending inside a block needs a copy-on-write
+    // copy) while the sequence would fit with no hit at all, and the same lookup would fail again
+    // every step: a livelock. Give every block the cache can free back, so the next step admits
+    // the sequence from scratch (it inserts its prompt again as it runs).
+    if (s_.queues_.running.empty()) s_.cache_->evict(std::numeric_limits<int64_t>::max());
   }
 
   void drop_unfittable(Sequence& seq) override {
