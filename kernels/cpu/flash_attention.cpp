@@ -48,6 +48,7 @@ void check_call(const char* op, const float* q, const PagedKvLayer& kv, const fl
   }
   if (sh.head_dim < 1) throw InvalidArgument(name + ": head_dim must be >= 1");
   if (sh.window < 0) throw InvalidArgument(name + ": window must be >= 0 (0 = none)");
+  if (!(sh.softcap >= 0.0f)) throw InvalidArgument(name + ": softcap must be >= 0 (0 = none)");
   if (b.block_size < 1) throw InvalidArgument(name + ": block_size must be >= 1");
   if (b.n_seqs < 0) throw InvalidArgument(name + ": n_seqs must be >= 0");
   if (b.n_seqs == 0) return;
@@ -271,7 +272,7 @@ class ItemTiles final : public FlashTileSource {
  public:
   ItemTiles(const float* const* qv, const KvReader& reader, const AttentionBatch& b, const AttentionShape& sh,
             const WorkItem& item, TileScratch& ts, TileCounts& counts)
-      : qv_(qv), reader_(reader), b_(b), scale_(sh.scale), item_(item), ts_(ts), counts_(counts) {
+      : qv_(qv), reader_(reader), b_(b), scale_(sh.scale), softcap_(sh.softcap), item_(item), ts_(ts), counts_(counts) {
     n_rows = item.n_rows;
     group = sh.n_heads / sh.n_kv_heads;
     head_dim = sh.head_dim;
@@ -292,6 +293,8 @@ class ItemTiles final : public FlashTileSource {
     for (int64_t j = nk; j < n_cols; ++j)
       for (int64_t e = 0; e < d; ++e) ts_.kt[e * kFlashKeyTile + j] = 0.0f;
     tile_scores(qv_, n_rows * group, ts_.kt, n_cols, d, scale_, ts_.s);
+    if (softcap_ > 0.0f)  // Gemma 2: capped before Task 5's loop masks and exponentiates them
+      for (int64_t i = 0; i < n_rows * group; ++i) softcap_scores(ts_.s + i * kFlashKeyTile, nk, softcap_);
     *values = ts_.v;
     return ts_.s;
   }
@@ -302,6 +305,7 @@ class ItemTiles final : public FlashTileSource {
   const KvReader& reader_;
   const AttentionBatch& b_;
   float scale_;
+  float softcap_;
   const WorkItem& item_;
   TileScratch& ts_;
   TileCounts& counts_;
@@ -371,6 +375,12 @@ void finish(float* merged, const WorkItem& item, const AttentionShape& sh, float
 }
 
 }  // namespace
+
+void softcap_scores(float* s, int64_t n, float cap) {
+  if (cap == 0.0f) return;
+  const float inv = 1.0f / cap;
+  for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * inv);
+}
 
 AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* out, float* lse,
                                const AttentionBatch& b, const AttentionShape& sh, FlashWorkspace& ws,
@@ -513,6 +523,7 @@ AttentionStats naive_attention(const float* q, const PagedKvLayer& kv, float* ou
           for (int64_t e = 0; e < d; ++e) dot += qi[e] * kh[j * kvd + e];
           row[j] = dot * sh.scale;
         }
+        softcap_scores(row, n_keys, sh.softcap);
         if (b.causal)
           for (int64_t j = first_pos + i + 1; j < n_keys; ++j) row[j] = -INFINITY;
         if (b.causal && sh.window > 0)  // sliding window: keys before p - window + 1 masked too

@@ -130,7 +130,16 @@ struct AttentionShape {
   /// layers): a causal row at position p sees only keys p - window + 1 .. p; 0 = no window.
   /// The flash kernel never gathers a key tile wholly before a row tile's window.
   int64_t window = 0;
+  /// Attention logit soft-capping (Gemma 2, sec. 2; llama.cpp's attn_logit_softcapping): each
+  /// score s = scale * q.k becomes softcap * tanh(s / softcap) before the mask and softmax, in
+  /// both kernels alike (softcap_scores). 0 = off.
+  float softcap = 0.0f;
 };
+
+/// s[j] = cap * tanh(s[j] / cap) for j < n (Gemma 2's attention logit soft-capping, the form
+/// llama.cpp's ggml_tanh path computes); nothing when cap == 0. The one place both CPU kernels
+/// (and CpuBackend's decode path) cap their scores, so every --attention-backend agrees.
+void softcap_scores(float* s, int64_t n, float cap);
 
 /// Tile sizes of cpu::flash_attention (named, fixed: a row's result must not depend on them
 /// changing between calls, so they are not options).

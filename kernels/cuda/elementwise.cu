@@ -49,6 +49,14 @@ __global__ void add_or_scale_kernel(float* x, const float* y, float scale, int64
   }
 }
 
+/// Grid-stride: x[i] = cap * tanh(x[i] * inv_cap).
+__global__ void softcap_kernel(float* x, float cap, float inv_cap, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    x[i] = cap * tanhf(x[i] * inv_cap);
+  }
+}
+
 /// Grid: (min(ceil(n_rows * dim / kBlockThreads), kMaxBlocks)). Block: (kBlockThreads).
 /// Grid-stride over the n_rows * dim values; bias reads hit L1 (dim floats).
 __global__ void add_bias_kernel(float* y,            // (n_rows, dim)
@@ -113,6 +121,17 @@ void scale(float* x, float factor, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (x == nullptr) throw InvalidArgument("cuda::scale: null device pointer");
   add_or_scale_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(x, nullptr, factor, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream) {
+  if (n < 0 || !(cap > 0.0f)) {
+    throw InvalidArgument("cuda::softcap: need n >= 0 and cap > 0, got n " + std::to_string(n) + ", cap " +
+                          std::to_string(cap));
+  }
+  if (n == 0) return;
+  if (x == nullptr) throw InvalidArgument("cuda::softcap: null device pointer");
+  softcap_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(x, cap, 1.0f / cap, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -37,6 +37,12 @@ void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 /// errors as swiglu().
 void scale(float* x, float factor, int64_t n, cudaStream_t stream);
 
+/// x[i] = cap * tanh(x[i] / cap) over n values (Gemma 2's final logit soft-capping; the formula
+/// of cpu::softcap_scores, tanhf vs std::tanh: a few ulp). Preconditions (throw
+/// InvalidArgument): cap > 0, a non-null pointer, n >= 0 (0 launches nothing). Throws CudaError
+/// if the launch fails.
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream);
+
 /// Row gather: out[i] = x[rows[i]] for i < n_rows, dim floats each — picks the rows whose
 /// logits are wanted (ForwardBatch::logits_rows) before the final norm and LM head.
 /// x: (>= max(rows) + 1, dim); rows: (n_rows) int32; out: (n_rows, dim); device pointers;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention_reference.h"
@@ -154,9 +155,10 @@ INSTANTIATE_TEST_SUITE_P(HeadDimsAndGroups, FlashVsReference,
                          });
 
 /// Windowed causal attention written directly from its definition (Longformer sec. 3.1): row i
-/// of sequence s at position p attends to keys max(0, p - window + 1) .. p. Shares no code with
-/// the kernels.
-std::vector<float> windowed_reference(const Case& c, int64_t window) {
+/// of sequence s at position p attends to keys max(0, p - window + 1) .. p, each score soft-capped
+/// to softcap * tanh(s / softcap) when softcap > 0 (Gemma 2, sec. 2). Shares no code with the
+/// kernels; in double.
+std::vector<float> windowed_reference(const Case& c, int64_t window, double softcap = 0.0) {
   const AttentionShape& sh = c.shape;
   const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, kvd = sh.n_kv_heads * d;
   std::vector<float> out(c.out_size(), 0.0f);
@@ -172,7 +174,7 @@ std::vector<float> windowed_reference(const Case& c, int64_t window) {
           const int64_t slot = int64_t{c.tables[s * c.max_blocks + j / c.block_size]} * c.block_size + j % c.block_size;
           double dot = 0;
           for (int64_t e = 0; e < d; ++e) dot += double(qv[e]) * c.k[slot * kvd + (h / group) * d + e];
-          w.push_back(dot * sh.scale);
+          w.push_back(softcap > 0 ? softcap * std::tanh(dot * sh.scale / softcap) : dot * sh.scale);
           mx = std::max(mx, w.back());
         }
         double sum = 0;
@@ -209,6 +211,33 @@ TEST(FlashAttention, SlidingWindowMatchesItsDefinitionAndSkipsTiles) {
     EXPECT_GT(windowed.window_skipped_tiles, 0) << "window " << window;
     EXPECT_EQ(windowed.key_tiles + windowed.window_skipped_tiles, full.key_tiles) << "window " << window;
   }
+}
+
+// Gemma 2's attention logit soft-capping: flash (split and one pass) and the naive twin against
+// the definition, with and without a window, at caps that bend the scores (1, 3: q is drawn
+// from U(-2, 2), so scale * q.k reaches ~5) and one that barely does (50, as the real models);
+// a cap of 1 changes the output well past the tolerance, so a kernel that ignored it would fail.
+TEST(FlashAttention, SoftCapMatchesItsDefinitionInBothKernels) {
+  for (const float cap : {1.0f, 3.0f, 50.0f}) {
+    for (const int64_t window : {0, 16}) {
+      Case c(6, 2, 64, {{0, 300}, {700, 1}, {500, 40}, {90, 1}}, 13);
+      c.shape.window = window;
+      c.shape.softcap = cap;
+      const std::vector<float> want = windowed_reference(c, window == 0 ? int64_t{1} << 40 : window, cap);
+      const std::string at = "cap " + std::to_string(cap) + " window " + std::to_string(window);
+      EXPECT_LT(max_abs_diff(run_flash(c, true, nullptr, true), want), kTol) << at;
+      EXPECT_LT(max_abs_diff(run_flash(c, true, nullptr, false), want), kTol) << at << " one pass";
+      EXPECT_LT(max_abs_diff(run_naive(c), want), kTol) << at << " naive";
+      if (cap == 1.0f) {
+        c.shape.softcap = 0.0f;
+        EXPECT_GT(max_abs_diff(run_flash(c), want), 100 * kTol) << at << ": the cap made no difference";
+      }
+    }
+  }
+  Case bad(4, 2, 32, {{0, 4}});
+  bad.shape.softcap = -1.0f;
+  EXPECT_THROW(run_flash(bad), lio::InvalidArgument);
+  EXPECT_THROW(run_naive(bad), lio::InvalidArgument);
 }
 
 TEST(FlashAttention, EightThousandTokenPrefillMatchesTheNaiveTwin) {

@@ -327,18 +327,21 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   // batch.block_tables: this layer's KV cache group's tables (BatchView::for_group).
   const cpu::AttentionBatch ab{b.query_start_loc.data(), b.seq_lens.data(), batch.block_tables, b.n_seqs(),
                                b.max_blocks_per_seq, b.block_size, true};
-  const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.softmax_scale(), c.layer_window(layer)};
+  const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.softmax_scale(), c.layer_window(layer),
+                                  c.attn_softcap};
   if (attention_backend_ == AttentionBackend::Flash) {
     cpu::flash_attention(q, kv, out, nullptr, ab, shape, flash_workspace_);
     return;
   }
   // The naive twin: each sequence's score matrix S (n_heads, query_len, n_keys) materialized.
   // For a decoding sequence on an f32 pool S is one row per head, which is exactly what chapter
-  // 04's paged_decode_attention (Task 5) holds in its scores scratch: those rows go through it.
+  // 04's paged_decode_attention (Task 5) holds in its scores scratch: those rows go through it
+  // (not with a window or Gemma 2's soft-cap, which that task's kernel does not take: the
+  // naive kernel computes both).
   std::vector<int64_t> decode_seqs;
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
     const int64_t qlen = b.query_len(s);
-    if (qlen == 1 && kv.element == cpu::KvElement::F32 && shape.window == 0) {
+    if (qlen == 1 && kv.element == cpu::KvElement::F32 && shape.window == 0 && shape.softcap == 0.0f) {
       decode_seqs.push_back(s);
     } else if (qlen > 0) {
       const int32_t qsl[2] = {b.query_start_loc[static_cast<size_t>(s)], b.query_start_loc[static_cast<size_t>(s + 1)]};
@@ -429,6 +432,13 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
       error.run([&] {
         mla_absorbed_attention_head(
             {qi, static_cast<size_t>(dn)}, {qi + dn, static_cast<size_t>(dr)},
+void CpuBackend::scale(float* x, float factor, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void CpuBackend::softcap(float* x, float cap, int64_t n) { cpu::softcap_scores(x, n, cap); }
+
             {wk + h * dn * dc, static_cast<size_t>(dn * dc)}, {wv + h * dv * dc, static_cast<size_t>(dv * dc)},
             {mla_latents_.data() + first[static_cast<size_t>(row_seq_[static_cast<size_t>(i)])] * row,
              static_cast<size_t>(n_ctx * row)},

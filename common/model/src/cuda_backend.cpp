@@ -85,6 +85,11 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, Acti
                            std::to_string(kFlashAttentionMaxHeadDim) + "; this model has " +
                            std::to_string(config.head_dim) + "; run it with --device cpu");
   }
+  if (config.attn_softcap > 0.0f) {  // gemma2: the CUDA attention kernels do not cap their scores
+    throw UnsupportedError("--device cuda: attention logit soft-capping (" + config.architecture + ", cap " +
+                           std::to_string(config.attn_softcap) +
+                           ") is not in the CUDA attention kernels; run it with --device cpu");
+  }
   if (config.is_mla()) {
     const bool fits = config.kv_lora_rank <= kMlaMaxLatentDim && config.qk_nope_head_dim <= kMlaMaxLatentDim &&
                       config.v_head_dim <= kMlaMaxLatentDim && config.qk_rope_head_dim <= kMlaMaxRopeDim;

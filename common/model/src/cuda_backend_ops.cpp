@@ -400,6 +400,16 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
 }
 
 void CudaBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
+void CudaBackend::scale(float* x, float factor, int64_t n) {
+  Impl& m = *impl_;
+  m.guarded([&] { m.op("scale", [&] { cuda::scale(x, factor, n, m.stream); }); });
+}
+
+void CudaBackend::softcap(float* x, float cap, int64_t n) {
+  Impl& m = *impl_;
+  m.guarded([&] { m.op("softcap", [&] { cuda::softcap(x, cap, n, m.stream); }); });
+}
+
                               float* out) {
   Impl& m = *impl_;
   m.guarded([&] {

@@ -85,6 +85,10 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   be.gather_rows(x, view.logits_rows, n_out, d, rows);
   be.rmsnorm(rows, {WeightKind::OutputNorm}, rows, n_out);
   be.matmul({WeightKind::Output}, rows, logits, n_out, false);  // vocabulary-parallel: this rank's columns
+  // Per-logit transforms (elementwise, so each rank's vocabulary columns alone): granite's 1 /
+  // logit_scale, then gemma2's final soft-cap (llama.cpp's llm_build_granite / _gemma2_iswa).
+  if (c.logit_scale != 1.0f) be.scale(logits, 1.0f / c.logit_scale, n_out * c.vocab_size);
+  if (c.final_softcap > 0.0f) be.softcap(logits, c.final_softcap, n_out * c.vocab_size);
   if (!tp) return logits;
   float* gathered = be.scratch(Scratch::Gathered, plan.tp_size * n_out * c.vocab_size);
   par->tp_all_gather(be, logits, gathered, n_out * c.vocab_size);  // (tp, n_out, vocab / tp)

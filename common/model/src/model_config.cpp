@@ -37,6 +37,12 @@ void ModelConfig::validate(const std::string& source) const {
     throw FormatError(source + ": sliding window " + std::to_string(sliding_window) + ", pattern " +
                       std::to_string(sliding_window_pattern) + ", local RoPE base and embedding scale must be >= 0 (> 0)");
   }
+  if (!(attn_softcap >= 0.0f) || !(final_softcap >= 0.0f) || !(residual_scale > 0.0f) || !(logit_scale > 0.0f) ||
+      !(attn_scale >= 0.0f)) {
+    throw FormatError(source + ": soft-caps (attention " + std::to_string(attn_softcap) + ", final " +
+                      std::to_string(final_softcap) + ") and the attention scale must be >= 0, the residual scale (" +
+                      std::to_string(residual_scale) + ") and logit scale (" + std::to_string(logit_scale) + ") > 0");
+  }
   if (is_mla()) {
     positive(qk_nope_head_dim, "qk_nope_head_dim");
     positive(v_head_dim, "v_head_dim");

@@ -78,6 +78,9 @@ class CpuBackend final : public Backend {
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
+  void scale(float* x, float factor, int64_t n) override;
+  /// cpu::softcap_scores (gemma2's final logits).
+  void softcap(float* x, float cap, int64_t n) override;
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
   void to_host(const float* src, int64_t n_floats, float* host) override;

@@ -153,6 +153,10 @@ class CudaBackend final : public Backend {
   void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   /// cuda::add (gemma3's residual add after a post-norm).
   void add(float* x, const float* y, int64_t n) override;
+  /// cuda::scale (granite's residual and logit scales).
+  void scale(float* x, float factor, int64_t n) override;
+  /// cuda::softcap (gemma2's final logits).
+  void softcap(float* x, float cap, int64_t n) override;
   void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                    float* out) override;
   /// Device -> pinned (async), wait for the stream, pinned -> `host`.

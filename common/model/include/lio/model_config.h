@@ -17,7 +17,7 @@ enum class FfnActivation { SiLU, GeluTanh };
 
 /// Shapes and constants of the model. All counts are plain element/token counts.
 struct ModelConfig {
-  std::string architecture = "llama";  ///< the family (general.architecture): "llama", "qwen2", "qwen3", "gemma3"
+  std::string architecture = "llama";  ///< the family (general.architecture): "llama", "qwen2", "qwen3", "gemma2", "gemma3", "granite"
   std::string name;             ///< general.name or the directory name
   int64_t n_layers = 0;         ///< decoder blocks
   int64_t d_model = 0;          ///< hidden size (embedding length)
@@ -40,8 +40,23 @@ struct ModelConfig {
   /// five local layers then one global; llama.cpp's set_swa_pattern). 0 = every layer windowed.
   int64_t sliding_window_pattern = 0;
   float rope_theta_local = 0.0f;  ///< RoPE base of windowed layers (gemma3: 10000); 0 = rope_theta
-  float embedding_scale = 1.0f;   ///< embedding rows are multiplied by this (gemma3: sqrt(d_model))
+  /// embedding rows are multiplied by this (gemma2/gemma3: sqrt(d_model); granite: embedding_multiplier)
+  float embedding_scale = 1.0f;
   FfnActivation ffn_activation = FfnActivation::SiLU;  ///< the MLP's gate activation
+  /// Attention logit soft-capping (Gemma Team 2024, "Gemma 2", sec. 2; llama.cpp's
+  /// attn_logit_softcapping): each score s = softmax_scale * q.k becomes cap * tanh(s / cap)
+  /// before the mask and softmax, in every attention kernel. gemma2: 50. 0 = off.
+  float attn_softcap = 0.0f;
+  /// Final logit soft-capping (Gemma 2, sec. 2; llama.cpp's final_logit_softcapping): each
+  /// logit z becomes cap * tanh(z / cap) after the LM head (and after logit_scale). gemma2: 30.
+  /// 0 = off.
+  float final_softcap = 0.0f;
+  /// Each sub-block's output (W_o's, W_down's) is multiplied by this before the residual add
+  /// (granite: residual_multiplier, llama.cpp's granite.residual_scale). 1 = unchanged.
+  float residual_scale = 1.0f;
+  /// The logits are divided by this after the LM head (granite: logits_scaling, llama.cpp's
+  /// granite.logit_scale). 1 = unchanged.
+  float logit_scale = 1.0f;
   int64_t first_layer = 0;        ///< global index of this shard's layer 0 (a pipeline stage's first layer)
 
   // ---- multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 sec. 2.1; chapter 02) ----
@@ -54,7 +69,9 @@ struct ModelConfig {
   int64_t qk_nope_head_dim = 0;  ///< per-head query/key width without RoPE
   int64_t qk_rope_head_dim = 0;  ///< d_h^R: width of the shared RoPE key and each head's RoPE query
   int64_t v_head_dim = 0;        ///< per-head value width
-  float attn_scale = 0.0f;       ///< softmax scale; 0 = 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)
+  /// softmax scale; 0 = 1 / sqrt(head_dim) (MLA: qk_nope_head_dim + qk_rope_head_dim). Set by gemma2 /
+  /// gemma3 (query_pre_attn_scalar) and granite (attention_multiplier), MLA or not.
+  float attn_scale = 0.0f;
   bool mla_absorbed = true;      ///< compute path (a run-time choice): absorbed, or naive up-projection
 
   /// True for an MLA model (kv_lora_rank > 0).
@@ -90,12 +107,12 @@ struct ModelConfig {
 };
 
 /// Reads a config from GGUF metadata. Throws UnsupportedError("<file>: architecture 'x' is
-/// not supported (supported: llama, qwen2, qwen3, gemma3)") for other architectures; FormatError for
+/// not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, granite)") for other architectures; FormatError for
 /// missing keys.
 ModelConfig config_from_gguf(const GgufFile& file);
 
-/// Reads a Hugging Face config.json (model_type "llama", "qwen2" or "qwen3", or architectures
-/// LlamaForCausalLM).
+/// Reads a Hugging Face config.json (model_type "llama", "qwen2", "qwen3", "gemma2",
+/// "gemma3_text" or "granite", or architectures LlamaForCausalLM).
 /// Throws InvalidArgument if missing, FormatError on bad JSON or missing fields,
 /// UnsupportedError for other model types.
 ModelConfig config_from_hf_json(const std::string& config_json_path);
