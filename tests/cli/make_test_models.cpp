@@ -5,7 +5,8 @@
 //       (30 layers, d_model 512, d_ff 1536) with 8 query / 2 KV heads, so tensor parallelism at
 //       2, 4 and 8 ranks splits it (chapter 08's benchmark: TP 2 on 2 cores, not oversubscribed)
 //   make_test_models --family ARCH PATH [SEED]   a tiny random-weight F32 model of the family ARCH
-//       (llama, qwen2, qwen3, gemma3; lio/architecture.h) that llama.cpp also loads: the oracle check of
+//       (llama, qwen2, qwen3, gemma2, gemma3, granite; lio/architecture.h; gemma2's small soft-caps and
+//       granite's four scales as TinyModelSpec's defaults) that llama.cpp also loads: the oracle check of
 //       each family's layer (tests/conformance/check_families.py)
 #include <cstdint>
 #include <cstring>
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
     if (spec.architecture == "gemma3") {
       spec.n_layers = 6;         // five local layers, then a global one (llama.cpp's pattern of 6)
       spec.sliding_window = 16;  // the texts run past it
+    }
+    if (spec.architecture == "gemma2") {
+      spec.n_layers = 4;         // local, global, local, global (llama.cpp's pattern of 2)
+      spec.sliding_window = 16;  // the texts run past it
+      spec.rope_theta = 10000.0f;  // Gemma 2's one base
     }
     spec.init_std = 0.08f;
     spec.seed = argc == 5 ? std::stoull(argv[4]) : 7;

@@ -161,13 +161,14 @@ std::vector<TensorSpec> tensor_specs(const TinyModelSpec& s) {
       out.push_back({hf + "self_attn.q_norm.weight", gg + "attn_q_norm.weight", {s.head_dim}, true});
       out.push_back({hf + "self_attn.k_norm.weight", gg + "attn_k_norm.weight", {s.head_dim}, true});
     }
-    if (s.architecture == "gemma3") {  // Gemma's HF names: post_attention_layernorm is a post-norm
+    const bool gemma = s.architecture == "gemma2" || s.architecture == "gemma3";
+    if (gemma) {  // Gemma's HF names: post_attention_layernorm is a post-norm
       out.push_back({hf + "post_attention_layernorm.weight", gg + "post_attention_norm.weight", {s.d_model}, true});
       out.push_back({hf + "post_feedforward_layernorm.weight", gg + "post_ffw_norm.weight", {s.d_model}, true});
     }
     out.push_back(
         {hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {s.d_model, q_dim}, false});
-    out.push_back({hf + (s.architecture == "gemma3" ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
+    out.push_back({hf + (gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
                    gg + "ffn_norm.weight", {s.d_model}, true});
     out.push_back(
         {hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {s.d_ff, s.d_model}, false});
@@ -191,8 +192,9 @@ void validate_spec(const TinyModelSpec& s) {
     throw InvalidArgument("tiny model: n_heads must be a multiple of n_kv_heads and head_dim even");
   }
   if (s.architecture != "llama" && s.architecture != "qwen2" && s.architecture != "qwen3" &&
-      s.architecture != "gemma3") {
-    throw InvalidArgument("tiny model: architecture '" + s.architecture + "' (llama, qwen2, qwen3 or gemma3)");
+      s.architecture != "gemma2" && s.architecture != "gemma3" && s.architecture != "granite") {
+    throw InvalidArgument("tiny model: architecture '" + s.architecture +
+                          "' (llama, qwen2, qwen3, gemma2, gemma3 or granite)");
   }
 }
 
@@ -304,7 +306,7 @@ void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec) {
 
   GgufWriter w;
   const std::string& arch = spec.architecture;
-  const bool llama = arch == "llama";
+  const bool llama = arch == "llama" || arch == "granite";  // RopeStyle::Normal: Q/K permuted
   w.set("general.architecture", GgufValue::str(arch));
   w.set("general.name", GgufValue::str("lio-tiny-" + arch));
   w.set("general.file_type", GgufValue::u32(gguf_file_type(spec.weight_dtype)));
@@ -321,7 +323,17 @@ void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec) {
   w.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_norm_eps));
   w.set(arch + ".vocab_size", u32(spec.vocab_size()));
   w.set(arch + ".rope.dimension_count", u32(spec.head_dim));
-  if (arch == "gemma3") w.set("gemma3.attention.sliding_window", u32(spec.sliding_window));
+  if (arch == "gemma3" || arch == "gemma2") w.set(arch + ".attention.sliding_window", u32(spec.sliding_window));
+  if (arch == "gemma2") {
+    w.set("gemma2.attn_logit_softcapping", GgufValue::f32(spec.attn_softcap));
+    w.set("gemma2.final_logit_softcapping", GgufValue::f32(spec.final_softcap));
+  }
+  if (arch == "granite") {  // convert_hf_to_gguf.py's GraniteModel keys
+    w.set("granite.embedding_scale", GgufValue::f32(spec.embedding_scale));
+    w.set("granite.residual_scale", GgufValue::f32(spec.residual_scale));
+    w.set("granite.attention.scale", GgufValue::f32(spec.attention_scale));
+    w.set("granite.logit_scale", GgufValue::f32(spec.logit_scale));
+  }
   w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
   w.set("tokenizer.ggml.pre", GgufValue::str("smollm"));
   w.set("tokenizer.ggml.tokens", GgufValue::str_array(vocab.tokens));
@@ -364,10 +376,13 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
 
   // ---- config.json ----
   const bool gemma3 = spec.architecture == "gemma3";
-  const std::string hf_class = spec.architecture == "qwen2"   ? "Qwen2ForCausalLM"
-                               : spec.architecture == "qwen3" ? "Qwen3ForCausalLM"
-                               : gemma3                       ? "Gemma3ForCausalLM"
-                                                              : "LlamaForCausalLM";
+  const bool gemma = gemma3 || spec.architecture == "gemma2";
+  const std::string hf_class = spec.architecture == "qwen2"     ? "Qwen2ForCausalLM"
+                               : spec.architecture == "qwen3"   ? "Qwen3ForCausalLM"
+                               : spec.architecture == "gemma2"  ? "Gemma2ForCausalLM"
+                               : spec.architecture == "granite" ? "GraniteForCausalLM"
+                               : gemma3                         ? "Gemma3ForCausalLM"
+                                                                : "LlamaForCausalLM";
   ordered_json config = {
       {"architectures", {hf_class}},
       {"model_type", gemma3 ? std::string("gemma3_text") : spec.architecture},
@@ -382,7 +397,7 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
       {"vocab_size", spec.vocab_size()},
       {"tie_word_embeddings", spec.tied_embeddings},
       {"head_dim", spec.head_dim},
-      {gemma3 ? "hidden_activation" : "hidden_act", gemma3 ? "gelu_pytorch_tanh" : "silu"},
+      {gemma ? "hidden_activation" : "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
       {"bos_token_id", kBosId},
       {"eos_token_id", kEosId},
       {"torch_dtype", torch_dtype_name(hf_dtype(spec.weight_dtype))},
@@ -397,6 +412,21 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
     config["final_logit_softcapping"] = nullptr;
     config["attn_logit_softcapping"] = nullptr;
     config["rope_scaling"] = nullptr;
+  }
+  if (spec.architecture == "gemma2") {  // transformers' Gemma2Config keys (layer_types: >= 4.53)
+    ordered_json types = ordered_json::array();
+    for (int64_t l = 0; l < spec.n_layers; ++l) types.push_back(l % 2 == 1 ? "full_attention" : "sliding_attention");
+    config["sliding_window"] = spec.sliding_window;
+    config["layer_types"] = types;
+    config["query_pre_attn_scalar"] = spec.head_dim;
+    config["attn_logit_softcapping"] = short_decimal(spec.attn_softcap);
+    config["final_logit_softcapping"] = short_decimal(spec.final_softcap);
+  }
+  if (spec.architecture == "granite") {  // transformers' GraniteConfig multipliers
+    config["embedding_multiplier"] = short_decimal(spec.embedding_scale);
+    config["residual_multiplier"] = short_decimal(spec.residual_scale);
+    config["attention_multiplier"] = short_decimal(spec.attention_scale);
+    config["logits_scaling"] = short_decimal(spec.logit_scale);
   }
   write_json((fs::path(dir) / "config.json").string(), config);
 
@@ -471,7 +501,7 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
       if (t.is_norm || t.is_bias) dtype = DType::F32;
       if (t.hf_name == "model.embed_tokens.weight") dtype = hf_dtype(spec.embd_dtype);
       std::vector<float> values = tensors.get(t.hf_name);
-      if (gemma3 && t.is_norm) {  // Gemma's HF norms hold w, its layer multiplies by 1 + w
+      if (gemma && t.is_norm) {  // Gemma's HF norms hold w, its layer multiplies by 1 + w
         for (float& v : values) v -= 1.0f;
       }
       w.add_tensor_f32(t.hf_name, dtype, t.shape, values);

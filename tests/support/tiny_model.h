@@ -17,10 +17,20 @@ namespace lio::testing {
 struct TinyModelSpec {
   /// The family (lio/architecture.h): "llama"; "qwen2" adds Q/K/V biases (drawn like matrices),
   /// "qwen3" QK-norm weights (drawn like norms), "gemma3" QK-norm and post-norm weights plus
-  /// gemma3.attention.sliding_window (GGUF only). Non-llama Q/K rows are stored unpermuted (NEOX
-  /// RoPE), as convert_hf_to_gguf.py stores them.
+  /// gemma3.attention.sliding_window, "gemma2" the post-norms plus its window and soft-caps,
+  /// "granite" llama's tensors plus its four scales. Q/K rows are stored permuted for llama and
+  /// granite (RopeStyle::Normal), unpermuted (NEOX RoPE) for the others, as
+  /// convert_hf_to_gguf.py stores them.
   std::string architecture = "llama";
-  int64_t sliding_window = 8;  ///< gemma3 only: the window of its local layers (5 of every 6)
+  int64_t sliding_window = 8;  ///< gemma2 / gemma3: the window of their local layers
+  float attn_softcap = 1.0f;   ///< gemma2 only: attn_logit_softcapping (small, so tanh bends)
+  float final_softcap = 2.0f;  ///< gemma2 only: final_logit_softcapping
+  /// granite only: embedding_multiplier, residual_multiplier, attention_multiplier (the softmax
+  /// scale) and logits_scaling; none 1 (or 1/sqrt(head_dim)), so each is seen
+  float embedding_scale = 3.0f;
+  float residual_scale = 0.5f;
+  float attention_scale = 0.3f;
+  float logit_scale = 4.0f;
   int64_t n_layers = 2;
   int64_t d_model = 64;
   int64_t n_heads = 4;
@@ -53,8 +63,9 @@ struct TinyModelSpec {
 void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec);
 
 /// Writes a Hugging Face directory: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
-/// Qwen3ForCausalLM, model_type = spec.architecture; or Gemma3ForCausalLM, model_type gemma3_text
-/// with sliding_window and layer_types, its norms stored as w = GGUF's value - 1), tokenizer.json
+/// Qwen3ForCausalLM, Gemma2ForCausalLM, GraniteForCausalLM, model_type = spec.architecture; or
+/// Gemma3ForCausalLM, model_type gemma3_text; gemma2/3 with sliding_window and layer_types, their
+/// norms stored as w = GGUF's value - 1; granite with its four multipliers), tokenizer.json
 /// (byte-level BPE with the same vocabulary and merges), tokenizer_config.json, and
 /// model.safetensors — or, with n_shards > 1, model-0000K-of-0000N.safetensors shards plus
 /// model.safetensors.index.json. Weights in HF layout (unpermuted Q/K). The 2-D matrices

@@ -52,14 +52,6 @@ void Backend::add(float*, const float*, int64_t) {
   throw UnsupportedError("this backend has no residual-add kernel (gemma3's post-norms): run it with --device cpu");
 }
 
-void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
-  for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
-}
-
-void Backend::rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
-                                  int64_t n_rows) {
-  rmsnorm(x, norm, xn, n_rows);
-  matmul_many(outs, xn, n_rows);
 void Backend::scale(float*, float, int64_t) {
   throw UnsupportedError("this backend has no scale kernel (granite's residual and logit scales): run it with --device cpu");
 }
@@ -68,6 +60,14 @@ void Backend::softcap(float*, float, int64_t) {
   throw UnsupportedError("this backend has no soft-cap kernel (gemma2's final logits): run it with --device cpu");
 }
 
+void Backend::matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_rows) {
+  for (const MatmulOut& o : outs) matmul(o.w, x, o.y, n_rows, false);
+}
+
+void Backend::rmsnorm_matmul_many(const float* x, WeightRef norm, float* xn, std::span<const MatmulOut> outs,
+                                  int64_t n_rows) {
+  rmsnorm(x, norm, xn, n_rows);
+  matmul_many(outs, xn, n_rows);
 }
 
 void Backend::rmsnorm_swiglu(const float* x, WeightRef norm, float* xn, WeightRef w_gate, WeightRef w_up, float* gate,

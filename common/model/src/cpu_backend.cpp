@@ -432,13 +432,6 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
       error.run([&] {
         mla_absorbed_attention_head(
             {qi, static_cast<size_t>(dn)}, {qi + dn, static_cast<size_t>(dr)},
-void CpuBackend::scale(float* x, float factor, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
-}
-
-void CpuBackend::softcap(float* x, float cap, int64_t n) { cpu::softcap_scores(x, n, cap); }
-
             {wk + h * dn * dc, static_cast<size_t>(dn * dc)}, {wv + h * dv * dc, static_cast<size_t>(dv * dc)},
             {mla_latents_.data() + first[static_cast<size_t>(row_seq_[static_cast<size_t>(i)])] * row,
              static_cast<size_t>(n_ctx * row)},
@@ -475,6 +468,13 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
+
+void CpuBackend::scale(float* x, float factor, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void CpuBackend::softcap(float* x, float cap, int64_t n) { cpu::softcap_scores(x, n, cap); }
 
 void CpuBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim, float* out) {
   for (int64_t i = 0; i < n_rows; ++i) std::copy_n(x + rows[i] * dim, dim, out + i * dim);

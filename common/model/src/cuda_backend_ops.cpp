@@ -399,7 +399,6 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
   m.guarded([&] { m.op("add", [&] { cuda::add(x, y, n, m.stream); }); });
 }
 
-void CudaBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
 void CudaBackend::scale(float* x, float factor, int64_t n) {
   Impl& m = *impl_;
   m.guarded([&] { m.op("scale", [&] { cuda::scale(x, factor, n, m.stream); }); });
@@ -410,6 +409,7 @@ void CudaBackend::softcap(float* x, float cap, int64_t n) {
   m.guarded([&] { m.op("softcap", [&] { cuda::softcap(x, cap, n, m.stream); }); });
 }
 
+void CudaBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                               float* out) {
   Impl& m = *impl_;
   m.guarded([&] {

@@ -216,12 +216,6 @@ class Backend {
                        int64_t n_kv_heads, float theta);
   /// RoPE in place on x (n_tokens, n_heads, head_dim) at `positions` (n_tokens), base
   /// frequency `theta` (ModelConfig::layer_rope_theta: Gemma 3's windowed layers use another).
-  /// x *= factor over n values (granite's residual and logit scales). The default throws
-  /// UnsupportedError (a backend without the kernel).
-  virtual void scale(float* x, float factor, int64_t n);
-  /// x = cap * tanh(x / cap) over n values, cap > 0 (Gemma 2's final logit soft-capping, sec. 2
-  /// of its report; llama.cpp's llm_build_gemma2_iswa). The default throws UnsupportedError.
-  virtual void softcap(float* x, float cap, int64_t n);
   virtual void rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) = 0;
   /// Writes each row's K and V (n_tokens, kv_dim) into `layer` of the pool at the row's slot
   /// (batch.slot_mapping): vLLM's reshape_and_cache.
@@ -253,6 +247,12 @@ class Backend {
   /// x += y over n values (a residual add the layer cannot fuse into a matmul: Gemma's
   /// post-norms). The default throws UnsupportedError (a backend without the kernel).
   virtual void add(float* x, const float* y, int64_t n);
+  /// x *= factor over n values (granite's residual and logit scales). The default throws
+  /// UnsupportedError (a backend without the kernel).
+  virtual void scale(float* x, float factor, int64_t n);
+  /// x = cap * tanh(x / cap) over n values, cap > 0 (Gemma 2's final logit soft-capping, sec. 2
+  /// of its report; llama.cpp's llm_build_gemma2_iswa). The default throws UnsupportedError.
+  virtual void softcap(float* x, float cap, int64_t n);
   /// out (n_rows, dim) = x[rows[i]] for i < n_rows; rows: device int32.
   virtual void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim,
                            float* out) = 0;

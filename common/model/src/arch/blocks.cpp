@@ -51,4 +51,19 @@ void swiglu_mlp(LayerPass& p, int64_t l) {
   row_parallel_out(p, {WeightKind::Down, l}, p.gate, p.x, /*add_to_out=*/true);  // x += W_down h: all-reduce 2 of 2
 }
 
+void transformed_residual(LayerPass& p, WeightRef w, const float* in, std::optional<WeightRef> post_norm, float scale) {
+  const int64_t n = p.n_tokens, d = p.config.d_model;
+  row_parallel_out(p, w, in, p.xn, /*add_to_out=*/false);
+  if (post_norm) p.be.rmsnorm(p.xn, *post_norm, p.xn, n);
+  if (scale != 1.0f) p.be.scale(p.xn, scale, n * d);
+  p.be.add(p.x, p.xn, n * d);
+}
+
+void geglu_hidden(LayerPass& p, int64_t l) {
+  p.be.rmsnorm(p.x, {WeightKind::FfnNorm, l}, p.xn, p.n_tokens);
+  const MatmulOut gate_up[] = {{{WeightKind::Gate, l}, p.gate}, {{WeightKind::Up, l}, p.up}};
+  p.be.matmul_many(gate_up, p.xn, p.n_tokens);
+  p.be.geglu(p.gate, p.up, p.gate, p.n_tokens * p.config.d_ff);
+}
+
 }  // namespace lio::arch

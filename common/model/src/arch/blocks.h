@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "lio/architecture.h"
 #include "lio/backend.h"
@@ -42,6 +43,19 @@ void gqa_attend(LayerPass& p, int64_t layer);
 /// token; RoPE on the decoupled parts; attention through the latents; x += attn W_o^T. One rank
 /// only (make_rank_plan refuses tensor parallelism of an MLA model).
 void mla_self_attention(LayerPass& p, int64_t layer);
+
+/// x += f(W in) for the row-parallel projection `w` (W_o, W_down) of a sub-block whose output
+/// is transformed before the residual add: W in goes into p.xn (summed over the tensor-parallel
+/// group from zero: f needs the whole sum), is RMS-normalized with `post_norm` when given
+/// (Gemma's post-norms, Gemma Team 2024, "Gemma 2", sec. 2) and multiplied by `scale` when it
+/// is not 1 (granite's residual_multiplier), then added into p.x. p.xn must be free (the
+/// sub-block has read its normalized input). Shapes as LayerPass.
+void transformed_residual(LayerPass& p, WeightRef w, const float* in, std::optional<WeightRef> post_norm, float scale);
+
+/// GeGLU's hidden layer (Shazeer 2020, eq. 5; Gemma's MLP): xn = RMSNorm(x) * ffn_norm; gate =
+/// gelu_tanh(xn W_gate^T) * (xn W_up^T) (column-parallel: this rank's features). The caller
+/// projects gate with W_down (transformed_residual).
+void geglu_hidden(LayerPass& p, int64_t layer);
 
 /// SwiGLU MLP (Shazeer 2020, eq. 6): xn = RMSNorm(x) * ffn_norm; x += (silu(xn W_gate^T) *
 /// (xn W_up^T)) W_down^T (gate/up column-parallel, down row-parallel and all-reduced).
