@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Each decoder family's layer (lio/architecture.h) against llama.cpp (via llama-cpp-python),
 on tiny random-weight GGUF files that LIO's own writer makes (make_test_models --family ARCH):
-llama, qwen2 (Q/K/V biases, NEOX RoPE, an untied LM head), qwen3 (QK-norm, NEOX RoPE) and gemma3
-(6 layers: five with a 16-key sliding window, then a global one; post-norms, GeGLU, scaled
-embeddings), on texts of 54 and 159 tokens: well past gemma3's window.
+llama, qwen2 (Q/K/V biases, NEOX RoPE, an untied LM head), qwen3 (QK-norm, NEOX RoPE), gemma2
+(4 layers alternating a 16-key sliding window and global attention; post-norms, GeGLU, scaled
+embeddings, attention logits soft-capped at 1 and final logits at 2: small caps, so tanh bends
+the random model's scores and logits), gemma3 (6 layers: five with a 16-key sliding window, then
+a global one; post-norms, QK-norm, GeGLU, scaled embeddings) and granite (llama with its four
+scales: embeddings x 3, softmax scale 0.3, residual branches x 0.5, logits / 4), on texts of 54
+and 159 tokens: well past the windows.
 
 The files hold F32 weights and llama.cpp is given an f32 KV cache (its default is f16), so both
 engines do the same arithmetic in f32 and the bounds are strict: per family, mean KL(llama.cpp ||
@@ -25,7 +29,7 @@ import numpy as np
 from check_logits import lio_logits, llama_greedy, log_softmax
 
 
-FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "granite"]
 TEXTS = [
     "The history of computing is a story of abstraction. Early machines were programmed by rewiring "
     "panels of cables, and every new problem meant a new physical arrangement.",
@@ -33,11 +37,17 @@ TEXTS = [
 ]
 PROMPTS = ["the the the", "Once upon a time"]
 MAX_KL, MAX_REL = 1e-10, 1e-5
-# gemma3's GeGLU: llama.cpp's CPU GELU rounds its input to f16 and reads a table of f16 results
-# (ggml-cpu vec.h, GGML_GELU_FP16); lio computes the tanh form in f32. That rounding alone puts
-# its logits ~3e-4 of max |logit| from lio's, so gemma3's bounds are wider -- still far inside
-# what a wrong window (O(1) differences once a text passes it) or a missing norm would give.
-BOUNDS = {"gemma3": (1e-6, 2e-3)}
+# gemma2's and gemma3's GeGLU: llama.cpp's CPU GELU rounds its input to f16 and reads a table of
+# f16 results (ggml-cpu vec.h, GGML_GELU_FP16); lio computes the tanh form in f32. That puts their
+# logits up to 3.2e-4 (gemma3, KL 5e-8) and 6.9e-4 (gemma2, KL 2.6e-8) of max |logit| from lio's,
+# where the SwiGLU families sit at ~1e-6. Measured (issue 62): lio with ggml's f16 GELU table
+# emulated gives gemma2 KL 5.5e-10, rel 2.4e-4 and gemma3 KL 3.8e-9, rel 1.6e-4; the rest is f16
+# rounding boundaries that 1e-7 upstream differences land on either side of. So their bounds are
+# wider -- still far inside what a wrong window (O(1) differences once a text passes it), a
+# missing norm or a missing soft-cap gives (gemma2 without its attention soft-cap: KL 2e-2, rel
+# 0.7; without its final soft-cap: KL 7e-2, rel 2.1; granite without its residual scale: KL 1e-2,
+# rel 0.5, on these files).
+BOUNDS = {"gemma2": (1e-6, 2e-3), "gemma3": (1e-6, 2e-3)}
 
 
 def check_family(args, family, path):
@@ -93,10 +103,12 @@ def main():
     ap.add_argument("--lio", required=True)
     ap.add_argument("--make-test-models", required=True)
     ap.add_argument("--json-out")
+    ap.add_argument("--family", action="append", choices=FAMILIES,
+                    help="check only this family (repeatable; default: every family)")
     a = ap.parse_args()
     failures, reports = [], []
     with tempfile.TemporaryDirectory() as d:
-        for family in FAMILIES:
+        for family in a.family or FAMILIES:
             f, r = check_family(a, family, os.path.join(d, family + ".gguf"))
             failures += f
             reports.append(r)

@@ -47,7 +47,7 @@ class ArchitectureTest : public ::testing::Test {
 };
 
 TEST(Architectures, RegistryNamesEveryFamilyOnce) {
-  EXPECT_EQ(lio::architecture_names(), "llama, qwen2, qwen3, gemma3");
+  EXPECT_EQ(lio::architecture_names(), "llama, qwen2, qwen3, gemma2, gemma3, granite");
   for (const lio::Architecture* a : lio::architectures()) {
     EXPECT_EQ(&lio::find_architecture(a->name, "x"), a);
     EXPECT_NE(a->layer, nullptr) << a->name;
@@ -65,7 +65,7 @@ TEST(Architectures, UnknownFamilyNamesTheOnesThatRun) {
     FAIL() << "mamba accepted";
   } catch (const lio::UnsupportedError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "m.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3)");
+              "m.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, granite)");
   }
 }
 

@@ -9,7 +9,8 @@ namespace lio {
 
 namespace {
 
-constexpr const Architecture* kFamilies[] = {&arch::kLlama, &arch::kQwen2, &arch::kQwen3, &arch::kGemma3};
+constexpr const Architecture* kFamilies[] = {&arch::kLlama,  &arch::kQwen2,  &arch::kQwen3,
+                                             &arch::kGemma2, &arch::kGemma3, &arch::kGranite};
 
 }  // namespace
 
