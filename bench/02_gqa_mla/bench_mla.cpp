@@ -89,16 +89,19 @@ lio::LoadedModel random_mla_stack(int64_t n_layers, uint32_t seed) {
     w.mla_rope_inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.qk_rope_head_dim)));
   for (int64_t l = 0; l < n_layers; ++l) {
     lio::LayerWeights L;
-    L.attn_norm.assign(static_cast<size_t>(c.d_model), 1.0f);
-    L.ffn_norm.assign(static_cast<size_t>(c.d_model), 1.0f);
-    L.wq = random_matrix(c.q_dim(), c.d_model, rng, w, "wq");
-    L.wkv_a = random_matrix(c.kv_lora_rank + c.qk_rope_head_dim, c.d_model, rng, w, "wkv_a");
-    L.wk_b = random_matrix(c.n_heads * c.qk_nope_head_dim, c.kv_lora_rank, rng, w, "wk_b");
-    L.wv_b = random_matrix(c.n_heads * c.v_head_dim, c.kv_lora_rank, rng, w, "wv_b");
-    L.wo = random_matrix(c.d_model, c.attn_out_dim(), rng, w, "wo");
-    L.w_gate = random_matrix(c.d_ff, c.d_model, rng, w, "gate");
-    L.w_up = random_matrix(c.d_ff, c.d_model, rng, w, "up");
-    L.w_down = random_matrix(c.d_model, c.d_ff, rng, w, "down");
+    L.vec(lio::WeightKind::AttnNorm).assign(static_cast<size_t>(c.d_model), 1.0f);
+    L.vec(lio::WeightKind::FfnNorm).assign(static_cast<size_t>(c.d_model), 1.0f);
+    L.matrix(lio::WeightKind::Wq) = random_matrix(c.q_dim(), c.d_model, rng, w, "wq");
+    L.matrix(lio::WeightKind::WkvA) =
+        random_matrix(c.kv_lora_rank + c.qk_rope_head_dim, c.d_model, rng, w, "wkv_a");
+    L.matrix(lio::WeightKind::WkB) =
+        random_matrix(c.n_heads * c.qk_nope_head_dim, c.kv_lora_rank, rng, w, "wk_b");
+    L.matrix(lio::WeightKind::WvB) =
+        random_matrix(c.n_heads * c.v_head_dim, c.kv_lora_rank, rng, w, "wv_b");
+    L.matrix(lio::WeightKind::Wo) = random_matrix(c.d_model, c.attn_out_dim(), rng, w, "wo");
+    L.matrix(lio::WeightKind::Gate) = random_matrix(c.d_ff, c.d_model, rng, w, "gate");
+    L.matrix(lio::WeightKind::Up) = random_matrix(c.d_ff, c.d_model, rng, w, "up");
+    L.matrix(lio::WeightKind::Down) = random_matrix(c.d_model, c.d_ff, rng, w, "down");
     w.layers.push_back(std::move(L));
   }
   return m;

@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
     if (!lio::cuda::cuda_available()) throw lio::UnsupportedError("bench_cuda_gemv: no CUDA device is available");
     const lio::LoadedModel model = lio::load_from_options(o);
     const lio::ModelConfig& c = model.config;
-    if (model.weights.layers.empty() || model.weights.layers[0].wk.data == nullptr) {
+    if (model.weights.layers.empty() ||
+        model.weights.layers[0].matrix(lio::WeightKind::Wk).data == nullptr) {
       throw lio::UnsupportedError("bench_cuda_gemv: needs a model with GQA layers (Q, K, V, O, gate, up, down)");
     }
     const lio::LayerWeights& L = model.weights.layers[0];
@@ -217,14 +218,18 @@ int main(int argc, char** argv) {
                     lio::cuda::gemv(m[0], x.data(), y.data(), false, s);
                   }};
     };
-    std::vector<Case> cases = {gemv_case("W_q", L.wq),       gemv_case("W_k", L.wk),
-                               gemv_case("W_o", L.wo),       gemv_case("W_gate", L.w_gate),
-                               gemv_case("W_down", L.w_down), gemv_case("LM head", model.weights.output)};
+    std::vector<Case> cases = {gemv_case("W_q", L.matrix(lio::WeightKind::Wq)),
+                               gemv_case("W_k", L.matrix(lio::WeightKind::Wk)),
+                               gemv_case("W_o", L.matrix(lio::WeightKind::Wo)),
+                               gemv_case("W_gate", L.matrix(lio::WeightKind::Gate)),
+                               gemv_case("W_down", L.matrix(lio::WeightKind::Down)),
+                               gemv_case("LM head", model.weights.output)};
     // Issue 45's wide Q4_1 reader on the same matrices (Q4_1 with 4-byte rows; RotatingWeights
     // aligns every copy, so the view's null data pointer stands for an aligned one).
-    for (const auto& [name, w] : {std::pair<const char*, const lio::WeightMatrix*>{"W_q", &L.wq},
-                                  {"W_gate", &L.w_gate},
-                                  {"W_down", &L.w_down}}) {
+    for (const auto& [name, w] :
+         {std::pair<const char*, const lio::WeightMatrix*>{"W_q", &L.matrix(lio::WeightKind::Wq)},
+          {"W_gate", &L.matrix(lio::WeightKind::Gate)},
+          {"W_down", &L.matrix(lio::WeightKind::Down)}}) {
       if (!lio::cuda::gemv_wide_supports(device_view(*w, nullptr))) continue;
       Case k = gemv_case(name, *w);
       k.name = "wide " + k.name;
@@ -233,7 +238,9 @@ int main(int argc, char** argv) {
       };
       cases.push_back(std::move(k));
     }
-    const std::vector<const lio::WeightMatrix*> qkv = {&L.wq, &L.wk, &L.wv};
+    const std::vector<const lio::WeightMatrix*> qkv = {&L.matrix(lio::WeightKind::Wq),
+                                                       &L.matrix(lio::WeightKind::Wk),
+                                                       &L.matrix(lio::WeightKind::Wv)};
     cases.push_back({"unfused: rmsnorm + gemv W_q, W_k, W_v (4 launches)", qkv,
                      static_cast<double>(weight_bytes(qkv)), [&](cudaStream_t s, std::span<const DeviceMatrix> m) {
                        lio::cuda::rmsnorm(x.data(), norm.data(), y3.data(), 1, c.d_model, eps, s);
@@ -248,7 +255,8 @@ int main(int argc, char** argv) {
                          lio::cuda::rmsnorm_gemv_many(x.data(), norm.data(), c.d_model, eps, outs, s);
                        }});
     }
-    const std::vector<const lio::WeightMatrix*> mlp = {&L.w_gate, &L.w_up};
+    const std::vector<const lio::WeightMatrix*> mlp = {&L.matrix(lio::WeightKind::Gate),
+                                                       &L.matrix(lio::WeightKind::Up)};
     cases.push_back({"unfused: rmsnorm + gemv W_gate, W_up + swiglu (4 launches)", mlp,
                      static_cast<double>(weight_bytes(mlp)), [&](cudaStream_t s, std::span<const DeviceMatrix> m) {
                        lio::cuda::rmsnorm(x.data(), norm.data(), y3.data(), 1, c.d_model, eps, s);

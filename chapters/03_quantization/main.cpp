@@ -294,9 +294,10 @@ int main(int argc, char** argv) {
         int64_t n_params = 0;
         bool any_quantized = false;  // int8 activations need quantized matrices to act on
         for (const lio::LayerWeights& L : m.weights.layers) {
-          for (const lio::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-            n_params += w->rows * w->cols;
-            any_quantized = any_quantized || lio::dtype_info(w->dtype).block_elems > 1;
+          for (const lio::WeightMatrix& w :
+               L.matrices) {  // the layer's matrices (empty where absent)
+            n_params += w.rows * w.cols;
+            any_quantized = any_quantized || lio::dtype_info(w.dtype).block_elems > 1;
           }
         }
         if (act != lio::ActivationPrecision::F32 && !any_quantized) {

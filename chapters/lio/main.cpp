@@ -61,19 +61,31 @@ json gguf_value_json(const lio::GgufValue& v) {
 int cmd_families(bool as_json) {
   json list = json::array();
   for (const lio::Architecture* a : lio::architectures()) {
+    json tensors = json::array();  // the family's table: one entry per layer tensor
+    for (const lio::TensorSpec& t : a->tensors) {
+      tensors.push_back(
+          {{"kind", std::string(lio::weight_kind_name(t.kind))},
+           {"gguf", "blk.N." + std::string(t.gguf)},
+           {"hf", t.hf.empty() ? std::string() : "model.layers.N." + std::string(t.hf)},
+           {"optional", t.optional}});
+    }
     list.push_back({{"architecture", std::string(a->name)},
                     {"summary", std::string(a->summary)},
                     {"rope_style", a->rope_style == lio::RopeStyle::Normal ? "normal" : "neox"},
-                    {"qkv_bias", a->qkv_bias},
-                    {"qk_norm", a->qk_norm}});
+                    {"tensors", tensors}});
   }
   if (as_json) {
     std::cout << json{{"architectures", list}}.dump(2) << "\n";
     return 0;
   }
   std::printf("decoder families (GGUF general.architecture):\n");
-  for (const auto& a : list)
+  for (const auto& a : list) {
     std::printf("  %-8s %s\n", a["architecture"].get<std::string>().c_str(), a["summary"].get<std::string>().c_str());
+    std::string names;  // the GGUF names of its layer tensors, from the family's table
+    for (const auto& t : a["tensors"])
+      names += (names.empty() ? "" : " ") + t["gguf"].get<std::string>().substr(6);
+    std::printf("  %-8s   blk.N.{%s}\n", "", names.c_str());
+  }
   return 0;
 }
 

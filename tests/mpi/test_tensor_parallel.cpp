@@ -238,8 +238,10 @@ TEST(TensorParallel, ShardHoldsItsPartOfTheWeights) {
   const auto matrix_bytes = [](const Weights& w) {
     int64_t b = w.token_embd.size_bytes();
     for (const LayerWeights& L : w.layers) {
-      b += L.wq.size_bytes() + L.wk.size_bytes() + L.wv.size_bytes() + L.wo.size_bytes() + L.w_gate.size_bytes() +
-           L.w_up.size_bytes() + L.w_down.size_bytes();
+      b += L.matrix(WeightKind::Wq).size_bytes() + L.matrix(WeightKind::Wk).size_bytes() +
+           L.matrix(WeightKind::Wv).size_bytes() + L.matrix(WeightKind::Wo).size_bytes() +
+           L.matrix(WeightKind::Gate).size_bytes() + L.matrix(WeightKind::Up).size_bytes() +
+           L.matrix(WeightKind::Down).size_bytes();
     }
     return b;
   };

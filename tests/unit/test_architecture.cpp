@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,33 @@ TEST(Architectures, RegistryNamesEveryFamilyOnce) {
     EXPECT_FALSE(a->summary.empty()) << a->name;
   }
   EXPECT_EQ(lio::find_architecture("llama", "x").rope_style, lio::RopeStyle::Normal);
-  EXPECT_TRUE(lio::find_architecture("qwen2", "x").qkv_bias);
-  EXPECT_TRUE(lio::find_architecture("qwen3", "x").qk_norm);
-  EXPECT_TRUE(lio::find_architecture("gemma3", "x").post_norms);
+  const auto has = [](std::string_view family, lio::WeightKind kind) {
+    for (const lio::TensorSpec& t : lio::find_architecture(family, "x").tensors)
+      if (t.kind == kind) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("qwen2", lio::WeightKind::BiasQ));
+  EXPECT_FALSE(has("llama", lio::WeightKind::BiasQ));
+  EXPECT_TRUE(has("qwen3", lio::WeightKind::QNorm));
+  EXPECT_TRUE(has("gemma3", lio::WeightKind::PostFfnNorm));
+}
+
+// Every family's table names each kind once, a matrix with two dimensions and a vector with
+// one, and a GGUF name; the llama rows every family shares are there.
+TEST(Architectures, TablesAreWellFormed) {
+  for (const lio::Architecture* a : lio::architectures()) {
+    std::set<lio::WeightKind> seen;
+    for (const lio::TensorSpec& t : a->tensors) {
+      EXPECT_TRUE(seen.insert(t.kind).second)
+          << a->name << ": " << lio::weight_kind_name(t.kind) << " twice";
+      EXPECT_EQ(t.cols != lio::Dim::None, lio::is_matrix(t.kind)) << a->name << ": " << t.gguf;
+      EXPECT_FALSE(t.gguf.empty()) << a->name;
+      EXPECT_FALSE(t.hf.empty()) << a->name << ": " << t.gguf;
+    }
+    for (lio::WeightKind k : {lio::WeightKind::AttnNorm, lio::WeightKind::Wq, lio::WeightKind::Wo,
+                              lio::WeightKind::FfnNorm, lio::WeightKind::Down})
+      EXPECT_TRUE(seen.count(k)) << a->name << " lacks " << lio::weight_kind_name(k);
+  }
 }
 
 TEST(Architectures, UnknownFamilyNamesTheOnesThatRun) {
@@ -85,15 +110,22 @@ TEST_F(ArchitectureTest, GgufAndHfFormsOfEachFamilyAgree) {
     EXPECT_EQ(b.config.architecture, arch);
     EXPECT_EQ(a.config.rope_style, arch == "llama" ? lio::RopeStyle::Normal : lio::RopeStyle::Neox) << arch;
     const lio::LayerWeights& L = a.weights.layers[1];
-    EXPECT_EQ(L.bq.size(), arch == "qwen2" ? size_t(spec.n_heads * spec.head_dim) : 0u) << arch;
-    EXPECT_EQ(L.bv.size(), arch == "qwen2" ? size_t(spec.n_kv_heads * spec.head_dim) : 0u) << arch;
-    EXPECT_EQ(L.k_norm.size(), arch == "qwen3" || arch == "gemma3" ? size_t(spec.head_dim) : 0u) << arch;
-    EXPECT_EQ(b.weights.layers[1].bq, L.bq) << arch;
-    ASSERT_EQ(b.weights.layers[1].k_norm.size(), L.k_norm.size()) << arch;
-    for (size_t i = 0; i < L.k_norm.size(); ++i) EXPECT_NEAR(b.weights.layers[1].k_norm[i], L.k_norm[i], 1e-6) << arch;
-    ASSERT_EQ(b.weights.layers[1].post_attn_norm.size(), L.post_attn_norm.size()) << arch;
-    for (size_t i = 0; i < L.post_attn_norm.size(); ++i)
-      EXPECT_NEAR(b.weights.layers[1].post_attn_norm[i], L.post_attn_norm[i], 1e-6) << arch;
+    EXPECT_EQ(L.vec(lio::WeightKind::BiasQ).size(),
+              arch == "qwen2" ? size_t(spec.n_heads * spec.head_dim) : 0u)
+        << arch;
+    EXPECT_EQ(L.vec(lio::WeightKind::BiasV).size(),
+              arch == "qwen2" ? size_t(spec.n_kv_heads * spec.head_dim) : 0u)
+        << arch;
+    EXPECT_EQ(L.vec(lio::WeightKind::KNorm).size(),
+              arch == "qwen3" || arch == "gemma3" ? size_t(spec.head_dim) : 0u)
+        << arch;
+    for (size_t k = 0; k < lio::kWeightKindCount; ++k) {  // every vector the table bound, in both forms
+      const std::vector<float>& va = L.vectors[k];
+      const std::vector<float>& vb = b.weights.layers[1].vectors[k];
+      const std::string_view kind = lio::weight_kind_name(static_cast<lio::WeightKind>(k));
+      ASSERT_EQ(vb.size(), va.size()) << arch << " " << kind;
+      for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-6) << arch << " " << kind;
+    }
     EXPECT_EQ(b.config.sliding_window, a.config.sliding_window) << arch;
     EXPECT_EQ(b.config.sliding_window_pattern, a.config.sliding_window_pattern) << arch;
     EXPECT_EQ(b.config.rope_theta_local, a.config.rope_theta_local) << arch;

@@ -747,7 +747,7 @@ TEST_F(CudaRunnerTest, TinyModelLogitsMatchCpuEveryDtype) {
 // past the first keys, through every attention kernel and the f16 / int8 KV caches.
 TEST_F(CudaRunnerTest, EveryFamilyMatchesCpu) {
   if (!lio::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
+  for (const std::string arch : {"qwen2", "qwen3", "gemma3", "granite"}) {
     TinyModelSpec spec;
     spec.architecture = arch;
     spec.tied_embeddings = arch != "qwen2";
@@ -805,7 +805,7 @@ TEST_F(CudaRunnerTest, ReadOnlyTypesMixMatchesCpu) {
   lio::testing::write_tiny_gguf(dir_ + "/mix_src.gguf", spec);
   lio::testing::write_read_only_mix(dir_ + "/mix_src.gguf", dir_ + "/mix.gguf", dir_ + "/mix_f32.gguf");
   lio::LoadedModel m = lio::load_model(dir_ + "/mix.gguf", lio::WeightMode::AsStored);
-  ASSERT_EQ(m.weights.layers[0].wk.dtype, DType::Q5_0);
+  ASSERT_EQ(m.weights.layers[0].matrix(lio::WeightKind::Wk).dtype, DType::Q5_0);
   auto cpu = runner(m, lio::Device::Cpu);
   auto gpu = runner(m, lio::Device::Cuda);
   lio::SoloSequence cpu_seq(*cpu, 64), gpu_seq(*gpu, 64);

@@ -143,8 +143,9 @@ TEST_F(Gemma2GraniteTest, CudaRefusesAttentionSoftCapping) {
     FAIL() << "a CUDA backend ran gemma2's soft-capped attention";
   } catch (const lio::UnsupportedError& e) {
     const std::string what = e.what();
-    if (what.find("no CUDA support") == std::string::npos)
+    if (what.find("no CUDA support") == std::string::npos) {
       EXPECT_NE(what.find("soft-capping"), std::string::npos) << what;
+    }
   }
 }
 

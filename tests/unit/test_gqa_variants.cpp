@@ -57,8 +57,9 @@ TEST_F(GqaVariantTest, MhaRepeatsHeadsAndComputesTheSameLogitsBitForBit) {
   lio::LoadedModel mha = load();
   lio::apply_kv_head_variant(mha, 4);
   ASSERT_EQ(mha.config.n_kv_heads, 4);
-  EXPECT_EQ(mha.weights.layers[0].wk.rows, 4 * 16);
-  EXPECT_EQ(mha.weights.layers[0].wk.dtype, lio::DType::Q4_1);  // copied blocks, not re-quantized
+  EXPECT_EQ(mha.weights.layers[0].matrix(lio::WeightKind::Wk).rows, 4 * 16);
+  EXPECT_EQ(mha.weights.layers[0].matrix(lio::WeightKind::Wk).dtype,
+            lio::DType::Q4_1);  // copied blocks, not re-quantized
   EXPECT_EQ(lio::kv_block_bytes(mha.config, 16), 2 * lio::kv_block_bytes(gqa.config, 16));
   EXPECT_EQ(logits(mha), logits(gqa));
 }
@@ -68,11 +69,11 @@ TEST_F(GqaVariantTest, MqaMeanPoolsIntoOneF32Head) {
   lio::LoadedModel mqa = load();
   lio::apply_kv_head_variant(mqa, 1);
   ASSERT_EQ(mqa.config.n_kv_heads, 1);
-  const lio::WeightMatrix& wk = mqa.weights.layers[1].wk;
+  const lio::WeightMatrix& wk = mqa.weights.layers[1].matrix(lio::WeightKind::Wk);
   ASSERT_EQ(wk.dtype, lio::DType::F32);
   ASSERT_EQ(wk.rows, 16);
   // Row 3 of the pooled K is the mean of row 3 of stored heads 0 and 1.
-  const lio::WeightMatrix& src = gqa.weights.layers[1].wk;
+  const lio::WeightMatrix& src = gqa.weights.layers[1].matrix(lio::WeightKind::Wk);
   std::vector<float> h0(64), h1(64);
   lio::dequantize_row(src.dtype, src.row(3), h0.data(), 64);
   lio::dequantize_row(src.dtype, src.row(16 + 3), h1.data(), 64);
@@ -96,9 +97,9 @@ TEST_F(GqaVariantTest, RepeatingAPooledHeadKeepsTheMqaFunction) {
 
 TEST_F(GqaVariantTest, TheStoredCountIsANoOp) {
   lio::LoadedModel m = load();
-  const std::byte* before = m.weights.layers[0].wk.data;
+  const std::byte* before = m.weights.layers[0].matrix(lio::WeightKind::Wk).data;
   lio::apply_kv_head_variant(m, 2);
-  EXPECT_EQ(m.weights.layers[0].wk.data, before);
+  EXPECT_EQ(m.weights.layers[0].matrix(lio::WeightKind::Wk).data, before);
   EXPECT_THROW(lio::make_kv_head_variant(m.config, m.weights, 3), lio::InvalidArgument);
 }
 

@@ -363,7 +363,9 @@ TEST_F(HybridEngineTest, RadixPrefixCacheHitsOnEveryGroupAndChangesNoToken) {
     for (const auto& [p, s] : reqs) e.add_request(p, s);
     EXPECT_EQ(run_all(e), want);
     const lio::PrefixCacheStats& pc = e.prefix_cache()->stats;
-    if (bytes_blocks == 256) EXPECT_GE(pc.hits, 4 * 40) << "requests 2-5 reuse the 40-token system prompt";
+    if (bytes_blocks == 256) {
+      EXPECT_GE(pc.hits, 4 * 40) << "requests 2-5 reuse the 40-token system prompt";
+    }
     EXPECT_EQ(e.n_free_blocks() + e.prefix_cache()->n_evictable(), r->kv_pool().n_blocks() - 1)
         << "every block but the null block is free or evictable";
   }

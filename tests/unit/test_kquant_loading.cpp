@@ -30,10 +30,11 @@ TEST(KQuantLoading, AModelInQ4_KQ6_KQ5_0AndQ5_1RunsBitwiseAsItsF32Copy) {
   ASSERT_EQ(lio::testing::write_read_only_mix(dir + "/m.gguf", dir + "/k.gguf", dir + "/f.gguf"), 6 * spec.n_layers);
 
   const lio::LoadedModel mk = lio::load_model(dir + "/k.gguf", lio::WeightMode::AsStored);
-  EXPECT_EQ(mk.weights.layers[0].w_up.dtype, DType::Q4_K);  // kept as stored: 4.5 bits/weight
-  EXPECT_EQ(mk.weights.layers[1].w_down.dtype, DType::Q6_K);
-  EXPECT_EQ(mk.weights.layers[0].wk.dtype, DType::Q5_0);
-  EXPECT_EQ(mk.weights.layers[0].wv.dtype, DType::Q5_1);
+  EXPECT_EQ(mk.weights.layers[0].matrix(lio::WeightKind::Up).dtype,
+            DType::Q4_K);  // kept as stored: 4.5 bits/weight
+  EXPECT_EQ(mk.weights.layers[1].matrix(lio::WeightKind::Down).dtype, DType::Q6_K);
+  EXPECT_EQ(mk.weights.layers[0].matrix(lio::WeightKind::Wk).dtype, DType::Q5_0);
+  EXPECT_EQ(mk.weights.layers[0].matrix(lio::WeightKind::Wv).dtype, DType::Q5_1);
   const lio::LoadedModel mf = lio::load_model(dir + "/f.gguf", lio::WeightMode::AsStored);
   const std::vector<int32_t> prompt = {1, 40, 41, 42, 100, 7, 260, 3};
   std::vector<std::vector<float>> logits;
@@ -46,7 +47,11 @@ TEST(KQuantLoading, AModelInQ4_KQ6_KQ5_0AndQ5_1RunsBitwiseAsItsF32Copy) {
   ASSERT_EQ(logits[0].size(), logits[1].size());
   for (size_t i = 0; i < logits[0].size(); ++i) ASSERT_EQ(logits[0][i], logits[1][i]) << i;
   // The other weight modes read K-quants too.
-  EXPECT_EQ(lio::load_model(dir + "/k.gguf", lio::WeightMode::BF16).weights.layers[0].wq.dtype, DType::BF16);
+  EXPECT_EQ(lio::load_model(dir + "/k.gguf", lio::WeightMode::BF16)
+                .weights.layers[0]
+                .matrix(lio::WeightKind::Wq)
+                .dtype,
+            DType::BF16);
 }
 
 }  // namespace

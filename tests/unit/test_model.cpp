@@ -109,7 +109,7 @@ TEST_F(ModelTest, F32ModeMatchesAsStoredQuantized) {
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
   auto a = run_all_logits(lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored), kTokens);
   lio::LoadedModel f = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::F32);
-  EXPECT_EQ(f.weights.layers[0].wq.dtype, lio::DType::F32);
+  EXPECT_EQ(f.weights.layers[0].matrix(lio::WeightKind::Wq).dtype, lio::DType::F32);
   auto b = run_all_logits(f, kTokens);
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << "at " << i;
 }
@@ -214,7 +214,7 @@ TEST_F(ModelTest, HalfPrecisionWeightModesStayCloseToF32) {
   for (auto [mode, tol, dtype] : {std::tuple{lio::WeightMode::F16, 5e-3, lio::DType::F16},
                                   std::tuple{lio::WeightMode::BF16, 4e-2, lio::DType::BF16}}) {
     lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", mode);
-    EXPECT_EQ(m.weights.layers[0].wq.dtype, dtype);
+    EXPECT_EQ(m.weights.layers[0].matrix(lio::WeightKind::Wq).dtype, dtype);
     EXPECT_EQ(m.weights.size_bytes() < f32.weights.size_bytes(), true);
     const auto got = run_all_logits(m, kTokens);
     const double err = max_abs_diff(got, want);

@@ -4,7 +4,7 @@
 #include "lio/backend.h"
 
 #include <cstring>
-
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -38,6 +38,16 @@ void Backend::reserve(const StepLimits& limits) {
     throw InvalidArgument("Backend::reserve: negative step limits");
   }
   if (limits.kv_cache_groups < 1) throw InvalidArgument("Backend::reserve: kv_cache_groups must be >= 1");
+}
+
+std::string_view weight_kind_name(WeightKind kind) {
+  static constexpr std::string_view kNames[] = {
+      "TokenEmbd", "AttnNorm", "Wq",           "Wk",         "Wv",         "Wo",
+      "FfnNorm",   "Gate",     "Up",           "Down",       "OutputNorm", "Output",
+      "WkvA",      "WkB",      "WvB",          "BiasQ",      "BiasK",      "BiasV",
+      "QNorm",     "KNorm",    "PostAttnNorm", "PostFfnNorm"};
+  static_assert(std::size(kNames) == kWeightKindCount, "one name per WeightKind");
+  return index_of(kind) < kWeightKindCount ? kNames[index_of(kind)] : std::string_view("?");
 }
 
 int64_t norm_width(WeightKind kind, const ModelConfig& config) {

@@ -95,48 +95,9 @@ float* CpuBackend::scratch(Scratch id, int64_t n_floats) {
   return buf.data();
 }
 
-const WeightMatrix& CpuBackend::matrix(WeightRef w) const {
-  if (w.kind == WeightKind::TokenEmbd) return weights_.token_embd;
-  if (w.kind == WeightKind::Output) return weights_.output;
-  const LayerWeights& L = weights_.layers.at(static_cast<size_t>(w.layer));
-  switch (w.kind) {
-    case WeightKind::Wq: return L.wq;
-    case WeightKind::Wk: return L.wk;
-    case WeightKind::Wv: return L.wv;
-    case WeightKind::Wo: return L.wo;
-    case WeightKind::Gate: return L.w_gate;
-    case WeightKind::Up: return L.w_up;
-    case WeightKind::Down: return L.w_down;
-    case WeightKind::WkvA: return L.wkv_a;
-    case WeightKind::WkB: return L.wk_b;
-    case WeightKind::WvB: return L.wv_b;
-    default: break;
-  }
-  throw InternalError("CpuBackend: weight kind is not a matrix");
-}
+const WeightMatrix& CpuBackend::matrix(WeightRef w) const { return weights_.matrix(w); }
 
-const std::vector<float>& CpuBackend::vector(WeightRef w) const {
-  if (w.kind == WeightKind::OutputNorm) return weights_.output_norm;
-  const LayerWeights& L = weights_.layers.at(static_cast<size_t>(w.layer));
-  const std::vector<float>* v = nullptr;
-  switch (w.kind) {
-    case WeightKind::AttnNorm: v = &L.attn_norm; break;
-    case WeightKind::FfnNorm: v = &L.ffn_norm; break;
-    case WeightKind::QNorm: v = &L.q_norm; break;
-    case WeightKind::KNorm: v = &L.k_norm; break;
-    case WeightKind::PostAttnNorm: v = &L.post_attn_norm; break;
-    case WeightKind::PostFfnNorm: v = &L.post_ffn_norm; break;
-    case WeightKind::BiasQ: v = &L.bq; break;
-    case WeightKind::BiasK: v = &L.bk; break;
-    case WeightKind::BiasV: v = &L.bv; break;
-    default: throw InternalError("CpuBackend: weight kind " + std::to_string(static_cast<int>(w.kind)) + " is not a vector");
-  }
-  if (v->empty()) {
-    throw InternalError("CpuBackend: layer " + std::to_string(w.layer) + " of this " + config_.architecture +
-                        " model has no vector of kind " + std::to_string(static_cast<int>(w.kind)));
-  }
-  return *v;
-}
+const std::vector<float>& CpuBackend::vector(WeightRef w) const { return weights_.vector(w); }
 
 void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
   const int64_t d = config_.d_model;
@@ -396,7 +357,9 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
   auto* host = dynamic_cast<HostKvPool*>(&pool);
   LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
   const LayerWeights& L = weights_.layers.at(static_cast<size_t>(layer));
-  LIO_CHECK(L.wk_b.dtype == DType::F32 && L.wv_b.dtype == DType::F32, "MLA up-projections must be f32");
+  const WeightMatrix& wk_b = L.matrix(WeightKind::WkB);
+  const WeightMatrix& wv_b = L.matrix(WeightKind::WvB);
+  LIO_CHECK(wk_b.dtype == DType::F32 && wv_b.dtype == DType::F32, "MLA up-projections must be f32");
   // 1. Each row's latent into the pool: first half in the K array, second half in V.
   KvCache& slots = host->slots();
   for (int64_t i = 0; i < b.n_tokens(); ++i)
@@ -418,8 +381,8 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
     }
   }
   map_rows_to_sequences(b);
-  const auto* wk = reinterpret_cast<const float*>(L.wk_b.data);
-  const auto* wv = reinterpret_cast<const float*>(L.wv_b.data);
+  const auto* wk = reinterpret_cast<const float*>(wk_b.data);
+  const auto* wv = reinterpret_cast<const float*>(wv_b.data);
   const int64_t n_pairs = b.n_tokens() * H;
   if (c.mla_absorbed) {
     // 3a. Absorbed (chapter 02, Task 4): attention in latent space, one (row, head) per call.

@@ -102,7 +102,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, Acti
                              std::to_string(config.qk_rope_head_dim) + "; run it with --device cpu");
     }
     for (const LayerWeights& L : weights.layers) {
-      if (L.wk_b.dtype != DType::F32 || L.wv_b.dtype != DType::F32) {
+      if (L.matrix(WeightKind::WkB).dtype != DType::F32 ||
+          L.matrix(WeightKind::WvB).dtype != DType::F32) {
         throw UnsupportedError("--device cuda: MLA up-projections (W_UK, W_UV) must be f32");
       }
     }

@@ -31,21 +31,12 @@
 
 namespace lio::cuda {
 
-/// Device copies of one decoder block's weights.
+/// One decoder layer's weights in device memory, indexed by WeightKind like LayerWeights
+/// (lio/model_loader.h): a kind the layer lacks is an empty matrix / a null vector.
 struct DeviceLayer {
-  const float* attn_norm = nullptr;  // (d_model)
-  DeviceMatrix wq, wk, wv, wo;
-  DeviceMatrix wkv_a, wk_b, wv_b;  // MLA (chapter 02): latent down-projection, W_UK, W_UV
-  const float* ffn_norm = nullptr;  // (d_model)
-  DeviceMatrix w_gate, w_up, w_down;
-  // Per-family vectors (lio/architecture.h); null where the family has none.
-  const float* bq = nullptr;      // qwen2: (q_dim) bias of W_q
-  const float* bk = nullptr;      // qwen2: (kv_dim) bias of W_k
-  const float* bv = nullptr;      // qwen2: (kv_dim) bias of W_v
-  const float* q_norm = nullptr;  // qwen3: (head_dim)
-  const float* k_norm = nullptr;  // qwen3: (head_dim)
-  const float* post_attn_norm = nullptr;  // gemma3: (d_model) RMSNorm of the attention output
-  const float* post_ffn_norm = nullptr;   // gemma3: (d_model) RMSNorm of the MLP output
+  std::array<DeviceMatrix, kWeightKindCount> matrices;  // by index_of(kind)
+  std::array<const float*, kWeightKindCount>
+      vectors{};  // by index_of(kind): norms and biases, null where absent
 };
 
 struct CudaBackend::Impl {

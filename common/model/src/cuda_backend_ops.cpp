@@ -343,7 +343,8 @@ void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, con
                           " is not the pool's " + std::to_string(pool.block_size()));
   }
   const MlaShape shape{c.n_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank, c.v_head_dim};
-  const DeviceLayer& L = m.layer({WeightKind::WkB, layer});
+  const DeviceMatrix& wk_b = m.matrix({WeightKind::WkB, layer});
+  const DeviceMatrix& wv_b = m.matrix({WeightKind::WvB, layer});
   const float scale = c.softmax_scale();
   m.guarded([&] {
     // 1. Each row's latent [c_kv ; k_pe] into the pool, halves in the K and V arrays.
@@ -354,11 +355,11 @@ void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, con
     if (c.mla_absorbed) {
       // 2a. Attention in latent space (W_UK into the query, W_UV after the weighted sum).
       m.op("mla attention (absorbed)", [&] {
-        cuda::mla_absorbed_attention(q, pool.keys(layer), pool.values(layer),
-                                     reinterpret_cast<const float*>(L.wk_b.data),
-                                     reinterpret_cast<const float*>(L.wv_b.data), out, batch.query_start_loc,
-                                     batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(),
-                                     b.max_blocks_per_seq, b.block_size, shape, scale, m.stream);
+        cuda::mla_absorbed_attention(
+            q, pool.keys(layer), pool.values(layer), reinterpret_cast<const float*>(wk_b.data),
+            reinterpret_cast<const float*>(wv_b.data), out, batch.query_start_loc, batch.seq_lens,
+            batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq, b.block_size, shape,
+            scale, m.stream);
       });
       return;
     }
@@ -374,8 +375,10 @@ void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, con
                                m.mla_k_pe.data(), m.stream);
     });
     m.op("mla up-projection (naive)", [&] {
-      cuda::matmul(*m.cublas, L.wk_b, m.mla_c.data(), m.mla_k.data(), n_ctx, false, nullptr, 0, m.stream);
-      cuda::matmul(*m.cublas, L.wv_b, m.mla_c.data(), m.mla_v.data(), n_ctx, false, nullptr, 0, m.stream);
+      cuda::matmul(*m.cublas, wk_b, m.mla_c.data(), m.mla_k.data(), n_ctx, false, nullptr, 0,
+                   m.stream);
+      cuda::matmul(*m.cublas, wv_b, m.mla_c.data(), m.mla_v.data(), n_ctx, false, nullptr, 0,
+                   m.stream);
     });
     m.op("mla attention (naive)", [&] {
       cuda::mla_naive_attention(q, m.mla_k.data(), m.mla_k_pe.data(), m.mla_v.data(), out, batch.query_start_loc,

@@ -18,29 +18,11 @@ void CudaBackend::Impl::upload_weights(const Weights& weights) {
   m.layers.reserve(weights.layers.size());
   for (const LayerWeights& L : weights.layers) {
     DeviceLayer d;
-    d.attn_norm = m.upload(L.attn_norm);
-    d.wq = m.upload(L.wq);
-    if (config.is_mla()) {
-      d.wkv_a = m.upload(L.wkv_a);
-      d.wk_b = m.upload(L.wk_b);
-      d.wv_b = m.upload(L.wv_b);
-    } else {
-      d.wk = m.upload(L.wk);
-      d.wv = m.upload(L.wv);
+    for (size_t k = 0; k < kWeightKindCount;
+         ++k) {  // what the family's table bound (lio/architecture.h)
+      if (L.matrices[k].data != nullptr) d.matrices[k] = m.upload(L.matrices[k]);
+      if (!L.vectors[k].empty()) d.vectors[k] = m.upload(L.vectors[k]);
     }
-    d.wo = m.upload(L.wo);
-    d.ffn_norm = m.upload(L.ffn_norm);
-    d.w_gate = m.upload(L.w_gate);
-    d.w_up = m.upload(L.w_up);
-    d.w_down = m.upload(L.w_down);
-    const auto optional = [&](const std::vector<float>& v) { return v.empty() ? nullptr : m.upload(v); };
-    d.bq = optional(L.bq);
-    d.bk = optional(L.bk);
-    d.bv = optional(L.bv);
-    d.q_norm = optional(L.q_norm);
-    d.k_norm = optional(L.k_norm);
-    d.post_attn_norm = optional(L.post_attn_norm);
-    d.post_ffn_norm = optional(L.post_ffn_norm);
     m.layers.push_back(d);
   }
   m.output_norm = m.upload(weights.output_norm);
@@ -88,45 +70,26 @@ const DeviceLayer& CudaBackend::Impl::layer(WeightRef ref) const {
 }
 
 const DeviceMatrix& CudaBackend::Impl::matrix(WeightRef ref) const {
-  switch (ref.kind) {
-    case WeightKind::TokenEmbd: return token_embd;
-    case WeightKind::Output: return output;
-    case WeightKind::Wq: return layer(ref).wq;
-    case WeightKind::Wk: return layer(ref).wk;
-    case WeightKind::Wv: return layer(ref).wv;
-    case WeightKind::Wo: return layer(ref).wo;
-    case WeightKind::Gate: return layer(ref).w_gate;
-    case WeightKind::Up: return layer(ref).w_up;
-    case WeightKind::Down: return layer(ref).w_down;
-    case WeightKind::WkvA: return layer(ref).wkv_a;
-    case WeightKind::WkB: return layer(ref).wk_b;
-    case WeightKind::WvB: return layer(ref).wv_b;
-    default: break;
+  if (ref.kind == WeightKind::TokenEmbd) return token_embd;
+  if (ref.kind == WeightKind::Output) return output;
+  if (!is_matrix(ref.kind)) {
+    throw InvalidArgument("CudaBackend::matmul: weight kind " +
+                          std::string(weight_kind_name(ref.kind)) + " is not a matrix");
   }
-  throw InvalidArgument("CudaBackend::matmul: weight kind " +
-                        std::to_string(static_cast<int>(ref.kind)) + " is not a matrix");
+  return layer(ref).matrices[index_of(ref.kind)];
 }
 
 const float* CudaBackend::Impl::vector(WeightRef ref) const {
-  const float* v = nullptr;
-  switch (ref.kind) {
-    case WeightKind::AttnNorm: v = layer(ref).attn_norm; break;
-    case WeightKind::FfnNorm: v = layer(ref).ffn_norm; break;
-    case WeightKind::OutputNorm: v = output_norm; break;
-    case WeightKind::QNorm: v = layer(ref).q_norm; break;
-    case WeightKind::KNorm: v = layer(ref).k_norm; break;
-    case WeightKind::PostAttnNorm: v = layer(ref).post_attn_norm; break;
-    case WeightKind::PostFfnNorm: v = layer(ref).post_ffn_norm; break;
-    case WeightKind::BiasQ: v = layer(ref).bq; break;
-    case WeightKind::BiasK: v = layer(ref).bk; break;
-    case WeightKind::BiasV: v = layer(ref).bv; break;
-    default:
-      throw InvalidArgument("CudaBackend: weight kind " + std::to_string(static_cast<int>(ref.kind)) +
-                            " is not a norm or bias");
+  if (ref.kind == WeightKind::OutputNorm) return output_norm;
+  if (is_matrix(ref.kind)) {
+    throw InvalidArgument("CudaBackend: weight kind " + std::string(weight_kind_name(ref.kind)) +
+                          " is not a norm or bias");
   }
+  const float* v = layer(ref).vectors[index_of(ref.kind)];
   if (v == nullptr) {
-    throw InvalidArgument("CudaBackend: layer " + std::to_string(ref.layer) + " of this " + config.architecture +
-                          " model has no vector of kind " + std::to_string(static_cast<int>(ref.kind)));
+    throw InvalidArgument("CudaBackend: layer " + std::to_string(ref.layer) + " of this " +
+                          config.architecture + " model has no " +
+                          std::string(weight_kind_name(ref.kind)));
   }
   return v;
 }

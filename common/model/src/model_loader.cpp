@@ -109,62 +109,40 @@ class TensorBinder {
   Weights& weights_;
 };
 
-/// Tensor names of one kind of checkpoint.
+/// Tensor names of one kind of checkpoint: the model-level tensors' names, the prefix of layer
+/// N's, and which column of a family's table holds the rest.
 struct NameScheme {
   std::string embd, out_norm, output;
-  /// (layer, llama.cpp role, "weight" | "bias") -> the tensor's name
-  std::function<std::string(int64_t, const char*, const char*)> layer;
+  std::string (*layer_prefix)(int64_t layer);
+  std::string_view TensorSpec::*name;  ///< &TensorSpec::gguf or &TensorSpec::hf
 };
 
-const NameScheme kGgufNames{
-    "token_embd.weight", "output_norm.weight", "output.weight",
-    [](int64_t l, const char* role, const char* kind) {
-      return "blk." + std::to_string(l) + "." + role + "." + kind;
-    }};
+const NameScheme kGgufNames{"token_embd.weight", "output_norm.weight", "output.weight",
+                            [](int64_t l) { return "blk." + std::to_string(l) + "."; },
+                            &TensorSpec::gguf};
 
-const NameScheme kHfNames{
-    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-    [](int64_t l, const char* role, const char* kind) {
-      static const std::map<std::string, std::string> hf = {
-          {"attn_norm", "input_layernorm"},     {"attn_q", "self_attn.q_proj"},
-          {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
-          {"attn_output", "self_attn.o_proj"},  {"ffn_norm", "post_attention_layernorm"},
-          {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-          {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
-          {"attn_k_norm", "self_attn.k_norm"}};
-      if (!hf.count(role)) throw InternalError(std::string("no Hugging Face name for the role ") + role);
-      return "model.layers." + std::to_string(l) + "." + hf.at(role) + "." + kind;
-    }};
+const NameScheme kHfNames{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                          [](int64_t l) { return "model.layers." + std::to_string(l) + "."; },
+                          &TensorSpec::hf};
 
+/// Binds every tensor of `c`'s family table (lio/architecture.h) for every layer, then the
+/// model-level ones. Throws FormatError for a required tensor that is missing or a shape that
+/// disagrees with the config.
 void bind_weights(const ModelConfig& c, TensorBinder& b, const NameScheme& names, Weights& w) {
-  const Architecture& family = find_architecture(c.architecture, c.name);
+  const Architecture& family = layer_architecture(c);
   const int64_t d = c.d_model;
-  const auto weight = [&](int64_t l, const char* role) { return names.layer(l, role, "weight"); };
   w.token_embd = b.matrix(names.embd, c.vocab_size, d);
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    L.attn_norm = b.vector(weight(l, "attn_norm"), d);
-    L.wq = b.matrix(weight(l, "attn_q"), c.q_dim(), d);
-    L.wk = b.matrix(weight(l, "attn_k"), c.kv_dim(), d);
-    L.wv = b.matrix(weight(l, "attn_v"), c.kv_dim(), d);
-    L.wo = b.matrix(weight(l, "attn_output"), d, c.q_dim());
-    L.ffn_norm = b.vector(weight(l, "ffn_norm"), d);
-    L.w_gate = b.matrix(weight(l, "ffn_gate"), c.d_ff, d);
-    L.w_up = b.matrix(weight(l, "ffn_up"), c.d_ff, d);
-    L.w_down = b.matrix(weight(l, "ffn_down"), d, c.d_ff);
-    if (family.qkv_bias) {  // qwen2
-      L.bq = b.vector(names.layer(l, "attn_q", "bias"), c.q_dim());
-      L.bk = b.vector(names.layer(l, "attn_k", "bias"), c.kv_dim());
-      L.bv = b.vector(names.layer(l, "attn_v", "bias"), c.kv_dim());
-    }
-    if (family.post_norms) {  // gemma3
-      L.post_attn_norm = b.vector(weight(l, "post_attention_norm"), d);
-      L.post_ffn_norm = b.vector(weight(l, "post_ffw_norm"), d);
-    }
-    if (family.qk_norm) {  // qwen3, gemma3
-      L.q_norm = b.vector(weight(l, "attn_q_norm"), c.head_dim);
-      L.k_norm = b.vector(weight(l, "attn_k_norm"), c.head_dim);
+    for (const TensorSpec& t : family.tensors) {
+      const std::string name = names.layer_prefix(l) + std::string(t.*names.name);
+      if (t.optional && !b.has(name)) continue;
+      if (t.cols == Dim::None) {
+        L.vec(t.kind) = b.vector(name, dim_size(t.rows, c));
+      } else {
+        L.matrix(t.kind) = b.matrix(name, dim_size(t.rows, c), dim_size(t.cols, c));
+      }
     }
   }
   w.output_norm = b.vector(names.out_norm, d);
@@ -213,23 +191,15 @@ LoadedModel load_hf_dir(const std::string& dir, WeightMode mode) {
     m.config.tied_embeddings = true;  // some exports drop lm_head when it equals the embedding
   }
   TensorBinder binder(dir, std::move(raw), mode, m.weights);
-  const Architecture& family = find_architecture(m.config.architecture, dir);
-  NameScheme names = kHfNames;
-  if (family.hf_layer_role != nullptr) {  // the family's own names first (Gemma's norms)
-    names.layer = [&family](int64_t l, const char* role, const char* kind) {
-      const std::string_view own = family.hf_layer_role(role);
-      return own.empty() ? kHfNames.layer(l, role, kind)
-                         : "model.layers." + std::to_string(l) + "." + std::string(own) + "." + kind;
-    };
-  }
-  bind_weights(m.config, binder, names, m.weights);
-  if (family.hf_norm_plus_one) {  // HF's w -> the 1 + w GGUF stores and the backends multiply by
+  bind_weights(m.config, binder, kHfNames, m.weights);
+  if (find_architecture(m.config.architecture, dir).hf_norm_plus_one) {
+    // HF's w -> the 1 + w GGUF stores and the backends multiply by
     const auto plus_one = [](std::vector<float>& v) {
       for (float& x : v) x += 1.0f;
     };
     for (LayerWeights& L : m.weights.layers) {
-      for (std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.post_attn_norm, &L.post_ffn_norm, &L.q_norm, &L.k_norm})
-        plus_one(*v);
+      for (size_t k = 0; k < kWeightKindCount; ++k)
+        if (is_norm(static_cast<WeightKind>(k))) plus_one(L.vectors[k]);
     }
     plus_one(m.weights.output_norm);
   }
@@ -239,12 +209,49 @@ LoadedModel load_hf_dir(const std::string& dir, WeightMode mode) {
 
 }  // namespace
 
+namespace {
+
+const LayerWeights& layer_of(const Weights& w, WeightRef ref) {
+  if (ref.layer < 0 || ref.layer >= static_cast<int64_t>(w.layers.size())) {
+    throw InvalidArgument("weight " + std::string(weight_kind_name(ref.kind)) + " of layer " +
+                          std::to_string(ref.layer) + ": the model has layers [0, " +
+                          std::to_string(w.layers.size()) + ")");
+  }
+  return w.layers[static_cast<size_t>(ref.layer)];
+}
+
+}  // namespace
+
+const WeightMatrix& Weights::matrix(WeightRef w) const {
+  if (w.kind == WeightKind::TokenEmbd) return token_embd;
+  if (w.kind == WeightKind::Output) return output;
+  if (!is_matrix(w.kind)) {
+    throw InvalidArgument("weight kind " + std::string(weight_kind_name(w.kind)) +
+                          " is not a matrix");
+  }
+  return layer_of(*this, w).matrix(w.kind);
+}
+
+const std::vector<float>& Weights::vector(WeightRef w) const {
+  if (w.kind == WeightKind::OutputNorm) return output_norm;
+  if (is_matrix(w.kind)) {
+    throw InvalidArgument("weight kind " + std::string(weight_kind_name(w.kind)) +
+                          " is not a norm or bias");
+  }
+  const std::vector<float>& v = layer_of(*this, w).vec(w.kind);
+  if (v.empty()) {
+    throw InvalidArgument("layer " + std::to_string(w.layer) + " has no " +
+                          std::string(weight_kind_name(w.kind)) +
+                          " (its family's tensor table, lio/architecture.h, does not carry it)");
+  }
+  return v;
+}
+
 int64_t Weights::size_bytes() const {
   int64_t total = token_embd.size_bytes();
   for (const auto& L : layers) {
     total += static_cast<int64_t>(L.vector_floats() * sizeof(float));
-    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wkv_a, &L.wk_b, &L.wv_b})
-      total += m->size_bytes();
+    for (const WeightMatrix& m : L.matrices) total += m.size_bytes();
   }
   total += static_cast<int64_t>(output_norm.size() * sizeof(float));
   if (output.data != token_embd.data) total += output.size_bytes();
@@ -255,8 +262,7 @@ int64_t Weights::n_params() const {
   int64_t total = token_embd.rows * token_embd.cols;
   for (const auto& L : layers) {
     total += L.vector_floats();
-    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wkv_a, &L.wk_b, &L.wv_b})
-      total += m->rows * m->cols;
+    for (const WeightMatrix& m : L.matrices) total += m.rows * m.cols;
   }
   total += static_cast<int64_t>(output_norm.size());
   if (output.data != token_embd.data) total += output.rows * output.cols;

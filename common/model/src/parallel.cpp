@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "lio/architecture.h"
 #include "lio/dtype.h"
 #include "lio/error.h"
 #include "lio/nccl_communicator.h"
@@ -20,10 +21,10 @@ int64_t block_elems(const WeightMatrix& w) { return dtype_info(w.dtype).block_el
 
 /// The largest quantization block among the row-parallel matrices (W_o, W_down) of any layer:
 /// a row-parallel shard must start and end on a block boundary.
-int64_t row_parallel_unit(const Weights& weights, WeightMatrix LayerWeights::*matrix) {
+int64_t row_parallel_unit(const Weights& weights, WeightKind kind) {
   int64_t unit = 1;
   for (const LayerWeights& L : weights.layers) {
-    unit = std::max(unit, block_elems(L.*matrix));
+    unit = std::max(unit, block_elems(L.matrix(kind)));
   }
   return unit;
 }
@@ -74,8 +75,8 @@ WeightMatrix cols_of(const WeightMatrix& w, int64_t c0, int64_t c1, Weights& out
 std::vector<int64_t> valid_tensor_parallel_sizes(const ModelConfig& c, const Weights& weights) {
   std::vector<int64_t> sizes;
   if (c.is_mla()) return {1};
-  const int64_t wo_unit = row_parallel_unit(weights, &LayerWeights::wo);
-  const int64_t down_unit = row_parallel_unit(weights, &LayerWeights::w_down);
+  const int64_t wo_unit = row_parallel_unit(weights, WeightKind::Wo);
+  const int64_t down_unit = row_parallel_unit(weights, WeightKind::Down);
   for (int64_t t = 1; t <= c.n_heads; ++t) {
     if (c.n_heads % t != 0 || c.d_ff % t != 0) continue;
     if (c.n_kv_heads % t != 0 && t % c.n_kv_heads != 0) continue;
@@ -184,31 +185,47 @@ LoadedModel shard_model(const LoadedModel& full, const RankPlan& p) {
   };
   w.token_embd = vocab_rows(fw.token_embd);
   w.output = fw.output.data == fw.token_embd.data ? w.token_embd : vocab_rows(fw.output);
+  // Each tensor is cut along its head or feature dimension, as its family's table names it
+  // (lio/architecture.h Dim): a matrix with such rows is column-parallel (W_q, W_k, W_v, W_gate,
+  // W_up: this rank's rows), one with such columns row-parallel (W_o, W_down: this rank's
+  // columns, its partial sums all-reduced); a bias follows its projection's rows; everything
+  // else (norms, QK-norm's per-head weight, the post-norms on all-reduced rows) is whole.
+  const auto range = [&](Dim dim) -> std::pair<int64_t, int64_t> {
+    switch (dim) {
+      case Dim::Heads: return {p.head_begin * hd, p.head_end * hd};
+      case Dim::KvHeads: return {p.kv_head_begin * hd, p.kv_head_end * hd};
+      case Dim::DFf: return {p.ff_begin, p.ff_end};
+      default: return {-1, -1};  // not split
+    }
+  };
+  const Architecture& family = layer_architecture(c);
+  bool shares_full_storage = false;
   for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {
     const LayerWeights& f = fw.layers[static_cast<size_t>(l)];
     LayerWeights L;
-    L.attn_norm = f.attn_norm;
-    L.ffn_norm = f.ffn_norm;
-    L.wq = rows_of(f.wq, p.head_begin * hd, p.head_end * hd, w);                    // column-parallel
-    L.wk = rows_of(f.wk, p.kv_head_begin * hd, p.kv_head_end * hd, w);              // column-parallel
-    L.wv = rows_of(f.wv, p.kv_head_begin * hd, p.kv_head_end * hd, w);              // column-parallel
-    L.wo = cols_of(f.wo, p.head_begin * hd, p.head_end * hd, w);                    // row-parallel
-    L.w_gate = rows_of(f.w_gate, p.ff_begin, p.ff_end, w);                          // column-parallel
-    L.w_up = rows_of(f.w_up, p.ff_begin, p.ff_end, w);                              // column-parallel
-    L.w_down = cols_of(f.w_down, p.ff_begin, p.ff_end, w);                          // row-parallel
-    // qwen2's biases follow their projections' rows; QK-norm weights act per head: every rank's.
-    const auto span_of = [](const std::vector<float>& v, int64_t begin, int64_t end) {
-      return v.empty() ? v : std::vector<float>(v.begin() + begin, v.begin() + end);
-    };
-    L.bq = span_of(f.bq, p.head_begin * hd, p.head_end * hd);
-    L.bk = span_of(f.bk, p.kv_head_begin * hd, p.kv_head_end * hd);
-    L.bv = span_of(f.bv, p.kv_head_begin * hd, p.kv_head_end * hd);
-    L.q_norm = f.q_norm;
-    L.k_norm = f.k_norm;
-    L.post_attn_norm = f.post_attn_norm;  // act on the whole (all-reduced) d_model rows
-    L.post_ffn_norm = f.post_ffn_norm;
+    for (const TensorSpec& t : family.tensors) {
+      const auto [r0, r1] = range(t.rows);
+      if (t.cols == Dim::None) {
+        const std::vector<float>& v = f.vec(t.kind);
+        L.vec(t.kind) =
+            r0 < 0 || v.empty() ? v : std::vector<float>(v.begin() + r0, v.begin() + r1);
+        continue;
+      }
+      const WeightMatrix& m = f.matrix(t.kind);
+      const auto [c0, c1] = range(t.cols);
+      if (m.data == nullptr) continue;  // an optional tensor the file lacks
+      if (r0 >= 0) {
+        L.matrix(t.kind) = rows_of(m, r0, r1, w);  // column-parallel
+      } else if (c0 >= 0) {
+        L.matrix(t.kind) = cols_of(m, c0, c1, w);  // row-parallel
+      } else {
+        L.matrix(t.kind) = m;  // whole on every rank: keep the full model's storage alive
+        shares_full_storage = true;
+      }
+    }
     w.layers.push_back(std::move(L));
   }
+  if (shares_full_storage) w.storage.insert(w.storage.end(), fw.storage.begin(), fw.storage.end());
   return out;
 }
 

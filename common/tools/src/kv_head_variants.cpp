@@ -83,10 +83,14 @@ KvHeadVariant make_kv_head_variant(const ModelConfig& config, const Weights& wei
   KvHeadVariant v{config, weights};
   if (n_kv_heads == config.n_kv_heads) return v;
   for (LayerWeights& L : v.weights.layers) {
-    L.wk = rebuild(L.wk, config, n_kv_heads, v.weights.storage);
-    L.wv = rebuild(L.wv, config, n_kv_heads, v.weights.storage);
-    L.wk.name += n_kv_heads > config.n_kv_heads ? " (repeated)" : " (mean-pooled)";
-    L.wv.name += n_kv_heads > config.n_kv_heads ? " (repeated)" : " (mean-pooled)";
+    L.matrix(WeightKind::Wk) =
+        rebuild(L.matrix(WeightKind::Wk), config, n_kv_heads, v.weights.storage);
+    L.matrix(WeightKind::Wv) =
+        rebuild(L.matrix(WeightKind::Wv), config, n_kv_heads, v.weights.storage);
+    L.matrix(WeightKind::Wk).name +=
+        n_kv_heads > config.n_kv_heads ? " (repeated)" : " (mean-pooled)";
+    L.matrix(WeightKind::Wv).name +=
+        n_kv_heads > config.n_kv_heads ? " (repeated)" : " (mean-pooled)";
   }
   v.config.n_kv_heads = n_kv_heads;
   return v;

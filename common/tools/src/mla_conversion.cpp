@@ -129,7 +129,8 @@ void convert_to_mla(LoadedModel& model, const MlaConversion& cv) {
 
   for (size_t l = 0; l < W.layers.size(); ++l) {
     LayerWeights& L = W.layers[l];
-    const Mat wq = dense(L.wq), wk = dense(L.wk), wv = dense(L.wv);
+    const Mat wq = dense(L.matrix(WeightKind::Wq)), wk = dense(L.matrix(WeightKind::Wk)),
+              wv = dense(L.matrix(WeightKind::Wv));
     // [W_k,nope ; W_v]: every KV head's no-RoPE key rows, then every KV head's value rows.
     Mat joint(D, d), wkr(dr, d);
     for (int64_t g = 0; g < nkv; ++g) {
@@ -171,12 +172,12 @@ void convert_to_mla(LoadedModel& model, const MlaConversion& cv) {
         wq_new.row(h * (dn + dr) + dn + g * 2 * k + j) = wq.row(h * hd + rope_rows[static_cast<size_t>(j)]);
     }
     const std::string p = "blk." + std::to_string(l) + ".";
-    L.wq = f32_matrix(wq_new, p + "attn_q (MLA)", W.storage);
-    L.wkv_a = f32_matrix(wkv_a, p + "attn_kv_a (MLA, SVD)", W.storage);
-    L.wk_b = f32_matrix(wk_b, p + "attn_k_b (MLA, SVD)", W.storage);
-    L.wv_b = f32_matrix(wv_b, p + "attn_v_b (MLA, SVD)", W.storage);
-    L.wk = WeightMatrix{};
-    L.wv = WeightMatrix{};
+    L.matrix(WeightKind::Wq) = f32_matrix(wq_new, p + "attn_q (MLA)", W.storage);
+    L.matrix(WeightKind::WkvA) = f32_matrix(wkv_a, p + "attn_kv_a (MLA, SVD)", W.storage);
+    L.matrix(WeightKind::WkB) = f32_matrix(wk_b, p + "attn_k_b (MLA, SVD)", W.storage);
+    L.matrix(WeightKind::WvB) = f32_matrix(wv_b, p + "attn_v_b (MLA, SVD)", W.storage);
+    L.matrix(WeightKind::Wk) = WeightMatrix{};
+    L.matrix(WeightKind::Wv) = WeightMatrix{};
   }
   c.kv_lora_rank = r;
   c.qk_nope_head_dim = dn;

@@ -6,9 +6,12 @@
 // lives in Model::forward_device (lio/model.h): embedding, the pipeline-parallel exchange of the
 // residual stream, the final norm, the LM head and its logits rows. The layer gets the frame's
 // buffers and this rank's tensor-parallel group in a LayerPass. Adding a family: a file in arch/
-// that defines an Architecture (its RoPE pairing, which optional tensors its layers carry, its
-// layer function, its own GGUF and config.json keys, its Hugging Face tensor names where they
-// differ from llama's), one line in arch/registry.cpp, and its extra tensors in the loader.
+// that defines an Architecture (its RoPE pairing, its tensor table, its layer function, its own
+// GGUF and config.json keys) and one line in arch/registry.cpp. The table drives everything
+// that handles weights: both loaders (GGUF and Hugging Face names), the shape checks, the
+// tensor-parallel split (from each tensor's dimensions) and `lio info`; the backends look
+// weights up by WeightKind. A tensor kind no family had before is also one line in
+// lio/weight_kind.h.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,7 @@
 
 #include "lio/rope_style.h"
 #include "lio/tensor_parallel.h"
+#include "lio/weight_kind.h"
 
 namespace lio {
 
@@ -57,6 +61,42 @@ struct LayerPass {
 /// writing the layer's K/V into p.pool. Throws as the backend's operators.
 using LayerFn = void (*)(LayerPass& p, int64_t layer);
 
+/// A dimension of a layer tensor's shape, read from the model's ModelConfig (dim_size). Which
+/// dimension a tensor has also says how tensor parallelism splits it (lio/parallel.h
+/// shard_model): a tensor with a Heads, KvHeads or DFf dimension is cut along it, each rank
+/// keeping its heads' or features' slice; every other tensor is whole on every rank.
+enum class Dim {
+  None,       ///< no second dimension: the tensor is a vector
+  DModel,     ///< d_model
+  HeadDim,    ///< head_dim (QK-norm weights: one row per head)
+  Heads,      ///< n_heads * head_dim: the query heads (W_q's rows, W_o's columns, b_q)
+  KvHeads,    ///< n_kv_heads * head_dim: the key/value heads (W_k's and W_v's rows, b_k, b_v)
+  DFf,        ///< d_ff: the MLP's hidden features
+  MlaQ,       ///< MLA: n_heads * (qk_nope_head_dim + qk_rope_head_dim)
+  MlaKvA,     ///< MLA: kv_lora_rank + qk_rope_head_dim (the cached latent and the shared RoPE key)
+  MlaKB,      ///< MLA: n_heads * qk_nope_head_dim
+  MlaVB,      ///< MLA: n_heads * v_head_dim (also W_o's columns)
+  KvLoraRank, ///< MLA: kv_lora_rank
+};
+
+/// The size of `dim` for `config` (0 for Dim::None).
+int64_t dim_size(Dim dim, const ModelConfig& config);
+
+/// One tensor of a family's decoder layer: one row of its table. GGUF names follow llama.cpp's
+/// (gguf-py's MODEL_TENSOR names, under blk.N.), Hugging Face names transformers' (under
+/// model.layers.N.). A matrix is (rows, cols) = (out_features, in_features), row-major; a
+/// vector has cols == Dim::None and `rows` floats.
+struct TensorSpec {
+  WeightKind kind = WeightKind::AttnNorm;  ///< where LayerWeights keeps it and operators ask for it
+  std::string_view gguf;                   ///< GGUF name after "blk.N.": "attn_q.weight"
+  std::string_view hf;                     ///< Hugging Face name after "model.layers.N.": "self_attn.q_proj.weight"
+  Dim rows = Dim::DModel;                  ///< first dimension (a vector's length)
+  Dim cols = Dim::None;                    ///< second dimension, None for a vector
+  /// The loader leaves the tensor empty when a file lacks it, and the layer must not read it
+  /// then; a required tensor that is missing is a FormatError naming it.
+  bool optional = false;
+};
+
 /// A decoder family: what the loader needs to bind its tensors and the frame to run its layers.
 struct Architecture {
   std::string_view name;          ///< general.architecture ("llama", "qwen2", ...)
@@ -64,10 +104,9 @@ struct Architecture {
   /// RoPE pairing llama.cpp uses for the family's GGUF files (llama_model_rope_type): Normal
   /// (adjacent pairs; convert_hf_to_gguf.py permutes llama's Q/K rows for it) or Neox (halves).
   RopeStyle rope_style = RopeStyle::Normal;
-  bool qkv_bias = false;          ///< layers carry blk.N.attn_{q,k,v}.bias (LayerWeights::bq, bk, bv)
-  bool qk_norm = false;           ///< layers carry blk.N.attn_{q,k}_norm.weight (LayerWeights::q_norm, k_norm)
-  /// layers carry blk.N.post_attention_norm.weight and blk.N.post_ffw_norm.weight (gemma3)
-  bool post_norms = false;
+  /// The tensors of each decoder layer, in the order `lio info` lists them (the model-level
+  /// token_embd, output_norm and output are the same for every family and not listed).
+  std::span<const TensorSpec> tensors;
   LayerFn layer = nullptr;        ///< the decoder layer
   /// Reads the family's own keys (sliding window, embedding scale, ...) into a config whose
   /// common keys, those prefixed with the architecture's name, are read; null when there are
@@ -81,11 +120,6 @@ struct Architecture {
   /// Reads the family's own config.json keys (after the common ones); null when there are none.
   /// Throws FormatError / UnsupportedError naming `path`.
   void (*read_hf_config)(const nlohmann::json& config, const std::string& path, ModelConfig& c) = nullptr;
-  /// The tensor name under model.layers.N. of a llama.cpp role ("ffn_norm", "post_ffw_norm", ...)
-  /// where the family's HF name differs from llama's (Gemma's post_attention_layernorm is the
-  /// attention block's post-norm, not the FFN's pre-norm); an empty view for llama's name. Null:
-  /// llama's names throughout.
-  std::string_view (*hf_layer_role)(std::string_view role) = nullptr;
   /// The HF checkpoint stores each RMSNorm weight as w and its layer computes x_hat * (1 + w)
   /// (Gemma's Gemma3RMSNorm); GGUF stores 1 + w (convert_hf_to_gguf.py adds the 1), which is
   /// what the backends multiply by: the loader adds 1 to every norm vector of the HF form.
@@ -95,11 +129,11 @@ struct Architecture {
 /// Every family LIO runs, in registry order (llama first).
 std::span<const Architecture* const> architectures();
 
-/// The names of architectures(), comma-separated: "llama, qwen2, qwen3, gemma3".
+/// The names of architectures(), comma-separated: "llama, qwen2, qwen3, gemma2, gemma3, granite".
 std::string architecture_names();
 
 /// The family named `name` (general.architecture). Throws UnsupportedError("<source>:
-/// architecture 'x' is not supported (supported: llama, qwen2, qwen3, gemma3)") for any other name.
+/// architecture 'x' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, granite)") for any other name.
 const Architecture& find_architecture(std::string_view name, const std::string& source);
 
 /// The Architecture whose layers run `config` (Model's frame): find_architecture of its family,

@@ -20,44 +20,13 @@
 #include "lio/forward_batch.h"
 #include "lio/kv_pool.h"
 #include "lio/model_config.h"
+#include "lio/weight_kind.h"
 
 namespace lio {
-
-/// Which weight of the model an operator reads.
-enum class WeightKind {
-  TokenEmbd,   ///< (vocab_size, d_model), only gathered from
-  AttnNorm,    ///< (d_model) per layer
-  Wq,          ///< (n_heads * head_dim, d_model) per layer
-  Wk,          ///< (n_kv_heads * head_dim, d_model) per layer
-  Wv,          ///< (n_kv_heads * head_dim, d_model) per layer
-  Wo,          ///< (d_model, n_heads * head_dim) per layer
-  FfnNorm,     ///< (d_model) per layer
-  Gate,        ///< (d_ff, d_model) per layer
-  Up,          ///< (d_ff, d_model) per layer
-  Down,        ///< (d_model, d_ff) per layer
-  OutputNorm,  ///< (d_model)
-  Output,      ///< (vocab_size, d_model): the LM head (token_embd's data when tied)
-  WkvA,        ///< MLA: (kv_lora_rank + qk_rope_head_dim, d_model) per layer
-  WkB,         ///< MLA: (n_heads * qk_nope_head_dim, kv_lora_rank) per layer
-  WvB,         ///< MLA: (n_heads * v_head_dim, kv_lora_rank) per layer
-  BiasQ,       ///< qwen2: (n_heads * head_dim) per layer, added to W_q x (Backend::add_bias)
-  BiasK,       ///< qwen2: (n_kv_heads * head_dim) per layer
-  BiasV,       ///< qwen2: (n_kv_heads * head_dim) per layer
-  QNorm,       ///< qwen3 (QK-norm): (head_dim) per layer, RMSNorm of each query head
-  KNorm,       ///< qwen3 (QK-norm): (head_dim) per layer, RMSNorm of each key head
-  PostAttnNorm,  ///< gemma3: (d_model) per layer, RMSNorm of the attention output before the residual add
-  PostFfnNorm,   ///< gemma3: (d_model) per layer, RMSNorm of the MLP output before the residual add
-};
 
 /// Elements per row a norm weight normalizes: head_dim for QNorm / KNorm (one row per head),
 /// d_model for AttnNorm, FfnNorm and OutputNorm.
 int64_t norm_width(WeightKind kind, const ModelConfig& config);
-
-/// A weight: its kind and its layer (-1 for TokenEmbd, OutputNorm, Output).
-struct WeightRef {
-  WeightKind kind;      ///< which tensor
-  int64_t layer = -1;   ///< decoder layer, or -1 for the model-level tensors
-};
 
 /// Precision of the activations in the matmuls of quantized weights (--activations): F32;
 /// Int8 (each 32-element block of x rounded to int8 with its own scale, integer dot products,

@@ -89,6 +89,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  /// The matrix `w` names (Weights::matrix; empty where the layer has none).
   const WeightMatrix& matrix(WeightRef w) const;
   /// The packed copy of w. Throws InternalError for a matrix the model does not have.
   const cpu::PackedMatrix& packed(WeightRef w) const;
@@ -102,7 +103,7 @@ class CpuBackend final : public Backend {
   /// The activations of a per-32-block matmul: Int8 under Int8, else F32.
   cpu::MatmulActivations block_activations() const;
   /// The norm or bias vector `w` names (a norm, QNorm / KNorm, BiasQ / K / V). Throws
-  /// InternalError for another kind or a vector this model's layers lack.
+  /// InvalidArgument (Weights::vector) for another kind or a vector this model's layers lack.
   const std::vector<float>& vector(WeightRef w) const;
   /// Fills row_seq_ for `b`: row i belongs to sequence row_seq_[i].
   void map_rows_to_sequences(const ForwardBatch& b);

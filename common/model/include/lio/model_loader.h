@@ -2,6 +2,7 @@
 // one set of Weights and one Tokenizer, validated against each other.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -11,39 +12,35 @@
 #include "lio/model_config.h"
 #include "lio/tensor.h"
 #include "lio/tokenizer.h"
+#include "lio/weight_kind.h"
 
 namespace lio {
 
-/// Weights of one decoder block. Matrices are (out_features, in_features), row-major.
+/// Weights of one decoder block, indexed by WeightKind (lio/weight_kind.h): the matrices a
+/// matmul reads and the vectors (norm weights, biases). Which kinds a layer holds is its
+/// family's tensor table (lio/architecture.h); a kind the family lacks is an empty matrix
+/// (data == nullptr) or an empty vector. Matrices are (out_features, in_features), row-major,
+/// with the shapes the table gives; for an MLA layer (ModelConfig::is_mla(); chapter 02), Wk
+/// and Wv are empty and Wq, WkvA, WkB, WvB and Wo have the MLA shapes of lio/model_config.h.
 struct LayerWeights {
-  std::vector<float> attn_norm;  ///< (d_model) RMSNorm weight before attention
-  WeightMatrix wq;               ///< (n_heads * head_dim, d_model)
-  WeightMatrix wk;               ///< (n_kv_heads * head_dim, d_model)
-  WeightMatrix wv;               ///< (n_kv_heads * head_dim, d_model)
-  WeightMatrix wo;               ///< (d_model, n_heads * head_dim)
-  std::vector<float> ffn_norm;   ///< (d_model) RMSNorm weight before the MLP
-  WeightMatrix w_gate;           ///< (d_ff, d_model)
-  WeightMatrix w_up;             ///< (d_ff, d_model)
-  WeightMatrix w_down;           ///< (d_model, d_ff)
-  // MLA layers only (ModelConfig::is_mla(); chapter 02), f32; wk and wv are then empty and
-  // wq is (n_heads * (qk_nope_head_dim + qk_rope_head_dim), d_model), each head's no-RoPE
-  // part first, wo (d_model, n_heads * v_head_dim).
-  WeightMatrix wkv_a;            ///< (kv_lora_rank + qk_rope_head_dim, d_model): c_kv, then k_pe
-  WeightMatrix wk_b;             ///< (n_heads * qk_nope_head_dim, kv_lora_rank): W_UK, head by head
-  WeightMatrix wv_b;             ///< (n_heads * v_head_dim, kv_lora_rank): W_UV, head by head
-  // Per-family extras (lio/architecture.h), empty where the family has none.
-  std::vector<float> bq;         ///< qwen2: (n_heads * head_dim) bias of W_q (blk.N.attn_q.bias)
-  std::vector<float> bk;         ///< qwen2: (n_kv_heads * head_dim) bias of W_k
-  std::vector<float> bv;         ///< qwen2: (n_kv_heads * head_dim) bias of W_v
-  std::vector<float> q_norm;     ///< qwen3: (head_dim) QK-norm weight of the queries (blk.N.attn_q_norm)
-  std::vector<float> k_norm;     ///< qwen3: (head_dim) QK-norm weight of the keys
-  std::vector<float> post_attn_norm;  ///< gemma3: (d_model) blk.N.post_attention_norm, on the attention output
-  std::vector<float> post_ffn_norm;   ///< gemma3: (d_model) blk.N.post_ffw_norm, on the MLP output
+  std::array<WeightMatrix, kWeightKindCount> matrices;  ///< by index_of(kind); empty where absent
+  std::array<std::vector<float>, kWeightKindCount>
+      vectors;  ///< by index_of(kind); empty where absent
+
+  /// The matrix of `kind` (empty if this layer has none).
+  WeightMatrix& matrix(WeightKind kind) { return matrices[index_of(kind)]; }
+  /// The matrix of `kind` (empty if this layer has none).
+  const WeightMatrix& matrix(WeightKind kind) const { return matrices[index_of(kind)]; }
+  /// The vector of `kind`: a norm weight or a bias (empty if this layer has none).
+  std::vector<float>& vec(WeightKind kind) { return vectors[index_of(kind)]; }
+  /// The vector of `kind` (empty if this layer has none).
+  const std::vector<float>& vec(WeightKind kind) const { return vectors[index_of(kind)]; }
 
   /// Floats in the layer's vectors (norms and biases).
   int64_t vector_floats() const {
-    return static_cast<int64_t>(attn_norm.size() + ffn_norm.size() + bq.size() + bk.size() + bv.size() +
-                                q_norm.size() + k_norm.size() + post_attn_norm.size() + post_ffn_norm.size());
+    int64_t n = 0;
+    for (const auto& v : vectors) n += static_cast<int64_t>(v.size());
+    return n;
   }
 };
 
@@ -60,6 +57,14 @@ struct Weights {
   std::vector<float> mla_rope_inv_freq;
   /// Owners of the bytes the matrices point into (file mapping or f32 buffers).
   std::vector<std::shared_ptr<const void>> storage;
+
+  /// The matrix `w` names: token_embd, output, or a layer's (empty if the layer has none).
+  /// Throws InvalidArgument for a vector kind or a layer outside [0, layers.size()).
+  const WeightMatrix& matrix(WeightRef w) const;
+  /// The vector `w` names: output_norm or a layer's norm weight or bias. Throws
+  /// InvalidArgument for a matrix kind, a layer outside the model, or a vector the layer lacks
+  /// (its family's table does not have it, or it was optional and absent).
+  const std::vector<float>& vector(WeightRef w) const;
 
   /// Bytes of weight data one forward pass reads (matrices + norms; the tied head once).
   int64_t size_bytes() const;

@@ -3,6 +3,8 @@
 // differences between families are the lines that differ, not copies of the whole layer.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -10,6 +12,54 @@
 #include "lio/backend.h"
 
 namespace lio::arch {
+
+// ---- the tensors the shared blocks read: rows of the families' tables (lio/architecture.h) ----
+
+// clang-format off
+/// Llama's layer (llama.cpp's LLM_ARCH_LLAMA tensors; transformers' LlamaDecoderLayer): the
+/// attention norm, W_q, W_k, W_v, W_o, the MLP norm, and SwiGLU's W_gate, W_up, W_down.
+inline constexpr std::array kLlamaTensors{
+    TensorSpec{WeightKind::AttnNorm, "attn_norm.weight", "input_layernorm.weight", Dim::DModel},
+    TensorSpec{WeightKind::Wq, "attn_q.weight", "self_attn.q_proj.weight", Dim::Heads, Dim::DModel},
+    TensorSpec{WeightKind::Wk, "attn_k.weight", "self_attn.k_proj.weight", Dim::KvHeads, Dim::DModel},
+    TensorSpec{WeightKind::Wv, "attn_v.weight", "self_attn.v_proj.weight", Dim::KvHeads, Dim::DModel},
+    TensorSpec{WeightKind::Wo, "attn_output.weight", "self_attn.o_proj.weight", Dim::DModel, Dim::Heads},
+    TensorSpec{WeightKind::FfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", Dim::DModel},
+    TensorSpec{WeightKind::Gate, "ffn_gate.weight", "mlp.gate_proj.weight", Dim::DFf, Dim::DModel},
+    TensorSpec{WeightKind::Up, "ffn_up.weight", "mlp.up_proj.weight", Dim::DFf, Dim::DModel},
+    TensorSpec{WeightKind::Down, "ffn_down.weight", "mlp.down_proj.weight", Dim::DModel, Dim::DFf},
+};
+// clang-format on
+
+// clang-format off
+/// QK-norm's two weights, one row of head_dim shared by every head (qwen3, gemma3).
+inline constexpr std::array kQkNormTensors{
+    TensorSpec{WeightKind::QNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", Dim::HeadDim},
+    TensorSpec{WeightKind::KNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", Dim::HeadDim},
+};
+// clang-format on
+
+// clang-format off
+/// Gemma's layer (Gemma 2 and 3): llama's tensors under Gemma's Hugging Face names - its
+/// post_attention_layernorm is the attention block's post-norm, pre_feedforward_layernorm the
+/// MLP's pre-norm (convert_hf_to_gguf.py's tensor map) - plus the two post-norms.
+inline constexpr std::array kGemmaTensors{
+    kLlamaTensors[0], kLlamaTensors[1], kLlamaTensors[2], kLlamaTensors[3], kLlamaTensors[4],
+    TensorSpec{WeightKind::PostAttnNorm, "post_attention_norm.weight", "post_attention_layernorm.weight", Dim::DModel},
+    TensorSpec{WeightKind::FfnNorm, "ffn_norm.weight", "pre_feedforward_layernorm.weight", Dim::DModel},
+    kLlamaTensors[6], kLlamaTensors[7], kLlamaTensors[8],
+    TensorSpec{WeightKind::PostFfnNorm, "post_ffw_norm.weight", "post_feedforward_layernorm.weight", Dim::DModel},
+};
+// clang-format on
+
+/// The rows of `a` followed by those of `b`: a family's table as shared rows plus its own.
+template <size_t N, size_t M>
+constexpr std::array<TensorSpec, N + M> concat(const std::array<TensorSpec, N>& a, const std::array<TensorSpec, M>& b) {
+  std::array<TensorSpec, N + M> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = a[i];
+  for (size_t i = 0; i < M; ++i) out[N + i] = b[i];
+  return out;
+}
 
 /// out (n_tokens, config.d_model) = [out +] in W^T for the row-parallel projection `w` (W_o,
 /// W_down: this rank holds W's columns for its slice of in's features), summed over the

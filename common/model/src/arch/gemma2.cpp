@@ -13,8 +13,6 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
-#include <utility>
 
 #include "blocks.h"
 #include "families.h"
@@ -99,30 +97,18 @@ void gemma2_hf_config(const nlohmann::json& j, const std::string& path, ModelCon
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
 }
 
-/// Gemma's HF names where they differ from llama's (as gemma3.cpp's): post_attention_layernorm
-/// is the attention block's post-norm, pre_feedforward_layernorm the MLP's pre-norm.
-std::string_view gemma2_hf_role(std::string_view role) {
-  constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {
-      {"ffn_norm", "pre_feedforward_layernorm"},
-      {"post_attention_norm", "post_attention_layernorm"},
-      {"post_ffw_norm", "post_feedforward_layernorm"}};
-  for (const auto& [gguf_role, hf_name] : kRenamed)
-    if (role == gguf_role) return hf_name;
-  return {};
-}
-
 }  // namespace
 
 const Architecture kGemma2{
     .name = "gemma2",
-    .summary = "pre- and post-norms, GQA with every other layer sliding-window, attention and final logit "
-               "soft-capping, GeGLU, embeddings x sqrt(d_model) (Gemma 2)",
+    .summary =
+        "pre- and post-norms, GQA with every other layer sliding-window, attention and final logit "
+        "soft-capping, GeGLU, embeddings x sqrt(d_model) (Gemma 2)",
     .rope_style = RopeStyle::Neox,
-    .post_norms = true,
+    .tensors = kGemmaTensors,
     .layer = gemma2_layer,
     .read_config = gemma2_config,
     .read_hf_config = gemma2_hf_config,
-    .hf_layer_role = gemma2_hf_role,
     .hf_norm_plus_one = true,
 };
 

@@ -23,15 +23,8 @@ namespace lio::arch {
 
 namespace {
 
-/// y (n, d_model) = W y_in, all-reduced over the tensor-parallel group (every rank's partial from
-/// zero: the post-norm needs the whole sum before the residual add), post-normed by `norm`, and
-/// added into x.
-void post_normed_residual(LayerPass& p, WeightKind out_kind, const float* in, WeightKind norm, int64_t l) {
-  const int64_t n = p.n_tokens, d = p.config.d_model;
-  row_parallel_out(p, {out_kind, l}, in, p.xn, /*add_to_out=*/false);  // xn is free once read: the sub-block's output
-  p.be.rmsnorm(p.xn, {norm, l}, p.xn, n);
-  p.be.add(p.x, p.xn, n * d);
-}
+/// Gemma's tensors (pre- and post-norms) plus QK-norm's two weights.
+constexpr auto kGemma3Tensors = concat(kGemmaTensors, kQkNormTensors);
 
 void gemma3_layer(LayerPass& p, int64_t l) {
   qkv_projection(p, l);
@@ -39,14 +32,11 @@ void gemma3_layer(LayerPass& p, int64_t l) {
   rope_qk(p, l);  // local layers at base 10,000, global ones at the file's
   p.be.kv_append(p.pool, l, p.k, p.v, p.view);
   p.be.attention(p.pool, l, p.q, p.attn, p.view);  // the layer's window (ModelConfig::layer_window)
-  post_normed_residual(p, WeightKind::Wo, p.attn, WeightKind::PostAttnNorm, l);
-  // GeGLU MLP
-  const int64_t n = p.n_tokens;
-  p.be.rmsnorm(p.x, {WeightKind::FfnNorm, l}, p.xn, n);
-  const MatmulOut gate_up[] = {{{WeightKind::Gate, l}, p.gate}, {{WeightKind::Up, l}, p.up}};
-  p.be.matmul_many(gate_up, p.xn, n);
-  p.be.geglu(p.gate, p.up, p.gate, n * p.config.d_ff);
-  post_normed_residual(p, WeightKind::Down, p.gate, WeightKind::PostFfnNorm, l);
+  transformed_residual(p, {WeightKind::Wo, l}, p.attn, WeightRef{WeightKind::PostAttnNorm, l},
+                       1.0f);
+  geglu_hidden(p, l);  // GeGLU MLP
+  transformed_residual(p, {WeightKind::Down, l}, p.gate, WeightRef{WeightKind::PostFfnNorm, l},
+                       1.0f);
 }
 
 /// gemma3.attention.sliding_window from the file; the window pattern (5 local : 1 global), the
@@ -123,30 +113,19 @@ void gemma3_hf_config(const nlohmann::json& j, const std::string& path, ModelCon
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
 }
 
-/// Gemma's HF names where they differ from llama's: post_attention_layernorm is the attention
-/// block's post-norm (llama's name for the FFN's pre-norm), pre_feedforward_layernorm the FFN's
-/// pre-norm (convert_hf_to_gguf.py's tensor map, MODEL_TENSOR.FFN_NORM / ATTN_POST_NORM).
-std::string_view gemma3_hf_role(std::string_view role) {
-  if (role == "ffn_norm") return "pre_feedforward_layernorm";
-  if (role == "post_attention_norm") return "post_attention_layernorm";
-  if (role == "post_ffw_norm") return "post_feedforward_layernorm";
-  return {};
-}
-
 }  // namespace
 
 const Architecture kGemma3{
     .name = "gemma3",
-    .summary = "pre- and post-norms, QK-norm, MQA/GQA with 5 sliding-window : 1 global layers, GeGLU, "
-               "embeddings x sqrt(d_model) (Gemma 3 text)",
+    .summary =
+        "pre- and post-norms, QK-norm, MQA/GQA with 5 sliding-window : 1 global layers, GeGLU, "
+        "embeddings x sqrt(d_model) (Gemma 3 text)",
     .rope_style = RopeStyle::Neox,
-    .qk_norm = true,
-    .post_norms = true,
+    .tensors = kGemma3Tensors,
     .layer = gemma3_layer,
     .read_config = gemma3_config,
     .hf_model_type = "gemma3_text",
     .read_hf_config = gemma3_hf_config,
-    .hf_layer_role = gemma3_hf_role,
     .hf_norm_plus_one = true,
 };
 

@@ -81,9 +81,11 @@ void granite_hf_config(const nlohmann::json& j, const std::string& path, ModelCo
 
 const Architecture kGranite{
     .name = "granite",
-    .summary = "llama x four scalars: embedding, attention softmax, residual-branch and logit scales "
-               "(IBM Granite 3.x dense)",
+    .summary =
+        "llama x four scalars: embedding, attention softmax, residual-branch and logit scales "
+        "(IBM Granite 3.x dense)",
     .rope_style = RopeStyle::Normal,
+    .tensors = kLlamaTensors,
     .layer = granite_layer,
     .read_config = granite_config,
     .read_hf_config = granite_hf_config,

@@ -35,6 +35,7 @@ const Architecture kLlama{
     .name = "llama",
     .summary = "RMSNorm, GQA + RoPE (adjacent pairs), SwiGLU (SmolLM2, Llama 2/3, Mistral)",
     .rope_style = RopeStyle::Normal,
+    .tensors = kLlamaTensors,
     .layer = llama_layer,
 };
 

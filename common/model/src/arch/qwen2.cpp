@@ -8,6 +8,15 @@ namespace lio::arch {
 
 namespace {
 
+// clang-format off
+/// Llama's tensors plus the three projection biases (blk.N.attn_{q,k,v}.bias).
+constexpr auto kQwen2Tensors = concat(kLlamaTensors, std::array{
+    TensorSpec{WeightKind::BiasQ, "attn_q.bias", "self_attn.q_proj.bias", Dim::Heads},
+    TensorSpec{WeightKind::BiasK, "attn_k.bias", "self_attn.k_proj.bias", Dim::KvHeads},
+    TensorSpec{WeightKind::BiasV, "attn_v.bias", "self_attn.v_proj.bias", Dim::KvHeads},
+});
+// clang-format on
+
 void qwen2_layer(LayerPass& p, int64_t l) {
   qkv_projection(p, l);
   add_qkv_bias(p, l);  // the one difference from llama's layer
@@ -22,7 +31,7 @@ const Architecture kQwen2{
     .name = "qwen2",
     .summary = "llama + Q/K/V projection biases, RoPE on halves (Qwen2, Qwen2.5)",
     .rope_style = RopeStyle::Neox,
-    .qkv_bias = true,
+    .tensors = kQwen2Tensors,
     .layer = qwen2_layer,
 };
 

@@ -10,6 +10,9 @@ namespace lio::arch {
 
 namespace {
 
+/// Llama's tensors plus QK-norm's two weights.
+constexpr auto kQwen3Tensors = concat(kLlamaTensors, kQkNormTensors);
+
 void qwen3_layer(LayerPass& p, int64_t l) {
   qkv_projection(p, l);
   qk_norm(p, l);  // the one difference from llama's layer
@@ -24,7 +27,7 @@ const Architecture kQwen3{
     .name = "qwen3",
     .summary = "llama + QK-norm per head, RoPE on halves, no biases (Qwen3 dense)",
     .rope_style = RopeStyle::Neox,
-    .qk_norm = true,
+    .tensors = kQwen3Tensors,
     .layer = qwen3_layer,
 };
 

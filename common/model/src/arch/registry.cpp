@@ -16,6 +16,23 @@ constexpr const Architecture* kFamilies[] = {&arch::kLlama,  &arch::kQwen2,  &ar
 
 std::span<const Architecture* const> architectures() { return kFamilies; }
 
+int64_t dim_size(Dim dim, const ModelConfig& c) {
+  switch (dim) {
+    case Dim::None: return 0;
+    case Dim::DModel: return c.d_model;
+    case Dim::HeadDim: return c.head_dim;
+    case Dim::Heads: return c.n_heads * c.head_dim;
+    case Dim::KvHeads: return c.n_kv_heads * c.head_dim;
+    case Dim::DFf: return c.d_ff;
+    case Dim::MlaQ: return c.n_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim);
+    case Dim::MlaKvA: return c.kv_lora_rank + c.qk_rope_head_dim;
+    case Dim::MlaKB: return c.n_heads * c.qk_nope_head_dim;
+    case Dim::MlaVB: return c.n_heads * c.v_head_dim;
+    case Dim::KvLoraRank: return c.kv_lora_rank;
+  }
+  throw InternalError("dim_size: unknown Dim " + std::to_string(static_cast<int>(dim)));
+}
+
 std::string architecture_names() {
   std::string out;
   for (const Architecture* a : kFamilies) out += (out.empty() ? "" : ", ") + std::string(a->name);
