@@ -16,6 +16,7 @@
 
 #include "batch_requests.h"
 #include "lio/atomic_file.h"
+#include "lio/cli_parse.h"
 #include "lio/engine.h"
 #include "lio/error.h"
 #include "lio/model_runner.h"

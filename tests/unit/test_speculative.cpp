@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "lio/cli_parse.h"
 #include "lio/cpu_backend.h"
 #include "lio/engine.h"
 #include "lio/error.h"

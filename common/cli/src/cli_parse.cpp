@@ -1,5 +1,6 @@
-// cli_parse.cpp — the --device, --kv-cache-dtype, --all-reduce, --dtype, --activations and
-// --attention-backend words (lio/cli_parse.h).
+// cli_parse.cpp — the --device, --kv-cache-dtype, --all-reduce, --dtype, --activations,
+// --attention-backend, --scheduling, --preemption, --prefix-cache and --spec-method words
+// (lio/cli_parse.h).
 #include "lio/cli_parse.h"
 
 #include "lio/error.h"
@@ -47,6 +48,33 @@ AttentionBackend parse_attention_backend(const std::string& text) {
   if (text == "naive") return AttentionBackend::Naive;
   if (text == "paged") return AttentionBackend::Paged;
   throw InvalidArgument("--attention-backend must be 'flash', 'naive' or 'paged', got '" + text + "'");
+}
+
+SchedulingPolicy parse_scheduling_policy(const std::string& name) {
+  if (name == "continuous") return SchedulingPolicy::Continuous;
+  if (name == "static") return SchedulingPolicy::Static;
+  throw InvalidArgument("--scheduling must be continuous or static, got '" + name + "'");
+}
+
+PreemptionMode parse_preemption_mode(const std::string& name) {
+  if (name == "recompute") return PreemptionMode::Recompute;
+  if (name == "swap") return PreemptionMode::Swap;
+  throw InvalidArgument("--preemption must be recompute or swap, got '" + name + "'");
+}
+
+PrefixCacheMode parse_prefix_cache_mode(const std::string& name) {
+  if (name == "none") return PrefixCacheMode::None;
+  if (name == "hash") return PrefixCacheMode::Hash;
+  if (name == "radix") return PrefixCacheMode::Radix;
+  throw InvalidArgument("--prefix-cache must be none, hash or radix, got '" + name + "'");
+}
+
+SpecMethod parse_spec_method(const std::string& name) {
+  if (name == "none") return SpecMethod::None;
+  if (name == "draft") return SpecMethod::Draft;
+  if (name == "ngram") return SpecMethod::Ngram;
+  if (name == "early-exit") return SpecMethod::EarlyExit;
+  throw InvalidArgument("--spec-method must be none, draft, ngram or early-exit, got '" + name + "'");
 }
 
 }  // namespace lio

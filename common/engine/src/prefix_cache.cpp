@@ -9,13 +9,6 @@
 
 namespace lio {
 
-PrefixCacheMode parse_prefix_cache_mode(const std::string& name) {
-  if (name == "none") return PrefixCacheMode::None;
-  if (name == "hash") return PrefixCacheMode::Hash;
-  if (name == "radix") return PrefixCacheMode::Radix;
-  throw InvalidArgument("--prefix-cache must be none, hash or radix, got '" + name + "'");
-}
-
 const char* prefix_cache_mode_name(PrefixCacheMode mode) {
   switch (mode) {
     case PrefixCacheMode::Hash: return "hash";

@@ -9,18 +9,6 @@
 
 namespace lio {
 
-SchedulingPolicy parse_scheduling_policy(const std::string& name) {
-  if (name == "continuous") return SchedulingPolicy::Continuous;
-  if (name == "static") return SchedulingPolicy::Static;
-  throw InvalidArgument("--scheduling must be continuous or static, got '" + name + "'");
-}
-
-PreemptionMode parse_preemption_mode(const std::string& name) {
-  if (name == "recompute") return PreemptionMode::Recompute;
-  if (name == "swap") return PreemptionMode::Swap;
-  throw InvalidArgument("--preemption must be recompute or swap, got '" + name + "'");
-}
-
 const char* scheduling_policy_name(SchedulingPolicy policy) {
   return policy == SchedulingPolicy::Static ? "static" : "continuous";
 }

@@ -8,14 +8,6 @@
 
 namespace lio {
 
-SpecMethod parse_spec_method(const std::string& name) {
-  if (name == "none") return SpecMethod::None;
-  if (name == "draft") return SpecMethod::Draft;
-  if (name == "ngram") return SpecMethod::Ngram;
-  if (name == "early-exit") return SpecMethod::EarlyExit;
-  throw InvalidArgument("--spec-method must be none, draft, ngram or early-exit, got '" + name + "'");
-}
-
 const char* spec_method_name(SpecMethod method) {
   switch (method) {
     case SpecMethod::Draft: return "draft";

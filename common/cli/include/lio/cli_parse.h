@@ -9,6 +9,9 @@
 #include "lio/kv_pool.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
+#include "lio/prefix_cache.h"
+#include "lio/scheduler.h"
+#include "lio/speculative.h"
 
 namespace lio {
 
@@ -37,5 +40,21 @@ ActivationPrecision parse_activation_precision(const std::string& text);
 /// Parses "flash", "naive" or "paged" (--attention-backend, chapter 07). Throws InvalidArgument
 /// otherwise ("--attention-backend must be 'flash', 'naive' or 'paged', got '<text>'").
 AttentionBackend parse_attention_backend(const std::string& text);
+
+/// Parses "continuous" or "static" (--scheduling, chapter 05). Throws InvalidArgument otherwise
+/// ("--scheduling must be continuous or static, got '<name>'").
+SchedulingPolicy parse_scheduling_policy(const std::string& name);
+
+/// Parses "recompute" or "swap" (--preemption, chapter 05). Throws InvalidArgument otherwise
+/// ("--preemption must be recompute or swap, got '<name>'").
+PreemptionMode parse_preemption_mode(const std::string& name);
+
+/// Parses "none", "hash" or "radix" (--prefix-cache, chapter 04). Throws InvalidArgument
+/// otherwise ("--prefix-cache must be none, hash or radix, got '<name>'").
+PrefixCacheMode parse_prefix_cache_mode(const std::string& name);
+
+/// Parses "none", "draft", "ngram" or "early-exit" (--spec-method, chapter 06). Throws
+/// InvalidArgument otherwise ("--spec-method must be none, draft, ngram or early-exit, got '<name>'").
+SpecMethod parse_spec_method(const std::string& name);
 
 }  // namespace lio

@@ -35,9 +35,10 @@
 //   end (vLLM's find_longest_cache_hit per manager, the shortest hit wins). The hash chain does
 //   it as vLLM does; the radix cache keeps one tree per group and tombstones a windowed group's
 //   blocks anywhere in an edge (SGLang's SWARadixCache).
-// - Tensor parallelism: every rank holds every layer, so every rank's pool has these groups,
-//   and the runner RPC carries each group's tables (common/model/src/runner_rpc.h). Not yet:
-//   pipeline stages, which keep one group (a stage's layers would give it other groups).
+// - Tensor and pipeline parallelism: every rank's pool has these groups, the whole model's,
+//   restricted to the layers it holds (kv_cache_groups(whole, hybrid, first_layer, n_layers);
+//   a pipeline stage leaves the lanes of a group with no layer there unused), and the runner
+//   RPC carries each group's tables (common/model/src/runner_rpc.cpp).
 #pragma once
 
 #include <cstdint>

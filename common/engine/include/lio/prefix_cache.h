@@ -34,9 +34,7 @@ namespace lio {
 /// Which prefix cache the engine uses.
 enum class PrefixCacheMode { None, Hash, Radix };
 
-/// "none" | "hash" | "radix" -> mode. Throws InvalidArgument on anything else.
-PrefixCacheMode parse_prefix_cache_mode(const std::string& name);
-/// The mode's name, as parse_prefix_cache_mode() takes it.
+/// The mode's name, as --prefix-cache takes it (lio/cli_parse.h parse_prefix_cache_mode).
 const char* prefix_cache_mode_name(PrefixCacheMode mode);
 
 /// Hit and query counters in tokens (vLLM's `prefix_cache_queries` / `prefix_cache_hits`).

@@ -50,13 +50,9 @@ enum class PreemptionMode {
   Swap,       ///< copied to host swap space and back (vLLM v0); recompute when swap is full
 };
 
-/// "continuous" | "static" -> policy. Throws InvalidArgument on anything else.
-SchedulingPolicy parse_scheduling_policy(const std::string& name);
-/// "recompute" | "swap" -> mode. Throws InvalidArgument on anything else.
-PreemptionMode parse_preemption_mode(const std::string& name);
-/// The policy's name, as parse_scheduling_policy() takes it.
+/// The policy's name, as --scheduling takes it (lio/cli_parse.h parse_scheduling_policy).
 const char* scheduling_policy_name(SchedulingPolicy policy);
-/// The mode's name, as parse_preemption_mode() takes it.
+/// The mode's name, as --preemption takes it (lio/cli_parse.h parse_preemption_mode).
 const char* preemption_mode_name(PreemptionMode mode);
 
 /// Scheduler limits and policies (vLLM's names).

@@ -29,9 +29,7 @@ enum class SpecMethod {
   Ngram,      ///< prompt lookup: the sequence's own earlier tokens (--ngram-min/--ngram-max)
   EarlyExit,  ///< the target's first L layers + final norm + LM head (--draft-layers)
 };
-/// "none" | "draft" | "ngram" | "early-exit" -> method. Throws InvalidArgument otherwise.
-SpecMethod parse_spec_method(const std::string& name);
-/// The method's name, as parse_spec_method() takes it.
+/// The method's name, as --spec-method takes it (lio/cli_parse.h parse_spec_method).
 const char* spec_method_name(SpecMethod method);
 
 /// Speculation settings (vLLM's `--speculative-config` fields, spelled as flags).
