@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -107,6 +108,17 @@ int cmd_info(const lio::CommonOptions& o) {
                  {"tied_embeddings", c.tied_embeddings},
                  {"sliding_window", c.sliding_window},
                  {"sliding_window_pattern", c.sliding_window_pattern}};
+  // The family scalars (lio/model_config.h), shown where they differ from llama's defaults.
+  const lio::ModelConfig llama;
+  const std::tuple<const char*, float, float> scalars[] = {
+      {"embedding_scale", c.embedding_scale, llama.embedding_scale},
+      {"attn_scale", c.attn_scale, llama.attn_scale},
+      {"attn_softcap", c.attn_softcap, llama.attn_softcap},
+      {"final_softcap", c.final_softcap, llama.final_softcap},
+      {"residual_scale", c.residual_scale, llama.residual_scale},
+      {"logit_scale", c.logit_scale, llama.logit_scale}};
+  for (const auto& [key, value, plain] : scalars)
+    if (value != plain) j["config"][key] = value;
   int64_t windowed = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) windowed += c.layer_window(l) > 0 ? 1 : 0;
   j["windowed_layers"] = windowed;
