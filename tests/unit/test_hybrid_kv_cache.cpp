@@ -19,6 +19,7 @@
 #include "lio/kv_cache_coordinator.h"
 #include "lio/model_loader.h"
 #include "lio/model_runner.h"
+#include "lio/parallel.h"
 #include "tiny_model.h"
 
 namespace {
@@ -51,6 +52,68 @@ TEST(KvCacheGroupsTest, GemmaLayersSplitIntoGroupsOfTheGlobalLayerCount) {
   lio::ModelConfig llama;
   llama.n_layers = 4;
   EXPECT_EQ(lio::kv_cache_groups(llama, true).n_groups(), 1);
+}
+
+// Pipeline stages keep the whole model's groups (issue 62, item 1): on tiny_model's gemma3 spec
+// (Gemma 3's pattern: every sixth layer global), each stage's layer sits in the group and lane one
+// process gives that global layer, every stage has one process's group count, windows and block
+// bytes, and a pool built from a stage's groups stores each layer in that lane.
+TEST(KvCacheGroupsTest, PipelineStagesKeepTheWholeModelsGroupsAndLanes) {
+  TinyModelSpec spec;
+  spec.architecture = "gemma3";
+  spec.n_layers = 12;  // layers 5 and 11 global: lanes 2, six groups
+  const std::string dir = lio::testing::make_temp_dir("lio_test_hybrid_kv_pp");
+  lio::testing::write_tiny_gguf(dir + "/g.gguf", spec);
+  const lio::LoadedModel model = lio::load_model(dir + "/g.gguf", lio::WeightMode::AsStored);
+  const lio::KvCacheGroups whole = lio::kv_cache_groups(model.config, true);
+  ASSERT_EQ(whole.n_groups(), 6);
+  ASSERT_EQ(whole.n_lanes, 2);
+  const int64_t one_process = lio::kv_block_bytes(model.config, 4, lio::KvCacheDType::F32, true);
+  for (const int64_t pp : {2, 3}) {
+    int64_t covered = 0;
+    for (int64_t rank = 0; rank < pp; ++rank) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " stage " + std::to_string(rank));
+      const lio::RankPlan plan = lio::make_rank_plan(model.config, model.weights, lio::ParallelConfig{1, pp}, rank);
+      const lio::LoadedModel shard = lio::shard_model(model, plan);
+      const lio::ModelConfig& stage = shard.config;
+      ASSERT_EQ(stage.first_layer, plan.layer_begin);
+      const lio::KvCacheGroups g = lio::kv_cache_groups(model.config, true, stage.first_layer, stage.n_layers);
+      EXPECT_EQ(g.n_lanes, whole.n_lanes);
+      EXPECT_EQ(g.window, whole.window);
+      ASSERT_EQ(g.n_groups(), whole.n_groups());
+      ASSERT_EQ(static_cast<int64_t>(g.layer_lane.size()), stage.n_layers);
+      for (int64_t l = 0; l < stage.n_layers; ++l) {
+        const auto global = static_cast<size_t>(stage.first_layer + l);
+        EXPECT_EQ(g.layer_group[static_cast<size_t>(l)], whole.layer_group[global]) << "layer " << global;
+        EXPECT_EQ(g.layer_lane[static_cast<size_t>(l)], whole.layer_lane[global]) << "layer " << global;
+        const auto& mine = g.layers[static_cast<size_t>(g.layer_group[static_cast<size_t>(l)])];
+        EXPECT_NE(std::find(mine.begin(), mine.end(), l), mine.end());
+      }
+      for (const auto& layers : g.layers) covered += static_cast<int64_t>(layers.size());
+      EXPECT_EQ(lio::kv_block_bytes(stage, 4, lio::KvCacheDType::F32, g), one_process);
+      // Restricting to the stage's own config instead gives other groups (why the driver's are used).
+      if (pp == 2) {
+        EXPECT_NE(lio::kv_cache_groups(stage, true).n_lanes, whole.n_lanes);
+      }
+      const lio::HostKvPool pool(stage, lio::KvPoolConfig{4, 8, lio::KvCacheDType::F32, true, g});
+      EXPECT_EQ(pool.n_groups(), whole.n_groups());
+      EXPECT_EQ(pool.block_bytes(), one_process);
+      for (int64_t l = 0; l < stage.n_layers; ++l)
+        EXPECT_EQ(pool.lane(l), whole.layer_lane[static_cast<size_t>(stage.first_layer + l)]);
+      // One group (--disable-hybrid-kv-cache-manager): a stage's block holds its own layers only.
+      const lio::KvCacheGroups one = lio::kv_cache_groups(model.config, false, stage.first_layer, stage.n_layers);
+      EXPECT_EQ(one.n_groups(), 1);
+      EXPECT_EQ(one.n_lanes, stage.n_layers);
+      EXPECT_EQ(lio::kv_block_bytes(stage, 4, lio::KvCacheDType::F32, one),
+                lio::kv_block_bytes(stage, 4, lio::KvCacheDType::F32, false));
+    }
+    EXPECT_EQ(covered, spec.n_layers) << "every layer on exactly one stage";
+  }
+  EXPECT_THROW(lio::kv_cache_groups(model.config, true, 8, 5), lio::InvalidArgument);
+  lio::ModelConfig half = model.config;
+  half.n_layers = 6;
+  EXPECT_THROW(lio::HostKvPool(half, lio::KvPoolConfig{4, 8, lio::KvCacheDType::F32, true, whole}),
+               lio::InvalidArgument);
 }
 
 TEST(KvCacheCoordinatorTest, WindowedTablesGiveBackWhatSlidOut) {

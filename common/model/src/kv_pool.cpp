@@ -1,6 +1,7 @@
 #include "lio/kv_pool.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -68,24 +69,56 @@ KvCacheGroups kv_cache_groups(const ModelConfig& config, bool hybrid) {
   return g;
 }
 
-int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype, bool hybrid) {
+KvCacheGroups kv_cache_groups(const ModelConfig& whole, bool hybrid, int64_t first_layer, int64_t n_layers) {
+  if (first_layer < 0 || n_layers < 1 || first_layer + n_layers > whole.n_layers) {
+    throw InvalidArgument("KV cache groups: layers [" + std::to_string(first_layer) + ", " +
+                          std::to_string(first_layer + n_layers) + ") are not inside the model's [0, " +
+                          std::to_string(whole.n_layers) + ")");
+  }
+  const KvCacheGroups all = kv_cache_groups(whole, hybrid);
+  KvCacheGroups g;
+  g.n_lanes = all.n_lanes;
+  g.window = all.window;
+  g.layers.resize(all.layers.size());
+  const auto first = static_cast<size_t>(first_layer);
+  g.layer_group.assign(all.layer_group.begin() + static_cast<std::ptrdiff_t>(first),
+                       all.layer_group.begin() + static_cast<std::ptrdiff_t>(first + static_cast<size_t>(n_layers)));
+  g.layer_lane.assign(all.layer_lane.begin() + static_cast<std::ptrdiff_t>(first),
+                      all.layer_lane.begin() + static_cast<std::ptrdiff_t>(first + static_cast<size_t>(n_layers)));
+  if (all.n_groups() == 1) {  // one group: a block holds the stage's layers only, lane = stage layer
+    g.n_lanes = n_layers;
+    for (int64_t l = 0; l < n_layers; ++l) g.layer_lane[static_cast<size_t>(l)] = static_cast<int32_t>(l);
+  }
+  for (int64_t l = 0; l < n_layers; ++l) g.layers[static_cast<size_t>(g.layer_group[static_cast<size_t>(l)])].push_back(l);
+  return g;
+}
+
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype, const KvCacheGroups& groups) {
   // MLA: one latent row per token and layer, sized by chapter 02's Task 2 (stored as two halves
   // of kv_dim() floats, so the same bytes as the formula below; the latent pool is f32 only).
   if (config.is_mla()) return block_size * mla_latent_bytes_per_token(config, kv_elem_bytes(dtype));
-  const int64_t layers = hybrid ? kv_cache_groups(config, true).n_lanes : config.n_layers;
-  return 2 * layers * block_size * kv_slot_bytes(config, dtype);
+  return 2 * groups.n_lanes * block_size * kv_slot_bytes(config, dtype);
+}
+
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype, bool hybrid) {
+  return kv_block_bytes(config, block_size, dtype, kv_cache_groups(config, hybrid));
+}
+
+int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes, KvCacheDType dtype,
+                             const KvCacheGroups& groups) {
+  if (block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(block_size));
+  if (budget_bytes < 0) throw InvalidArgument("KV budget must be >= 0 bytes, got " + std::to_string(budget_bytes));
+  return budget_bytes / kv_block_bytes(config, block_size, dtype, groups);
 }
 
 int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes, KvCacheDType dtype,
                              bool hybrid) {
-  if (block_size < 1) throw InvalidArgument("--block-size must be >= 1, got " + std::to_string(block_size));
-  if (budget_bytes < 0) throw InvalidArgument("KV budget must be >= 0 bytes, got " + std::to_string(budget_bytes));
-  return budget_bytes / kv_block_bytes(config, block_size, dtype, hybrid);
+  return kv_blocks_for_budget(config, block_size, budget_bytes, dtype, kv_cache_groups(config, hybrid));
 }
 
 KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
     : config_(config),
-      groups_(kv_cache_groups(model, config.hybrid)),
+      groups_(config.groups.n_groups() > 0 ? config.groups : kv_cache_groups(model, config.hybrid)),
       n_layers_(groups_.n_lanes),
       kv_dim_(model.kv_dim()),
       n_kv_heads_(model.n_kv_heads),
@@ -93,6 +126,10 @@ KvPool::KvPool(const ModelConfig& model, const KvPoolConfig& config)
   if (config.block_size < 1 || config.n_blocks < 1) {
     throw InvalidArgument("KV pool: block_size and n_blocks must be >= 1, got " +
                           std::to_string(config.block_size) + " and " + std::to_string(config.n_blocks));
+  }
+  if (static_cast<int64_t>(groups_.layer_lane.size()) != model.n_layers) {
+    throw InvalidArgument("KV pool: the KV cache groups cover " + std::to_string(groups_.layer_lane.size()) +
+                          " layers, the model has " + std::to_string(model.n_layers));
   }
   if (config.n_blocks * config.block_size > INT32_MAX) {
     throw InvalidArgument("KV pool: " + std::to_string(config.n_blocks * config.block_size) +

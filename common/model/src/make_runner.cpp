@@ -118,12 +118,22 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
   // Every rank's pool has the same block ids (the driver's BlockManager hands them out): the
   // smallest count any rank's budget allows (pipeline stages may hold different layer counts).
   const int64_t mib = pool.kv_cache_mib > 0 ? pool.kv_cache_mib : default_kv_cache_mib(*backend);
-  // KV cache groups (a hybrid pool) under tensor parallelism: every rank holds every layer, so
-  // every rank's pool has the driver's groups, and the forward batch carries each group's tables
-  // (runner_rpc.h). A pipeline stage holds some layers only, whose groups would differ from the
-  // driver's: pipelines keep one group.
-  const bool hybrid = pool.hybrid && parallel.pipeline_parallel_size == 1;
-  const int64_t mine = kv_blocks_for_budget(backend->config(), pool.block_size, mib << 20, pool.dtype, hybrid);
+  // KV cache groups (a hybrid pool): every rank's pool has the whole model's groups (the driver's:
+  // the engine's coordinator reads rank 0's group count and windows), restricted to the layers it
+  // holds: a pipeline stage's layer is in the group and lane one process gives it, and a group
+  // with no layer on a stage is never read or written there. Blocks are sized by the whole
+  // model's lanes and the rank's own (tensor-parallel) slot bytes. The forward batch carries every
+  // group's tables to every rank (runner_rpc.cpp) and through the pipeline's micro-batches
+  // (split_micro_batches). vLLM v1 does the same: get_kv_cache_configs
+  // (vllm/v1/core/kv_cache_utils.py) merges every worker's layer specs, builds the groups from
+  // the whole model's layer ratio, projects them onto each worker's layers and gives every worker
+  // the smallest block count (the all_gather below). vLLM sizes a worker's pages by its projected
+  // groups' largest layer count; LIO keeps the whole model's lanes on every stage, which is the
+  // same for Gemma 3 at 2 and 3 stages (some group fills every lane on each stage) and keeps one
+  // layer's lane the same in every layout.
+  const ModelConfig& stage = backend->config();
+  KvCacheGroups groups = kv_cache_groups(model.config, pool.hybrid, stage.first_layer - model.config.first_layer, stage.n_layers);
+  const int64_t mine = kv_blocks_for_budget(stage, pool.block_size, mib << 20, pool.dtype, groups);
   std::vector<float> all(static_cast<size_t>(world->size()));
   const float mine_f = static_cast<float>(std::min<int64_t>(mine, 1 << 24));
   world->all_gather(&mine_f, all.data(), 1);
@@ -132,8 +142,8 @@ std::unique_ptr<ModelRunner> make_parallel_runner(
     throw InvalidArgument("--kv-cache-mib " + std::to_string(mib) + " holds no KV block of " +
                           std::to_string(pool.block_size) + " tokens on some rank");
   }
-  auto runner =
-      std::make_unique<ModelRunner>(std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype, hybrid});
+  auto runner = std::make_unique<ModelRunner>(
+      std::move(backend), KvPoolConfig{pool.block_size, n_blocks, pool.dtype, pool.hybrid, std::move(groups)});
   std::unique_ptr<ParallelContext> ctx = make_parallel_context(plan, model.config, std::move(world), cuda_device);
   if (plan.tp_size > 1) {  // per-token int8 (issue 62): a row-parallel input's scale is the whole row's
     Communicator* group = ctx->tp.get();

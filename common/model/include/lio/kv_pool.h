@@ -43,17 +43,6 @@ int64_t kv_elem_bytes(KvCacheDType dtype);
 /// kv_dim + 4 * n_kv_heads (int8: the codes and one f32 scale per KV head).
 int64_t kv_slot_bytes(const ModelConfig& config, KvCacheDType dtype);
 
-/// Shape of a KV pool.
-struct KvPoolConfig {
-  int64_t block_size = 16;                  ///< tokens per block (vLLM's default on GPUs is 16)
-  int64_t n_blocks = 0;                     ///< blocks in the pool
-  KvCacheDType dtype = KvCacheDType::F32;   ///< element type
-  /// A model with both full-attention and sliding-window layers gets KV cache groups
-  /// (kv_cache_groups()), so windowed layers can give back blocks that slid out of their window.
-  /// false (or a model with one kind of layer): one group, every layer in every block.
-  bool hybrid = false;
-};
-
 /// How the layers of a model share the pool's blocks: vLLM v1's hybrid KV cache manager
 /// (vllm/v1/core/kv_cache_coordinator.py, `KVCacheGroupSpec`; docs/design/hybrid_kv_cache_manager.md).
 /// Layers are cut into groups of `n_lanes` layers of one kind (full attention, or one sliding
@@ -75,6 +64,24 @@ struct KvCacheGroups {
   int64_t n_groups() const { return static_cast<int64_t>(layers.size()); }
 };
 
+/// Shape of a KV pool.
+struct KvPoolConfig {
+  int64_t block_size = 16;                  ///< tokens per block (vLLM's default on GPUs is 16)
+  int64_t n_blocks = 0;                     ///< blocks in the pool
+  KvCacheDType dtype = KvCacheDType::F32;   ///< element type
+  /// A model with both full-attention and sliding-window layers gets KV cache groups
+  /// (kv_cache_groups()), so windowed layers can give back blocks that slid out of their window.
+  /// false (or a model with one kind of layer): one group, every layer in every block.
+  bool hybrid = false;
+  /// The pool's groups when set (n_groups() > 0; then one entry of layer_group / layer_lane per
+  /// layer of the pool's model): a pipeline stage's pool gets the whole model's groups
+  /// restricted to its layers (kv_cache_groups(whole, hybrid, first_layer, n_layers)), so every
+  /// stage has the driver's group count, windows and lanes. Empty: kv_cache_groups(the pool's
+  /// model, hybrid).
+  KvCacheGroups groups{};
+};
+
+
 /// The groups of `config`: with `hybrid` and both full-attention and sliding-window layers
 /// (all windowed layers with one window), lanes = the smaller of the two layer counts, the
 /// full layers' groups first (group 0 is always full attention), then the windowed ones, each
@@ -83,6 +90,19 @@ struct KvCacheGroups {
 /// group.
 KvCacheGroups kv_cache_groups(const ModelConfig& config, bool hybrid);
 
+/// The groups of the whole model `whole` (first_layer 0, every layer) restricted to a pipeline
+/// stage's layers [first_layer, first_layer + n_layers): the same n_lanes, group count and
+/// windows as kv_cache_groups(whole, hybrid); the stage's layer l (global first_layer + l) is in
+/// the group and lane the whole model gives that global layer (layer_group / layer_lane have
+/// n_layers entries), and layers[g] lists the stage's own layers of group g (local indices;
+/// empty for a group with no layer on this stage: its blocks' lanes go unused there). With one
+/// group (no hybrid layout) a block holds the stage's layers only: n_lanes = n_layers, lane = l.
+/// vLLM v1
+/// does the same (vllm/v1/core/kv_cache_utils.py, get_kv_cache_configs: groups from the merged
+/// specs of all workers, projected onto each worker's layers). Throws InvalidArgument if the
+/// range is not inside [0, whole.n_layers).
+KvCacheGroups kv_cache_groups(const ModelConfig& whole, bool hybrid, int64_t first_layer, int64_t n_layers);
+
 /// Bytes of one block, K and V of every layer: 2 * n_layers * block_size *
 /// kv_slot_bytes(dtype) (f32: 2 * n_layers * block_size * kv_dim * 4). An MLA model's block
 /// holds latent rows: block_size * mla_latent_bytes_per_token (chapter 02, Task 2, lio/mla.h).
@@ -90,10 +110,19 @@ KvCacheGroups kv_cache_groups(const ModelConfig& config, bool hybrid);
 int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype = KvCacheDType::F32,
                        bool hybrid = false);
 
+/// Bytes of one block of a pool with the given groups: 2 * groups.n_lanes * block_size *
+/// kv_slot_bytes(config, dtype) (an MLA model's latent rows as above). A pipeline stage passes
+/// its own (tensor-parallel) config and the whole model's groups restricted to its layers.
+int64_t kv_block_bytes(const ModelConfig& config, int64_t block_size, KvCacheDType dtype, const KvCacheGroups& groups);
+
 /// How many blocks of `block_size` fit in `budget_bytes` (rounded down). Throws
 /// InvalidArgument if block_size < 1 or budget_bytes < 0.
 int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes,
                              KvCacheDType dtype = KvCacheDType::F32, bool hybrid = false);
+
+/// The same for a pool with the given groups (kv_block_bytes' groups form). Throws as above.
+int64_t kv_blocks_for_budget(const ModelConfig& config, int64_t block_size, int64_t budget_bytes, KvCacheDType dtype,
+                             const KvCacheGroups& groups);
 
 /// K/V storage of all layers as blocks, on one device. Backends create it
 /// (Backend::make_kv_pool) and their attention / append ops read its device pointers.

@@ -217,8 +217,8 @@ struct KvPoolOptions {
   KvCacheDType dtype = KvCacheDType::F32;  ///< element type (--kv-cache-dtype)
   /// KV cache groups for a model with both full and sliding-window layers (KvPoolConfig::hybrid).
   /// The Engine's commands turn it on (off again with --disable-hybrid-kv-cache-manager, vLLM's
-  /// flag); code that builds its own block tables keeps one group. The tensor-parallel runner
-  /// keeps the groups (every rank holds every layer); a pipeline-parallel one keeps one group.
+  /// flag); code that builds its own block tables keeps one group. The parallel runners keep the
+  /// groups: every rank's pool has the whole model's groups restricted to its layers.
   bool hybrid = false;
 };
 
