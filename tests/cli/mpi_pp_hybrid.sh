@@ -9,7 +9,9 @@
 #      pool a stage's block holds its own 3 layers: twice one process's blocks);
 #   2. the same at --kv-cache-mib 1 with 64-token blocks, where the pool is short and requests are
 #      preempted (recompute) on both sides;
-#   3. `lio logits` PP 2 bitwise equal to one process.
+#   3. the same short pool with --preemption swap (every group's live blocks to host and back);
+#   4. prompts sharing a prefix through the radix prefix cache (one tree per group) at a short pool;
+#   5. `lio logits` PP 2 bitwise equal to one process.
 # Skips (77) without mpirun or python3.
 source "$(dirname "$0")/smoke_setup.sh" "$@"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -44,6 +46,21 @@ small=(--kv-cache-mib 1 --block-size 64)
 run one_small 1 "${small[@]}"
 run pp2_small 2 "${small[@]}"
 run pp2_small_plain 2 "${small[@]}" --disable-hybrid-kv-cache-manager
+run pp2_small_swap 2 "${small[@]}" --preemption swap
+# 4. Prompts sharing a 30-token prefix: the radix prefix cache (one tree per group) on PP 2 with a
+#    short pool gives one process's uncached token ids.
+python3 - "$work/shared.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(7)
+head = [r.randint(3, 250) for _ in range(30)]
+with open(sys.argv[1], "w") as f:
+    for i in range(6):
+        ids = head + [r.randint(3, 250) for _ in range(5 + 3 * i)]
+        f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": 24, "ignore_eos": True}) + "\n")
+PY
+batch=(batch --model "$model" --prompts "$work/shared.jsonl" --temperature 0 --threads 1)
+run shared_one 1
+run shared_pp2_radix 2 --prefix-cache radix --kv-cache-mib 1 --block-size 16 --max-num-seqs 2  # later requests hit
 
 python3 - "$work" <<'PY' || exit 1
 import json, sys
@@ -70,7 +87,16 @@ for a, b in [("pp2", "one"), ("pp2_small", "one_small")]:
 # One group: a stage's block holds its 3 layers, not the model's 6 (twice the blocks of one process).
 if summary("pp2_plain")["settings"]["kv_blocks"] != 2 * summary("one_plain")["settings"]["kv_blocks"]:
     print("FAIL: PP 2 without the hybrid pool does not hold twice one process's blocks"); sys.exit(1)
-for name in ["one_small", "pp2_small", "pp2_small_plain"]:
+if ids("pp2_small_swap") != ref:
+    print("FAIL: PP 2 with swap preemption differs from one process"); sys.exit(1)
+print(f"ok: pp2_small_swap = one process ({summary('pp2_small_swap')['n_preemptions']} preemptions)")
+if ids("shared_pp2_radix") != ids("shared_one"):
+    print("FAIL: PP 2 with the radix prefix cache differs from one process uncached"); sys.exit(1)
+hits = summary("shared_pp2_radix")["prefix_cache_hits"]
+if hits < 1:
+    print("FAIL: the radix run hit nothing (the check needs cached prefixes)"); sys.exit(1)
+print(f"ok: shared_pp2_radix = one process uncached ({hits} prefix-cache hit tokens)")
+for name in ["one_small", "pp2_small", "pp2_small_plain", "pp2_small_swap"]:
     if summary(name)["n_preemptions"] < 1:
         print(f"FAIL: {name}: the short pool preempted nothing (the check needs preemption)"); sys.exit(1)
 PY
