@@ -55,7 +55,8 @@ void gemma3_config(const GgufFile& file, ModelConfig& c) {
                            "' on the global layers (Gemma 3 4B and larger) is not supported yet");
   }
   if (file.has("gemma3.final_logit_softcapping") || file.has("gemma3.attn_logit_softcapping")) {
-    throw UnsupportedError(file.path() + ": logit soft-capping (Gemma 2) is not supported");
+    throw UnsupportedError(file.path() + ": logit soft-capping on a gemma3 model is not supported (Gemma 2's "
+                           "soft-capped files are architecture gemma2)");
   }
 }
 
@@ -63,7 +64,7 @@ void gemma3_config(const GgufFile& file, ModelConfig& c) {
 /// sliding_window, the window pattern from layer_types ("sliding_attention" / "full_attention",
 /// transformers >= 4.53) or sliding_window_pattern (older exports), rope_local_base_freq,
 /// query_pre_attn_scalar (the softmax scale is its inverse square root), GELU-tanh. The things
-/// this layer does not compute are refused: soft-capping (Gemma 2), RoPE scaling (4B and larger),
+/// this layer does not compute are refused: soft-capping (Gemma 2's, model_type gemma2), RoPE scaling (4B and larger),
 /// another activation, global layers off the every-P-th pattern.
 void gemma3_hf_config(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
   if (!j.contains("sliding_window") || !j["sliding_window"].is_number_integer()) {
@@ -107,7 +108,8 @@ void gemma3_hf_config(const nlohmann::json& j, const std::string& path, ModelCon
   }
   for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
     if (j.contains(key) && !j[key].is_null()) {
-      throw UnsupportedError(path + ": " + key + " (logit soft-capping, Gemma 2) is not supported");
+      throw UnsupportedError(path + ": " + key + " (logit soft-capping) on gemma3_text is not supported (Gemma 2's "
+                             "model_type is gemma2)");
     }
   }
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
