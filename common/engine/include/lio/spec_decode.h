@@ -15,7 +15,8 @@
 // prints the formula next to the measurement). Task 3: the n-gram proposer (what
 // `--spec-method ngram` drafts with). Task 4: the acceptance rule (what chapter 06's round,
 // lio/spec_round.h's Task 5, verifies every draft with, for every proposer and every sampling
-// setting).
+// setting). Task 6: the draft tree (Medusa and EAGLE draft a tree of candidates, verified
+// in one pass with a tree attention mask).
 #pragma once
 
 #include <cstdint>
@@ -99,5 +100,54 @@ int32_t sample_from_probs(std::span<const float> probs, double u);
 SpecVerifyResult verify_drafts(std::span<const float> target_probs, std::span<const float> draft_probs,
                                std::span<const int32_t> drafts, int64_t vocab,
                                const std::function<double()>& uniform);
+
+/// What tree verification decided for one sequence's draft tree (Task 6b).
+struct TreeVerifyResult {
+  /// The accepted nodes, root excluded, in depth order: path[d - 1] is the accepted node at
+  /// depth d, a child of path[d - 2] (of the root for d = 1). Empty when no draft was accepted.
+  std::vector<int32_t> path;
+  /// The tokens to append, in order: the accepted nodes' tokens, then exactly one token drawn by
+  /// the rule at the last accepted node (or the root). Size path.size() + 1.
+  std::vector<int32_t> tokens;
+};
+
+/// Task 6a. The tree attention mask of a draft tree (SpecInfer, Miao et al. 2024, sec. 4
+/// "tree-based parallel decoding"; Medusa, Cai et al. 2024, sec. 2.1.2 "tree attention";
+/// docs/06_speculative.md, section 7 and "Task 6"). Node 0 is the root (the sequence's last
+/// token); node i > 0 drafts a token after its parent parents[i]. The nodes run as n rows of
+/// one pass, in index order, after the sequence's cached prefix; row i may attend to the prefix
+/// and to itself and its ancestors only, never to a sibling's branch.
+/// parents: (n) parent index of each node, parents[0] = -1, 0 <= parents[i] < i for i > 0 (a
+/// parent comes before its children: topological order), 1 <= n <= 64.
+/// Returns (n) masks: bit j of mask[i] is set iff node j is node i or one of its ancestors (so
+/// popcount(mask[i]) - 1 is node i's depth, and mask[0] == 1). A chain (parents[i] = i - 1)
+/// gives the causal mask: mask[i] = 2^(i+1) - 1.
+/// Throws InvalidArgument if n is 0 or above 64, parents[0] != -1, or a parent index is not in
+/// [0, i).
+std::vector<uint64_t> tree_attention_masks(std::span<const int32_t> parents);
+
+/// Task 6b. Verification of a draft tree in one target pass with SpecInfer's multi-draft rule for
+/// deterministic drafts (Miao et al. 2024, Algorithm 2, "multi-step speculative sampling", with
+/// every q one-hot at its node's token; docs/06_speculative.md, section 7 and "Task 6"): starting
+/// at the root, the children of the current node are tried in index order; child c is accepted
+/// with probability p(c's token) where p is the current node's target distribution with every
+/// token of a child already rejected at this node set to 0 and renormalized (the residual
+/// max(0, p - q) of Task 4 for a one-hot q); the first accepted child becomes the current node.
+/// When every child is rejected (or the node is a leaf), one token is drawn from the current
+/// residual (the bonus token at a leaf). The output at each depth is distributed exactly as the
+/// target's sampling would give it. Greedy targets (p one-hot at the argmax) accept the one child
+/// whose token is the argmax and end with the argmax: greedy output equals plain greedy decoding.
+/// target_probs: (n, vocab) row-major, row i = the target's sampling distribution after the
+///   prefix and the tokens of node i's path (node i's own token included; row 0 after the root).
+/// parents: (n) as Task 6a. tokens: (n) each node's token id; tokens[0] (the root's) is not tested.
+///   Siblings must hold distinct tokens.
+/// uniform: U[0, 1) draws, spent as Task 4 spends them: one per child test whose acceptance
+///   probability is strictly between 0 and 1 (u < P accepts), one per token drawn with
+///   sample_from_probs; never otherwise.
+/// Throws InvalidArgument if the shapes disagree (target_probs.size() != n * vocab,
+/// tokens.size() != n), vocab < 1, a token is outside [0, vocab), two siblings hold the same
+/// token, or as Task 6a for `parents`; all before the first draw.
+TreeVerifyResult verify_tree(std::span<const float> target_probs, std::span<const int32_t> parents,
+                             std::span<const int32_t> tokens, int64_t vocab, const std::function<double()>& uniform);
 
 }  // namespace lio
