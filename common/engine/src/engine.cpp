@@ -5,7 +5,6 @@
 #include <string>
 
 #include "lio/error.h"
-#include "lio/spec_round.h"
 
 namespace lio {
 namespace {
@@ -26,42 +25,6 @@ std::unique_ptr<BlockManager> make_swap_space(const EngineConfig& config, const 
 /// The sliding window of each KV cache group of the runner's pool (0 = full attention).
 std::vector<int64_t> group_windows(const KvPool& pool) { return pool.groups().window; }
 
-/// Chapter 06, Task 5's view of one speculating sequence (lio/spec_round.h): its tokens, its
-/// own sampler, and its block tables in this engine's pool.
-class EngineSpecRoundSequence final : public SpecRoundSequence {
- public:
-  EngineSpecRoundSequence(Sequence& seq, KvCacheCoordinator& groups, int64_t vocab)
-      : seq_(seq), groups_(groups), row_(static_cast<size_t>(vocab)) {}
-
-  std::span<const int32_t> token_ids() const override { return seq_.token_ids(); }
-  void target_probs(std::span<const float> logits, std::span<const int32_t> history, std::span<float> probs) override {
-    const std::vector<int32_t>& own = seq_.token_ids();
-    if (logits.size() != row_.size() || probs.size() != row_.size()) {
-      throw InvalidArgument("target_probs: logits and probs must hold vocab = " + std::to_string(row_.size()) +
-                            " floats, got " + std::to_string(logits.size()) + " and " + std::to_string(probs.size()));
-    }
-    if (history.size() < own.size() || !std::equal(own.begin(), own.end(), history.begin())) {
-      throw InvalidArgument("target_probs: history must begin with the sequence's " + std::to_string(own.size()) +
-                            " tokens (token_ids())");
-    }
-    // The sampler's penalties change the row in place: a copy, so the pass's logits stay as
-    // they came. Its output history is what follows the prompt.
-    std::copy(logits.begin(), logits.end(), row_.begin());
-    seq_.sampler().probabilities(row_, history, history.subspan(static_cast<size_t>(seq_.n_prompt_tokens())), probs);
-  }
-  double uniform() override { return seq_.sampler().uniform(); }
-  int64_t num_computed_tokens() const override { return seq_.num_computed_tokens; }
-  void set_num_computed_tokens(int64_t n) override { seq_.num_computed_tokens = n; }
-  void truncate_blocks(int64_t n_tokens) override {
-    groups_.truncate(seq_.block_tables, n_tokens);
-  }
-
- private:
-  Sequence& seq_;
-  KvCacheCoordinator& groups_;
-  std::vector<float> row_;  ///< (vocab) scratch: the row the sampler's penalties write into
-};
-
 }  // namespace
 
 Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConfig& config, ModelRunner* draft)
@@ -73,15 +36,17 @@ Engine::Engine(ModelRunner& runner, const Tokenizer& tokenizer, const EngineConf
       swap_blocks_(make_swap_space(config, runner.kv_pool(), swap_host_)),
       kv_groups_(blocks_, group_windows(runner.kv_pool())),
       scheduler_(config.scheduler, blocks_, prefix_cache_.get(), swap_blocks_.get(), &kv_groups_),
-      proposer_(make_proposer(config.speculative, runner, draft)) {
-  if (proposer_ && !config.reuse_kv) {
+      spec_(config.speculative.method == SpecMethod::None
+                ? nullptr
+                : std::make_unique<SpeculativeDecoder>(config.speculative, runner, draft, kv_groups_)) {
+  if (spec_ && !config.reuse_kv) {
     throw InvalidArgument("speculative decoding needs the KV cache (it verifies drafts against cached K/V)");
   }
   // Every per-step buffer sized now, from the scheduler's limits, so a step allocates nothing
   // and never waits for the device to grow one (the CUDA backend; the CPU's are host vectors).
   const SchedulerConfig& sc = config.scheduler;
   const KvPool& pool = runner.kv_pool();
-  const int64_t rows_per_seq = proposer_ ? 1 + config.speculative.num_speculative_tokens : 1;
+  const int64_t rows_per_seq = spec_ ? spec_->rows_per_sequence() : 1;
   StepLimits limits;
   limits.max_tokens = sc.max_num_batched_tokens;
   limits.max_seqs = sc.max_num_seqs;
@@ -173,8 +138,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
   out.kv_blocks = kv_groups_.n_blocks_held(seq.block_tables);  // every group's, the null block not counted
   if (prefix_cache_ && seq.holds_blocks()) cache_insert(seq, true);  // what it computed stays findable
   scheduler_.remove(&seq);  // frees its blocks at once (cached content kept until reused)
-  if (proposer_) proposer_->release(seq);
-  draft_probs_.erase(seq.id());
+  if (spec_) spec_->release(seq);
 }
 
 void Engine::cache_insert(const Sequence& seq, bool finished) {
@@ -237,72 +201,11 @@ std::vector<RequestOutput> Engine::step() {
 }
 
 void Engine::plan_lookahead() {
-  if (!proposer_) return;
-  // Every running sequence about to decode may speculate, k capped so that the drafts neither
-  // pass max_tokens nor the context. Sequences that fork samples or report logprobs do not.
-  const int64_t k_max = config_.speculative.num_speculative_tokens;
-  const int64_t context_length = runner_.config().context_length;
-  std::vector<Sequence*> seqs;
-  std::vector<int64_t> ks;
-  for (auto& [id, seq] : live_) {
-    seq->num_lookahead_slots = 0;
-    seq->spec_token_ids.clear();
-    if (seq->status != SequenceStatus::Running || seq->n_tokens() - seq->num_computed_tokens != 1) continue;
-    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0) continue;
-    const int64_t k = std::min({k_max, seq->params().max_tokens - seq->n_generated() - 1,
-                                context_length - seq->n_tokens()});
-    if (k < 1) continue;
-    seqs.push_back(seq.get());
-    ks.push_back(k);
-  }
-  if (!proposer_->drafts_before_schedule()) {
-    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->num_lookahead_slots = ks[i];
-    return;
-  }
-  // n-gram lookup needs no forward pass: draft now, reserve exactly what was drafted.
-  std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i]->spec_token_ids = std::move(props[i].tokens);
-    seqs[i]->num_lookahead_slots = static_cast<int64_t>(seqs[i]->spec_token_ids.size());
-  }
+  if (spec_) spec_->plan_lookahead(live_);
 }
 
 void Engine::draft(SchedulerOutput& sched) {
-  if (!proposer_) return;
-  draft_probs_.clear();
-  std::vector<Sequence*> seqs;
-  std::vector<int64_t> ks;
-  std::vector<ScheduledSequence*> entries;
-  for (ScheduledSequence& s : sched.scheduled) {
-    Sequence& seq = *s.seq;
-    const int64_t extra = s.n_new_tokens - (seq.n_tokens() - seq.num_computed_tokens);
-    if (extra <= 0) {
-      seq.spec_token_ids.clear();
-      continue;
-    }
-    if (proposer_->drafts_before_schedule()) {
-      seq.spec_token_ids.resize(static_cast<size_t>(extra));  // the budget may have cut some
-      continue;
-    }
-    seqs.push_back(&seq);
-    ks.push_back(extra);
-    entries.push_back(&s);
-  }
-  if (!seqs.empty()) {
-    std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      Sequence& seq = *seqs[i];
-      seq.spec_token_ids = std::move(props[i].tokens);
-      if (!props[i].probs.empty()) draft_probs_[seq.id()] = std::move(props[i].probs);
-      // A drafter may return fewer than asked (its pool full): the row count follows. The
-      // slots reserved for the rest are given back with the rejected ones after the pass.
-      entries[i]->n_new_tokens = 1 + static_cast<int64_t>(seq.spec_token_ids.size());
-    }
-  }
-  sched.n_tokens = 0;
-  for (const ScheduledSequence& s : sched.scheduled) sched.n_tokens += s.n_new_tokens;
-  sched.n_tokens += static_cast<int64_t>(sched.padding.size());
-  for (auto& [id, seq] : live_) seq->num_lookahead_slots = 0;
+  if (spec_) spec_->draft(sched, live_);
 }
 
 SchedulerOutput Engine::schedule(std::vector<RequestOutput>& out) {
@@ -314,11 +217,8 @@ SchedulerOutput Engine::schedule(std::vector<RequestOutput>& out) {
     live_.erase(seq->id());
   }
   sched.unfittable.clear();  // erased above: no dangling pointers past this point
-  if (proposer_) {
-    for (Sequence* seq : sched.preempted) {  // its drafts are void; the draft's K/V go too
-      proposer_->release(*seq);
-      seq->spec_token_ids.clear();
-    }
+  if (spec_) {
+    for (Sequence* seq : sched.preempted) spec_->on_preempted(*seq);
   }
   return sched;
 }
@@ -341,37 +241,8 @@ std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {
     for (const int32_t t : runner_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
     return results;
   }
-  // Chapter 06: logits rows come back to the host; a sequence with drafts finishes its round
-  // over its 1 + k rows (verify()), the others sample their one row as forward_sample() would.
-  const std::span<const float> logits = runner_.forward(step.batch);
-  const int64_t vocab = runner_.config().vocab_size;
-  std::vector<float> row(static_cast<size_t>(vocab));
-  int64_t r = 0;
-  for (Sequence* seq : step.sampling) {
-    const auto n_rows = 1 + static_cast<int64_t>(seq->spec_token_ids.size());
-    const std::span<const float> rows = logits.subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(n_rows * vocab));
-    if (n_rows == 1) {
-      std::copy(rows.begin(), rows.end(), row.begin());
-      results.push_back({{seq->sampler().sample(row, seq->token_ids(), seq->output_ids())}, 0});
-    } else {
-      results.push_back(verify(*seq, rows));
-    }
-    r += n_rows;
-  }
-  return results;
-}
-
-SpecVerifyResult Engine::verify(Sequence& seq, std::span<const float> logits) {
-  // Chapter 06, Task 5: p_0 .. p_k from the pass's rows, Task 4's acceptance, and the rollback
-  // of the sequence's KV cache to what stays valid.
-  const auto q = draft_probs_.find(seq.id());
-  SpecRoundPass pass;
-  pass.logits = logits;
-  pass.drafts = seq.spec_token_ids;
-  if (q != draft_probs_.end()) pass.draft_probs = q->second;
-  pass.vocab = runner_.config().vocab_size;
-  EngineSpecRoundSequence view(seq, kv_groups_, pass.vocab);
-  return finish_speculative_round(pass, view);
+  // Chapter 06: logits rows come back to the host for the speculative rounds.
+  return spec_->verify(step, runner_.forward(step.batch));
 }
 
 void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
@@ -398,30 +269,13 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
       if (seq.finish_reason) break;
     }
     if (!seq.spec_token_ids.empty()) {
-      // Chapter 06: run() rolled the cache back to the verified length (Task 5). A stop inside
-      // the tokens just appended keeps fewer of them than that: the cache never counts a
-      // position past the sequence's last token. The prefix cache and the drafter see the
-      // verified length only.
-      const int64_t n_accepted = next[i].n_accepted;
-      if (seq.num_computed_tokens > seq.n_tokens()) {
-        seq.num_computed_tokens = seq.n_tokens();
-        kv_groups_.truncate(seq.block_tables, seq.num_computed_tokens);
-      }
+      // Chapter 06: the round's bookkeeping (the cache cut back past a stop, the counters, the
+      // drafter's rollback); the prefix cache sees the verified length only.
+      spec_->finish_round(seq, next[i], o);
       if (prefix_cache_) cache_insert(seq, false);
-      const auto k = static_cast<int64_t>(seq.spec_token_ids.size());
-      seq.n_spec_drafts += 1;
-      seq.n_spec_draft_tokens += k;
-      seq.n_spec_accepted_tokens += n_accepted;
-      seq.n_spec_rejections += n_accepted < k ? 1 : 0;
-      stats_.spec_num_drafts += 1;
-      stats_.spec_num_draft_tokens += k;
-      stats_.spec_num_accepted_tokens += n_accepted;
-      o.n_spec_drafts = seq.n_spec_drafts;
-      o.n_spec_draft_tokens = seq.n_spec_draft_tokens;
-      o.n_spec_accepted_tokens = seq.n_spec_accepted_tokens;
-      o.n_spec_rejections = seq.n_spec_rejections;
-      proposer_->on_verified(seq);
-      seq.spec_token_ids.clear();
+      stats_.spec_num_drafts = spec_->stats().num_drafts;
+      stats_.spec_num_draft_tokens = spec_->stats().num_draft_tokens;
+      stats_.spec_num_accepted_tokens = spec_->stats().num_accepted_tokens;
     }
     o.n_generated_tokens = seq.n_generated();
     if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);

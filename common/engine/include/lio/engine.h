@@ -25,6 +25,7 @@
 #include "lio/sequence.h"
 #include "lio/spec_decode.h"
 #include "lio/speculative.h"
+#include "lio/speculative_decoder.h"
 #include "lio/tokenizer.h"
 
 namespace lio {
@@ -151,7 +152,9 @@ class Engine : private EngineStepPhases {
   const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
   /// Chapter 06's drafter, or nullptr without speculation (read-only: a test's view of the
   /// draft model's blocks).
-  const Proposer* proposer() const { return proposer_.get(); }
+  const Proposer* proposer() const { return spec_ ? &spec_->proposer() : nullptr; }
+  /// Chapter 06's speculation (drafter, rounds, counters), or nullptr without it.
+  const SpeculativeDecoder* speculative_decoder() const { return spec_.get(); }
   /// Sequences waiting or running, by sequence id (read-only; for the chapter executable's
   /// block-table views).
   const std::map<int64_t, std::unique_ptr<Sequence>>& live_sequences() const { return live_; }
@@ -170,7 +173,6 @@ class Engine : private EngineStepPhases {
   int64_t block_size() const override { return blocks_.block_size(); }
   Sampler& padding_sampler() override { return padding_sampler_; }
 
-  SpecVerifyResult verify(Sequence& seq, std::span<const float> logits);
   RequestOutput output_of(const Sequence& seq) const;
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out);
   void fork_samples(Sequence& parent);
@@ -191,8 +193,7 @@ class Engine : private EngineStepPhases {
   std::map<int64_t, std::unique_ptr<Sequence>> live_;  ///< waiting or running, by id
   EngineStats stats_;
   Sampler padding_sampler_{SamplerConfig{}};  ///< greedy; static batching's padding rows
-  std::unique_ptr<Proposer> proposer_;         ///< chapter 06's drafter; nullptr = no speculation
-  std::map<int64_t, std::vector<float>> draft_probs_;  ///< this step's q rows, by sequence id
+  std::unique_ptr<SpeculativeDecoder> spec_;   ///< chapter 06; nullptr = no speculation (after kv_groups_)
   GraphCapture graph_capture_;  ///< the decode graphs captured at construction
 
   mutable std::mutex inbox_mutex_;

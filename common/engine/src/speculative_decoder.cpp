@@ -1,0 +1,187 @@
+#include "lio/speculative_decoder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lio/error.h"
+#include "lio/spec_round.h"
+
+namespace lio {
+namespace {
+
+/// Chapter 06, Task 5's view of one speculating sequence (lio/spec_round.h): its tokens, its
+/// own sampler, and its block tables in this engine's pool.
+class EngineSpecRoundSequence final : public SpecRoundSequence {
+ public:
+  EngineSpecRoundSequence(Sequence& seq, KvCacheCoordinator& groups, int64_t vocab)
+      : seq_(seq), groups_(groups), row_(static_cast<size_t>(vocab)) {}
+
+  std::span<const int32_t> token_ids() const override { return seq_.token_ids(); }
+  void target_probs(std::span<const float> logits, std::span<const int32_t> history, std::span<float> probs) override {
+    const std::vector<int32_t>& own = seq_.token_ids();
+    if (logits.size() != row_.size() || probs.size() != row_.size()) {
+      throw InvalidArgument("target_probs: logits and probs must hold vocab = " + std::to_string(row_.size()) +
+                            " floats, got " + std::to_string(logits.size()) + " and " + std::to_string(probs.size()));
+    }
+    if (history.size() < own.size() || !std::equal(own.begin(), own.end(), history.begin())) {
+      throw InvalidArgument("target_probs: history must begin with the sequence's " + std::to_string(own.size()) +
+                            " tokens (token_ids())");
+    }
+    // The sampler's penalties change the row in place: a copy, so the pass's logits stay as
+    // they came. Its output history is what follows the prompt.
+    std::copy(logits.begin(), logits.end(), row_.begin());
+    seq_.sampler().probabilities(row_, history, history.subspan(static_cast<size_t>(seq_.n_prompt_tokens())), probs);
+  }
+  double uniform() override { return seq_.sampler().uniform(); }
+  int64_t num_computed_tokens() const override { return seq_.num_computed_tokens; }
+  void set_num_computed_tokens(int64_t n) override { seq_.num_computed_tokens = n; }
+  void truncate_blocks(int64_t n_tokens) override {
+    groups_.truncate(seq_.block_tables, n_tokens);
+  }
+
+ private:
+  Sequence& seq_;
+  KvCacheCoordinator& groups_;
+  std::vector<float> row_;  ///< (vocab) scratch: the row the sampler's penalties write into
+};
+
+}  // namespace
+
+SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, ModelRunner& target, ModelRunner* draft,
+                                       KvCacheCoordinator& groups)
+    : config_(config), target_(target), groups_(groups), proposer_(make_proposer(config, target, draft)) {
+  if (!proposer_) throw InvalidArgument("SpeculativeDecoder: --spec-method none drafts nothing (hold no decoder)");
+}
+
+void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<Sequence>>& live) {
+  const int64_t k_max = config_.num_speculative_tokens;
+  const int64_t context_length = target_.config().context_length;
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> ks;
+  for (const auto& [id, seq] : live) {
+    seq->num_lookahead_slots = 0;
+    seq->spec_token_ids.clear();
+    if (seq->status != SequenceStatus::Running || seq->n_tokens() - seq->num_computed_tokens != 1) continue;
+    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0) continue;
+    const int64_t k = std::min({k_max, seq->params().max_tokens - seq->n_generated() - 1,
+                                context_length - seq->n_tokens()});
+    if (k < 1) continue;
+    seqs.push_back(seq.get());
+    ks.push_back(k);
+  }
+  if (!proposer_->drafts_before_schedule()) {
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->num_lookahead_slots = ks[i];
+    return;
+  }
+  // n-gram lookup needs no forward pass: draft now, reserve exactly what was drafted.
+  std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->spec_token_ids = std::move(props[i].tokens);
+    seqs[i]->num_lookahead_slots = static_cast<int64_t>(seqs[i]->spec_token_ids.size());
+  }
+}
+
+void SpeculativeDecoder::draft(SchedulerOutput& sched, const std::map<int64_t, std::unique_ptr<Sequence>>& live) {
+  draft_probs_.clear();
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> ks;
+  std::vector<ScheduledSequence*> entries;
+  for (ScheduledSequence& s : sched.scheduled) {
+    Sequence& seq = *s.seq;
+    const int64_t extra = s.n_new_tokens - (seq.n_tokens() - seq.num_computed_tokens);
+    if (extra <= 0) {
+      seq.spec_token_ids.clear();
+      continue;
+    }
+    if (proposer_->drafts_before_schedule()) {
+      seq.spec_token_ids.resize(static_cast<size_t>(extra));  // the budget may have cut some
+      continue;
+    }
+    seqs.push_back(&seq);
+    ks.push_back(extra);
+    entries.push_back(&s);
+  }
+  if (!seqs.empty()) {
+    std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& seq = *seqs[i];
+      seq.spec_token_ids = std::move(props[i].tokens);
+      if (!props[i].probs.empty()) draft_probs_[seq.id()] = std::move(props[i].probs);
+      // A drafter may return fewer than asked (its pool full): the row count follows. The
+      // slots reserved for the rest are given back with the rejected ones after the pass.
+      entries[i]->n_new_tokens = 1 + static_cast<int64_t>(seq.spec_token_ids.size());
+    }
+  }
+  sched.n_tokens = 0;
+  for (const ScheduledSequence& s : sched.scheduled) sched.n_tokens += s.n_new_tokens;
+  sched.n_tokens += static_cast<int64_t>(sched.padding.size());
+  for (const auto& [id, seq] : live) seq->num_lookahead_slots = 0;
+}
+
+void SpeculativeDecoder::on_preempted(Sequence& seq) {
+  proposer_->release(seq);  // its drafts are void; the draft's K/V go too
+  seq.spec_token_ids.clear();
+}
+
+void SpeculativeDecoder::release(const Sequence& seq) {
+  proposer_->release(seq);
+  draft_probs_.erase(seq.id());
+}
+
+std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, std::span<const float> logits) {
+  const int64_t vocab = target_.config().vocab_size;
+  std::vector<SpecVerifyResult> results;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  int64_t r = 0;
+  for (Sequence* seq : step.sampling) {
+    const auto n_rows = 1 + static_cast<int64_t>(seq->spec_token_ids.size());
+    const std::span<const float> rows = logits.subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(n_rows * vocab));
+    r += n_rows;
+    if (n_rows == 1) {
+      std::copy(rows.begin(), rows.end(), row.begin());
+      results.push_back({{seq->sampler().sample(row, seq->token_ids(), seq->output_ids())}, 0});
+      continue;
+    }
+    // Chapter 06, Task 5: p_0 .. p_k from the pass's rows, Task 4's acceptance, and the rollback
+    // of the sequence's KV cache to what stays valid.
+    SpecRoundPass pass;
+    pass.logits = rows;
+    pass.drafts = seq->spec_token_ids;
+    const auto q = draft_probs_.find(seq->id());
+    if (q != draft_probs_.end()) pass.draft_probs = q->second;
+    pass.vocab = vocab;
+    EngineSpecRoundSequence view(*seq, groups_, vocab);
+    results.push_back(finish_speculative_round(pass, view));
+  }
+  return results;
+}
+
+void SpeculativeDecoder::finish_round(Sequence& seq, const SpecVerifyResult& result, RequestOutput& out) {
+  // verify() rolled the cache back to the verified length (Task 5). A stop inside the tokens
+  // just appended keeps fewer of them than that: the cache never counts a position past the
+  // sequence's last token. The drafter sees the verified length only.
+  if (seq.num_computed_tokens > seq.n_tokens()) {
+    seq.num_computed_tokens = seq.n_tokens();
+    groups_.truncate(seq.block_tables, seq.num_computed_tokens);
+  }
+  const auto k = static_cast<int64_t>(seq.spec_token_ids.size());
+  const int64_t n_accepted = result.n_accepted;
+  seq.n_spec_drafts += 1;
+  seq.n_spec_draft_tokens += k;
+  seq.n_spec_accepted_tokens += n_accepted;
+  seq.n_spec_rejections += n_accepted < k ? 1 : 0;
+  stats_.num_drafts += 1;
+  stats_.num_draft_tokens += k;
+  stats_.num_accepted_tokens += n_accepted;
+  if (static_cast<int64_t>(stats_.accepted_per_position.size()) < n_accepted)
+    stats_.accepted_per_position.resize(static_cast<size_t>(n_accepted), 0);
+  for (int64_t i = 0; i < n_accepted; ++i) stats_.accepted_per_position[static_cast<size_t>(i)] += 1;
+  out.n_spec_drafts = seq.n_spec_drafts;
+  out.n_spec_draft_tokens = seq.n_spec_draft_tokens;
+  out.n_spec_accepted_tokens = seq.n_spec_accepted_tokens;
+  out.n_spec_rejections = seq.n_spec_rejections;
+  proposer_->on_verified(seq);
+  seq.spec_token_ids.clear();
+}
+
+}  // namespace lio
