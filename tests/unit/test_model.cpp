@@ -137,6 +137,48 @@ TEST_F(ModelTest, GreedyGenerationIdenticalWithAndWithoutCache) {
   EXPECT_EQ(a.kv_bytes, m.config.kv_bytes_per_token(4) * a.kv_tokens);
 }
 
+TEST_F(ModelTest, HiddenStatesTimesTheOutputMatrixAreTheLogits) {
+  // return_hidden keeps each logits row after the output norm, before the LM head: for a tied
+  // F32 model, hidden . embed^T must give the logits (issue 63: what Medusa heads read).
+  TinyModelSpec spec;
+  lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
+  lio::LoadedModel m = lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored);
+  const lio::testing::TinyModelTensors tensors = lio::testing::make_tiny_tensors(spec);
+  const std::vector<float>& embed = tensors.get("model.embed_tokens.weight");
+  auto runner = cpu_runner(m);
+  lio::SoloSequence seq(*runner, static_cast<int64_t>(kTokens.size()));
+  const std::vector<int32_t> head(kTokens.begin(), kTokens.begin() + 5);
+  seq.forward(head, /*all_logits=*/false);
+  EXPECT_TRUE(runner->hidden_states().empty());  // not asked for
+  const std::vector<int32_t> rest(kTokens.begin() + 5, kTokens.end());
+  const std::vector<float> logits = [&] {
+    auto l = seq.forward(rest, /*all_logits=*/true, /*return_hidden=*/true);
+    return std::vector<float>(l.begin(), l.end());
+  }();
+  const int64_t n = static_cast<int64_t>(rest.size()), d = spec.d_model, vocab = spec.vocab_size();
+  std::span<const float> hidden = runner->hidden_states();
+  ASSERT_EQ(static_cast<int64_t>(hidden.size()), n * d);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t v = 0; v < vocab; ++v) {
+      double dot = 0;
+      for (int64_t j = 0; j < d; ++j) dot += double(hidden[i * d + j]) * embed[v * d + j];
+      worst = std::max(worst, std::abs(dot - logits[i * vocab + v]));
+    }
+  }
+  EXPECT_LT(worst, 1e-4);  // the same f32 products, summed in another order
+  // forward_sample keeps them as well (the greedy path of a drafter's target step).
+  lio::Sampler sampler(lio::SamplerConfig{});
+  const std::vector<int32_t> one = {kTokens[0]};
+  lio::ForwardBatch b(16);
+  std::vector<int32_t> table(1, 63);  // a block the sequence above does not use
+  b.add_sequence(one, 0, table, 1);
+  b.return_hidden = true;
+  const lio::SampleRow row{&sampler, one};
+  runner->forward_sample(b, std::span<const lio::SampleRow>(&row, 1));
+  EXPECT_EQ(static_cast<int64_t>(runner->hidden_states().size()), d);
+}
+
 TEST_F(ModelTest, RejectsBadCalls) {
   TinyModelSpec spec;
   lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);

@@ -26,7 +26,9 @@ int64_t graph_bucket(std::span<const int64_t> sizes, int64_t n) {
 }
 
 bool is_graph_decode_batch(const ForwardBatch& b) {
-  if (b.n_seqs() < 1 || b.n_layers != 0 || b.n_tokens() != b.n_seqs() || b.n_logits() != b.n_seqs()) return false;
+  if (b.n_seqs() < 1 || b.n_layers != 0 || b.return_hidden || b.n_tokens() != b.n_seqs() ||
+      b.n_logits() != b.n_seqs())
+    return false;
   for (int64_t s = 0; s < b.n_seqs(); ++s)
     if (b.query_len(s) != 1 || b.logits_rows[static_cast<size_t>(s)] != b.query_start_loc[static_cast<size_t>(s)])
       return false;

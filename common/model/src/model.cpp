@@ -15,6 +15,7 @@ Model::Model(Backend& backend)
 
 float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   Backend& be = backend_;
+  hidden_ = nullptr;
   const ModelConfig& c = be.config();  // this rank's shard (the whole model on one rank)
   const ModelConfig& full = config();
   batch.validate(full.vocab_size, full.context_length, pool.n_blocks(), pool.n_groups());
@@ -84,6 +85,7 @@ float* Model::forward_device(const ForwardBatch& batch, KvPool& pool) {
   float* rows = be.scratch(Scratch::Rows, n_out * d);
   be.gather_rows(x, view.logits_rows, n_out, d, rows);
   be.rmsnorm(rows, {WeightKind::OutputNorm}, rows, n_out);
+  hidden_ = rows;  // the final hidden states (the residual stream is whole on every rank)
   be.matmul({WeightKind::Output}, rows, logits, n_out, false);  // vocabulary-parallel: this rank's columns
   // Per-logit transforms (elementwise, so each rank's vocabulary columns alone): granite's 1 /
   // logit_scale, then gemma2's final soft-cap (llama.cpp's llm_build_granite / _gemma2_iswa).

@@ -118,11 +118,29 @@ float* ModelRunner::forward_device(const ForwardBatch& batch) {
   return model_.forward_device(batch, *pool_);
 }
 
+void ModelRunner::check_hidden_request(const ForwardBatch& batch) const {
+  if (batch.return_hidden && parallel_ && parallel_->plan.pp_size > 1) {
+    throw UnsupportedError("forward: hidden states (return_hidden) under pipeline parallelism are not supported: the "
+                           "driver is not the last stage (run the drafter with --pipeline-parallel-size 1)");
+  }
+}
+
+void ModelRunner::keep_hidden(const ForwardBatch& batch) {
+  hidden_.clear();
+  if (!batch.return_hidden || batch.n_logits() == 0) return;
+  const float* rows = model_.hidden_device();
+  LIO_CHECK(rows != nullptr, "return_hidden: the pass kept no hidden states");
+  hidden_.resize(static_cast<size_t>(batch.n_logits() * config().d_model));
+  backend_->to_host(rows, static_cast<int64_t>(hidden_.size()), hidden_.data());
+}
+
 std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
+  check_hidden_request(batch);
   logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));
   if (!graph_sizes_.empty()) {  // one process (a grid captures none): Model::forward's one-rank path
     const float* device_logits = forward_device(batch);
     backend_->to_host(device_logits, batch.n_logits() * config().vocab_size, logits_.data());
+    keep_hidden(batch);
     return logits_;
   }
   if (parallel_ && parallel_->world->size() > 1) {
@@ -131,6 +149,7 @@ std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
     broadcast_command(rpc::kForward, rpc::serialize(batch));
   }
   model_.forward(batch, *pool_, logits_);
+  keep_hidden(batch);
   return logits_;
 }
 
@@ -172,7 +191,9 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
     }
     return tokens;
   }
+  check_hidden_request(batch);
   float* device_logits = forward_device(batch);
+  keep_hidden(batch);
   const std::vector<ArgmaxRow> found = backend_->greedy_argmax(device_logits, greedy, penalty_tokens, penalties);
   std::vector<uint8_t> done(static_cast<size_t>(n_out), 0);
   for (size_t g = 0; g < greedy.size(); ++g) {

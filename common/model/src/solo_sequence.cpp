@@ -39,8 +39,9 @@ ForwardBatch SoloSequence::batch(std::span<const int32_t> tokens, bool all_logit
   return b;
 }
 
-std::span<const float> SoloSequence::forward(std::span<const int32_t> tokens, bool all_logits) {
-  const ForwardBatch b = batch(tokens, all_logits);
+std::span<const float> SoloSequence::forward(std::span<const int32_t> tokens, bool all_logits, bool return_hidden) {
+  ForwardBatch b = batch(tokens, all_logits);
+  b.return_hidden = return_hidden;
   std::span<const float> logits = runner_.forward(b);
   n_tokens_ += b.n_tokens();
   return logits;

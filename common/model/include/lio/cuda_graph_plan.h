@@ -29,8 +29,9 @@ std::vector<int64_t> graph_capture_sizes(int64_t max_num_seqs);
 int64_t graph_bucket(std::span<const int64_t> sizes, int64_t n);
 
 /// Whether `b` is a batch a decode graph replays: at least one sequence, each with exactly one
-/// query row that gets logits, every layer run (n_layers == 0). Speculative verification (k + 1
-/// rows), prefill chunks and early exit are not.
+/// query row that gets logits, every layer run (n_layers == 0), no hidden states kept
+/// (return_hidden: the graph's rows are not copied back). Speculative verification (k + 1 rows),
+/// prefill chunks and early exit are not.
 bool is_graph_decode_batch(const ForwardBatch& b);
 
 /// Appends bucket - n_seqs padding sequences to the decode batch `b`: one row each, token 0 at

@@ -71,6 +71,11 @@ struct ForwardBatch {
   /// self-drafting, Elhoushi et al. 2024, LayerSkip): the first L layers, then the final norm
   /// and the LM head. Only layers 0 .. L - 1 write K/V.
   int64_t n_layers = 0;
+  /// Keep the final hidden state of each logits row (after the output norm, before the LM head):
+  /// ModelRunner::hidden_states() returns them, (n_logits, d_model). What Medusa heads and EAGLE
+  /// drafters read (Cai et al. 2024, sec. 2.1; issue 63) and what `lio spec-data` collects.
+  /// Such a batch runs eagerly (no CUDA graph); refused under pipeline parallelism.
+  bool return_hidden = false;
 
   /// Rows in the batch (tokens).
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }

@@ -56,6 +56,12 @@ class Model {
   /// Throws InvalidArgument if `logits` has another size, or as forward_device().
   void forward(const ForwardBatch& batch, KvPool& pool, std::span<float> logits);
 
+  /// The last forward_device()'s final hidden states in the backend's memory: the logits rows
+  /// after the output norm, before the LM head, (n_logits, d_model) row-major, valid until the
+  /// next forward. Null when that pass had no logits rows or was not the last pipeline stage.
+  /// Over tensor parallelism every rank holds them whole.
+  const float* hidden_device() const { return hidden_; }
+
   /// The model's config: the whole model's, also over ranks (the backend's is the shard's).
   const ModelConfig& config() const { return parallel_ ? parallel_->full_config : backend_.config(); }
 
@@ -65,6 +71,7 @@ class Model {
   ParallelContext* parallel_ = nullptr;
   ForwardBatch local_batch_;        ///< over tensor parallelism: the batch with shard-local token ids
   std::vector<float> staging_;      ///< host buffer of the logits' reordering (the pipeline's own: ParallelContext)
+  const float* hidden_ = nullptr;   ///< the last pass's (n_logits, d_model) normed rows (Scratch::Rows), or null
 };
 
 }  // namespace lio

@@ -156,7 +156,20 @@ class ModelRunner {
   /// batch.n_logits(), or as forward() and Sampler::sample.
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows);
 
+  /// The final hidden states of the last forward() / forward_sample(), on the host: each logits
+  /// row's residual stream after the output norm, before the LM head, (n_logits, d_model)
+  /// row-major (logits = hidden . W_out^T, before granite's scale or a soft-cap); valid until the
+  /// next forward. Empty unless that batch set return_hidden. Medusa's heads and EAGLE's drafter
+  /// read them (issue 63). Over tensor parallelism the driver's copy (every rank holds them
+  /// whole); a return_hidden batch under pipeline parallelism throws UnsupportedError (the driver
+  /// is not the last stage).
+  std::span<const float> hidden_states() const { return hidden_; }
+
  private:
+  /// Throws UnsupportedError when `batch` asks for hidden states under pipeline parallelism.
+  void check_hidden_request(const ForwardBatch& batch) const;
+  /// Copies the last pass's hidden states to hidden_ when `batch` asked for them, else clears it.
+  void keep_hidden(const ForwardBatch& batch);
   /// Driver: sends command `cmd` with `payload` to the workers (no-op without a grid).
   void broadcast_command(int32_t cmd, const std::vector<int32_t>& payload);
   /// The forward pass on the device: a graph replay when `batch` fits a captured bucket, else
@@ -168,6 +181,7 @@ class ModelRunner {
   std::unique_ptr<KvPool> pool_;
   Model model_;
   std::vector<float> logits_;  ///< (n_logits, vocab_size) host copy
+  std::vector<float> hidden_;  ///< (n_logits, d_model) host copy when the batch set return_hidden
   std::vector<float> worker_swap_;  ///< a worker's host blocks for swap preemption
   bool workers_stopped_ = false;
   StepLimits limits_;                 ///< the last reserve()'s (graph buckets and block-table width)
@@ -188,9 +202,10 @@ class SoloSequence {
 
   /// Runs `tokens` at positions n_tokens() .. + n - 1 and returns the host logits:
   /// (n, vocab_size) when all_logits, else (1, vocab_size) for the last token; valid until the
-  /// next call. Throws InvalidArgument if tokens is empty, an id is outside the vocabulary, or
-  /// the chunk does not fit the capacity.
-  std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false);
+  /// next call. With `return_hidden` the logits rows' final hidden states are kept too
+  /// (ModelRunner::hidden_states). Throws InvalidArgument if tokens is empty, an id is outside
+  /// the vocabulary, or the chunk does not fit the capacity.
+  std::span<const float> forward(std::span<const int32_t> tokens, bool all_logits = false, bool return_hidden = false);
   /// Runs `tokens` like forward() and samples the next token (ModelRunner::forward_sample).
   int32_t forward_sample(std::span<const int32_t> tokens, Sampler& sampler,
                          std::span<const int32_t> history);
