@@ -165,6 +165,26 @@ TEST_F(Safetensors, ListsUnsupportedDtypes) {
   EXPECT_TRUE(set.find("w")->supported);
 }
 
+TEST_F(Safetensors, WritesI32Tensors) {
+  SafetensorsWriter w;
+  const std::vector<int32_t> ids = {7, -1, 49151, 0, 12, 3};
+  w.add_tensor_i32("tokens", {2, 3}, ids);
+  w.add_tensor_f32("h", DType::F32, {2}, std::vector<float>{1.5f, -2.0f});
+  EXPECT_THROW(w.add_tensor_i32("tokens", {6}, ids), lio::InvalidArgument);  // duplicate
+  EXPECT_THROW(w.add_tensor_i32("short", {7}, ids), lio::InvalidArgument);   // 6 values, 7 elements
+  w.write(path("ids.safetensors"));
+  const SafetensorsSet set = SafetensorsSet::open_file(path("ids.safetensors"));
+  const lio::SafetensorsTensor* t = set.find("tokens");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->dtype_name, "I32");
+  EXPECT_EQ(t->shape, (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(t->size_bytes, 24);
+  std::vector<int32_t> back(6);
+  std::memcpy(back.data(), t->data, 24);
+  EXPECT_EQ(back, ids);
+  EXPECT_TRUE(set.find("h")->supported);
+}
+
 TEST_F(Safetensors, RoundTripsShardedDirectory) {
   const std::vector<float> a = random_values(8, 4);
   const std::vector<float> b = random_values(4, 5);

@@ -322,6 +322,17 @@ void SafetensorsWriter::add_tensor(const std::string& name, DType dtype, std::ve
     throw InvalidArgument(what + ": dtype " + std::string(dtype_info(dtype).name) +
                           " is not supported (supported: F32, F16, BF16)");
   }
+  const int64_t n_elems = check_new_tensor(name, shape);
+  const int64_t expected_bytes = dtype_row_bytes(dtype, n_elems);
+  if (static_cast<int64_t>(data.size()) != expected_bytes) {
+    throw InvalidArgument(what + ": data has " + std::to_string(data.size()) + " bytes, expected " +
+                          std::to_string(expected_bytes));
+  }
+  tensors_.push_back({name, std::string(st_dtype_name(dtype)), std::move(shape), {data.begin(), data.end()}});
+}
+
+int64_t SafetensorsWriter::check_new_tensor(const std::string& name, const std::vector<int64_t>& shape) const {
+  const std::string what = "SafetensorsWriter: tensor " + single_quoted(name);
   if (name == kMetadataKey) throw InvalidArgument(what + ": reserved name");
   for (const Pending& t : tensors_) {
     if (t.name == name) throw InvalidArgument(what + ": duplicate tensor name");
@@ -333,12 +344,18 @@ void SafetensorsWriter::add_tensor(const std::string& name, DType dtype, std::ve
                             std::to_string(dim));
     }
   }
-  const int64_t expected_bytes = dtype_row_bytes(dtype, n_elems);
-  if (static_cast<int64_t>(data.size()) != expected_bytes) {
-    throw InvalidArgument(what + ": data has " + std::to_string(data.size()) + " bytes, expected " +
-                          std::to_string(expected_bytes));
+  return n_elems;
+}
+
+void SafetensorsWriter::add_tensor_i32(const std::string& name, std::vector<int64_t> shape,
+                                       std::span<const int32_t> values) {
+  const int64_t n_elems = check_new_tensor(name, shape);
+  if (n_elems != static_cast<int64_t>(values.size())) {
+    throw InvalidArgument("SafetensorsWriter: tensor " + single_quoted(name) + ": " + std::to_string(values.size()) +
+                          " values for " + std::to_string(n_elems) + " elements");
   }
-  tensors_.push_back({name, dtype, std::move(shape), {data.begin(), data.end()}});
+  const auto* bytes = reinterpret_cast<const std::byte*>(values.data());  // little-endian hosts only (x86, arm64)
+  tensors_.push_back({name, "I32", std::move(shape), {bytes, bytes + values.size_bytes()}});
 }
 
 void SafetensorsWriter::add_tensor_f32(const std::string& name, DType dtype,
@@ -363,7 +380,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   if (!metadata_.empty()) header[kMetadataKey] = metadata_;
   uint64_t offset = 0;
   for (const Pending& t : tensors_) {
-    header[t.name] = {{"dtype", st_dtype_name(t.dtype)},
+    header[t.name] = {{"dtype", t.dtype_name},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();

@@ -73,6 +73,10 @@ class SafetensorsWriter {
   /// Convenience: converts f32 values to `dtype` (F32/F16/BF16).
   void add_tensor_f32(const std::string& name, DType dtype, std::vector<int64_t> shape,
                       std::span<const float> values);
+  /// An I32 tensor (token ids, offsets: `lio spec-data`'s tokens and seq_starts), stored as the
+  /// spec's "I32" little-endian. Throws InvalidArgument on a duplicate name or a shape whose
+  /// element count is not values.size().
+  void add_tensor_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> values);
   /// Sets `key` in the header's "__metadata__" map, replacing an earlier value.
   void set_metadata(const std::string& key, const std::string& value);
   /// Writes the file to `path` atomically (AtomicFileWriter: a temporary, then rename; a kill
@@ -82,10 +86,13 @@ class SafetensorsWriter {
  private:
   struct Pending {
     std::string name;
-    DType dtype;
+    std::string dtype_name;  ///< the header's dtype ("F32", "I32", ...)
     std::vector<int64_t> shape;
     std::vector<std::byte> data;
   };
+  /// Throws InvalidArgument for a reserved or duplicate name or a bad shape; returns the
+  /// element count.
+  int64_t check_new_tensor(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<Pending> tensors_;
   std::map<std::string, std::string> metadata_;
 };
