@@ -23,6 +23,7 @@
 #include "lio/omp_compat.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -68,7 +69,50 @@ void check_call(const char* op, const float* q, const PagedKvLayer& kv, const fl
     if ((b.seq_lens[s] + b.block_size - 1) / b.block_size > b.max_blocks_per_seq) {
       throw InvalidArgument(name + ": sequence " + std::to_string(s) + "'s block table is too short");
     }
+    if (b.tree_lens != nullptr) {
+      const int64_t t = b.tree_lens[s];
+      if (b.tree_masks == nullptr || !b.causal || t < 0 || t > 64 || t > qlen) {
+        throw InvalidArgument(name + ": sequence " + std::to_string(s) + "'s tree of " + std::to_string(t) +
+                              " nodes in " + std::to_string(qlen) +
+                              " rows (a tree needs its masks, causal attention and at most min(64, query rows) nodes)");
+      }
+    }
   }
+}
+
+/// Sequence s's draft tree as one row of it sees it (AttentionBatch::tree_masks): node t
+/// attends to prefix keys lo[t] .. key0 - 1 and to tree key key0 + j iff bit j of bits[t]
+/// (its mask, less the ancestors a sliding window leaves out, both measured from the node's
+/// real position key0 + depth(t)). n = 0: no tree.
+struct TreeView {
+  int64_t n = 0;     // nodes T
+  int64_t key0 = 0;  // key (and position) of node 0: seq_len - T
+  int64_t row0 = 0;  // batch row of node 0
+  uint64_t bits[64] = {};
+  int64_t lo[64] = {};
+  /// Whether node t sees key `key` (any key of the sequence, linear index).
+  bool sees(int64_t t, int64_t key) const {
+    return key < key0 ? key >= lo[t] : key - key0 < 64 && (bits[t] >> (key - key0) & 1) != 0;
+  }
+};
+
+TreeView tree_view(const AttentionBatch& b, const AttentionShape& sh, int64_t s) {
+  TreeView tv;
+  if (b.tree_lens == nullptr || b.tree_lens[s] == 0) return tv;
+  tv.n = b.tree_lens[s];
+  tv.key0 = b.seq_lens[s] - tv.n;
+  tv.row0 = b.query_start_loc[s + 1] - tv.n;
+  int64_t depth[64];
+  for (int64_t t = 0; t < tv.n; ++t) depth[t] = std::popcount(b.tree_masks[tv.row0 + t]) - 1;
+  for (int64_t t = 0; t < tv.n; ++t) {
+    tv.bits[t] = b.tree_masks[tv.row0 + t];
+    if (sh.window > 0) {  // Gemma 3's local layers: the window of the chain the node's path is
+      tv.lo[t] = std::max<int64_t>(0, tv.key0 + depth[t] - sh.window + 1);
+      for (int64_t j = 0; j < tv.n; ++j)
+        if (depth[j] <= depth[t] - sh.window) tv.bits[t] &= ~(uint64_t{1} << j);
+    }
+  }
+  return tv;
 }
 
 /// Element j (of n_kv_heads * head_dim per slot) of K or V as f32.
@@ -126,6 +170,8 @@ struct WorkItem {
   int64_t n_keys;         // keys the tile's last row may see (causal) or the sequence's length
   int64_t n_splits;       // ceil(n_keys / kFlashKvSplit)
   int64_t partial0 = 0;   // split-parallel mode: first partial of this item in the buffer
+  int64_t tree_t0 = -1;   // tree rows only: the tree node of row0 (-1: no tree row in the item)
+  int64_t key_floor = 0;  // tree rows in a window: the first key tile any of them sees (a multiple of Bc)
 };
 
 /// Per-thread scratch, carved from FlashWorkspace::tiles.
@@ -279,6 +325,13 @@ class ItemTiles final : public FlashTileSource {
     pos0 = item.pos0;
     causal = b.causal;
     window = sh.window;
+    if (item.tree_t0 >= 0) {
+      // Tree rows: Task 5 sees their linear positions, so its causal rule (a superset of the
+      // tree's) still skips tiles; the tree mask and the window (from each node's real position)
+      // are applied to the scores here, which Task 5 then folds as they are.
+      tree_ = tree_view(b, sh, item.seq);
+      window = 0;
+    }
   }
   float* load_tile(int64_t k0, int64_t nk, const float** values) override {
     if (nk < 1 || nk > kFlashKeyTile || k0 < 0 || k0 + nk > b_.seq_lens[item_.seq]) {
@@ -295,12 +348,28 @@ class ItemTiles final : public FlashTileSource {
     tile_scores(qv_, n_rows * group, ts_.kt, n_cols, d, scale_, ts_.s);
     if (softcap_ > 0.0f)  // Gemma 2: capped before Task 5's loop masks and exponentiates them
       for (int64_t i = 0; i < n_rows * group; ++i) softcap_scores(ts_.s + i * kFlashKeyTile, nk, softcap_);
+    if (item_.tree_t0 >= 0) mask_tree_scores(k0, nk);
     *values = ts_.v;
     return ts_.s;
   }
   void window_skipped() override { ++counts_.window_skipped; }
 
  private:
+  /// Gives each tree row's scores of keys its node may not see kTreeMasked: finite (Task 2's
+  /// contract), and exp(kTreeMasked - m) is exactly 0 against any real score, so a masked key
+  /// adds nothing; a tile whose keys a row sees none of leaves it a partial that the row's next
+  /// real key (its own key at the latest) wipes out (rescaled by exp(kTreeMasked - m) = 0).
+  void mask_tree_scores(int64_t k0, int64_t nk) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t t = item_.tree_t0 + r;
+      for (int64_t j = 0; j < nk; ++j) {
+        if (tree_.sees(t, k0 + j)) continue;
+        for (int64_t hh = 0; hh < group; ++hh) ts_.s[(r * group + hh) * kFlashKeyTile + j] = kTreeMasked;
+      }
+    }
+  }
+  static constexpr float kTreeMasked = -1e30f;
+  TreeView tree_;
   const float* const* qv_;
   const KvReader& reader_;
   const AttentionBatch& b_;
@@ -339,7 +408,11 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       pp[i] = view(split + i * (d + 2), d);
     }
     const int64_t split_end = std::min((c + 1) * kFlashKvSplit, item.n_keys);
-    flash_tile_loop(tiles, c * kFlashKvSplit, split_end, std::span<AttentionPartial>(pp, static_cast<size_t>(nv)),
+    // Tree rows in a window: tiles before every node's window are never gathered (Task 5 does
+    // this for other rows; it sees tree rows without their window).
+    const int64_t split_begin = std::min(std::max(c * kFlashKvSplit, item.key_floor), split_end);
+    counts.window_skipped += (split_begin - c * kFlashKvSplit + kFlashKeyTile - 1) / kFlashKeyTile;
+    flash_tile_loop(tiles, split_begin, split_end, std::span<AttentionPartial>(pp, static_cast<size_t>(nv)),
                     skip_window_tiles);  // Task 5
     for (int64_t i = 0; i < nv; ++i) store(pp[i], split + i * (d + 2), d);
     if (fold) {
@@ -394,12 +467,20 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
   for (int64_t s = 0; s < b.n_seqs; ++s) {
     const int64_t q0 = b.query_start_loc[s], qlen = b.query_start_loc[s + 1] - q0;
     const int64_t first_pos = b.seq_lens[s] - qlen;
+    // A tree's rows get query tiles of their own (the rows before it are tiled as usual).
+    const TreeView tree = tree_view(b, sh, s);
+    const int64_t tree_row = qlen - tree.n;
+    int64_t key_floor = b.seq_lens[s];
+    for (int64_t t = 0; t < tree.n; ++t) key_floor = std::min(key_floor, tree.lo[t]);
     for (int64_t g = 0; g < sh.n_kv_heads; ++g) {
-      for (int64_t t = 0; t < qlen; t += kFlashQueryTile) {
-        WorkItem it{s, g, q0 + t, std::min(kFlashQueryTile, qlen - t), first_pos + t, 0, 0};
+      for (int64_t t = 0; t < qlen;) {
+        const int64_t tile_end = t < tree_row ? std::min(t + kFlashQueryTile, tree_row) : std::min(t + kFlashQueryTile, qlen);
+        WorkItem it{s, g, q0 + t, tile_end - t, first_pos + t, 0, 0};
         it.n_keys = b.causal ? it.pos0 + it.n_rows : b.seq_lens[s];
         it.n_splits = (it.n_keys + kFlashKvSplit - 1) / kFlashKvSplit;
+        if (t >= tree_row) it.tree_t0 = t - tree_row, it.key_floor = key_floor / kFlashKeyTile * kFlashKeyTile;
         items.push_back(it);
+        t = tile_end;
       }
     }
   }
@@ -495,6 +576,7 @@ AttentionStats naive_attention(const float* q, const PagedKvLayer& kv, float* ou
     const int64_t q0 = b.query_start_loc[s], qlen = b.query_start_loc[s + 1] - q0;
     const int64_t n_keys = b.seq_lens[s], first_pos = n_keys - qlen;
     if (qlen == 0) continue;
+    const TreeView tree = tree_view(b, sh, s);
     // Gather the sequence's K and V (n_keys, n_kv_heads, head_dim) out of the pool, as f32.
     keys.resize(static_cast<size_t>(n_keys * kvd));
     values.resize(keys.size());
@@ -524,10 +606,16 @@ AttentionStats naive_attention(const float* q, const PagedKvLayer& kv, float* ou
           row[j] = dot * sh.scale;
         }
         softcap_scores(row, n_keys, sh.softcap);
-        if (b.causal)
-          for (int64_t j = first_pos + i + 1; j < n_keys; ++j) row[j] = -INFINITY;
-        if (b.causal && sh.window > 0)  // sliding window: keys before p - window + 1 masked too
-          for (int64_t j = 0; j < first_pos + i - sh.window + 1; ++j) row[j] = -INFINITY;
+        const int64_t node = i - (qlen - tree.n);  // a tree row's node, else negative
+        if (node >= 0) {  // a draft tree's node: the prefix (in its window) and its ancestors
+          for (int64_t j = 0; j < n_keys; ++j)
+            if (!tree.sees(node, j)) row[j] = -INFINITY;
+        } else {
+          if (b.causal)
+            for (int64_t j = first_pos + i + 1; j < n_keys; ++j) row[j] = -INFINITY;
+          if (b.causal && sh.window > 0)  // sliding window: keys before p - window + 1 masked too
+            for (int64_t j = 0; j < first_pos + i - sh.window + 1; ++j) row[j] = -INFINITY;
+        }
         float mx = -INFINITY;
         for (int64_t j = 0; j < n_keys; ++j) mx = std::max(mx, row[j]);
         float sum = 0.0f;

@@ -118,6 +118,18 @@ struct AttentionBatch {
   int64_t max_blocks_per_seq = 0;
   int64_t block_size = 0;                    ///< tokens per block
   bool causal = true;
+  /// Tree verification (ForwardBatch::tree_masks; SpecInfer, Miao et al. 2024, sec. 4): (n_seqs)
+  /// T_s = tree_lens[s] in [0, min(64, query_len(s))], or null = no trees. Sequence s's last T_s
+  /// rows are draft-tree nodes t = 0 .. T_s - 1 and its last T_s keys (seq_len - T_s ..) their
+  /// K/V. Causal only.
+  const int32_t* tree_lens = nullptr;
+  /// (n_tokens) per row its node's tree mask (bit j: tree node j is the node or an ancestor;
+  /// lio/spec_decode.h, tree_attention_masks), 0 for rows outside a tree; null with tree_lens.
+  /// Tree node t of sequence s sees every key < seq_len - T_s and key seq_len - T_s + j iff bit
+  /// j of its mask; with a window, it is measured from the node's real position P = seq_len -
+  /// T_s + depth(t) (depth = popcount - 1, the position the chain of its ancestors would give
+  /// it): prefix keys > P - window, and ancestor j only if depth(j) > depth(t) - window.
+  const uint64_t* tree_masks = nullptr;
 };
 
 /// Shapes and scale shared by both kernels.

@@ -86,6 +86,7 @@ BatchView CpuBackend::upload(const ForwardBatch& b) {
     v.group_slot_mapping.push_back(b.group_slot_mapping[g].data());
     v.group_block_tables.push_back(b.group_block_tables[g].data());
   }
+  if (!b.tree_lens.empty()) v.tree_masks = b.tree_masks.data(), v.tree_lens = b.tree_lens.data();
   return v;
 }
 
@@ -287,7 +288,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   kv.v_scales = pool.value_scales(layer);
   // batch.block_tables: this layer's KV cache group's tables (BatchView::for_group).
   const cpu::AttentionBatch ab{b.query_start_loc.data(), b.seq_lens.data(), batch.block_tables, b.n_seqs(),
-                               b.max_blocks_per_seq, b.block_size, true};
+                               b.max_blocks_per_seq, b.block_size, true, batch.tree_lens, batch.tree_masks};
   const cpu::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.softmax_scale(), c.layer_window(layer),
                                   c.attn_softcap};
   if (attention_backend_ == AttentionBackend::Flash) {
@@ -298,7 +299,8 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
   // For a decoding sequence on an f32 pool S is one row per head, which is exactly what chapter
   // 04's paged_decode_attention (Task 5) holds in its scores scratch: those rows go through it
   // (not with a window or Gemma 2's soft-cap, which that task's kernel does not take: the
-  // naive kernel computes both).
+  // naive kernel computes both). A draft tree's sequence has query_len >= 2 (a one-node tree
+  // is the plain causal row), so it always reaches the naive kernel, which applies its mask.
   std::vector<int64_t> decode_seqs;
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
     const int64_t qlen = b.query_len(s);
@@ -307,7 +309,8 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
     } else if (qlen > 0) {
       const int32_t qsl[2] = {b.query_start_loc[static_cast<size_t>(s)], b.query_start_loc[static_cast<size_t>(s + 1)]};
       const cpu::AttentionBatch one{qsl, b.seq_lens.data() + s, batch.block_tables + s * b.max_blocks_per_seq, 1,
-                                    b.max_blocks_per_seq, b.block_size, true};
+                                    b.max_blocks_per_seq, b.block_size, true,
+                                    batch.tree_lens != nullptr ? batch.tree_lens + s : nullptr, batch.tree_masks};
       cpu::naive_attention(q, kv, out, nullptr, one, shape, naive_scores_);
     }
   }
@@ -349,6 +352,9 @@ void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int
 
 void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
                                const BatchView& batch) {
+  if (batch.tree_lens != nullptr) {
+    throw UnsupportedError("CpuBackend: MLA attention has no tree mask; verify a draft tree on a model without MLA");
+  }
   const ForwardBatch& b = *batch.host;
   const ModelConfig& c = config_;
   const int64_t H = c.n_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dc = c.kv_lora_rank;

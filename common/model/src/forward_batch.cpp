@@ -1,6 +1,7 @@
 #include "lio/forward_batch.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 #include "lio/error.h"
@@ -94,6 +95,45 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int64_t start_p
   };
   append_row(block_tables, block_table);
   for (size_t g = 0; g < group_tables.size(); ++g) append_row(group_block_tables[g], group_tables[g]);
+  if (!tree_lens.empty()) {  // a batch that already carries a tree: this sequence has none
+    tree_masks.resize(static_cast<size_t>(n_tokens()), 0);
+    tree_lens.push_back(0);
+  }
+}
+
+void ForwardBatch::set_tree(int64_t s, std::span<const uint64_t> masks) {
+  const std::string where = "ForwardBatch::set_tree: sequence " + std::to_string(s);
+  if (s < 0 || s >= n_seqs()) throw InvalidArgument(where + " is not in the batch of " + std::to_string(n_seqs()));
+  const auto n = static_cast<int64_t>(masks.size());
+  if (n < 1 || n > 64 || n > query_len(s)) {
+    throw InvalidArgument(where + ": a tree of " + std::to_string(n) + " nodes; it needs 1 .. 64 and at most the " +
+                          std::to_string(query_len(s)) + " rows the sequence has");
+  }
+  if (!tree_lens.empty() && tree_lens[static_cast<size_t>(s)] != 0) throw InvalidArgument(where + " already has a tree");
+  // Each mask is its own bit plus an earlier node's (its parent's) mask: a tree in topological
+  // order. That alone rules out a missing own bit or a bit above i.
+  if (masks[0] != 1) throw InvalidArgument(where + ": the root's mask must be 1 (itself only)");
+  for (int64_t i = 1; i < n; ++i) {
+    const uint64_t own = uint64_t{1} << i, m = masks[static_cast<size_t>(i)];
+    bool ok = false;
+    for (int64_t p = 0; p < i && !ok; ++p) ok = m == (own | masks[static_cast<size_t>(p)]);
+    if (!ok) {
+      throw InvalidArgument(where + ": node " + std::to_string(i) + "'s mask " + std::to_string(m) +
+                            " is not its own bit plus an earlier node's mask");
+    }
+  }
+  if (tree_lens.empty()) {
+    tree_masks.assign(static_cast<size_t>(n_tokens()), 0);
+    tree_lens.assign(static_cast<size_t>(n_seqs()), 0);
+  }
+  tree_lens[static_cast<size_t>(s)] = static_cast<int32_t>(n);
+  const int64_t row0 = query_start_loc[static_cast<size_t>(s) + 1] - n;
+  const int32_t first = positions[static_cast<size_t>(row0)];
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t m = masks[static_cast<size_t>(i)];
+    tree_masks[static_cast<size_t>(row0 + i)] = m;
+    positions[static_cast<size_t>(row0 + i)] = first + static_cast<int32_t>(std::popcount(m)) - 1;  // RoPE at the depth
+  }
 }
 
 void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks, int64_t n_groups) const {
@@ -159,6 +199,29 @@ void ForwardBatch::validate(int64_t vocab_size, int64_t context_length, int64_t 
       if (id < 0 || id >= n_blocks) {
         throw InvalidArgument("forward: sequence " + std::to_string(s) + " names block " + std::to_string(id) +
                               "; the pool has " + std::to_string(n_blocks));
+      }
+    }
+  }
+  if (!tree_lens.empty() || !tree_masks.empty()) {
+    if (static_cast<int64_t>(tree_lens.size()) != n_seqs() || static_cast<int64_t>(tree_masks.size()) != n) {
+      throw InvalidArgument("forward: tree_masks / tree_lens hold " + std::to_string(tree_masks.size()) + " / " +
+                            std::to_string(tree_lens.size()) + " entries for " + std::to_string(n) + " rows and " +
+                            std::to_string(n_seqs()) + " sequences");
+    }
+    for (int64_t s = 0; s < n_seqs(); ++s) {
+      const int64_t t = tree_lens[static_cast<size_t>(s)];
+      if (t < 0 || t > 64 || t > query_len(s)) {
+        throw InvalidArgument("forward: sequence " + std::to_string(s) + " has a tree of " + std::to_string(t) +
+                              " nodes in " + std::to_string(query_len(s)) + " rows (at most 64)");
+      }
+      const int64_t tree0 = query_start_loc[static_cast<size_t>(s) + 1] - t;
+      for (int64_t i = query_start_loc[static_cast<size_t>(s)]; i < query_start_loc[static_cast<size_t>(s) + 1]; ++i) {
+        const uint64_t m = tree_masks[static_cast<size_t>(i)];
+        const bool bad = i < tree0 ? m != 0 : (m >> (i - tree0) & 1) == 0 || (i - tree0 < 63 && m >> (i - tree0 + 1) != 0);
+        if (bad) {
+          throw InvalidArgument("forward: row " + std::to_string(i) + "'s tree mask " + std::to_string(m) +
+                                " does not fit its place in sequence " + std::to_string(s) + "'s tree");
+        }
       }
     }
   }

@@ -88,6 +88,10 @@ struct BatchView {
   /// group's (n_tokens) slot mapping and (n_seqs, max_blocks_per_seq) block tables.
   std::vector<const int32_t*> group_slot_mapping;
   std::vector<const int32_t*> group_block_tables;  ///< (G - 1) block tables, as block_tables
+  /// Tree verification (ForwardBatch::tree_masks / tree_lens): (n_tokens) and (n_seqs), or both
+  /// null when the batch carries no draft tree.
+  const uint64_t* tree_masks = nullptr;
+  const int32_t* tree_lens = nullptr;
 
   /// The view a layer of KV cache group `g` reads: slot_mapping and block_tables of that group
   /// (group 0: this view). Throws InvalidArgument if the batch has no such group.

@@ -76,6 +76,17 @@ struct ForwardBatch {
   /// drafters read (Cai et al. 2024, sec. 2.1; issue 63) and what `lio spec-data` collects.
   /// Such a batch runs eagerly (no CUDA graph); refused under pipeline parallelism.
   bool return_hidden = false;
+  /// Tree verification (chapter 06; SpecInfer, Miao et al. 2024, sec. 4; Medusa, Cai et al.
+  /// 2024, sec. 2.1.2): (n_tokens) per row the tree attention mask of its draft-tree node, or
+  /// empty when no sequence of the batch carries a tree. Bit j of a tree row's mask is set iff
+  /// tree node j is the row's node or one of its ancestors (lio/spec_decode.h,
+  /// tree_attention_masks): the row attends to its sequence's cached prefix (every key before the
+  /// tree) and to those tree keys only. Rows that are not tree rows hold 0 (causal as usual).
+  /// Set by set_tree().
+  std::vector<uint64_t> tree_masks;
+  /// (n_seqs) sequence s's last tree_lens[s] rows (and keys seq_len - tree_lens[s] ..
+  /// seq_len - 1) are its tree's nodes in node order (0 = no tree), or empty as tree_masks.
+  std::vector<int32_t> tree_lens;
 
   /// Rows in the batch (tokens).
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
@@ -112,10 +123,27 @@ struct ForwardBatch {
   void add_sequence(std::span<const int32_t> tokens, int64_t start_pos, std::span<const std::vector<int32_t>> tables,
                     int64_t n_logits = 1, bool write_kv = true);
 
+  /// Marks the last T = masks.size() rows of sequence `s` (already added with add_sequence;
+  /// which of them get logits is the caller's choice) as the nodes of a draft tree, node i at row
+  /// query_start_loc[s + 1] - T + i, for verification in one pass (SpecInfer, Miao et al. 2024,
+  /// sec. 4; Medusa, Cai et al. 2024, sec. 2.1.2). masks: (T) tree_attention_masks' form (bit j
+  /// of masks[i] set iff node j is node i or an ancestor; node 0 is the root, the sequence's last
+  /// real token). Sets tree_masks / tree_lens (sized to the batch on first use; sequences added
+  /// later get none) and rewrites the rows' positions (RoPE) to first + depth(i), first = the
+  /// tree's first row's position and depth(i) = popcount(masks[i]) - 1; slot_mapping keeps the
+  /// linear slots (node i's K/V go to position first + i of the block table, as a chain's would:
+  /// the engine compacts the accepted path afterwards). Throws InvalidArgument if s is not a
+  /// sequence of the batch or already has a tree, T is 0, above 64 or above query_len(s), or the
+  /// masks are not a tree's: masks[0] != 1, or for some i > 0 masks[i] != (1 << i) | masks[p]
+  /// for every p < i (which also rules out an unset own bit or a bit above i).
+  void set_tree(int64_t s, std::span<const uint64_t> masks);
+
   /// Checks the batch against a model and a pool before anything runs: token ids in
   /// [0, vocab_size), every slot in [0, n_slots) or kPadSlotId, positions below context_length, block ids
   /// in [0, n_blocks), shapes consistent, tables for exactly the pool's `n_groups` KV cache
-  /// groups. Throws InvalidArgument naming the row or sequence.
+  /// groups, tree_masks / tree_lens empty or (n_tokens) / (n_seqs), each tree of at most 64
+  /// nodes within its sequence's rows, non-tree rows 0. Throws InvalidArgument naming the row or
+  /// sequence.
   void validate(int64_t vocab_size, int64_t context_length, int64_t n_blocks, int64_t n_groups = 1) const;
 };
 
