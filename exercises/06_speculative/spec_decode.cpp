@@ -1,6 +1,7 @@
-// Chapter 06, Tasks 1-4 — YOUR implementation: the arithmetic and the two algorithms of
-// speculative decoding. Declarations and contracts: common/engine/include/lio/spec_decode.h.
-// Lesson: docs/06_speculative.md. Grade: ctest -R ch06_task_K (K = 1..4), or scripts/grade.sh 06
+// Chapter 06, Tasks 1-4 and 6 — YOUR implementation: the arithmetic and the algorithms of
+// speculative decoding, for a chain of drafts and for a tree. Declarations and contracts:
+// common/engine/include/lio/spec_decode.h. Lesson: docs/06_speculative.md.
+// Grade: ctest -R ch06_task_K (K = 1..4, 6), or scripts/grade.sh 06
 #include "lio/spec_decode.h"
 
 #include <algorithm>
@@ -96,6 +97,50 @@ SpecVerifyResult verify_drafts(std::span<const float> target_probs,
   throw NotImplemented(
       "Task 4 (exercises/06_speculative/spec_decode.cpp): verify_drafts — "
       "see docs/06_speculative.md, Task 4");
+}
+
+// ---- Task 6 -----------------------------------------------------------------------------------
+
+std::vector<uint64_t> tree_attention_masks(std::span<const int32_t> parents) {
+  // TODO(Task 6): part a, the tree attention mask. parents: (n) the parent of each node; node 0
+  //   is the root (the sequence's last token, parents[0] = -1) and a parent comes before its
+  //   children. The n nodes run as n rows of one pass after the cached prefix. Returns (n)
+  //   masks: bit j of mask[i] set iff row i may read node j's K/V.
+  //   Must hold: a row reads itself and its ancestors, never a sibling's branch; mask[0] = 1;
+  //   popcount(mask[i]) - 1 = node i's depth; a chain (parents[i] = i - 1) gives the causal
+  //   mask. Steps: check the tree first (the errors spec_decode.h lists: n outside [1, 64],
+  //   a root that is not -1, a parent not before its child); then ask what a node's row has
+  //   in common with its parent's row, and in which order the rows can be built so that the
+  //   parent's is always ready. Lesson: docs/06_speculative.md, section 7 and "Task 6".
+  (void)parents;
+  throw NotImplemented(
+      "Task 6 (exercises/06_speculative/spec_decode.cpp): tree_attention_masks — "
+      "see docs/06_speculative.md, Task 6");
+}
+
+TreeVerifyResult verify_tree(std::span<const float> target_probs, std::span<const int32_t> parents,
+                             std::span<const int32_t> tokens, int64_t vocab,
+                             const std::function<double()>& uniform) {
+  // TODO(Task 6): part b, verification of the draft tree. target_probs: (n, vocab) row-major,
+  //   row i the target's distribution after node i's path; parents: (n) as in part a; tokens:
+  //   (n) each node's token (the root's is not tested). Returns path (the accepted nodes, one
+  //   per depth, each a child of the one before) and tokens (their tokens, then exactly one
+  //   token the rule draws): tokens.size() = path.size() + 1.
+  //   Must hold: the token emitted at each depth is distributed exactly as the target row it
+  //   was drawn against (the lesson derives why); greedy rows (one-hot) keep the child that
+  //   holds the argmax, end with an argmax, and spend no uniform. Spend uniform() exactly as
+  //   spec_decode.h says (one per test whose outcome is not certain, u below the acceptance
+  //   probability accepts; one per token drawn from more than one candidate; never otherwise).
+  //   Steps: every check spec_decode.h lists, before any draw; then walk down from the root:
+  //   at each node, test its children in index order, each against the distribution that the
+  //   rejections of its earlier siblings leave (Task 4's rule, with q one-hot at the child's
+  //   token); stop at the first child accepted and repeat there, or draw the last token when
+  //   none is. Draw with sample_from_probs. Lesson: docs/06_speculative.md, section 7 and "Task 6"
+  //   (Miao et al. 2024, SpecInfer, Algorithm 2).
+  (void)target_probs, (void)parents, (void)tokens, (void)vocab, (void)uniform;
+  throw NotImplemented(
+      "Task 6 (exercises/06_speculative/spec_decode.cpp): verify_tree — "
+      "see docs/06_speculative.md, Task 6");
 }
 
 }  // namespace lio

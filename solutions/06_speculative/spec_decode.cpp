@@ -1,7 +1,10 @@
-// Chapter 06, Tasks 1-4 — reference solution: the arithmetic and the two algorithms of
-// speculative decoding. Declarations and contracts: common/engine/include/lio/spec_decode.h.
+// Chapter 06, Tasks 1-4 and 6 — reference solution: the arithmetic and the algorithms of
+// speculative decoding, for a chain of drafts and for a tree. Declarations and contracts:
+// common/engine/include/lio/spec_decode.h.
 // Sources: Leviathan, Kalman, Matias 2023 (Algorithm 1, eq. 1, Theorem 3.8, Appendix A.1); Chen et al. 2023
-// (Algorithm 2); Saxena 2023 and vLLM's ngram_proposer.py (prompt lookup).
+// (Algorithm 2); Saxena 2023 and vLLM's ngram_proposer.py (prompt lookup); Miao et al. 2024
+// (SpecInfer: tree-based parallel decoding, sec. 4; multi-step speculative sampling, Algorithm 2)
+// and Cai et al. 2024 (Medusa: tree attention, sec. 2.1.2).
 #include "lio/spec_decode.h"
 
 #include <algorithm>
@@ -191,6 +194,143 @@ SpecVerifyResult verify_drafts(std::span<const float> target_probs,
   result.tokens.push_back(sample_from_probs(row(target_probs, k), uniform()));
   result.n_accepted = k;
   return result;
+}
+
+// ---- Task 6 -----------------------------------------------------------------------------------
+
+namespace {
+
+// Throws InvalidArgument unless `parents` describes a draft tree Task 6a accepts (1 to 64
+// nodes, root first, each parent before its children); `who` names the caller.
+void check_draft_tree(std::span<const int32_t> parents, const std::string& who) {
+  const int64_t n = static_cast<int64_t>(parents.size());
+  if (n < 1 || n > 64) {
+    throw InvalidArgument(who + ": a draft tree has 1 to 64 nodes (one uint64 mask bit each), got " +
+                          std::to_string(n));
+  }
+  if (parents[0] != -1)
+    throw InvalidArgument(who + ": parents[0] (the root) must be -1, got " + std::to_string(parents[0]));
+  for (int64_t i = 1; i < n; ++i) {
+    const int32_t parent = parents[static_cast<size_t>(i)];
+    if (parent < 0 || parent >= i) {
+      throw InvalidArgument(who + ": parents[" + std::to_string(i) + "] must be in [0, " +
+                            std::to_string(i) + ") (a parent comes before its children), got " +
+                            std::to_string(parent));
+    }
+  }
+}
+
+// Sum of a row of probabilities, in double (as sample_from_probs sums).
+double row_mass(std::span<const float> probs) {
+  double mass = 0.0;
+  for (const float x : probs) mass += x;
+  return mass;
+}
+
+// One token from `probs` (>= 0, not normalized): the only token with mass when there is one (a
+// greedy row, or what is left of it: nothing to draw, so no uniform is spent), else
+// sample_from_probs with one uniform (which also rejects a row with no mass).
+int32_t draw_token(std::span<const float> probs, const std::function<double()>& uniform) {
+  int64_t only = -1;
+  for (size_t t = 0; t < probs.size(); ++t) {
+    if (probs[t] == 0.0f) continue;
+    if (only >= 0 || !(probs[t] > 0.0f)) return sample_from_probs(probs, uniform());
+    only = static_cast<int64_t>(t);
+  }
+  if (only >= 0) return static_cast<int32_t>(only);
+  return sample_from_probs(probs, uniform());
+}
+
+}  // namespace
+
+std::vector<uint64_t> tree_attention_masks(std::span<const int32_t> parents) {
+  check_draft_tree(parents, "tree_attention_masks");
+  // Row i sees node j iff j is on the path root .. i. Parents come before their children, so
+  // when row i is built its parent's row is final: the parent's path, plus node i itself.
+  // The prefix is not in the mask: every row sees all of it (the attention kernel adds it).
+  std::vector<uint64_t> mask(parents.size());
+  mask[0] = 1;  // the root: itself only
+  for (size_t i = 1; i < parents.size(); ++i)
+    mask[i] = mask[static_cast<size_t>(parents[i])] | (uint64_t{1} << i);
+  return mask;
+}
+
+TreeVerifyResult verify_tree(std::span<const float> target_probs, std::span<const int32_t> parents,
+                             std::span<const int32_t> tokens, int64_t vocab,
+                             const std::function<double()>& uniform) {
+  // Every check before the first draw, so a bad input throws whatever the uniforms say.
+  check_draft_tree(parents, "verify_tree");
+  const int64_t n = static_cast<int64_t>(parents.size());
+  if (vocab < 1)
+    throw InvalidArgument("verify_tree: vocab must be >= 1, got " + std::to_string(vocab));
+  if (static_cast<int64_t>(tokens.size()) != n) {
+    throw InvalidArgument("verify_tree: tokens must hold one id per node (" + std::to_string(n) +
+                          "), got " + std::to_string(tokens.size()));
+  }
+  if (static_cast<int64_t>(target_probs.size()) != n * vocab) {
+    throw InvalidArgument("verify_tree: target_probs must hold n * vocab = " +
+                          std::to_string(n * vocab) + " values (n = " + std::to_string(n) +
+                          "), got " + std::to_string(target_probs.size()));
+  }
+  // children[v]: v's children in index order, the order they are tried in.
+  std::vector<std::vector<int32_t>> children(static_cast<size_t>(n));
+  for (int64_t i = 1; i < n; ++i) {
+    const int32_t x = tokens[static_cast<size_t>(i)];
+    if (x < 0 || x >= vocab) {
+      throw InvalidArgument("verify_tree: tokens[" + std::to_string(i) + "] must be in [0, vocab = " +
+                            std::to_string(vocab) + "), got " + std::to_string(x));
+    }
+    auto& siblings = children[static_cast<size_t>(parents[static_cast<size_t>(i)])];
+    for (const int32_t s : siblings) {
+      // Two siblings with one token would be the same continuation twice: the second test would
+      // meet a residual that no longer holds its token.
+      if (tokens[static_cast<size_t>(s)] == x) {
+        throw InvalidArgument("verify_tree: siblings " + std::to_string(s) + " and " +
+                              std::to_string(i) + " both hold token " + std::to_string(x));
+      }
+    }
+    siblings.push_back(static_cast<int32_t>(i));
+  }
+  auto row = [&](int32_t node) {
+    return target_probs.subspan(static_cast<size_t>(node * vocab), static_cast<size_t>(vocab));
+  };
+
+  TreeVerifyResult result;
+  int32_t node = 0;  // the root: its row scores the depth-1 children
+  for (;;) {
+    const std::span<const float> p = row(node);
+    // The law the next token must follow is p. Each child is a draft with a one-hot q at its
+    // token x, so Task 4's test is min(1, r(x) / 1) against what is left of p, r; a rejection
+    // leaves max(0, r - q) = r with x removed, and the next sibling is tested against that
+    // (SpecInfer, Algorithm 2: the residual of every earlier sibling's rejection).
+    std::vector<float> residual(p.begin(), p.end());
+    double mass = row_mass(residual);
+    int32_t accepted_child = -1;
+    for (const int32_t child : children[static_cast<size_t>(node)]) {
+      const size_t x = static_cast<size_t>(tokens[static_cast<size_t>(child)]);
+      // r(x) renormalized: P(child accepted | every earlier sibling rejected).
+      const double accept = mass > 0.0 ? static_cast<double>(residual[x]) / mass : 0.0;
+      bool accepted = accept >= 1.0;  // certain either way: no uniform
+      if (accept > 0.0 && accept < 1.0) accepted = uniform() < accept;
+      if (accepted) {
+        accepted_child = child;
+        break;
+      }
+      residual[x] = 0.0f;
+      mass = row_mass(residual);  // summed afresh, so a last survivor's test is exactly 1
+    }
+    if (accepted_child < 0) {
+      // No child accepted (or a leaf): one token from the residual, which gives every token that
+      // is not a rejected child's the rest of p's mass, so the token is distributed as p (as in
+      // Task 4, a sibling's token x came out with p(x) exactly and cannot come out again). A
+      // residual with no mass happens only by rounding; then p itself is the law.
+      result.tokens.push_back(draw_token(mass > 0.0 ? std::span<const float>(residual) : p, uniform));
+      return result;
+    }
+    result.path.push_back(accepted_child);
+    result.tokens.push_back(tokens[static_cast<size_t>(accepted_child)]);
+    node = accepted_child;  // its row is the target given the path so far: the argument repeats
+  }
 }
 
 }  // namespace lio

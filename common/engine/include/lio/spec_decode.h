@@ -141,9 +141,11 @@ std::vector<uint64_t> tree_attention_masks(std::span<const int32_t> parents);
 ///   prefix and the tokens of node i's path (node i's own token included; row 0 after the root).
 /// parents: (n) as Task 6a. tokens: (n) each node's token id; tokens[0] (the root's) is not tested.
 ///   Siblings must hold distinct tokens.
-/// uniform: U[0, 1) draws, spent as Task 4 spends them: one per child test whose acceptance
-///   probability is strictly between 0 and 1 (u < P accepts), one per token drawn with
-///   sample_from_probs; never otherwise.
+/// uniform: U[0, 1) draws, spent in order: one per child test whose acceptance probability P is
+///   strictly between 0 and 1 (u < P accepts; P = 0 or 1 is decided without a draw), one per
+///   token drawn with sample_from_probs from a distribution with more than one token of nonzero
+///   probability (when one token holds all the mass, as in a greedy row, it is taken without a
+///   draw: a greedy tree spends no uniform); never otherwise.
 /// Throws InvalidArgument if the shapes disagree (target_probs.size() != n * vocab,
 /// tokens.size() != n), vocab < 1, a token is outside [0, vocab), two siblings hold the same
 /// token, or as Task 6a for `parents`; all before the first draw.
