@@ -6,6 +6,7 @@
 //   lio batch     a JSONL file of requests through one engine (offline batched generation)
 //   lio perplexity  perplexity over a text file, as llama-perplexity computes it
 //   lio quantize  rewrite a GGUF's weight matrices at 8, 4 or 3 bits (RTN, GPTQ, AWQ; llama.cpp blocks)
+//   lio spec-data self-distillation data for trained drafters: tokens + hidden states (issue 63)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <sstream>
 
 #include "batch.h"
+#include "spec_data.h"
 #include "lio/architecture.h"
 #include "lio/atomic_file.h"
 #include "lio/cli_common.h"
@@ -491,12 +493,17 @@ int main(int argc, char** argv) {
   lio::BatchOptions batch_b;
   CLI::App* batch = lio::add_batch_subcommand(app, batch_o, batch_b);
 
+  lio::CommonOptions spec_o;
+  lio::SpecDataOptions spec_s;
+  CLI::App* spec_data = lio::add_spec_data_subcommand(app, spec_o, spec_s);
+
   return lio::run_main(app, argc, argv, [&]() -> int {
     if (info->parsed()) return info_families ? cmd_families(info_o.json) : cmd_info(info_o);
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
     if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos, gen_warmup);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
     if (batch->parsed()) return lio::run_batch(batch_o, batch_b);
+    if (spec_data->parsed()) return lio::run_spec_data(spec_o, spec_s);
     if (ppl->parsed()) return cmd_perplexity(ppl_o, text_path, ppl_ctx, ppl_chunks);
     if (quant->parsed()) return cmd_quantize(q_in, q_out, q_opts, q_keep, q_json);
     return 2;
