@@ -15,8 +15,11 @@
 //    Every greedy run must give plain greedy's tokens; the program says so or fails.
 // 4. Early exit against L at k = 2, and the best k per drafter: measured and predicted by
 //    best_num_speculative_tokens (Task 2).
+// 5. The draft tree of lesson 06, section 7, and its attention mask from tree_attention_masks
+//    (Task 6a), printed as the lesson draws it (text output only).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +27,8 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "lio/cli_common.h"
 #include "lio/engine.h"
@@ -100,6 +105,30 @@ struct RunResult {
   double tokens_per_s = 0;
   int64_t drafts = 0, draft_tokens = 0, accepted = 0, rejections = 0;
 };
+
+/// Prints lesson 06 section 7's draft tree (The -> cat -> sat -> on, cat -> is, The -> dog -> ran)
+/// and its attention mask from tree_attention_masks (Task 6a): row i, a 1 where node i may read
+/// node j. A stub's NotImplemented is printed, not thrown: the measurements above stand.
+void print_tree_mask_demo() {
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 3};
+  const std::vector<std::string> words = {"The", "cat", "dog", "sat", "is", "ran", "on"};
+  std::printf("\nSection 7's draft tree, parents [-1 0 0 1 1 2 3], and its mask (Task 6a):\n");
+  std::vector<uint64_t> masks;
+  try {
+    masks = lio::tree_attention_masks(parents);
+  } catch (const lio::NotImplemented& e) {
+    std::printf("  %s\n", e.what());
+    return;
+  }
+  std::printf("  %-4s", "");
+  for (const std::string& w : words) std::printf(" %-3s", w.c_str());
+  std::printf("   mask\n");
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::printf("  %-4s", words[i].c_str());
+    for (size_t j = 0; j < words.size(); ++j) std::printf(" %-3s", (masks[i] >> j) & 1 ? "1" : ".");
+    std::printf("   %llu (depth %d)\n", (unsigned long long)masks[i], std::popcount(masks[i]) - 1);
+  }
+}
 
 }  // namespace
 
@@ -339,6 +368,7 @@ int main(int argc, char** argv) {
                   b["method"].get<std::string>().c_str(), b["prompt"].get<std::string>().c_str(),
                   (long long)b["measured_best_k"].get<int64_t>(), b["measured_best_speedup"].get<double>(),
                   (long long)b["predicted_best_k"].get<int64_t>(), b["mean_a"].get<double>(), b["c"].get<double>());
+    print_tree_mask_demo();
     return 0;
   });
 }
