@@ -20,6 +20,15 @@ inline std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t s
   return v;
 }
 
+/// n token ids drawn uniformly from [lo, hi] with `seed` (a tiny model's prompts).
+inline std::vector<int32_t> random_token_ids(size_t n, uint32_t seed, int32_t lo = 3, int32_t hi = 250) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(lo, hi);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = id(rng);
+  return out;
+}
+
 /// A (rows, cols) matrix of random blocks of a dtype LIO reads but cannot encode (Q5_0, Q5_1,
 /// Q4_K, Q6_K), or of LIO's packed Q3_0 / Q3_1 (every code pattern, not only those an encoder
 /// makes; cols a multiple of the block): random code, scale and minimum bytes under small fixed

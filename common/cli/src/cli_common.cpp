@@ -102,15 +102,22 @@ void add_generation_flags(CLI::App& app, CommonOptions& o, float default_tempera
 
 void add_speculative_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--spec-method", o.spec_method,
-                 "speculative decoding: none, draft (--draft-model), ngram (prompt lookup) or early-exit (--draft-layers)")
+                 "speculative decoding: none, draft (--draft-model), ngram (prompt lookup), early-exit (--draft-layers) "
+                 "or medusa (--medusa-heads)")
       ->capture_default_str();
   app.add_option("--draft-model", o.draft_model, "draft model (.gguf or HF dir) with the target's tokenizer");
-  app.add_option("--num-speculative-tokens", o.speculative.num_speculative_tokens, "drafts per step, k in [1, 16]")
+  app.add_option("--num-speculative-tokens", o.speculative.num_speculative_tokens, "drafts per step, k in [1, 16] (Medusa: tree nodes, [1, 63])")
       ->capture_default_str();
   app.add_option("--draft-layers", o.speculative.draft_layers, "early exit: the target's first L layers draft")
       ->capture_default_str();
   app.add_option("--ngram-min", o.speculative.ngram_min, "n-gram lookup: shortest suffix matched")->capture_default_str();
   app.add_option("--ngram-max", o.speculative.ngram_max, "n-gram lookup: longest suffix matched")->capture_default_str();
+  app.add_option("--medusa-heads", o.speculative.medusa_heads,
+                 "Medusa: the heads file (scripts/make_medusa.sh writes models/<model>.medusa.safetensors)");
+  app.add_option("--medusa-top-k", o.speculative.medusa_top_k,
+                 "Medusa: candidates each head offers a tree node (1 = a chain); the tree has "
+                 "--num-speculative-tokens nodes")
+      ->capture_default_str();
 }
 
 SpeculativeConfig speculative_from_options(const LoadedModel& m, const CommonOptions& o) {

@@ -74,7 +74,8 @@ SpecMethod parse_spec_method(const std::string& name) {
   if (name == "draft") return SpecMethod::Draft;
   if (name == "ngram") return SpecMethod::Ngram;
   if (name == "early-exit") return SpecMethod::EarlyExit;
-  throw InvalidArgument("--spec-method must be none, draft, ngram or early-exit, got '" + name + "'");
+  if (name == "medusa") return SpecMethod::Medusa;
+  throw InvalidArgument("--spec-method must be none, draft, ngram, early-exit or medusa, got '" + name + "'");
 }
 
 }  // namespace lio

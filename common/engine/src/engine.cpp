@@ -237,12 +237,9 @@ std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {
     runner_.forward(step.batch);
     return results;
   }
-  if (!step.speculative) {
-    for (const int32_t t : runner_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
-    return results;
-  }
-  // Chapter 06: logits rows come back to the host for the speculative rounds.
-  return spec_->verify(step, runner_.forward(step.batch));
+  if (spec_) return spec_->run(step);  // chapter 06: the pass, then each round's verification
+  for (const int32_t t : runner_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
+  return results;
 }
 
 void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,

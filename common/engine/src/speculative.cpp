@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lio/error.h"
+#include "lio/medusa.h"
 #include "lio/spec_decode.h"
 
 namespace lio {
@@ -13,6 +14,7 @@ const char* spec_method_name(SpecMethod method) {
     case SpecMethod::Draft: return "draft";
     case SpecMethod::Ngram: return "ngram";
     case SpecMethod::EarlyExit: return "early-exit";
+    case SpecMethod::Medusa: return "medusa";
     case SpecMethod::None: break;
   }
   return "none";
@@ -20,8 +22,16 @@ const char* spec_method_name(SpecMethod method) {
 
 void SpeculativeConfig::validate(int64_t target_layers) const {
   if (method == SpecMethod::None) return;
-  if (num_speculative_tokens < 1 || num_speculative_tokens > 16) {
-    throw InvalidArgument("--num-speculative-tokens must be in [1, 16], got " + std::to_string(num_speculative_tokens));
+  const int64_t k_max = method == SpecMethod::Medusa ? 63 : 16;  // a tree: 64 rows with its root
+  if (num_speculative_tokens < 1 || num_speculative_tokens > k_max) {
+    throw InvalidArgument("--num-speculative-tokens must be in [1, " + std::to_string(k_max) + "], got " +
+                          std::to_string(num_speculative_tokens));
+  }
+  if (method == SpecMethod::Medusa && medusa_heads.empty()) {
+    throw InvalidArgument("--spec-method medusa needs --medusa-heads FILE (scripts/make_medusa.sh makes one)");
+  }
+  if (method == SpecMethod::Medusa && medusa_top_k < 1) {
+    throw InvalidArgument("--medusa-top-k must be >= 1, got " + std::to_string(medusa_top_k));
   }
   if (method == SpecMethod::EarlyExit && (draft_layers < 1 || draft_layers >= target_layers)) {
     throw InvalidArgument("--draft-layers must be in [1, " + std::to_string(target_layers) + ") for a " +
@@ -193,6 +203,10 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, ModelRu
     case SpecMethod::None: return nullptr;
     case SpecMethod::Ngram: return std::make_unique<NgramProposer>(config.ngram_min, config.ngram_max);
     case SpecMethod::EarlyExit: return std::make_unique<DraftModelProposer>(target, config.draft_layers);
+    case SpecMethod::Medusa:
+      return std::make_unique<MedusaProposer>(
+          MedusaHeads::load(config.medusa_heads, target.config().d_model, target.config().vocab_size),
+          config.medusa_top_k);
     case SpecMethod::Draft:
       if (draft == nullptr) throw InvalidArgument("--spec-method draft needs --draft-model PATH");
       if (draft->config().vocab_size != target.config().vocab_size) {

@@ -61,6 +61,7 @@ void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<
   for (const auto& [id, seq] : live) {
     seq->num_lookahead_slots = 0;
     seq->spec_token_ids.clear();
+    seq->spec_tree_parents.clear();
     if (seq->status != SequenceStatus::Running || seq->n_tokens() - seq->num_computed_tokens != 1) continue;
     if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0) continue;
     const int64_t k = std::min({k_max, seq->params().max_tokens - seq->n_generated() - 1,
@@ -77,6 +78,7 @@ void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<
   std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->spec_token_ids = std::move(props[i].tokens);
+    seqs[i]->spec_tree_parents = std::move(props[i].parents);
     seqs[i]->num_lookahead_slots = static_cast<int64_t>(seqs[i]->spec_token_ids.size());
   }
 }
@@ -91,10 +93,13 @@ void SpeculativeDecoder::draft(SchedulerOutput& sched, const std::map<int64_t, s
     const int64_t extra = s.n_new_tokens - (seq.n_tokens() - seq.num_computed_tokens);
     if (extra <= 0) {
       seq.spec_token_ids.clear();
+      seq.spec_tree_parents.clear();
       continue;
     }
     if (proposer_->drafts_before_schedule()) {
-      seq.spec_token_ids.resize(static_cast<size_t>(extra));  // the budget may have cut some
+      // The budget may have cut some; a tree's first nodes are a tree (parents come first).
+      seq.spec_token_ids.resize(static_cast<size_t>(extra));
+      if (!seq.spec_tree_parents.empty()) seq.spec_tree_parents.resize(static_cast<size_t>(extra + 1));
       continue;
     }
     seqs.push_back(&seq);
@@ -121,6 +126,7 @@ void SpeculativeDecoder::draft(SchedulerOutput& sched, const std::map<int64_t, s
 void SpeculativeDecoder::on_preempted(Sequence& seq) {
   proposer_->release(seq);  // its drafts are void; the draft's K/V go too
   seq.spec_token_ids.clear();
+  seq.spec_tree_parents.clear();
 }
 
 void SpeculativeDecoder::release(const Sequence& seq) {
@@ -128,32 +134,120 @@ void SpeculativeDecoder::release(const Sequence& seq) {
   draft_probs_.erase(seq.id());
 }
 
-std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, std::span<const float> logits) {
+std::vector<SpecVerifyResult> SpeculativeDecoder::run(const StepBatch& step) {
+  const bool hidden = proposer_->wants_hidden();
+  if (!step.speculative && !hidden) {  // no drafts this step: sample on the device where it can
+    std::vector<SpecVerifyResult> results;
+    for (const int32_t t : target_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
+    return results;
+  }
+  const bool trees = std::any_of(step.sampling.begin(), step.sampling.end(), [](const Sequence* s) {
+    return !s->spec_tree_parents.empty() && !s->spec_token_ids.empty();
+  });
+  std::span<const float> logits;
+  if (!trees && !hidden) {
+    logits = target_.forward(step.batch);
+  } else {  // the step's batch as built, plus the trees' masks and positions and the hidden rows
+    ForwardBatch batch = step.batch;
+    batch.return_hidden = hidden;
+    if (trees) mark_trees(step, batch);
+    logits = target_.forward(batch);
+  }
+  return verify(step, logits, hidden ? target_.hidden_states() : std::span<const float>());
+}
+
+void SpeculativeDecoder::mark_trees(const StepBatch& step, ForwardBatch& batch) const {
+  // A sequence's rows are its last token and its drafts, every row a logits row: its last
+  // logits row names the batch row that ends it, and the sequence whose rows hold it.
+  int64_t r = 0;
+  for (const Sequence* seq : step.sampling) {
+    const auto n_rows = 1 + static_cast<int64_t>(seq->spec_token_ids.size());
+    r += n_rows;
+    if (n_rows == 1 || seq->spec_tree_parents.empty()) continue;
+    const int32_t last = batch.logits_rows[static_cast<size_t>(r - 1)];
+    const auto s = std::upper_bound(batch.query_start_loc.begin(), batch.query_start_loc.end(), last) -
+                   batch.query_start_loc.begin() - 1;
+    batch.set_tree(s, tree_attention_masks(seq->spec_tree_parents));  // Task 6a
+  }
+}
+
+std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, std::span<const float> logits,
+                                                         std::span<const float> hidden) {
   const int64_t vocab = target_.config().vocab_size;
+  const int64_t d = target_.config().d_model;
   std::vector<SpecVerifyResult> results;
   std::vector<float> row(static_cast<size_t>(vocab));
   int64_t r = 0;
   for (Sequence* seq : step.sampling) {
     const auto n_rows = 1 + static_cast<int64_t>(seq->spec_token_ids.size());
     const std::span<const float> rows = logits.subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(n_rows * vocab));
-    r += n_rows;
+    int64_t kept = 0;  // the row whose logits gave the sequence's last new token
     if (n_rows == 1) {
       std::copy(rows.begin(), rows.end(), row.begin());
       results.push_back({{seq->sampler().sample(row, seq->token_ids(), seq->output_ids())}, 0});
-      continue;
+    } else if (!seq->spec_tree_parents.empty()) {
+      results.push_back(tree_round(*seq, rows, kept));
+    } else {
+      // Chapter 06, Task 5: p_0 .. p_k from the pass's rows, Task 4's acceptance, and the
+      // rollback of the sequence's KV cache to what stays valid.
+      SpecRoundPass pass;
+      pass.logits = rows;
+      pass.drafts = seq->spec_token_ids;
+      const auto q = draft_probs_.find(seq->id());
+      if (q != draft_probs_.end()) pass.draft_probs = q->second;
+      pass.vocab = vocab;
+      EngineSpecRoundSequence view(*seq, groups_, vocab);
+      results.push_back(finish_speculative_round(pass, view));
+      kept = results.back().n_accepted;
     }
-    // Chapter 06, Task 5: p_0 .. p_k from the pass's rows, Task 4's acceptance, and the rollback
-    // of the sequence's KV cache to what stays valid.
-    SpecRoundPass pass;
-    pass.logits = rows;
-    pass.drafts = seq->spec_token_ids;
-    const auto q = draft_probs_.find(seq->id());
-    if (q != draft_probs_.end()) pass.draft_probs = q->second;
-    pass.vocab = vocab;
-    EngineSpecRoundSequence view(*seq, groups_, vocab);
-    results.push_back(finish_speculative_round(pass, view));
+    if (!hidden.empty()) proposer_->on_hidden(*seq, hidden.subspan(static_cast<size_t>((r + kept) * d), static_cast<size_t>(d)));
+    r += n_rows;
   }
   return results;
+}
+
+SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const float> rows, int64_t& kept) {
+  // Task 6b over p_i, the target's sampling distribution at node i given the node's path (its
+  // penalties see that path), then the accepted path's K/V moved to its positions' slots.
+  const std::vector<int32_t>& parents = seq.spec_tree_parents;
+  const auto n = static_cast<int64_t>(parents.size());
+  const int64_t vocab = target_.config().vocab_size;
+  std::vector<int32_t> tokens{seq.token_ids().back()};
+  tokens.insert(tokens.end(), seq.spec_token_ids.begin(), seq.spec_token_ids.end());
+  EngineSpecRoundSequence view(seq, groups_, vocab);
+  std::vector<float> probs(static_cast<size_t>(n * vocab));
+  std::vector<int32_t> history, path;
+  for (int64_t i = 0; i < n; ++i) {
+    path.clear();
+    for (int64_t j = i; j > 0; j = parents[static_cast<size_t>(j)]) path.push_back(tokens[static_cast<size_t>(j)]);
+    history.assign(seq.token_ids().begin(), seq.token_ids().end());
+    history.insert(history.end(), path.rbegin(), path.rend());
+    view.target_probs(rows.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)), history,
+                      std::span<float>(probs).subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)));
+  }
+  const TreeVerifyResult tv = verify_tree(probs, parents, tokens, vocab, [&] { return view.uniform(); });
+  // Node path[d - 1] wrote its K/V at the tree's linear slot base + path[d - 1]; its position is
+  // base + d. Ascending d never overwrites a slot a later copy reads (path[d - 1] >= d grows).
+  const int64_t base = seq.num_computed_tokens;  // the root's position
+  const int64_t bs = target_.kv_pool().block_size();
+  std::vector<BlockCopy> copies;
+  for (size_t dd = 1; dd <= tv.path.size(); ++dd) {
+    const int64_t node = tv.path[dd - 1];
+    if (node == static_cast<int64_t>(dd)) continue;
+    stats_.num_kv_slot_moves += 1;
+    for (const std::vector<int32_t>& table : seq.block_tables) {
+      auto slot = [&](int64_t pos) {
+        return static_cast<int32_t>(int64_t{table[static_cast<size_t>(pos / bs)]} * bs + pos % bs);
+      };
+      copies.push_back({slot(base + node), slot(base + static_cast<int64_t>(dd))});
+    }
+  }
+  target_.copy_slots(copies);
+  const int64_t n_valid = base + 1 + static_cast<int64_t>(tv.path.size());
+  seq.num_computed_tokens = n_valid;
+  groups_.truncate(seq.block_tables, n_valid);
+  kept = tv.path.empty() ? 0 : tv.path.back();
+  return {tv.tokens, static_cast<int64_t>(tv.path.size())};
 }
 
 void SpeculativeDecoder::finish_round(Sequence& seq, const SpecVerifyResult& result, RequestOutput& out) {
@@ -182,6 +276,7 @@ void SpeculativeDecoder::finish_round(Sequence& seq, const SpecVerifyResult& res
   out.n_spec_rejections = seq.n_spec_rejections;
   proposer_->on_verified(seq);
   seq.spec_token_ids.clear();
+  seq.spec_tree_parents.clear();
 }
 
 }  // namespace lio

@@ -94,6 +94,17 @@ class DeviceKvPool final : public KvPool {
                                    static_cast<size_t>(n_layers()), cudaMemcpyDeviceToDevice, stream_));
     }
   }
+  /// One strided copy per array (a slot's rows sit one layer apart), queued as copy_block.
+  void copy_slot(int64_t src, int64_t dst) override {
+    check_slot_copy(src, dst);
+    CUDA_CHECK(cudaSetDevice(device_));
+    for (const Part& part : parts()) {
+      const int64_t slot_bytes = part.block_bytes / block_size();
+      CUDA_CHECK(cudaMemcpy2DAsync(part.base + dst * slot_bytes, part.pitch, part.base + src * slot_bytes, part.pitch,
+                                   static_cast<size_t>(slot_bytes), static_cast<size_t>(n_layers()),
+                                   cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
 
  private:
   /// One array of the pool: its start, one block's bytes in one layer, and one layer's bytes.

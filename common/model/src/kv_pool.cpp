@@ -165,6 +165,13 @@ void KvPool::check_copy(int32_t src, int32_t dst) const {
   }
 }
 
+void KvPool::check_slot_copy(int64_t src, int64_t dst) const {
+  if (src < 0 || src >= n_slots() || dst < 0 || dst >= n_slots()) {
+    throw InvalidArgument("KvPool::copy_slot: slot " + std::to_string(src < 0 || src >= n_slots() ? src : dst) +
+                          " is outside [0, " + std::to_string(n_slots()) + ")");
+  }
+}
+
 KvCache& HostKvPool::slots() {
   LIO_CHECK(dtype() == KvCacheDType::F32, "an f16 / int8 KV pool has no f32 KvCache view");
   return slots_;
@@ -192,18 +199,23 @@ float* HostKvPool::value_scales(int64_t layer) {
 }
 
 std::vector<std::pair<std::byte*, int64_t>> HostKvPool::block_ranges(int64_t lane_index, int32_t block) {
-  const int64_t elems = block_size() * kv_dim() * kv_elem_bytes(dtype());  // bytes per block and lane
-  const int64_t lane_elems = n_slots() * kv_dim() * kv_elem_bytes(dtype());
+  return slot_ranges(lane_index, int64_t{block} * block_size(), block_size());
+}
+
+std::vector<std::pair<std::byte*, int64_t>> HostKvPool::slot_ranges(int64_t lane_index, int64_t first, int64_t count) {
+  const int64_t slot = kv_dim() * kv_elem_bytes(dtype());  // bytes per slot and lane
+  const int64_t lane_elems = n_slots() * slot;
   std::byte* k = dtype() == KvCacheDType::F32 ? reinterpret_cast<std::byte*>(slots_.keys(lane_index))
                                               : k_.data() + lane_index * lane_elems;
   std::byte* v = dtype() == KvCacheDType::F32 ? reinterpret_cast<std::byte*>(slots_.values(lane_index))
                                               : v_.data() + lane_index * lane_elems;
-  std::vector<std::pair<std::byte*, int64_t>> r = {{k + block * elems, elems}, {v + block * elems, elems}};
+  std::vector<std::pair<std::byte*, int64_t>> r = {{k + first * slot, count * slot}, {v + first * slot, count * slot}};
   if (dtype() == KvCacheDType::Int8) {
-    const int64_t sc = block_size() * n_kv_heads();
     const int64_t lane_sc = n_slots() * n_kv_heads();
-    r.emplace_back(reinterpret_cast<std::byte*>(k_scale_.data() + lane_index * lane_sc + block * sc), sc * 4);
-    r.emplace_back(reinterpret_cast<std::byte*>(v_scale_.data() + lane_index * lane_sc + block * sc), sc * 4);
+    r.emplace_back(reinterpret_cast<std::byte*>(k_scale_.data() + lane_index * lane_sc + first * n_kv_heads()),
+                   count * n_kv_heads() * 4);
+    r.emplace_back(reinterpret_cast<std::byte*>(v_scale_.data() + lane_index * lane_sc + first * n_kv_heads()),
+                   count * n_kv_heads() * 4);
   }
   return r;
 }
@@ -212,6 +224,14 @@ void HostKvPool::copy_block(int32_t src, int32_t dst) {
   check_copy(src, dst);
   for (int64_t l = 0; l < n_layers(); ++l) {
     const auto from = block_ranges(l, src), to = block_ranges(l, dst);
+    for (size_t i = 0; i < from.size(); ++i) std::memmove(to[i].first, from[i].first, static_cast<size_t>(from[i].second));
+  }
+}
+
+void HostKvPool::copy_slot(int64_t src, int64_t dst) {
+  check_slot_copy(src, dst);
+  for (int64_t l = 0; l < n_layers(); ++l) {
+    const auto from = slot_ranges(l, src, 1), to = slot_ranges(l, dst, 1);
     for (size_t i = 0; i < from.size(); ++i) std::memmove(to[i].first, from[i].first, static_cast<size_t>(from[i].second));
   }
 }

@@ -34,6 +34,13 @@ std::vector<int32_t> serialize(const ForwardBatch& b) {
     append(out, b.group_slot_mapping[g]);
     append(out, b.group_block_tables[g]);
   }
+  append(out, b.tree_lens);  // draft trees: each uint64 mask as (low, high) int32 words
+  std::vector<int32_t> words;
+  for (const uint64_t m : b.tree_masks) {
+    words.push_back(static_cast<int32_t>(static_cast<uint32_t>(m)));
+    words.push_back(static_cast<int32_t>(static_cast<uint32_t>(m >> 32)));
+  }
+  append(out, words);
   return out;
 }
 
@@ -64,6 +71,13 @@ ForwardBatch deserialize(const std::vector<int32_t>& in) {
   for (int32_t g = 0; g < n_extra_tables; ++g) {
     take(b.group_slot_mapping[static_cast<size_t>(g)]);
     take(b.group_block_tables[static_cast<size_t>(g)]);
+  }
+  take(b.tree_lens);
+  std::vector<int32_t> words;
+  take(words);
+  if (words.size() % 2 != 0) throw CommError("worker: a forward batch from the driver is malformed");
+  for (size_t i = 0; i < words.size(); i += 2) {
+    b.tree_masks.push_back(uint64_t{static_cast<uint32_t>(words[i])} | uint64_t{static_cast<uint32_t>(words[i + 1])} << 32);
   }
   return b;
 }
@@ -121,6 +135,7 @@ void ModelRunner::serve_worker() {
         break;
       }
       case rpc::kCopyBlocks: copy_blocks(rpc::copies_of(payload)); break;
+      case rpc::kCopySlots: copy_slots(rpc::copies_of(payload)); break;
       case rpc::kSwapOut:
       case rpc::kSwapIn: {
         const std::vector<BlockCopy> copies = rpc::copies_of(payload);
@@ -141,6 +156,11 @@ void ModelRunner::serve_worker() {
 void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
   if (!copies.empty()) broadcast_command(rpc::kCopyBlocks, rpc::serialize(copies));
   for (const BlockCopy& c : copies) pool_->copy_block(c.src, c.dst);
+}
+
+void ModelRunner::copy_slots(std::span<const BlockCopy> copies) {
+  if (!copies.empty()) broadcast_command(rpc::kCopySlots, rpc::serialize(copies));
+  for (const BlockCopy& c : copies) pool_->copy_slot(c.src, c.dst);
 }
 
 void ModelRunner::swap_out(std::span<const BlockCopy> copies, float* host) {

@@ -98,6 +98,9 @@ class Sequence {
   int64_t num_lookahead_slots = 0;
   /// Chapter 06: the drafts verified this step, after the sequence's last token (empty = none).
   std::vector<int32_t> spec_token_ids;
+  /// Chapter 06: the drafts' tree (DraftProposal::parents: spec_token_ids.size() + 1 parent
+  /// indices, node 0 the sequence's last token), or empty when the drafts are a chain.
+  std::vector<int32_t> spec_tree_parents;
   int64_t n_spec_drafts = 0;           ///< verification rounds with at least one draft
   int64_t n_spec_draft_tokens = 0;     ///< drafts verified, all rounds
   int64_t n_spec_accepted_tokens = 0;  ///< of those, accepted

@@ -28,6 +28,7 @@ enum class SpecMethod {
   Draft,      ///< a smaller model with the target's tokenizer (--draft-model)
   Ngram,      ///< prompt lookup: the sequence's own earlier tokens (--ngram-min/--ngram-max)
   EarlyExit,  ///< the target's first L layers + final norm + LM head (--draft-layers)
+  Medusa,     ///< Medusa-1 heads on the target's last hidden state, a draft tree (--medusa-heads)
 };
 /// The method's name, as --spec-method takes it (lio/cli_parse.h parse_spec_method).
 const char* spec_method_name(SpecMethod method);
@@ -42,8 +43,14 @@ struct SpeculativeConfig {
   /// share accepted (compare `lio generate --spec-method ngram --ngram-min 1` and `2`).
   int64_t ngram_min = 2;
   int64_t ngram_max = 4;                 ///< --ngram-max: longest suffix matched (vLLM prompt_lookup_max)
+  /// --medusa-heads: the heads file (scripts/make_medusa.sh writes models/<model>.medusa.safetensors).
+  std::string medusa_heads;
+  /// --medusa-top-k: candidates each Medusa head offers a tree node; 1 = a chain of argmaxes.
+  int64_t medusa_top_k = 4;
   /// Throws InvalidArgument naming the flag for k outside [1, 16], L outside [1, n_layers)
-  /// with early exit, ngram_min < 1 or ngram_max < ngram_min with n-gram lookup.
+  /// with early exit, ngram_min < 1 or ngram_max < ngram_min with n-gram lookup, a Medusa
+  /// method without a heads file or with medusa_top_k < 1. k may be up to 63 with Medusa (a tree's
+  /// nodes; the tree mask holds 64 rows).
   /// `target_layers`: the target's decoder layers.
   void validate(int64_t target_layers) const;
 };
@@ -54,6 +61,11 @@ struct DraftProposal {
   /// (k', vocab) row-major: the distribution q_i each draft was drawn from, or empty when the
   /// drafts are deterministic (greedy drafting, n-gram lookup): q_i one-hot at tokens[i].
   std::vector<float> probs;
+  /// A draft tree (Medusa): (k' + 1) parent indices, parents[0] = -1 for the root (the
+  /// sequence's last token), parents[i + 1] in [0, i + 1) the node tokens[i] follows (a parent
+  /// before its children). Empty: a chain, tokens[i] follows tokens[i - 1]. A tree's drafts are
+  /// deterministic (probs empty) and verified with Task 6's rule.
+  std::vector<int32_t> parents;
 };
 
 /// A drafter. Not thread-safe (the Engine's thread).
@@ -74,6 +86,15 @@ class Proposer {
   /// `seq` finished, was aborted or preempted: its drafter state (the draft model's KV blocks)
   /// is freed.
   virtual void release(const Sequence& seq) { (void)seq; }
+  /// True when the drafter reads the target's final hidden states (Medusa): every pass then
+  /// returns them (ForwardBatch::return_hidden) and on_hidden gets each sampled sequence's row.
+  virtual bool wants_hidden() const { return false; }
+  /// `hidden` (d_model floats): the target's final hidden state (after the output norm) at the
+  /// row whose logits gave `seq`'s last token, after every pass that sampled for it.
+  virtual void on_hidden(const Sequence& seq, std::span<const float> hidden) {
+    (void)seq;
+    (void)hidden;
+  }
 };
 
 /// Prompt lookup (Saxena 2023; vLLM `NgramProposer`; llama.cpp `examples/lookup`): drafts are the

@@ -36,6 +36,9 @@ struct SpecDecodeStats {
   /// accepted_per_position[i]: rounds whose (i + 1)-th draft was accepted (vLLM's
   /// num_accepted_tokens_per_pos); grows to the longest accepted run seen.
   std::vector<int64_t> accepted_per_position;
+  /// Draft trees: accepted nodes whose K/V moved from their tree row's slot to their position's
+  /// (those off the tree's first chain; ModelRunner::copy_slots).
+  int64_t num_kv_slot_moves = 0;
 };
 
 /// Chapter 06 inside the engine: lookahead planning, drafting, verification with the KV cache's
@@ -72,12 +75,15 @@ class SpeculativeDecoder {
   /// A finished (or aborted) sequence: the drafter's state for it goes.
   void release(const Sequence& seq);
 
-  /// After the forward pass of `step` whose host logits are `logits` ((n_logits, vocab)): one
-  /// result per step.sampling entry, in order. A sequence with drafts finishes its round over its
-  /// 1 + k rows (Task 5: verification, then its KV cache rolled back to what stays valid); any
-  /// other samples its one row as ModelRunner::forward_sample would. Throws what Task 5 and the
-  /// sampler throw.
-  std::vector<SpecVerifyResult> verify(const StepBatch& step, std::span<const float> logits);
+  /// The forward pass of `step` (a step with logits rows) and one result per step.sampling
+  /// entry, in order. A sequence with drafts finishes its round over its 1 + k rows: a chain with
+  /// Task 5 (verification, then its KV cache rolled back to what stays valid), a tree with Task
+  /// 6 (the batch's copy gets the tree's mask and positions, Task 6a; Task 6b verifies; the
+  /// accepted nodes' K/V move to their positions' slots, ModelRunner::copy_slots, and the rest
+  /// are released). Any other sequence samples its one row as ModelRunner::forward_sample
+  /// would. A drafter that reads hidden states (Medusa) gets each sequence's row (on_hidden).
+  /// Throws what the runner, Tasks 5 and 6 and the sampler throw.
+  std::vector<SpecVerifyResult> run(const StepBatch& step);
   /// After `seq`'s round's tokens were appended (a stop inside them cuts the sequence short):
   /// the cache is cut back to the sequence's last token if it counts more, the round is counted
   /// (seq's and this decoder's counters, copied into `out`), the drafter rolls back and the
@@ -85,6 +91,15 @@ class SpeculativeDecoder {
   void finish_round(Sequence& seq, const SpecVerifyResult& result, RequestOutput& out);
 
  private:
+  /// Marks each tree's rows in `batch` (a copy of step.batch): ForwardBatch::set_tree.
+  void mark_trees(const StepBatch& step, ForwardBatch& batch) const;
+  /// Results from the pass's host logits and (Medusa) hidden rows ((n_logits, d_model) or empty).
+  std::vector<SpecVerifyResult> verify(const StepBatch& step, std::span<const float> logits,
+                                       std::span<const float> hidden);
+  /// One tree's round over its rows ((n_nodes, vocab)); `kept` is set to the node whose row gave
+  /// the last new token.
+  SpecVerifyResult tree_round(Sequence& seq, std::span<const float> rows, int64_t& kept);
+
   SpeculativeConfig config_;
   ModelRunner& target_;
   KvCacheCoordinator& groups_;

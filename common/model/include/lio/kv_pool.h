@@ -184,6 +184,12 @@ class KvPool {
   /// the forward pass that writes `dst`, with no kernel of this pool's backend running).
   /// Throws InvalidArgument if an id is outside [0, n_blocks).
   virtual void copy_block(int32_t src, int32_t dst) = 0;
+  /// Copies slot `src`'s K and V (and int8 scales) into slot `dst`, every storage layer: chapter
+  /// 06's tree verification moves an accepted draft's K/V from the slot its tree row wrote to the
+  /// slot its position owns (the compaction vLLM's tree attention and SpecInfer do after the
+  /// pass). Queued like copy_block (before the next pass that reads `dst`). Throws
+  /// InvalidArgument if a slot is outside [0, n_slots).
+  virtual void copy_slot(int64_t src, int64_t dst) = 0;
   /// Floats one block holds in host swap space: block_bytes() / 4 rounded up (f32: 2 * n_layers
   /// * block_size * kv_dim, per layer its K then its V; f16 and int8 blocks are copied as their
   /// bytes into that float-typed space).
@@ -197,6 +203,8 @@ class KvPool {
  protected:
   /// Throws InvalidArgument unless 0 <= src, dst < n_blocks.
   void check_copy(int32_t src, int32_t dst) const;
+  /// Throws InvalidArgument unless 0 <= src, dst < n_slots.
+  void check_slot_copy(int64_t src, int64_t dst) const;
   /// Throws InvalidArgument if block_size < 1 or n_blocks < 1.
   KvPool(const ModelConfig& model, const KvPoolConfig& config);
 
@@ -225,6 +233,7 @@ class HostKvPool final : public KvPool {
   float* key_scales(int64_t layer) override;
   float* value_scales(int64_t layer) override;
   void copy_block(int32_t src, int32_t dst) override;
+  void copy_slot(int64_t src, int64_t dst) override;
   void copy_block_to_host(int32_t block, float* host) override;
   void copy_block_from_host(const float* host, int32_t block) override;
   /// The slots as a KvCache (capacity = n_slots, one KvCache layer per lane: write through
@@ -235,6 +244,9 @@ class HostKvPool final : public KvPool {
   /// The byte ranges block `block` of storage layer (lane) `lane_index` occupies: K elements,
   /// V elements, K scales, V scales (the last two empty unless int8).
   std::vector<std::pair<std::byte*, int64_t>> block_ranges(int64_t lane_index, int32_t block);
+  /// The same for `count` slots from slot `first` (block_ranges is first = block * block_size,
+  /// count = block_size).
+  std::vector<std::pair<std::byte*, int64_t>> slot_ranges(int64_t lane_index, int64_t first, int64_t count);
 
   KvCache slots_;                      ///< f32: the elements; otherwise one unused slot
   std::vector<std::byte> k_, v_;       ///< f16 / int8: (n_layers, n_slots, kv_dim) elements

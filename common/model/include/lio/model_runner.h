@@ -137,6 +137,10 @@ class ModelRunner {
   /// Carries out copy-on-write copies (BlockManager::append_slots) before the next forward
   /// pass, in order. Throws InvalidArgument on an id outside the pool.
   void copy_blocks(std::span<const BlockCopy> copies);
+  /// Slot copies, in order (src and dst are KV-pool slots, not blocks): chapter 06's tree
+  /// verification moves the accepted drafts' K/V to their positions' slots (KvPool::copy_slot),
+  /// before the next forward pass. Throws InvalidArgument on a slot outside the pool.
+  void copy_slots(std::span<const BlockCopy> copies);
   /// Swap-outs: block src's K/V to host block dst of `host` ((n_host_blocks, block_floats)
   /// floats; KvPool::block_floats). Throws InvalidArgument on a device id outside the pool.
   void swap_out(std::span<const BlockCopy> copies, float* host);
