@@ -81,6 +81,7 @@ void EngineLoop::publish(const std::vector<RequestOutput>& outputs) {
   g.spec_num_drafts = snap.stats.spec_num_drafts;
   g.spec_num_draft_tokens = snap.stats.spec_num_draft_tokens;
   g.spec_num_accepted_tokens = snap.stats.spec_num_accepted_tokens;
+  g.spec_accepted_per_position = snap.stats.spec_accepted_per_position;
 
   std::lock_guard lock(state_.mutex);
   // A request leaves the queue when first scheduled; until the engine drains its inbox it is

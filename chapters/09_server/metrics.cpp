@@ -172,6 +172,14 @@ std::string ServerMetrics::render() const {
          static_cast<double>(gauges_.spec_num_draft_tokens));
   scalar(out, "lio:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "counter",
          static_cast<double>(gauges_.spec_num_accepted_tokens));
+  // vLLM's num_accepted_tokens_per_pos: rounds whose draft at depth `position` (0 = the first
+  // after the sequence's last token; a Medusa tree's depth, head position + 1) was accepted.
+  header(out, "lio:spec_decode_num_accepted_tokens_per_pos_total",
+         "Rounds that accepted a draft at this depth (0 = the first draft).", "counter");
+  for (size_t i = 0; i < gauges_.spec_accepted_per_position.size(); ++i) {
+    out += "lio:spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(i) + "\"} " +
+           std::to_string(gauges_.spec_accepted_per_position[i]) + "\n";
+  }
   scalar(out, "lio:prompt_tokens_total", "Prompt tokens of requests that produced a first token.",
          "counter", static_cast<double>(prompt_tokens_));
   scalar(out, "lio:generation_tokens_total", "Tokens generated.", "counter",

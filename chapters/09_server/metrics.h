@@ -66,6 +66,8 @@ struct EngineGauges {
   int64_t spec_num_drafts = 0;            ///< chapter 06: verification rounds with drafts
   int64_t spec_num_draft_tokens = 0;      ///< chapter 06: drafts verified
   int64_t spec_num_accepted_tokens = 0;   ///< chapter 06: drafts accepted
+  /// Chapter 06: rounds that accepted a draft at each depth (EngineStats::spec_accepted_per_position).
+  std::vector<int64_t> spec_accepted_per_position;
 };
 
 /// The server's metrics. Thread-safe: the engine thread records, HTTP threads render.

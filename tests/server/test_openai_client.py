@@ -405,6 +405,10 @@ class Speculative(h.ServerTestCase):
         self.assertGreaterEqual(drafted, drafts)
         self.assertGreater(accepted, 0, "a repeated sentence should be drafted correctly at least once")
         self.assertLessEqual(accepted, drafted)
+        # Per depth (vLLM's num_accepted_tokens_per_pos): each accepted draft counts at its depth.
+        per_pos = "lio:spec_decode_num_accepted_tokens_per_pos_total"
+        self.assertEqual(sum(v for _, v in after.get(per_pos, [])) - sum(v for _, v in before.get(per_pos, [])),
+                         accepted)
         idle, _, last = h.wait_idle(self.spec, within_s=1.0)
         self.assertTrue(idle, f"not idle after the requests: {last}")
 

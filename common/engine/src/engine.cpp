@@ -273,6 +273,7 @@ void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, st
       stats_.spec_num_drafts = spec_->stats().num_drafts;
       stats_.spec_num_draft_tokens = spec_->stats().num_draft_tokens;
       stats_.spec_num_accepted_tokens = spec_->stats().num_accepted_tokens;
+      stats_.spec_accepted_per_position = spec_->stats().accepted_per_position;
     }
     o.n_generated_tokens = seq.n_generated();
     if (seq.first_token_time) o.ttft_ms = ms_between(seq.arrival_time, *seq.first_token_time);

@@ -71,6 +71,9 @@ struct EngineStats {
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;     ///< see spec_num_drafts
   int64_t spec_num_accepted_tokens = 0;  ///< see spec_num_drafts
+  /// Rounds whose draft at depth i + 1 was accepted (vLLM's num_accepted_tokens_per_pos;
+  /// SpecDecodeStats::accepted_per_position): the acceptance of Medusa head i, of draft i.
+  std::vector<int64_t> spec_accepted_per_position;
 };
 
 /// One request the engine holds, as EngineSnapshot lists it.
