@@ -42,6 +42,8 @@ CLI::App* add_spec_data_subcommand(CLI::App& parent, CommonOptions& o, SpecDataO
   app->add_option("--max-num-seqs", s.max_num_seqs, "Answers generated together in one engine")
       ->capture_default_str();
   app->add_option("--limit", s.limit, "Use the first N prompts only (0 = all)")->capture_default_str();
+  app->add_flag("--ignore-eos", s.ignore_eos,
+                "Keep generating past EOS: every answer max_tokens long (tests on random models)");
   return app;
 }
 
@@ -121,6 +123,7 @@ int run_spec_data(const CommonOptions& o, const SpecDataOptions& s) {
   SamplingParams defaults;
   defaults.max_tokens = s.max_tokens;
   defaults.sampler = o.sampler;
+  defaults.ignore_eos = s.ignore_eos;
   defaults.validate();
   if (!std::filesystem::exists(s.prompts_path))
     throw InvalidArgument("--prompts " + single_quoted(s.prompts_path) + " does not exist");

@@ -30,6 +30,7 @@ struct SpecDataOptions {
   int64_t max_tokens = 128;      ///< --max-tokens: greedy answer length at most (EOS ends it sooner)
   int64_t max_num_seqs = 32;     ///< --max-num-seqs: answers generated together (one Engine)
   int64_t limit = 0;             ///< --limit: use the first N prompts only (0 = all)
+  bool ignore_eos = false;       ///< --ignore-eos: answers of exactly max_tokens (tests on random models)
 };
 
 /// Registers the `spec-data` subcommand on `parent`, binding its flags to `common` and `opts`
