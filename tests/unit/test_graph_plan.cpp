@@ -50,6 +50,9 @@ TEST(GraphPlan, OnlyPlainDecodeBatchesAreReplayed) {
   lio::ForwardBatch early = decode;
   early.n_layers = 1;
   EXPECT_FALSE(lio::is_graph_decode_batch(early));
+  lio::ForwardBatch hidden = decode;  // hidden states wanted (a Medusa step): runs eagerly
+  hidden.return_hidden = true;
+  EXPECT_FALSE(lio::is_graph_decode_batch(hidden));
   EXPECT_FALSE(lio::is_graph_decode_batch(lio::ForwardBatch(16)));
   EXPECT_THROW(lio::pad_decode_batch(prefill, 4), lio::InvalidArgument);
   EXPECT_THROW(lio::pad_decode_batch(decode, 1), lio::InvalidArgument);
