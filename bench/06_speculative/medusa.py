@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Chapter 06, section 7: Medusa heads against plain decoding and n-gram lookup on the default
+Q4_1 file (issue 63), CPU, greedy, `lio batch`.
+
+    .venv/bin/python bench/06_speculative/medusa.py [--repeats 5] [--max-tokens 64] [--quick]
+
+Needs the heads scripts/make_medusa.sh trains (models/<model stem>.medusa.safetensors, not
+committed). Two prompt sets of 8 chat prompts each: "free" (the first 8 of
+bench/06_speculative/prompts_eval_free.jsonl, held apart from the heads' training prompts) and
+"grounded" (rewrite a given paragraph with one word changed: the answer copies its prompt). For
+each set, each batch size (1 = --max-num-seqs 1, the 8 prompts one after another; 8 = all at
+once) and each method (plain; n-gram k = 4; Medusa as a chain of each head's argmax; Medusa
+trees of 8 and 16 nodes), the runs are interleaved and repeated; the table gives the median
+output tok/s with its min-max, the speedup over plain (median of the per-repeat ratios, a range
+holding 1 is a tie), tokens per target pass (1 + accepted / rounds) and acceptance per depth
+(the share of rounds whose draft at that depth was accepted), and whether every output equals
+plain greedy decoding's byte for byte. EOS is ignored so every method makes the same tokens.
+Writes bench/results/06_speculative_medusa_cpu.{json,md,png}; the lesson renders its table from
+the JSON. Nothing here is a test.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from liobench import ROOT
+from liobench.results_meta import provenance, provenance_lines, write_results
+
+LIO = os.path.join(ROOT, "build", "bin", "lio")
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+FREE = os.path.join(ROOT, "bench", "06_speculative", "prompts_eval_free.jsonl")
+PARAGRAPHS = [
+    "The cat sat on the mat by the window. Every morning the cat watched the birds in the garden, and every "
+    "evening the cat slept by the fire.",
+    "Our team met on Monday to plan the release. The team agreed to test every feature twice, and the team "
+    "lead wrote the schedule on the board.",
+    "The river runs past the old mill and under the stone bridge. In spring the river floods the meadow, and "
+    "in summer children swim in the river.",
+    "My grandmother keeps a small garden behind the house. She grows tomatoes, beans and herbs, and every "
+    "autumn she dries the herbs in the kitchen.",
+]
+SWAPS = [("cat", "dog"), ("team", "group"), ("river", "stream"), ("garden", "yard")]
+
+
+def grounded_prompts():
+    out = []
+    for text, (a, b) in zip(PARAGRAPHS, SWAPS):
+        out.append(f'Rewrite the following paragraph, replacing every "{a}" with "{b}" and changing nothing '
+                   f'else:\n\n{text}')
+        out.append(f"Copy the following text exactly, word for word:\n\n{text}")
+    return out
+
+
+def free_prompts(n):
+    with open(FREE) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r["messages"][-1]["content"] if "messages" in r else r["prompt"] for r in rows[:n]]
+
+
+def methods(heads):
+    m = [("plain", []), ("ngram k=4", ["--spec-method", "ngram", "--num-speculative-tokens", "4"])]
+    medusa = ["--spec-method", "medusa", "--medusa-heads", heads]
+    m.append(("medusa chain", medusa + ["--medusa-top-k", "1", "--num-speculative-tokens", "4"]))
+    m.append(("medusa tree 8", medusa + ["--medusa-top-k", "4", "--num-speculative-tokens", "8"]))
+    m.append(("medusa tree 16", medusa + ["--medusa-top-k", "4", "--num-speculative-tokens", "16"]))
+    return m
+
+
+def run_batch(prompts_path, n_seqs, max_tokens, flags, tmp):
+    out, summary = os.path.join(tmp, "out.jsonl"), os.path.join(tmp, "s.json")
+    cmd = [LIO, "batch", "--model", MODEL, "--prompts", prompts_path, "--out", out, "--summary", summary,
+           "--max-tokens", str(max_tokens), "--ignore-eos", "--temperature", "0", "--max-num-seqs", str(n_seqs)]
+    print("+ lio batch " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[2:]),
+          file=sys.stderr)
+    subprocess.run(cmd + flags, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out) as f:
+        texts = [r.get("text", "") for r in sorted((json.loads(line) for line in f if line.strip()),
+                                                    key=lambda r: r["index"])]
+    return json.load(open(summary)), texts
+
+
+def measure(args, heads):
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for set_name, prompts in (("free", free_prompts(args.n_prompts)), ("grounded", grounded_prompts())):
+            path = os.path.join(tmp, f"{set_name}.jsonl")
+            with open(path, "w") as f:
+                for p in prompts[:args.n_prompts]:
+                    f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
+            for n_seqs in args.batch_sizes:
+                ms = methods(heads)
+                tps = {name: [] for name, _ in ms}
+                summaries, identical = {}, {name: True for name, _ in ms}
+                plain_texts = None
+                for _ in range(args.repeats):
+                    for name, flags in ms:  # interleaved: plain, ngram, medusa ..., plain, ...
+                        s, texts = run_batch(path, n_seqs, args.max_tokens, flags, tmp)
+                        tps[name].append(s["output_tok_per_s"])
+                        summaries[name] = s
+                        if name == "plain":
+                            plain_texts = texts
+                        else:
+                            identical[name] &= texts == plain_texts
+                for name, _ in ms:
+                    s = summaries[name]
+                    ratios = [t / b for t, b in zip(tps[name], tps["plain"])]
+                    rounds = s.get("spec_num_drafts", 0)
+                    per_pos = [c / rounds for c in s.get("spec_accepted_per_position", [])] if rounds else []
+                    rows.append({"prompts": set_name, "max_num_seqs": n_seqs, "method": name,
+                                 "output_tok_per_s": statistics.median(tps[name]),
+                                 "tok_per_s_min": min(tps[name]), "tok_per_s_max": max(tps[name]),
+                                 "speedup": statistics.median(ratios), "speedup_min": min(ratios),
+                                 "speedup_max": max(ratios),
+                                 "tokens_per_pass": 1 + s["mean_accepted_tokens"] if rounds else 1.0,
+                                 "acceptance_per_depth": per_pos,
+                                 "identical_to_plain": identical[name]})
+    return rows
+
+
+def markdown(result):
+    lines = ["# Chapter 06: Medusa heads on the CPU (greedy, default Q4_1 file)", ""]
+    lines += provenance_lines(result["provenance"]) + [""]
+    s = result["settings"]
+    lines += [f'{s["n_prompts"]} prompts per set, {s["max_tokens"]} tokens each (EOS ignored), '
+              f'{s["repeats"]} interleaved repeats; median (min-max). Heads: {s["heads"]}.', ""]
+    lines += ["| prompts | seqs | method | output tok/s | speedup over plain | tokens / pass | "
+              "acceptance by depth | = plain |", "|---|---:|---|---:|---:|---:|---|---|"]
+    for r in result["rows"]:
+        depth = " ".join(f"{a:.2f}" for a in r["acceptance_per_depth"][:6])
+        lines.append(f'| {r["prompts"]} | {r["max_num_seqs"]} | {r["method"]} | {r["output_tok_per_s"]:.1f} '
+                     f'({r["tok_per_s_min"]:.1f}-{r["tok_per_s_max"]:.1f}) | {r["speedup"]:.2f}x '
+                     f'({r["speedup_min"]:.2f}-{r["speedup_max"]:.2f}) | {r["tokens_per_pass"]:.2f} | {depth} | '
+                     f'{"yes" if r["identical_to_plain"] else "NO"} |')
+    return "\n".join(lines) + "\n"
+
+
+def plot(result, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, set_name in zip(axes, ("free", "grounded")):
+        rows = [r for r in result["rows"] if r["prompts"] == set_name and r["method"] != "plain"]
+        names = sorted({r["method"] for r in rows}, key=[r["method"] for r in rows].index)
+        seqs = sorted({r["max_num_seqs"] for r in rows})
+        width = 0.8 / max(1, len(seqs))
+        for j, n in enumerate(seqs):
+            ys = [next(r["speedup"] for r in rows if r["method"] == m and r["max_num_seqs"] == n) for m in names]
+            ax.bar([i + j * width for i in range(len(names))], ys, width, label=f"{n} seq")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([i + width * (len(seqs) - 1) / 2 for i in range(len(names))], names, rotation=20)
+        ax.set_title(f"{set_name} prompts")
+    axes[0].set_ylabel("output tok/s over plain")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--n-prompts", type=int, default=8)
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--heads", default=os.path.splitext(MODEL)[0] + ".medusa.safetensors")
+    ap.add_argument("--quick", action="store_true", help="one repeat, 2 prompts, 24 tokens (a smoke run)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_medusa_cpu"))
+    args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.n_prompts, args.max_tokens = 1, 2, 24
+    if not os.path.exists(args.heads):
+        sys.exit(f"no Medusa heads at {args.heads}: run scripts/make_medusa.sh first")
+    result = {"provenance": provenance(command="bench/06_speculative/medusa.py " + " ".join(sys.argv[1:])),
+              "settings": {"model": os.path.basename(MODEL), "heads": os.path.basename(args.heads),
+                           "repeats": args.repeats, "max_tokens": args.max_tokens, "n_prompts": args.n_prompts,
+                           "batch_sizes": args.batch_sizes},
+              "rows": measure(args, args.heads)}
+    written = write_results(args.out, result, markdown)
+    plot(written, args.out + ".png")
+    print(markdown(written))
+
+
+if __name__ == "__main__":
+    main()
