@@ -43,6 +43,7 @@
 #include "paged_args.h"
 #include "paged_index.cuh"
 #include "reduce.cuh"
+#include "tree_mask.cuh"
 
 namespace lio::cuda {
 
@@ -147,6 +148,7 @@ struct FlashParams {
   int window;           // sliding window (0: none): row p sees keys p - window + 1 .. p
   float scale;
   bool causal;
+  DraftTrees trees;     // draft trees (null: none): a tree row sees the prefix and its ancestors
 };
 
 // ---- kernels ------------------------------------------------------------------------------------
@@ -202,10 +204,16 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
   const int pos = pos_first + (valid ? row_local : 0);
   const int row_key_end = p.causal ? pos + 1 : seq_len;  // this vector sees keys < row_key_end
   const int row_key_begin = p.window > 0 ? max(0, pos - p.window + 1) : 0;  // ... and >= this
+  // A draft tree's row (tree_mask.cuh): the causal rule on its linear position above is a
+  // superset of what it sees; the tree mask (and its window, from its real position) decides.
+  const detail::TreeRow tree =
+      detail::tree_row(p.trees, s, q_start, query_len, row0 + (valid ? row_local : 0), seq_len, p.window);
   // Keys any row of the tile sees: tiles past the last row's position are skipped (causal), and
-  // with a window the tiles before the first row's window.
+  // with a window the tiles before the first row's window (a tree row's window starts from its
+  // real position, at least the tree's first key).
   const int block_key_end = p.causal ? pos_first + rows_here : seq_len;
-  const int block_key_begin = p.window > 0 ? max(0, pos_first - p.window + 1) : 0;
+  const int window_from = p.trees.lens != nullptr ? min(pos_first, seq_len - p.trees.lens[s]) : pos_first;
+  const int block_key_begin = p.window > 0 ? max(0, window_from - p.window + 1) : 0;
   int key_begin = block_key_begin;
   int key_end = block_key_end;
   if constexpr (kSplit) {
@@ -279,7 +287,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(FlashPar
 #pragma unroll
     for (int jj = 0; jj < kKpt; ++jj) {
       const int key = k0 + sub + kTpv * jj;
-      score[jj] = key < key_end && key < row_key_end && key >= row_key_begin ? score[jj] * p.scale : -INFINITY;
+      const bool seen = key < key_end && key < row_key_end && (tree.is_tree() ? tree.sees(key) : key >= row_key_begin);
+      score[jj] = seen ? score[jj] * p.scale : -INFINITY;
       tile_max = fmaxf(tile_max, score[jj]);
     }
     tile_max = group_max<kTpv>(tile_max);
@@ -533,12 +542,13 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
                      int64_t n_tokens, int64_t n_seqs, int64_t max_blocks_per_seq, int64_t block_size,
                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                      int64_t max_query_len, FlashWorkspace& workspace, cudaStream_t stream, bool split_kv,
-                     int64_t window) {
+                     int64_t window, DraftTrees trees) {
   const detail::PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   detail::check_paged_attention_args("flash_attention", q, k_pool, v_pool, out, query_start_loc, seq_lens,
                                      block_tables, shape, kFlashAttentionMaxHeadDim, scale);
   detail::check_flash_attention_args("flash_attention", shape, max_query_len);
   detail::check_window("flash_attention", window, causal);
+  detail::check_trees("flash_attention", trees, causal);
   if (n_tokens == 0) return;
 
   configure_flash_kernels(workspace);
@@ -575,6 +585,7 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
   p.window = static_cast<int>(window);
   p.scale = scale;
   p.causal = causal;
+  p.trees = trees;
   const bool split = n_splits > 1;
   const int64_t n_vectors = n_tokens * n_heads;
   if (split) {

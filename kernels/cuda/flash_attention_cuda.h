@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "device_buffer.h"
+#include "draft_tree.h"
 
 namespace lio::cuda {
 
@@ -118,7 +119,10 @@ int64_t flash_attention_workspace_floats(int64_t n_splits, int64_t n_tokens, int
 ///        "without");
 ///   window: sliding window (0: none), causal only: row p sees keys p - window + 1 .. p, and key
 ///        tiles wholly before a query tile's window are never loaded (the splits cut only the
-///        keys the tile sees), as the CPU kernel's skip_window_tiles.
+///        keys the tile sees), as the CPU kernel's skip_window_tiles;
+///   trees: the batch's draft trees (DraftTrees; tree verification, issue 63): a tree row sees
+///        the keys before its tree and its ancestors' only, a window counted from its real
+///        position; the causal tile skipping on the linear positions stays (a superset).
 /// Work layout: grid (sequence, query tile x split, KV head x head chunk); a block of 128
 /// threads holds a query tile of Br = flash_attention_rows_per_block() rows times the group's
 /// heads (so each K/V tile is gathered through the block table into shared memory ONCE per
@@ -143,7 +147,7 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
                      int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                      int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                      int64_t max_query_len, FlashWorkspace& workspace, cudaStream_t stream,
-                     bool split_kv = true, int64_t window = 0);
+                     bool split_kv = true, int64_t window = 0, DraftTrees trees = {});
 
 /// Standard attention, flash_attention()'s naive twin (Vaswani et al. 2017, eq. 1; "standard
 /// attention implementation", Dao et al. 2022, Algorithm 0), on the same arguments: for each
@@ -156,8 +160,8 @@ void flash_attention(const float* q, const float* k_pool, const float* v_pool, f
 /// CudaBackend), or 0 for the bound max_query_len x max_blocks_per_seq x block_size. A value
 /// below some sequence's query_len x seq_len overruns the buffer (not checked on the device, as
 /// the index arrays are not). Returns the bytes of S this call needed: the O(N^2) memory
-/// FlashAttention avoids. `window` as flash_attention() (S keeps its masked scores: -inf
-/// before the window). Same preconditions and errors as flash_attention(), plus
+/// FlashAttention avoids. `window` and `trees` as flash_attention() (S keeps its masked scores:
+/// -inf before the window and on keys outside a tree row's path). Same preconditions and errors as flash_attention(), plus
 /// InvalidArgument for max_scores_per_head < 0 or above the bound.
 int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                         float* lse, const int32_t* query_start_loc, const int32_t* seq_lens,
@@ -165,6 +169,6 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                         int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                         int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                         int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
-                        int64_t max_scores_per_head = 0, int64_t window = 0);
+                        int64_t max_scores_per_head = 0, int64_t window = 0, DraftTrees trees = {});
 
 }  // namespace lio::cuda

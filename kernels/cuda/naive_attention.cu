@@ -23,6 +23,7 @@
 #include "paged_args.h"
 #include "paged_index.cuh"
 #include "reduce.cuh"
+#include "tree_mask.cuh"
 
 namespace lio::cuda {
 
@@ -49,6 +50,7 @@ struct NaiveParams {
   int window;                      // sliding window (0: none): row p sees keys p - window + 1 .. p
   float scale;
   bool causal;
+  DraftTrees trees;                // draft trees (null: none; tree_mask.cuh)
 };
 
 /// Grid: ceil(n_heads x max(query_len x n_keys) / kNaiveThreads). One thread per score of
@@ -64,7 +66,9 @@ __global__ void naive_scores_kernel(NaiveParams p) {
   const int i = static_cast<int>((idx / n_keys) % query_len);
   const int h = static_cast<int>(idx / n_keys / query_len);
   const int pos = n_keys - query_len + i;
-  if ((p.causal && j > pos) || (p.window > 0 && j <= pos - p.window)) {
+  const detail::TreeRow tree = detail::tree_row(p.trees, p.s, q_start, query_len, i, n_keys, p.window);
+  if (tree.is_tree() ? !detail::row_sees(tree, pos, p.window, j)
+                     : (p.causal && j > pos) || (p.window > 0 && j <= pos - p.window)) {
     p.scores[idx] = -INFINITY;
     return;
   }
@@ -116,7 +120,9 @@ __global__ void naive_pv_kernel(NaiveParams p) {
   const int i = static_cast<int>(idx / p.head_dim / p.n_heads);
   const int g = h / (p.n_heads / p.n_kv_heads);
   const int key_end = p.causal ? n_keys - query_len + i + 1 : n_keys;  // P is 0 past it
-  const int key_begin = p.window > 0 ? max(0, key_end - p.window) : 0;  // ... and before it
+  int key_begin = p.window > 0 ? max(0, key_end - p.window) : 0;  // ... and before it
+  const detail::TreeRow tree = detail::tree_row(p.trees, p.s, q_start, query_len, i, n_keys, p.window);
+  if (tree.is_tree()) key_begin = tree.first_key();  // a tree row's window: from its real position
   const float* p_row = p.scores + (static_cast<int64_t>(h) * query_len + i) * n_keys;
   const int32_t* table = p.block_tables + static_cast<int64_t>(p.s) * p.max_blocks_per_seq;
   float o = 0.0f;
@@ -137,12 +143,13 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                         int64_t n_tokens, int64_t n_seqs, int64_t max_blocks_per_seq, int64_t block_size,
                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, bool causal,
                         int64_t max_query_len, DeviceBuffer<float>& scores, cudaStream_t stream,
-                        int64_t max_scores_per_head, int64_t window) {
+                        int64_t max_scores_per_head, int64_t window, DraftTrees trees) {
   const detail::PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   detail::check_paged_attention_args("naive_attention", q, k_pool, v_pool, out, query_start_loc, seq_lens,
                                      block_tables, shape, kFlashAttentionMaxHeadDim, scale);
   detail::check_flash_attention_args("naive_attention", shape, max_query_len);
   detail::check_window("naive_attention", window, causal);
+  detail::check_trees("naive_attention", trees, causal);
   if (n_tokens == 0) return 0;
   const int64_t max_context = max_blocks_per_seq * block_size;
   if (max_query_len > INT64_MAX / 4 / max_context / n_heads) {
@@ -179,7 +186,8 @@ int64_t naive_attention(const float* q, const float* k_pool, const float* v_pool
                 static_cast<int>(head_dim),
                 static_cast<int>(window),
                 scale,
-                causal};
+                causal,
+                trees};
   for (int64_t s = 0; s < n_seqs; ++s) {  // one S at a time: the buffer holds the largest
     p.s = static_cast<int>(s);
     naive_scores_kernel<<<static_cast<unsigned>(score_blocks), kNaiveThreads, 0, stream>>>(p);

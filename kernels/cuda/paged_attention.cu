@@ -48,6 +48,7 @@
 #include "paged_args.h"
 #include "paged_index.cuh"
 #include "reduce.cuh"
+#include "tree_mask.cuh"
 
 namespace lio::cuda {
 
@@ -202,7 +203,8 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
                        int n_kv_heads,                  // divides n_heads
                        int head_dim,                    // <= 32 * kDimsPerLane
                        float scale,
-                       int window) {                    // 0, or row p sees keys p - window + 1 .. p
+                       int window,                      // 0, or row p sees keys p - window + 1 .. p
+                       DraftTrees trees) {              // draft trees (null: none; tree_mask.cuh)
   static_assert(kDimsPerLane >= 1 && kDimsPerLane <= kMaxDimsPerLane, "head_dim <= 256");
   __shared__ float4 q_shared4[kMaxHeadDim / 4];  // float4: 16-byte aligned for dot_q_k
   __shared__ float acc_shared[kPagedWarps][kMaxHeadDim];
@@ -219,7 +221,10 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
   const int q_start = query_start_loc[s];
   const int query_len = query_start_loc[s + 1] - q_start;
   const int n_keys = seq_lens[s] - query_len + (row - q_start) + 1;  // positions 0 .. p
-  const int key_first = window > 0 ? max(0, n_keys - window) : 0;   // the window's first key
+  // A draft tree's row sees the prefix and its ancestors among keys 0 .. p (its window counted
+  // from its real position); other rows every key of 0 .. p in their window.
+  const detail::TreeRow tree = detail::tree_row(trees, s, q_start, query_len, row - q_start, seq_lens[s], window);
+  const int key_first = tree.is_tree() ? tree.first_key() : window > 0 ? max(0, n_keys - window) : 0;
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
 
   const float* q_row = q + (static_cast<int64_t>(row) * n_heads + h) * head_dim;
@@ -232,19 +237,22 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
 #pragma unroll
   for (int c = 0; c < kDimsPerLane; ++c) acc[c] = 0.0f;
 
-  // Warp-uniform loop: every tile holds at least one key (tile < n_keys), so the tile's max is
-  // finite for finite inputs and exp(running_max - new_max) is 0 on the warp's first tile.
+  // Warp-uniform loop: every tile holds at least one key (tile < n_keys), so outside a tree the
+  // tile's max is finite for finite inputs and exp(running_max - new_max) is 0 on the warp's
+  // first tile. A tree row may have every key of a tile masked: the shift below keeps that NaN-free.
   for (int tile = key_first + warp * kKeysPerTile; tile < n_keys; tile += kPagedWarps * kKeysPerTile) {
     const int j = tile + lane;
     int64_t slot = 0;
     float score = -INFINITY;
     if (j < n_keys) {
       slot = slot_of(table, block_size, j);
-      score = kv.score(q_shared, slot, g, n_kv_heads, head_dim) * scale;
+      if (!tree.is_tree() || tree.sees(j)) score = kv.score(q_shared, slot, g, n_kv_heads, head_dim) * scale;
     }
     const float new_max = fmaxf(running_max, detail::warp_max(score));
-    const float correction = expf(running_max - new_max);
-    const float p = expf(score - new_max);  // 0 for lanes past the last key
+    // No key seen yet (only a tree row's masked keys): shift by 0, e^(-inf - 0) = 0, never NaN.
+    const float shift = new_max == -INFINITY ? 0.0f : new_max;
+    const float correction = expf(running_max - shift);
+    const float p = expf(score - shift);  // 0 for lanes past the last key and masked keys
     running_sum = running_sum * correction + detail::warp_sum(p);
 #pragma unroll
     for (int c = 0; c < kDimsPerLane; ++c) acc[c] *= correction;
@@ -272,7 +280,7 @@ paged_attention_kernel(const float* q,                  // (n_tokens, n_heads, h
     if (d < head_dim) acc_shared[warp][d] = acc[c];
   }
   __syncthreads();
-  float block_max = max_shared[0];  // warp 0 always has the first key
+  float block_max = max_shared[0];  // warp 0 has the first key (a tree row's: maybe masked, -inf)
 #pragma unroll
   for (int w = 1; w < kPagedWarps; ++w) block_max = fmaxf(block_max, max_shared[w]);
   float weight[kPagedWarps];
@@ -302,7 +310,7 @@ __global__ void paged_attention_naive_kernel(const float* q, const float* k_pool
                                              const int32_t* block_tables, int n_tokens,
                                              int n_seqs, int max_blocks_per_seq, int block_size,
                                              int n_heads, int n_kv_heads, int head_dim,
-                                             float scale, int window) {
+                                             float scale, int window, DraftTrees trees) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_tokens) * n_heads) return;
   const int row = static_cast<int>(idx / n_heads);
@@ -313,6 +321,25 @@ __global__ void paged_attention_naive_kernel(const float* q, const float* k_pool
   const int pos = seq_lens[s] - query_len + (row - query_start_loc[s]);
   const int32_t* table = block_tables + static_cast<int64_t>(s) * max_blocks_per_seq;
   const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const detail::TreeRow tree =
+      detail::tree_row(trees, s, query_start_loc[s], query_len, row - query_start_loc[s], seq_lens[s], window);
+  if (tree.is_tree()) {  // the prefix keys first .. key0 - 1, then the ancestors it sees, in key order
+    const int first = tree.first_key(), n_prefix = tree.key0 - first;
+    uint64_t seen = 0;
+    for (int a = 0; a < 64 && tree.key0 + a <= pos; ++a)
+      if (tree.sees(tree.key0 + a)) seen |= uint64_t{1} << a;
+    const auto key = [&](int j) {
+      if (j < n_prefix) return first + j;
+      uint64_t b = seen;
+      for (int k = 0; k < j - n_prefix; ++k) b &= b - 1;  // drop the lower set bits
+      return tree.key0 + __ffsll(static_cast<long long>(b)) - 1;
+    };
+    online_softmax_attend(q + idx * head_dim, k_pool + static_cast<int64_t>(g) * head_dim,
+                          v_pool + static_cast<int64_t>(g) * head_dim, kv_stride, n_prefix + __popcll(seen),
+                          [&](int j) { return slot_of(table, block_size, key(j)); }, head_dim, scale,
+                          out + idx * head_dim);
+    return;
+  }
   const int first = window > 0 ? max(0, pos + 1 - window) : 0;  // keys first .. pos
   online_softmax_attend(q + idx * head_dim, k_pool + static_cast<int64_t>(g) * head_dim,
                         v_pool + static_cast<int64_t>(g) * head_dim, kv_stride, pos + 1 - first,
@@ -330,14 +357,14 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <class MakeKv>
 void launch_paged(MakeKv kv, bool vec4, const float* q, float* out, const int32_t* query_start_loc,
                   const int32_t* seq_lens, const int32_t* block_tables, const PagedShape& p, float scale,
-                  int64_t window, cudaStream_t stream) {
+                  int64_t window, DraftTrees trees, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(p.n_heads));
   const auto launch = [&]<int kDimsPerLane>() {
     const auto args = [&](auto reader) {
       paged_attention_kernel<kDimsPerLane, decltype(reader)><<<grid, kPagedThreads, 0, stream>>>(
           q, reader, out, query_start_loc, seq_lens, block_tables, static_cast<int>(p.n_seqs),
           static_cast<int>(p.max_blocks_per_seq), static_cast<int>(p.block_size), static_cast<int>(p.n_heads),
-          static_cast<int>(p.n_kv_heads), static_cast<int>(p.head_dim), scale, static_cast<int>(window));
+          static_cast<int>(p.n_kv_heads), static_cast<int>(p.head_dim), scale, static_cast<int>(window), trees);
     };
     if (vec4) {
       args(kv(std::true_type{}));
@@ -363,18 +390,20 @@ void paged_attention(const float* q, const float* k_pool, const float* v_pool, f
                      const int32_t* query_start_loc, const int32_t* seq_lens,
                      const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                      int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
-                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream, int64_t window) {
+                     int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream, int64_t window,
+                     DraftTrees trees) {
   const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size,
                          n_heads,  n_kv_heads, head_dim};
   check_paged_attention_args("paged_attention", q, k_pool, v_pool, out, query_start_loc,
                              seq_lens, block_tables, shape, kPagedAttentionMaxHeadDim, scale);
   detail::check_window("paged_attention", window);
+  detail::check_trees("paged_attention", trees);
   if (n_tokens == 0) return;
   // Every K row starts at (slot * n_kv_heads + g) * head_dim floats: 16-byte aligned when the
   // pool is and head_dim % 4 == 0.
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_pool);
   const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) { return F32Kv<kVec4>{k_pool, v_pool}; };
-  launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, stream);
+  launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, trees, stream);
 }
 
 void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, float* out,
@@ -382,7 +411,7 @@ void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, flo
                                const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                                int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                                int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream,
-                               int64_t window) {
+                               int64_t window, DraftTrees trees) {
   const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size, n_heads, n_kv_heads, head_dim};
   const bool int8 = pool.type == KvQuant::Int8;
   if (int8 && (pool.k_scales == nullptr || pool.v_scales == nullptr)) {
@@ -393,6 +422,7 @@ void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, flo
                              static_cast<const float*>(pool.v), out, query_start_loc, seq_lens, block_tables, shape,
                              kPagedAttentionMaxHeadDim, scale);
   detail::check_window("paged_attention_quantized", window);
+  detail::check_trees("paged_attention_quantized", trees);
   if (n_tokens == 0) return;
   // A K row starts at (slot * n_kv_heads + g) * head_dim elements: aligned for 4-code (4-byte) or
   // 4-half (8-byte) loads when head_dim % 4 == 0 and the pool is 8-byte aligned.
@@ -402,12 +432,12 @@ void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, flo
       return Int8Kv<kVec4>{static_cast<const int8_t*>(pool.k), static_cast<const int8_t*>(pool.v), pool.k_scales,
                            pool.v_scales};
     };
-    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, stream);
+    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, trees, stream);
   } else {
     const auto kv = [&]<bool kVec4>(std::bool_constant<kVec4>) {
       return F16Kv<kVec4>{static_cast<const __half*>(pool.k), static_cast<const __half*>(pool.v)};
     };
-    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, stream);
+    launch_paged(kv, vec4, q, out, query_start_loc, seq_lens, block_tables, shape, scale, window, trees, stream);
   }
 }
 
@@ -416,12 +446,13 @@ void paged_attention_naive(const float* q, const float* k_pool, const float* v_p
                            const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                            int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                            int64_t n_kv_heads, int64_t head_dim, float scale,
-                           cudaStream_t stream, int64_t window) {
+                           cudaStream_t stream, int64_t window, DraftTrees trees) {
   const PagedShape shape{n_tokens, n_seqs, max_blocks_per_seq, block_size,
                          n_heads,  n_kv_heads, head_dim};
   check_paged_attention_args("paged_attention_naive", q, k_pool, v_pool, out, query_start_loc,
                              seq_lens, block_tables, shape, INT_MAX, scale);
   detail::check_window("paged_attention_naive", window);
+  detail::check_trees("paged_attention_naive", trees);
   if (n_tokens == 0) return;
   const int64_t n_threads = n_tokens * n_heads;
   const int64_t n_blocks = (n_threads + kNaiveBlockThreads - 1) / kNaiveBlockThreads;
@@ -433,7 +464,7 @@ void paged_attention_naive(const float* q, const float* k_pool, const float* v_p
       q, k_pool, v_pool, out, query_start_loc, seq_lens, block_tables, static_cast<int>(n_tokens),
       static_cast<int>(n_seqs), static_cast<int>(max_blocks_per_seq), static_cast<int>(block_size),
       static_cast<int>(n_heads), static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale,
-      static_cast<int>(window));
+      static_cast<int>(window), trees);
   CUDA_CHECK(cudaGetLastError());
 }
 

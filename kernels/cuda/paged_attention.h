@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "draft_tree.h"
 #include "quantized_kv.h"
 
 namespace lio::cuda {
@@ -49,30 +50,33 @@ inline constexpr int64_t kPagedAttentionMaxHeadDim = 256;
 /// window > 0, row p attends to positions max(0, p - window + 1) .. p only, and the key loop
 /// starts at the window's first key (nothing before it is read); 0 = every earlier position.
 /// InvalidArgument for window < 0 or > INT32_MAX.
+/// Draft trees (`trees`, DraftTrees; tree verification, issue 63): a tree row sees the keys
+/// before its tree and its ancestors' only, its window counted from its real position.
 /// Throws CudaError if the launch fails.
 void paged_attention(const float* q, const float* k_pool, const float* v_pool, float* out,
                      const int32_t* query_start_loc, const int32_t* seq_lens,
                      const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                      int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                      int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream,
-                     int64_t window = 0);
+                     int64_t window = 0, DraftTrees trees = {});
 
 /// Same contract as paged_attention() (any head_dim > 0); one thread per (row, head): it finds
 /// its sequence by binary search over query_start_loc, then walks positions 0 .. p in order
 /// with the running-max softmax of cpu::attention_reference, `out` doubling as the accumulator —
-/// the literal loop. The reference paged_attention() is tested against.
+/// the literal loop (a draft tree's row: over the keys it sees, in key order). The reference
+/// paged_attention() is tested against.
 void paged_attention_naive(const float* q, const float* k_pool, const float* v_pool, float* out,
                            const int32_t* query_start_loc, const int32_t* seq_lens,
                            const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                            int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                            int64_t n_kv_heads, int64_t head_dim, float scale,
-                           cudaStream_t stream, int64_t window = 0);
+                           cudaStream_t stream, int64_t window = 0, DraftTrees trees = {});
 
 /// paged_attention() over an f16 or int8 pool: the same rows, heads, index arrays and work
 /// layout, with K and V dequantized as they are read (vLLM's fp8 KV cache and its
 /// kv_cache_dtype do the same in their paged attention kernels). For Int8 the key scale
 /// multiplies the q . codes dot product once per key and the value scale p_j once per key.
-/// Same preconditions (and sliding `window`) as paged_attention() plus a non-null pool (pool.k,
+/// Same preconditions (and sliding `window`, draft `trees`) as paged_attention() plus a non-null pool (pool.k,
 /// pool.v, and the scales for Int8); throws InvalidArgument otherwise, CudaError if the launch
 /// fails.
 void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, float* out,
@@ -80,6 +84,6 @@ void paged_attention_quantized(const float* q, const QuantizedKvLayer& pool, flo
                                const int32_t* block_tables, int64_t n_tokens, int64_t n_seqs,
                                int64_t max_blocks_per_seq, int64_t block_size, int64_t n_heads,
                                int64_t n_kv_heads, int64_t head_dim, float scale, cudaStream_t stream,
-                               int64_t window = 0);
+                               int64_t window = 0, DraftTrees trees = {});
 
 }  // namespace lio::cuda

@@ -53,6 +53,29 @@ std::vector<float> run_workload(ModelRunner& runner, const std::vector<int32_t>&
   return out;
 }
 
+/// Draft-tree verification over ranks (issue 63, item 4): the two prompts, then ONE pass of a
+/// 5-node branching tree after A and two plain tokens plus a 3-node chain tree after B
+/// (ForwardBatch::set_tree: the workers must get the masks, or their heads attend causally).
+/// Returns every logits row of the three passes.
+std::vector<float> run_tree_workload(ModelRunner& runner, const std::vector<int32_t>& prompt_a,
+                                     const std::vector<int32_t>& prompt_b, int64_t) {
+  const int64_t bs = runner.kv_pool().block_size();
+  const std::vector<int32_t> table_a{0, 1, 2, 3}, table_b{4, 5, 6, 7};
+  std::vector<float> out;
+  auto keep = [&](std::span<const float> l) { out.insert(out.end(), l.begin(), l.end()); };
+  ForwardBatch first(bs);
+  first.add_sequence(prompt_a, 0, table_a, 1);
+  first.add_sequence(prompt_b, 0, table_b, 1);
+  keep(runner.forward(first));
+  ForwardBatch tree(bs);
+  tree.add_sequence(std::vector<int32_t>{7, 21, 22, 23, 24}, static_cast<int64_t>(prompt_a.size()), table_a, 5);
+  tree.add_sequence(std::vector<int32_t>{11, 12, 13, 30, 31}, static_cast<int64_t>(prompt_b.size()), table_b, 5);
+  tree.set_tree(0, std::vector<uint64_t>{1, 3, 5, 11, 0b10101});  // parents -1 0 0 1 2
+  tree.set_tree(1, std::vector<uint64_t>{1, 3, 7});               // the last 3 rows: a chain
+  keep(runner.forward(tree));
+  return out;
+}
+
 /// max |a - b| / max |b|: the error relative to the largest logit.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, scale = 0;
@@ -90,7 +113,10 @@ struct GridCase {
 /// Runs `model` on every grid of `grids` that fits the world: the world is cut into groups of
 /// tp x pp ranks, each group's driver compares its grid's logits with a single-rank runner of its
 /// own; the others serve. Returns nothing; failures are the driver's assertions.
-void check_grids(const LoadedModel& model, const std::vector<GridCase>& grids, double tolerance) {
+using Workload = std::vector<float> (*)(ModelRunner&, const std::vector<int32_t>&, const std::vector<int32_t>&, int64_t);
+
+void check_grids(const LoadedModel& model, const std::vector<GridCase>& grids, double tolerance,
+                 Workload workload = run_workload) {
   std::unique_ptr<Communicator> world = world_communicator();
   const int64_t vocab = model.config.vocab_size;
   const std::vector<int32_t> prompt_a{5, 9, 200, 31, 77, 4, 18}, prompt_b{static_cast<int32_t>(260 % vocab), 3, 99, 42, 12};
@@ -115,8 +141,8 @@ void check_grids(const LoadedModel& model, const std::vector<GridCase>& grids, d
     }
     std::unique_ptr<ModelRunner> single =
         make_runner(model, Device::Cpu, KvPoolOptions{4, 8, KvCacheDType::F32}, ActivationPrecision::F32);
-    const std::vector<float> want = run_workload(*single, prompt_a, prompt_b, vocab);
-    const std::vector<float> got = run_workload(*runner, prompt_a, prompt_b, vocab);
+    const std::vector<float> want = workload(*single, prompt_a, prompt_b, vocab);
+    const std::vector<float> got = workload(*runner, prompt_a, prompt_b, vocab);
     runner->stop_workers();
     ASSERT_EQ(got.size(), want.size());
     EXPECT_LE(relative_error(got, want), tolerance);
@@ -158,6 +184,12 @@ const std::vector<GridCase> kGrids{{2, 1}, {4, 1}, {8, 1}, {1, 2}, {1, 3}, {1, 4
 
 TEST(TensorParallel, F32TinyModelEqualsOneRank) {
   check_grids(tiny_model(eight_heads(), "f32"), kGrids, 1e-5);
+}
+
+// Tree verification under TP 2 / 4, PP 2 (micro-batches cut the trees with their sequences) and
+// TP 2 x PP 2: the tree masks travel in the driver's batch (runner_rpc) to every rank.
+TEST(TensorParallel, DraftTreeVerificationEqualsOneRank) {
+  check_grids(tiny_model(eight_heads(), "tree"), {{2, 1}, {4, 1}, {1, 2}, {2, 2}}, 1e-5, run_tree_workload);
 }
 
 TEST(TensorParallel, Q8TinyModelWithPaddedVocabularyEqualsOneRank) {

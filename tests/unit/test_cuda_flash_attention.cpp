@@ -403,7 +403,7 @@ TEST(FlashAttention, SlidingWindowMatchesHostLoop) {
       (literal ? lio::cuda::paged_attention_naive : lio::cuda::paged_attention)(
           d.q.data(), d.k.data(), d.v.data(), d.out.data(), d.qsl.data(), d.lens.data(), d.tables.data(), b.n_tokens,
           b.n_seqs, b.max_blocks_per_seq, c.block_size, c.n_heads, c.n_kv_heads, c.head_dim, b.scale, nullptr,
-          wc.window);
+          wc.window, lio::cuda::DraftTrees{});  // through a pointer: no default arguments
       CUDA_CHECK(cudaDeviceSynchronize());
       expect_close(d.out.to_host(), want_out, 1e-4, what + (literal ? " paged_attention_naive" : " paged_attention"));
     }

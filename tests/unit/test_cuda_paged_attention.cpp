@@ -190,7 +190,7 @@ std::vector<float> run_case(const PagedCase& c, uint32_t seed, bool naive_append
       naive_attention ? lio::cuda::paged_attention_naive : lio::cuda::paged_attention;
   attend(d.q.data(), k_pool.data() + off, v_pool.data() + off, d_out.data(), d.qsl.data(),
          d.lens.data(), d.tables.data(), b.n_tokens, b.n_seqs, b.max_blocks_per_seq, c.block_size,
-         c.n_heads, c.n_kv_heads, c.head_dim, scale, nullptr, 0);
+         c.n_heads, c.n_kv_heads, c.head_dim, scale, nullptr, 0, {});  // through a pointer: every argument
   CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<float> k_got(b.k_pool.size()), v_got(b.v_pool.size());
@@ -300,26 +300,26 @@ TEST(CudaPagedArguments, LaunchersRejectBadShapesBeforeLaunching) {
   for (const auto attend : {lio::cuda::paged_attention, lio::cuda::paged_attention_naive}) {
     // Good call for reference: (q, k, v, out, qsl, lens, tables, n_tokens=4, n_seqs=2,
     // max_blocks=3, block_size=16, heads 9/3, head_dim 64, scale).
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 2, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 2, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);  // 9 heads over 2 KV heads
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, -1, 2, 3, 16, 9, 3, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, -1, 2, 3, 16, 9, 3, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 0, 3, 16, 9, 3, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 0, 3, 16, 9, 3, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);  // rows but no sequence
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 0, 16, 9, 3, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 0, 16, 9, 3, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 0, 9, 3, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 0, 9, 3, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);
     EXPECT_THROW(
-        attend(f, f, f, f, ids, ids, ids, 4, 2, int64_t{1} << 28, 16, 9, 3, 64, 0.125f, nullptr, 0),
+        attend(f, f, f, f, ids, ids, ids, 4, 2, int64_t{1} << 28, 16, 9, 3, 64, 0.125f, nullptr, 0, {}),
         InvalidArgument);  // positions past INT32_MAX
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 3, 0, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 3, 0, 0.125f, nullptr, 0, {}),
                  InvalidArgument);
-    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 3, 64, NAN, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 3, 64, NAN, nullptr, 0, {}),
                  InvalidArgument);
-    EXPECT_THROW(attend(f, f, f, f, nullptr, ids, ids, 4, 2, 3, 16, 9, 3, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, f, f, f, nullptr, ids, ids, 4, 2, 3, 16, 9, 3, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);
-    EXPECT_THROW(attend(f, nullptr, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 3, 64, 0.125f, nullptr, 0),
+    EXPECT_THROW(attend(f, nullptr, f, f, ids, ids, ids, 4, 2, 3, 16, 9, 3, 64, 0.125f, nullptr, 0, {}),
                  InvalidArgument);
   }
   // Only the optimized kernel keeps head_dim / 32 accumulators per lane in registers.

@@ -189,9 +189,11 @@ void CudaBackend::reserve(const StepLimits& limits) {
     for (const auto& [id, floats] : sizes) m.grow(m.scratch[static_cast<size_t>(id)], floats);
     // upload(): token ids, positions, slots, query_start_loc, seq_lens, block tables, logits rows
     // (and MLA's context offsets), then each further KV cache group's slots and block tables.
+    // A batch verifying draft trees adds their lengths, one int of padding and the masks (2 ints each).
     const int64_t index_ints = 3 * n + (seqs + 1) + seqs + seqs * limits.max_blocks_per_seq + rows +
                                (c.is_mla() ? seqs + 1 : 0) +
-                               (limits.kv_cache_groups - 1) * (n + seqs * limits.max_blocks_per_seq);
+                               (limits.kv_cache_groups - 1) * (n + seqs * limits.max_blocks_per_seq) +
+                               seqs + 1 + 2 * n;
     m.grow(m.batch_h, index_ints);
     m.grow(m.batch_d, index_ints);
     if (m.activations != ActivationPrecision::F32) {  // the widest x a matmul rounds
@@ -231,14 +233,27 @@ namespace {
 
 /// upload()'s index arrays of `batch` in their staging order: the fixed arrays (token ids,
 /// positions, slots, query_start_loc, seq_lens, block tables, logits rows, MLA's context offsets
-/// `ctx_first`), then each further KV cache group's slot mapping and block tables.
-std::vector<const std::vector<int32_t>*> batch_arrays(const ForwardBatch& batch, const std::vector<int32_t>& ctx_first) {
+/// `ctx_first`), then each further KV cache group's slot mapping and block tables, then, for a
+/// batch with draft trees, tree_lens, `tree_pad` (0 or 1 int, so the masks start 8-byte
+/// aligned) and `tree_words` (the uint64 tree_masks as int32 pairs).
+std::vector<const std::vector<int32_t>*> batch_arrays(const ForwardBatch& batch, const std::vector<int32_t>& ctx_first,
+                                                      std::vector<int32_t>& tree_pad, std::vector<int32_t>& tree_words) {
   std::vector<const std::vector<int32_t>*> arrays = {
       &batch.token_ids, &batch.positions,    &batch.slot_mapping, &batch.query_start_loc,
       &batch.seq_lens,  &batch.block_tables, &batch.logits_rows,  &ctx_first};
   for (size_t g = 0; g < batch.group_slot_mapping.size(); ++g) {
     arrays.push_back(&batch.group_slot_mapping[g]);
     arrays.push_back(&batch.group_block_tables[g]);
+  }
+  if (!batch.tree_lens.empty()) {
+    size_t ints = batch.tree_lens.size();
+    for (const auto* a : arrays) ints += a->size();
+    tree_pad.assign(ints % 2, 0);
+    tree_words.resize(2 * batch.tree_masks.size());
+    std::memcpy(tree_words.data(), batch.tree_masks.data(), batch.tree_masks.size() * sizeof(uint64_t));
+    arrays.push_back(&batch.tree_lens);
+    arrays.push_back(&tree_pad);
+    arrays.push_back(&tree_words);
   }
   return arrays;
 }
@@ -299,7 +314,8 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     for (const int32_t len : batch.seq_lens) ctx_first.push_back(ctx_first.back() + len);
   }
   return m.guarded([&] {
-    const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, ctx_first);
+    std::vector<int32_t> tree_pad, tree_words;
+    const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, ctx_first, tree_pad, tree_words);
     if (m.capturing) m.captured_layout = array_sizes(arrays);
     int64_t total = 0;
     const std::vector<const int32_t*> device = m.stage(arrays, &total);
@@ -316,9 +332,14 @@ BatchView CudaBackend::upload(const ForwardBatch& batch) {
     m.mla_ctx_total = ctx_first.empty() ? 0 : ctx_first.back();
     BatchView view{&batch,    device[0], device[1], device[2], device[3],
                    device[4], device[5], device[6], {},        {}};
-    for (size_t i = 8; i + 1 < device.size(); i += 2) {
+    const size_t groups_end = 8 + 2 * batch.group_slot_mapping.size();
+    for (size_t i = 8; i < groups_end; i += 2) {
       view.group_slot_mapping.push_back(device[i]);
       view.group_block_tables.push_back(device[i + 1]);
+    }
+    if (!batch.tree_lens.empty()) {  // staged 8-byte aligned (batch_d is cudaMalloc'd: 256-byte aligned)
+      view.tree_lens = device[groups_end];
+      view.tree_masks = reinterpret_cast<const uint64_t*>(device[groups_end + 2]);
     }
     return view;
   });
@@ -463,7 +484,8 @@ float* CudaBackend::replay_graph(int64_t key, const ForwardBatch& batch) {
   const Impl::Graph& g = it->second;
   if (g.buffer_grows != m.graph_buffer_grows()) return nullptr;  // a buffer the graph uses may have moved
   const std::vector<int32_t> no_ctx;  // MLA's offsets: MLA models have no graphs
-  const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, no_ctx);
+  std::vector<int32_t> tree_pad, tree_words;  // a tree batch's extra arrays: never a captured layout
+  const std::vector<const std::vector<int32_t>*> arrays = batch_arrays(batch, no_ctx, tree_pad, tree_words);
   if (array_sizes(arrays) != g.layout) return nullptr;
   return m.guarded([&] {
     int64_t total = 0;

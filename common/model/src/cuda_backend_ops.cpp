@@ -276,6 +276,7 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
   }
   const float scale = c.softmax_scale();
   const int64_t window = c.layer_window(layer);  // gemma3's local layers; 0: every earlier key
+  const cuda::DraftTrees trees{batch.tree_lens, batch.tree_masks};  // tree verification (null: none)
   if (pool.dtype() != KvCacheDType::F32) {
     // Chapter 03's f16 / int8 pools: chapter 04's kernel with K and V dequantized as they are
     // read, for both attention backends. Flash over a quantized pool is not done.
@@ -284,7 +285,7 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
         paged_attention_quantized(q, static_cast<DeviceKvPool&>(pool).quantized_layer(layer), out,
                                   batch.query_start_loc, batch.seq_lens, batch.block_tables, b.n_tokens(),
                                   b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads, c.n_kv_heads,
-                                  c.head_dim, scale, m.stream, window);
+                                  c.head_dim, scale, m.stream, window, trees);
       });
     });
     return;
@@ -301,21 +302,21 @@ void CudaBackend::attention(KvPool& pool, int64_t layer, const float* q, float* 
       m.op("attention (paged)", [&] {
         paged_attention(q, pool.keys(layer), pool.values(layer), out, batch.query_start_loc, batch.seq_lens,
                         batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq, b.block_size, c.n_heads,
-                        c.n_kv_heads, c.head_dim, scale, m.stream, window);
+                        c.n_kv_heads, c.head_dim, scale, m.stream, window, trees);
       });
     } else if (m.attention_backend == AttentionBackend::Flash) {
       m.op("attention (flash)", [&] {
         flash_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
                         batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
                         b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
-                        m.flash_workspace, m.stream, /*split_kv=*/true, window);
+                        m.flash_workspace, m.stream, /*split_kv=*/true, window, trees);
       });
     } else {
       m.op("attention (naive)", [&] {
         naive_attention(q, pool.keys(layer), pool.values(layer), out, /*lse=*/nullptr, batch.query_start_loc,
                         batch.seq_lens, batch.block_tables, b.n_tokens(), b.n_seqs(), b.max_blocks_per_seq,
                         b.block_size, c.n_heads, c.n_kv_heads, c.head_dim, scale, /*causal=*/true, max_query_len,
-                        m.naive_scores, m.stream, max_scores_per_head, window);
+                        m.naive_scores, m.stream, max_scores_per_head, window, trees);
       });
     }
   });
@@ -336,6 +337,9 @@ void CudaBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, con
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   if (!c.is_mla()) throw InvalidArgument("CudaBackend::mla_attention: not an MLA model");
+  if (batch.tree_lens != nullptr) {
+    throw UnsupportedError("CudaBackend: MLA attention has no tree mask; verify a draft tree on a model without MLA");
+  }
   m.check_pool("mla_attention", pool, layer, batch);
   const ForwardBatch& b = *batch.host;
   if (b.block_size != pool.block_size()) {

@@ -304,6 +304,10 @@ std::vector<ForwardBatch> split_micro_batches(const ForwardBatch& batch, int64_t
       b.group_block_tables.emplace_back(bt.begin() + seq * batch.max_blocks_per_seq,
                                         bt.begin() + end * batch.max_blocks_per_seq);
     }
+    if (!batch.tree_lens.empty()) {  // draft trees (tree verification): their sequences' rows, cut alike
+      b.tree_masks.assign(batch.tree_masks.begin() + r0, batch.tree_masks.begin() + r1);
+      b.tree_lens.assign(batch.tree_lens.begin() + seq, batch.tree_lens.begin() + end);
+    }
     out.push_back(std::move(b));
     seq = end;
   }

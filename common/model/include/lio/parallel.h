@@ -169,8 +169,8 @@ std::unique_ptr<ParallelContext> make_parallel_context(const RankPlan& plan, con
 int cuda_device_for_rank(int local_rank, int local_size, int n_devices, bool nccl);
 
 /// `batch` cut into at most `n` micro-batches of whole sequences, contiguous and in order, with
-/// about as many rows each (rows, slots, block tables and logits rows re-based; their logits rows
-/// concatenated are the batch's). Fewer when the batch has fewer sequences. Throws InvalidArgument
+/// about as many rows each (rows, slots, block tables, draft trees and logits rows re-based; their
+/// logits rows concatenated are the batch's). Fewer when the batch has fewer sequences. Throws InvalidArgument
 /// if n < 1.
 std::vector<ForwardBatch> split_micro_batches(const ForwardBatch& batch, int64_t n);
 
