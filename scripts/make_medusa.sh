@@ -24,7 +24,7 @@ while [[ $# -gt 0 ]]; do
     --prompts) prompts="$2"; shift ;;
     --max-tokens) max_tokens="$2"; shift ;;
     --threads) threads="$2"; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) train_flags+=("$1") ;;
   esac
   shift
@@ -34,6 +34,9 @@ done
 "$python" -c "import jax, optax" 2>/dev/null ||
   { echo "make_medusa.sh: $python lacks jax / optax (scripts/setup.sh installs scripts/requirements.txt)" >&2; exit 2; }
 
+# Idle OpenMP threads sleep instead of spinning: on a shared machine a spinning team of 2 threads
+# runs several times slower than one thread; alone it costs little.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 stem="${model%.gguf}"
 data="$stem.spec_data.safetensors"
 t0=$SECONDS
