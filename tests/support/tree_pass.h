@@ -57,7 +57,8 @@ inline std::vector<uint64_t> tree_masks_of(const std::vector<int>& parents) {
 }
 
 /// Runs `seqs` (each in blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq) of a pool of
-/// `block_size`-token blocks) on runners made by `make`: the prefixes in one pass, then every
+/// `block_size`-token blocks, in each KV cache group of the pool: groups.size() x seqs.size() x
+/// blocks_per_seq blocks) on runners made by `make`: the prefixes in one pass, then every
 /// sequence's plain tokens and tree in ONE pass, logits for the tree rows. Each node's logits row
 /// must equal, within rel_tol relative to the row's largest logit (at least 1), the last row of a
 /// fresh runner fed the prefix, then plain + the node's path as one chunk. `what` names the case.
@@ -65,12 +66,19 @@ inline void expect_tree_pass_equals_path_chains(const std::function<std::unique_
                                                 const std::vector<TreeSeq>& seqs, int64_t block_size,
                                                 int64_t blocks_per_seq, const std::string& what,
                                                 double rel_tol = 1e-4) {
-  const auto table_of = [&](size_t s) {
-    std::vector<int32_t> t(static_cast<size_t>(blocks_per_seq));
-    std::iota(t.begin(), t.end(), static_cast<int32_t>(s * static_cast<size_t>(blocks_per_seq)));
-    return t;
-  };
   std::unique_ptr<ModelRunner> runner = make();
+  // Sequence s's table in KV cache group g (a hybrid pool has several): blocks_per_seq blocks
+  // from (g * seqs.size() + s) * blocks_per_seq.
+  const int64_t n_groups = runner->kv_pool().n_groups();
+  const auto table_of = [&](size_t s) {
+    std::vector<std::vector<int32_t>> tables;
+    for (int64_t g = 0; g < n_groups; ++g) {
+      std::vector<int32_t> t(static_cast<size_t>(blocks_per_seq));
+      std::iota(t.begin(), t.end(), static_cast<int32_t>((static_cast<size_t>(g) * seqs.size() + s) * static_cast<size_t>(blocks_per_seq)));
+      tables.push_back(std::move(t));
+    }
+    return tables;
+  };
   ForwardBatch prefill(block_size), tree(block_size);
   for (size_t s = 0; s < seqs.size(); ++s) prefill.add_sequence(seqs[s].prefix, 0, table_of(s), 1);
   runner->forward(prefill);
@@ -116,18 +124,20 @@ inline LoadedModel load_tiny_tree_model(const std::string& dir, const TinyModelS
 
 /// expect_tree_pass_equals_path_chains on `device` for every attention backend (flash, naive,
 /// paged) x `dtypes` (a quantized pool once, with flash: the backend then picks its kernel) x
-/// `prefixes`, on three_test_trees(prefix, third), pools of 3 x 8 blocks of 16 tokens; f16 / int8
+/// `prefixes`, on three_test_trees(prefix, third), pools of 3 x 8 blocks of 16 tokens per KV cache
+/// group (`hybrid`: the model's full and windowed layers in groups of their own); f16 / int8
 /// pools within 2e-3.
 inline void expect_tree_pass_on_every_backend(const LoadedModel& m, Device device, const std::vector<KvCacheDType>& dtypes,
                                               const std::vector<int>& prefixes, const std::vector<int>& third,
-                                              const std::string& name) {
+                                              const std::string& name, bool hybrid = false) {
+  const int64_t n_groups = kv_cache_groups(m.config, hybrid).n_groups();
   for (const auto attention : {AttentionBackend::Flash, AttentionBackend::Naive, AttentionBackend::Paged}) {
     for (const KvCacheDType dtype : dtypes) {
       if (dtype != KvCacheDType::F32 && attention != AttentionBackend::Flash) continue;
       for (const int prefix : prefixes) {
         const auto make = [&] {
           return std::make_unique<ModelRunner>(make_backend(m, device, ActivationPrecision::F32, attention),
-                                               KvPoolConfig{16, 3 * 8, dtype});
+                                               KvPoolConfig{16, n_groups * 3 * 8, dtype, hybrid});
         };
         expect_tree_pass_equals_path_chains(make, three_test_trees(prefix, third), 16, 8,
                                             name + " " + attention_backend_name(attention) + " " +

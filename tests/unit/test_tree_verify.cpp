@@ -43,6 +43,19 @@ TEST_F(TreeVerifyTest, SlidingWindowLayersMeasureTheWindowFromTheNodesDepth) {
                                                   {-1, 0, 0, 0, 3, 0}, "gemma3 window 3");
 }
 
+// The hybrid pool (KV cache groups): six gemma3 layers, five windowed (window 3) and one global,
+// each kind in its own group with its own block tables.
+TEST_F(TreeVerifyTest, HybridPoolGroupsCarryTheTree) {
+  lio::testing::TinyModelSpec spec;
+  spec.architecture = "gemma3";
+  spec.sliding_window = 3;
+  spec.n_layers = 6;
+  const lio::LoadedModel m = lio::testing::load_tiny_tree_model(dir_, spec, "gemma3_6");
+  ASSERT_GT(lio::kv_cache_groups(m.config, true).n_groups(), 1);
+  lio::testing::expect_tree_pass_on_every_backend(m, lio::Device::Cpu, {lio::KvCacheDType::F32}, {20, 60},
+                                                  {-1, 0, 0, 0, 3, 0}, "gemma3 hybrid", true);
+}
+
 // set_tree: RoPE positions become first + depth, slots stay linear, the arrays grow to the batch
 // (and with sequences added afterwards); bad masks, sizes and sequences are refused.
 TEST(ForwardBatchTree, SetTreeRewritesPositionsAndRefusesBadTrees) {
