@@ -2,15 +2,16 @@
 """Chapter 06, section 7: Medusa heads against plain decoding and n-gram lookup on the default
 Q4_1 file (issue 63), CPU, greedy, `lio batch`.
 
-    .venv/bin/python bench/06_speculative/medusa.py [--repeats 5] [--max-tokens 64] [--quick]
+    .venv/bin/python bench/06_speculative/medusa.py [--repeats 5] [--max-tokens 48] [--quick]
 
 Needs the heads scripts/make_medusa.sh trains (models/<model stem>.medusa.safetensors, not
 committed). Two prompt sets of 8 chat prompts each: "free" (the first 8 of
 bench/06_speculative/prompts_eval_free.jsonl, held apart from the heads' training prompts) and
 "grounded" (rewrite a given paragraph with one word changed: the answer copies its prompt). For
 each set, each batch size (1 = --max-num-seqs 1, the 8 prompts one after another; 8 = all at
-once) and each method (plain; n-gram k = 4; Medusa as a chain of each head's argmax; Medusa
-trees of 8 and 16 nodes), the runs are interleaved and repeated; the table gives the median
+once; and the F32 copy at 1, where verification rides on the weight read) and each method
+(plain; n-gram k = 4; Medusa as a chain of each head's argmax, 4 drafts; a Medusa tree of 8
+nodes, top 4 per head), the runs are interleaved and repeated; the table gives the median
 output tok/s with its min-max, the speedup over plain (median of the per-repeat ratios, a range
 holding 1 is a tie), tokens per target pass (1 + accepted / rounds) and acceptance per depth
 (the share of rounds whose draft at that depth was accepted), and whether every output equals
@@ -31,6 +32,7 @@ from liobench.results_meta import provenance, provenance_lines, write_results
 
 LIO = os.path.join(ROOT, "build", "bin", "lio")
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+F32 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.F32.gguf")
 FREE = os.path.join(ROOT, "bench", "06_speculative", "prompts_eval_free.jsonl")
 PARAGRAPHS = [
     "The cat sat on the mat by the window. Every morning the cat watched the birds in the garden, and every "
@@ -65,13 +67,12 @@ def methods(heads):
     medusa = ["--spec-method", "medusa", "--medusa-heads", heads]
     m.append(("medusa chain", medusa + ["--medusa-top-k", "1", "--num-speculative-tokens", "4"]))
     m.append(("medusa tree 8", medusa + ["--medusa-top-k", "4", "--num-speculative-tokens", "8"]))
-    m.append(("medusa tree 16", medusa + ["--medusa-top-k", "4", "--num-speculative-tokens", "16"]))
     return m
 
 
-def run_batch(prompts_path, n_seqs, max_tokens, flags, tmp):
+def run_batch(model, prompts_path, n_seqs, max_tokens, flags, tmp):
     out, summary = os.path.join(tmp, "out.jsonl"), os.path.join(tmp, "s.json")
-    cmd = [LIO, "batch", "--model", MODEL, "--prompts", prompts_path, "--out", out, "--summary", summary,
+    cmd = [LIO, "batch", "--model", model, "--prompts", prompts_path, "--out", out, "--summary", summary,
            "--max-tokens", str(max_tokens), "--ignore-eos", "--temperature", "0", "--max-num-seqs", str(n_seqs)]
     print("+ lio batch " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[2:]),
           file=sys.stderr)
@@ -90,14 +91,17 @@ def measure(args, heads):
             with open(path, "w") as f:
                 for p in prompts[:args.n_prompts]:
                     f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
-            for n_seqs in args.batch_sizes:
+            # The default Q4_1 file at every batch size; its F32 copy (the same heads: they read the
+            # hidden state, which the two files give nearly alike) at one sequence, where
+            # verification rides on the weight read (section 7).
+            for model, n_seqs in [(MODEL, n) for n in args.batch_sizes] + [(F32, 1)] * os.path.exists(F32):
                 ms = methods(heads)
                 tps = {name: [] for name, _ in ms}
                 summaries, identical = {}, {name: True for name, _ in ms}
                 plain_texts = None
                 for _ in range(args.repeats):
                     for name, flags in ms:  # interleaved: plain, ngram, medusa ..., plain, ...
-                        s, texts = run_batch(path, n_seqs, args.max_tokens, flags, tmp)
+                        s, texts = run_batch(model, path, n_seqs, args.max_tokens, flags, tmp)
                         tps[name].append(s["output_tok_per_s"])
                         summaries[name] = s
                         if name == "plain":
@@ -109,7 +113,8 @@ def measure(args, heads):
                     ratios = [t / b for t, b in zip(tps[name], tps["plain"])]
                     rounds = s.get("spec_num_drafts", 0)
                     per_pos = [c / rounds for c in s.get("spec_accepted_per_position", [])] if rounds else []
-                    rows.append({"prompts": set_name, "max_num_seqs": n_seqs, "method": name,
+                    rows.append({"prompts": set_name, "model": "F32" if model == F32 else "Q4_1",
+                                 "max_num_seqs": n_seqs, "method": name,
                                  "output_tok_per_s": statistics.median(tps[name]),
                                  "tok_per_s_min": min(tps[name]), "tok_per_s_max": max(tps[name]),
                                  "speedup": statistics.median(ratios), "speedup_min": min(ratios),
@@ -126,11 +131,11 @@ def markdown(result):
     s = result["settings"]
     lines += [f'{s["n_prompts"]} prompts per set, {s["max_tokens"]} tokens each (EOS ignored), '
               f'{s["repeats"]} interleaved repeats; median (min-max). Heads: {s["heads"]}.', ""]
-    lines += ["| prompts | seqs | method | output tok/s | speedup over plain | tokens / pass | "
-              "acceptance by depth | = plain |", "|---|---:|---|---:|---:|---:|---|---|"]
+    lines += ["| prompts | file | seqs | method | output tok/s | speedup over plain | tokens / pass | "
+              "acceptance by depth | = plain |", "|---|---|---:|---|---:|---:|---:|---|---|"]
     for r in result["rows"]:
         depth = " ".join(f"{a:.2f}" for a in r["acceptance_per_depth"][:6])
-        lines.append(f'| {r["prompts"]} | {r["max_num_seqs"]} | {r["method"]} | {r["output_tok_per_s"]:.1f} '
+        lines.append(f'| {r["prompts"]} | {r["model"]} | {r["max_num_seqs"]} | {r["method"]} | {r["output_tok_per_s"]:.1f} '
                      f'({r["tok_per_s_min"]:.1f}-{r["tok_per_s_max"]:.1f}) | {r["speedup"]:.2f}x '
                      f'({r["speedup_min"]:.2f}-{r["speedup_max"]:.2f}) | {r["tokens_per_pass"]:.2f} | {depth} | '
                      f'{"yes" if r["identical_to_plain"] else "NO"} |')
@@ -148,13 +153,14 @@ def plot(result, path):
     for ax, set_name in zip(axes, ("free", "grounded")):
         rows = [r for r in result["rows"] if r["prompts"] == set_name and r["method"] != "plain"]
         names = sorted({r["method"] for r in rows}, key=[r["method"] for r in rows].index)
-        seqs = sorted({r["max_num_seqs"] for r in rows})
-        width = 0.8 / max(1, len(seqs))
-        for j, n in enumerate(seqs):
-            ys = [next(r["speedup"] for r in rows if r["method"] == m and r["max_num_seqs"] == n) for m in names]
-            ax.bar([i + j * width for i in range(len(names))], ys, width, label=f"{n} seq")
+        runs = sorted({(r["model"], r["max_num_seqs"]) for r in rows}, key=lambda x: (x[0] != "Q4_1", x[1]))
+        width = 0.8 / max(1, len(runs))
+        for j, (model, n) in enumerate(runs):
+            ys = [next(r["speedup"] for r in rows if r["method"] == m and (r["model"], r["max_num_seqs"]) == (model, n))
+                  for m in names]
+            ax.bar([i + j * width for i in range(len(names))], ys, width, label=f"{model}, {n} seq")
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks([i + width * (len(seqs) - 1) / 2 for i in range(len(names))], names, rotation=20)
+        ax.set_xticks([i + width * (len(runs) - 1) / 2 for i in range(len(names))], names, rotation=20)
         ax.set_title(f"{set_name} prompts")
     axes[0].set_ylabel("output tok/s over plain")
     axes[0].legend()
@@ -165,7 +171,7 @@ def plot(result, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--n-prompts", type=int, default=8)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--heads", default=os.path.splitext(MODEL)[0] + ".medusa.safetensors")
