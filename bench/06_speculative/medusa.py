@@ -16,7 +16,8 @@ output tok/s with its min-max, the speedup over plain (median of the per-repeat 
 holding 1 is a tie), tokens per target pass (1 + accepted / rounds) and acceptance per depth
 (the share of rounds whose draft at that depth was accepted), and whether every output equals
 plain greedy decoding's byte for byte. EOS is ignored so every method makes the same tokens.
-Writes bench/results/06_speculative_medusa_cpu.{json,md,png}; the lesson renders its table from
+Writes bench/results/06_speculative_medusa_cpu.{json,md,png} and the heads file's training record
+(06_speculative_medusa_heads.{json,md}; --heads-only writes just that); the lesson renders its table from
 the JSON. Nothing here is a test.
 """
 import argparse
@@ -125,6 +126,36 @@ def measure(args, heads):
     return rows
 
 
+def heads_metadata(path):
+    """The heads file's own training record: the safetensors header's __metadata__ that
+    scripts/train_medusa.py writes (accuracies per head on held-out positions, data sizes)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        meta = json.loads(f.read(n)).get("__metadata__", {})
+    out = {}
+    for k, v in meta.items():
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def heads_markdown(result):
+    h = result["heads"]
+    lines = ["# Chapter 06: the Medusa heads' training record", ""] + provenance_lines(result["provenance"]) + [""]
+    lines += [f'Heads file trained by scripts/make_medusa.sh for {h["source_model"]}: {h["num_heads"]} heads, '
+              f'draft vocabulary {h["draft_vocab_size"]} of {h["vocab_size"]} tokens, {h["train_sequences"]} '
+              f'training answers ({h["train_positions"]} positions), {h["epochs"]} epochs; loss '
+              f'{h["loss_initial"]} -> {h["loss_final"]}. Held-out accuracy per head (head k predicts the token '
+              f'k + 2 ahead; a label outside the draft vocabulary counts as a miss; the LM head\'s own top-1 '
+              f'there is {h["lm_head_top1"]}):', ""]
+    lines += ["| head | predicts | top-1 | top-5 |", "|---:|---|---:|---:|"]
+    for k, (t1, t5) in enumerate(zip(h["top1"], h["top5"])):
+        lines.append(f"| {k} | t + {k + 2} | {t1:.3f} | {t5:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(result):
     lines = ["# Chapter 06: Medusa heads on the CPU (greedy, default Q4_1 file)", ""]
     lines += provenance_lines(result["provenance"]) + [""]
@@ -176,12 +207,20 @@ def main():
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--heads", default=os.path.splitext(MODEL)[0] + ".medusa.safetensors")
     ap.add_argument("--quick", action="store_true", help="one repeat, 2 prompts, 24 tokens (a smoke run)")
+    ap.add_argument("--heads-only", action="store_true",
+                    help="write only the heads' training record (bench/results/06_speculative_medusa_heads)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_medusa_cpu"))
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.n_prompts, args.max_tokens = 1, 2, 24
     if not os.path.exists(args.heads):
         sys.exit(f"no Medusa heads at {args.heads}: run scripts/make_medusa.sh first")
+    card = {"provenance": provenance(command="bench/06_speculative/medusa.py " + " ".join(sys.argv[1:])),
+            "heads": heads_metadata(args.heads)}
+    if not args.quick:
+        write_results(os.path.join(os.path.dirname(args.out), "06_speculative_medusa_heads"), card, heads_markdown)
+    if args.heads_only:
+        return
     result = {"provenance": provenance(command="bench/06_speculative/medusa.py " + " ".join(sys.argv[1:])),
               "settings": {"model": os.path.basename(MODEL), "heads": os.path.basename(args.heads),
                            "repeats": args.repeats, "max_tokens": args.max_tokens, "n_prompts": args.n_prompts,
