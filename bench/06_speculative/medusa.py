@@ -84,6 +84,18 @@ def run_batch(model, prompts_path, n_seqs, max_tokens, flags, tmp):
     return json.load(open(summary)), texts
 
 
+def verify_costs(model, repeats):
+    """What a pass of 1 + k rows costs against one row on `model` (chapter 06's own measurement:
+    ch06_speculative --json, costs.verify), at the activations lio batch runs (auto)."""
+    cmd = [os.path.join(ROOT, "build", "bin", "ch06_speculative"), "--json", "--model", model, "--activations", "auto",
+           "--methods", "ngram", "--k-max", "8", "--max-tokens", "8", "--layer-sweep", "6", "--repeats",
+           str(repeats)]
+    print("+ ch06_speculative " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:]),
+          file=sys.stderr)
+    out = subprocess.run(cmd, check=True, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+    return json.loads(out)["costs"]["verify"]
+
+
 def measure(args, heads):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,8 +163,8 @@ def heads_markdown(result):
               f'k + 2 ahead; a label outside the draft vocabulary counts as a miss; the LM head\'s own top-1 '
               f'there is {h["lm_head_top1"]}):', ""]
     lines += ["| head | predicts | top-1 | top-5 |", "|---:|---|---:|---:|"]
-    for k, (t1, t5) in enumerate(zip(h["top1"], h["top5"])):
-        lines.append(f"| {k} | t + {k + 2} | {t1:.3f} | {t5:.3f} |")
+    for r in result["per_head"]:
+        lines.append(f'| {r["head"]} | {r["predicts"]} | {r["top1"]:.3f} | {r["top5"]:.3f} |')
     return "\n".join(lines) + "\n"
 
 
@@ -162,6 +174,12 @@ def markdown(result):
     s = result["settings"]
     lines += [f'{s["n_prompts"]} prompts per set, {s["max_tokens"]} tokens each (EOS ignored), '
               f'{s["repeats"]} interleaved repeats; median (min-max). Heads: {s["heads"]}.', ""]
+    costs = result["verify_cost"]
+    lines += ["A pass of n rows against one row (ch06_speculative's costs.verify, activations auto):", "",
+              "| rows | " + " | ".join(costs) + " |", "|---:|" + "---:|" * len(costs)]
+    for i, r in enumerate(costs["Q4_1"]):
+        lines.append(f'| {r["rows"]} | ' + " | ".join(f'{c[i]["relative"]:.2f}x' for c in costs.values()) + " |")
+    lines += [""]
     lines += ["| prompts | file | seqs | method | output tok/s | speedup over plain | tokens / pass | "
               "acceptance by depth | = plain |", "|---|---|---:|---|---:|---:|---:|---|---|"]
     for r in result["rows"]:
@@ -215,8 +233,11 @@ def main():
         args.repeats, args.n_prompts, args.max_tokens = 1, 2, 24
     if not os.path.exists(args.heads):
         sys.exit(f"no Medusa heads at {args.heads}: run scripts/make_medusa.sh first")
+    meta = heads_metadata(args.heads)
     card = {"provenance": provenance(command="bench/06_speculative/medusa.py " + " ".join(sys.argv[1:])),
-            "heads": heads_metadata(args.heads)}
+            "heads": meta,
+            "per_head": [{"head": k, "predicts": f"t + {k + 2}", "top1": t1, "top5": t5}
+                         for k, (t1, t5) in enumerate(zip(meta.get("top1", []), meta.get("top5", [])))]}
     if not args.quick:
         write_results(os.path.join(os.path.dirname(args.out), "06_speculative_medusa_heads"), card, heads_markdown)
     if args.heads_only:
@@ -225,7 +246,10 @@ def main():
               "settings": {"model": os.path.basename(MODEL), "heads": os.path.basename(args.heads),
                            "repeats": args.repeats, "max_tokens": args.max_tokens, "n_prompts": args.n_prompts,
                            "batch_sizes": args.batch_sizes},
+              "verify_cost": {"Q4_1": verify_costs(MODEL, args.repeats)},
               "rows": measure(args, args.heads)}
+    if os.path.exists(F32):
+        result["verify_cost"]["F32"] = verify_costs(F32, args.repeats)
     written = write_results(args.out, result, markdown)
     plot(written, args.out + ".png")
     print(markdown(written))

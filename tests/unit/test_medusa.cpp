@@ -181,6 +181,81 @@ TEST_F(MedusaTest, GreedyMedusaGivesPlainGreedyTokensAloneAndInABatch) {
   EXPECT_GT(moves, 0);
 }
 
+TEST_F(MedusaTest, TreesSurvivePreemptionPrefixCachingAndTheHybridPool) {
+  // A pool too small for the batch (preemption by recompute or by swap), the hash or radix prefix
+  // cache over prompts sharing a prefix, and a gemma3 model whose windowed layers keep their own
+  // KV cache group: greedy Medusa must give each configuration's plain tokens, and end with no
+  // block held but by the prefix cache (and the hybrid pool's null block).
+  TinyModelSpec gemma = spec_;
+  gemma.architecture = "gemma3";
+  gemma.n_layers = 6;  // five windowed layers, then a global one: a hybrid pool
+  gemma.sliding_window = 8;
+  lio::testing::write_tiny_gguf(dir_ + "/g.gguf", gemma);
+  const lio::LoadedModel g = lio::load_model(dir_ + "/g.gguf", lio::WeightMode::AsStored);
+  write_heads(dir_ + "/g_heads.safetensors", gemma, 3, g.config.vocab_size);
+  struct Case {
+    const char* name;
+    const lio::LoadedModel* model;
+    std::string heads;
+    bool hybrid;
+    int64_t n_blocks;  ///< tight: some sequence must be preempted
+    lio::PreemptionMode preemption;
+    lio::PrefixCacheMode cache;
+  };
+  const Case cases[] = {
+      {"llama, recompute, hash cache", model_.get(), dir_ + "/heads.safetensors", false, 36,
+       lio::PreemptionMode::Recompute, lio::PrefixCacheMode::Hash},
+      {"llama, swap, radix cache", model_.get(), dir_ + "/heads.safetensors", false, 36, lio::PreemptionMode::Swap,
+       lio::PrefixCacheMode::Radix},
+      {"gemma3 hybrid pool, recompute, hash cache", &g, dir_ + "/g_heads.safetensors", true, 60,
+       lio::PreemptionMode::Recompute, lio::PrefixCacheMode::Hash},
+  };
+  const std::vector<int32_t> shared = lio::testing::random_token_ids(13, 7);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto serve = [&](bool medusa, lio::EngineStats& stats, int64_t& held) {
+      auto r = std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(c.model->config, c.model->weights),
+                                                  lio::KvPoolConfig{4, c.n_blocks, lio::KvCacheDType::F32, c.hybrid});
+      lio::EngineConfig cfg;
+      cfg.scheduler.max_num_batched_tokens = 32;
+      cfg.scheduler.preemption = c.preemption;
+      cfg.swap_space_mib = 4;
+      cfg.prefix_cache = c.cache;
+      if (medusa) {
+        cfg.speculative = this->medusa(10, 3);
+        cfg.speculative.medusa_heads = c.heads;
+      }
+      EXPECT_EQ(r->kv_pool().n_groups() > 1, c.hybrid);
+      lio::Engine e(*r, *c.model->tokenizer, cfg);
+      std::map<int64_t, std::vector<int32_t>> out;
+      for (int wave = 0; wave < 3; ++wave) {
+        for (int i = 0; i < 5; ++i) {
+          std::vector<int32_t> p = shared;
+          const std::vector<int32_t> own = prompt(i + wave);
+          p.insert(p.end(), own.begin(), own.end());
+          e.add_request(p, params(36));
+        }
+        auto o = run_all(e);
+        out.insert(o.begin(), o.end());
+      }
+      stats = e.stats();
+      const lio::EngineSnapshot snap = e.snapshot();
+      held = snap.n_used_blocks - snap.n_evictable_blocks;  // blocks some sequence still holds
+      return out;
+    };
+    lio::EngineStats plain_stats, medusa_stats;
+    int64_t plain_held = -1, medusa_held = -1;
+    const auto want = serve(false, plain_stats, plain_held);
+    EXPECT_EQ(serve(true, medusa_stats, medusa_held), want);
+    // Held at the end by no sequence: none, or the hybrid pool's null block.
+    EXPECT_LE(plain_held, c.hybrid ? 1 : 0);
+    EXPECT_EQ(medusa_held, plain_held) << "a tree's block leaked";
+    EXPECT_GT(medusa_stats.n_preemptions, 0) << "the pool was meant to run out";
+    EXPECT_GT(medusa_stats.spec_num_drafts, 50);
+    EXPECT_GT(medusa_stats.spec_num_accepted_tokens, 0);
+  }
+}
+
 TEST_F(MedusaTest, SeededSampledMedusaReplaysExactly) {
   const lio::SamplingParams p = params(30, 0.8f);
   auto run = [&] {
