@@ -170,8 +170,14 @@ struct WorkItem {
   int64_t n_keys;         // keys the tile's last row may see (causal) or the sequence's length
   int64_t n_splits;       // ceil(n_keys / kFlashKvSplit)
   int64_t partial0 = 0;   // split-parallel mode: first partial of this item in the buffer
-  int64_t tree_t0 = -1;   // tree rows only: the tree node of row0 (-1: no tree row in the item)
-  int64_t key_floor = 0;  // tree rows in a window: the first key tile any of them sees (a multiple of Bc)
+  /// A draft tree's node (one row): its keys are numbered as the chain of its path would number
+  /// them, so it folds exactly what that chain's last row would, in the same tiles and lanes
+  /// (bitwise the plain decode row's). Key k < key0 is the prefix's key k; key key0 + e is the
+  /// tree's row path[e] (the node's ancestor at depth e; path[depth] is the node). null: no tree.
+  const int32_t* path = nullptr;
+  int64_t key0 = 0;
+  /// The linear key (the pool position in the sequence's block table) of key k.
+  int64_t linear_key(int64_t k) const { return path == nullptr || k < key0 ? k : key0 + path[k - key0]; }
 };
 
 /// Per-thread scratch, carved from FlashWorkspace::tiles.
@@ -261,7 +267,7 @@ void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem
     for (; j + 8 <= nk; j += 8) {
       const float* rows[8];
       for (int64_t r = 0; r < 8; ++r) {
-        const int64_t slot = slot_of(b, item.seq, k0 + j + r);
+        const int64_t slot = slot_of(b, item.seq, item.linear_key(k0 + j + r));
         if (f32) {
           rows[r] = static_cast<const float*>(reader.kv.k) + slot * reader.kv_dim + g * d;
         } else {
@@ -299,7 +305,7 @@ void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem
   }
 #endif
   for (; j < nk; ++j) {  // the tile's last keys (or every key without AVX2)
-    const int64_t slot = slot_of(b, item.seq, k0 + j);
+    const int64_t slot = slot_of(b, item.seq, item.linear_key(k0 + j));
     reader.read(true, slot, g, ts.s);
     for (int64_t e = 0; e < d; ++e) ts.kt[e * kFlashKeyTile + j] = ts.s[e];
     reader.read(false, slot, g, ts.v + j * d);
@@ -324,14 +330,7 @@ class ItemTiles final : public FlashTileSource {
     head_dim = sh.head_dim;
     pos0 = item.pos0;
     causal = b.causal;
-    window = sh.window;
-    if (item.tree_t0 >= 0) {
-      // Tree rows: Task 5 sees their linear positions, so its causal rule (a superset of the
-      // tree's) still skips tiles; the tree mask and the window (from each node's real position)
-      // are applied to the scores here, which Task 5 then folds as they are.
-      tree_ = tree_view(b, sh, item.seq);
-      window = 0;
-    }
+    window = sh.window;  // a tree node's keys are its chain's: causal rule and window as for any row
   }
   float* load_tile(int64_t k0, int64_t nk, const float** values) override {
     if (nk < 1 || nk > kFlashKeyTile || k0 < 0 || k0 + nk > b_.seq_lens[item_.seq]) {
@@ -348,28 +347,12 @@ class ItemTiles final : public FlashTileSource {
     tile_scores(qv_, n_rows * group, ts_.kt, n_cols, d, scale_, ts_.s);
     if (softcap_ > 0.0f)  // Gemma 2: capped before Task 5's loop masks and exponentiates them
       for (int64_t i = 0; i < n_rows * group; ++i) softcap_scores(ts_.s + i * kFlashKeyTile, nk, softcap_);
-    if (item_.tree_t0 >= 0) mask_tree_scores(k0, nk);
     *values = ts_.v;
     return ts_.s;
   }
   void window_skipped() override { ++counts_.window_skipped; }
 
  private:
-  /// Gives each tree row's scores of keys its node may not see kTreeMasked: finite (Task 2's
-  /// contract), and exp(kTreeMasked - m) is exactly 0 against any real score, so a masked key
-  /// adds nothing; a tile whose keys a row sees none of leaves it a partial that the row's next
-  /// real key (its own key at the latest) wipes out (rescaled by exp(kTreeMasked - m) = 0).
-  void mask_tree_scores(int64_t k0, int64_t nk) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const int64_t t = item_.tree_t0 + r;
-      for (int64_t j = 0; j < nk; ++j) {
-        if (tree_.sees(t, k0 + j)) continue;
-        for (int64_t hh = 0; hh < group; ++hh) ts_.s[(r * group + hh) * kFlashKeyTile + j] = kTreeMasked;
-      }
-    }
-  }
-  static constexpr float kTreeMasked = -1e30f;
-  TreeView tree_;
   const float* const* qv_;
   const KvReader& reader_;
   const AttentionBatch& b_;
@@ -408,11 +391,7 @@ void run_splits(const float* q, const KvReader& reader, const AttentionBatch& b,
       pp[i] = view(split + i * (d + 2), d);
     }
     const int64_t split_end = std::min((c + 1) * kFlashKvSplit, item.n_keys);
-    // Tree rows in a window: tiles before every node's window are never gathered (Task 5 does
-    // this for other rows; it sees tree rows without their window).
-    const int64_t split_begin = std::min(std::max(c * kFlashKvSplit, item.key_floor), split_end);
-    counts.window_skipped += (split_begin - c * kFlashKvSplit + kFlashKeyTile - 1) / kFlashKeyTile;
-    flash_tile_loop(tiles, split_begin, split_end, std::span<AttentionPartial>(pp, static_cast<size_t>(nv)),
+    flash_tile_loop(tiles, c * kFlashKvSplit, split_end, std::span<AttentionPartial>(pp, static_cast<size_t>(nv)),
                     skip_window_tiles);  // Task 5
     for (int64_t i = 0; i < nv; ++i) store(pp[i], split + i * (d + 2), d);
     if (fold) {
@@ -462,23 +441,37 @@ AttentionStats flash_attention(const float* q, const PagedKvLayer& kv, float* ou
   AttentionStats stats;
   if (b.n_seqs == 0) return stats;
   const int64_t d = sh.head_dim, group = sh.n_heads / sh.n_kv_heads;
-  // Work items: (sequence, KV head, query tile).
+  // Each tree node's path, root first (the set bits of its mask, ascending: a parent comes
+  // before its children), all of them before any item points into the array.
+  std::vector<int32_t> paths;
+  std::vector<int64_t> path_at;  // per batch row of a tree node: its path's offset in `paths`
+  if (b.tree_lens != nullptr) {
+    path_at.assign(static_cast<size_t>(b.query_start_loc[b.n_seqs]), -1);
+    for (int64_t s = 0; s < b.n_seqs; ++s) {
+      for (int64_t r = b.query_start_loc[s + 1] - b.tree_lens[s]; r < b.query_start_loc[s + 1]; ++r) {
+        path_at[static_cast<size_t>(r)] = static_cast<int64_t>(paths.size());
+        for (uint64_t m = b.tree_masks[r]; m != 0; m &= m - 1) paths.push_back(std::countr_zero(m));
+      }
+    }
+  }
+  // Work items: (sequence, KV head, query tile); a tree node alone, over its path's keys.
   std::vector<WorkItem> items;
   for (int64_t s = 0; s < b.n_seqs; ++s) {
     const int64_t q0 = b.query_start_loc[s], qlen = b.query_start_loc[s + 1] - q0;
     const int64_t first_pos = b.seq_lens[s] - qlen;
-    // A tree's rows get query tiles of their own (the rows before it are tiled as usual).
-    const TreeView tree = tree_view(b, sh, s);
-    const int64_t tree_row = qlen - tree.n;
-    int64_t key_floor = b.seq_lens[s];
-    for (int64_t t = 0; t < tree.n; ++t) key_floor = std::min(key_floor, tree.lo[t]);
+    const int64_t tree_n = b.tree_lens != nullptr ? b.tree_lens[s] : 0, tree_row = qlen - tree_n;
     for (int64_t g = 0; g < sh.n_kv_heads; ++g) {
       for (int64_t t = 0; t < qlen;) {
-        const int64_t tile_end = t < tree_row ? std::min(t + kFlashQueryTile, tree_row) : std::min(t + kFlashQueryTile, qlen);
+        const int64_t tile_end = t < tree_row ? std::min(t + kFlashQueryTile, tree_row) : t + 1;
         WorkItem it{s, g, q0 + t, tile_end - t, first_pos + t, 0, 0};
+        if (t >= tree_row) {  // node t - tree_row: at position key0 + depth, its path's keys
+          const int64_t at = path_at[static_cast<size_t>(q0 + t)];
+          it.key0 = b.seq_lens[s] - tree_n;
+          it.path = paths.data() + at;
+          it.pos0 = it.key0 + std::popcount(b.tree_masks[q0 + t]) - 1;
+        }
         it.n_keys = b.causal ? it.pos0 + it.n_rows : b.seq_lens[s];
         it.n_splits = (it.n_keys + kFlashKvSplit - 1) / kFlashKvSplit;
-        if (t >= tree_row) it.tree_t0 = t - tree_row, it.key_floor = key_floor / kFlashKeyTile * kFlashKeyTile;
         items.push_back(it);
         t = tile_end;
       }

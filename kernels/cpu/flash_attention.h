@@ -129,6 +129,11 @@ struct AttentionBatch {
   /// j of its mask; with a window, it is measured from the node's real position P = seq_len -
   /// T_s + depth(t) (depth = popcount - 1, the position the chain of its ancestors would give
   /// it): prefix keys > P - window, and ancestor j only if depth(j) > depth(t) - window.
+  /// cpu::flash_attention runs each node as a query row of its own at position P over its path's
+  /// keys in path order (the prefix, then its ancestors by depth, then itself): the same tiles,
+  /// lanes and folds as the last row of that chain, so its output is bitwise the chain's (greedy
+  /// tree speculation gives plain greedy's text exactly). cpu::naive_attention masks its score
+  /// rows instead: equal to rounding.
   const uint64_t* tree_masks = nullptr;
 };
 
