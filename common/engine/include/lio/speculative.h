@@ -43,7 +43,8 @@ struct SpeculativeConfig {
   /// share accepted (compare `lio generate --spec-method ngram --ngram-min 1` and `2`).
   int64_t ngram_min = 2;
   int64_t ngram_max = 4;                 ///< --ngram-max: longest suffix matched (vLLM prompt_lookup_max)
-  /// --medusa-heads: the heads file (scripts/make_medusa.sh writes models/<model>.medusa.safetensors).
+  /// --medusa-heads: the heads file (scripts/make_medusa.sh writes models/MODEL.medusa.safetensors,
+  /// MODEL the model file's stem).
   std::string medusa_heads;
   /// --medusa-top-k: candidates each Medusa head offers a tree node; 1 = a chain of argmaxes.
   int64_t medusa_top_k = 4;

@@ -91,7 +91,7 @@ struct BatchView {
   /// Tree verification (ForwardBatch::tree_masks / tree_lens): (n_tokens) and (n_seqs), or both
   /// null when the batch carries no draft tree.
   const uint64_t* tree_masks = nullptr;
-  const int32_t* tree_lens = nullptr;
+  const int32_t* tree_lens = nullptr;  ///< see tree_masks
 
   /// The view a layer of KV cache group `g` reads: slot_mapping and block_tables of that group
   /// (group 0: this view). Throws InvalidArgument if the batch has no such group.

@@ -84,7 +84,7 @@ struct ForwardBatch {
   /// tree) and to those tree keys only. Rows that are not tree rows hold 0 (causal as usual).
   /// Set by set_tree().
   std::vector<uint64_t> tree_masks;
-  /// (n_seqs) sequence s's last tree_lens[s] rows (and keys seq_len - tree_lens[s] ..
+  /// (n_seqs) sequence s's last tree_lens[s] rows (and keys seq_len - tree_lens[s] to
   /// seq_len - 1) are its tree's nodes in node order (0 = no tree), or empty as tree_masks.
   std::vector<int32_t> tree_lens;
 
