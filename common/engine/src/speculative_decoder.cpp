@@ -229,18 +229,18 @@ SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const f
   // Node path[d - 1] wrote its K/V at the tree's linear slot base + path[d - 1]; its position is
   // base + d. Ascending d never overwrites a slot a later copy reads (path[d - 1] >= d grows).
   const int64_t base = seq.num_computed_tokens;  // the root's position
-  const int64_t bs = target_.kv_pool().block_size();
+  // The tree's slots in each KV cache group: chapter 04's Task 1 over its n linear positions.
+  std::vector<std::vector<int32_t>> slots;
+  for (const std::vector<int32_t>& table : seq.block_tables) {
+    slots.emplace_back(static_cast<size_t>(n));
+    compute_slot_mapping(table, base, target_.kv_pool().block_size(), slots.back());
+  }
   std::vector<BlockCopy> copies;
   for (size_t dd = 1; dd <= tv.path.size(); ++dd) {
-    const int64_t node = tv.path[dd - 1];
-    if (node == static_cast<int64_t>(dd)) continue;
+    const auto node = static_cast<size_t>(tv.path[dd - 1]);
+    if (node == dd) continue;
     stats_.num_kv_slot_moves += 1;
-    for (const std::vector<int32_t>& table : seq.block_tables) {
-      auto slot = [&](int64_t pos) {
-        return static_cast<int32_t>(int64_t{table[static_cast<size_t>(pos / bs)]} * bs + pos % bs);
-      };
-      copies.push_back({slot(base + node), slot(base + static_cast<int64_t>(dd))});
-    }
+    for (const std::vector<int32_t>& group : slots) copies.push_back({group[node], group[dd]});
   }
   target_.copy_slots(copies);
   const int64_t n_valid = base + 1 + static_cast<int64_t>(tv.path.size());
