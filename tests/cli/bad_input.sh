@@ -147,7 +147,7 @@ done
 expect_error bad_kv_cache_dtype "--kv-cache-dtype" "$bin/lio" generate --model "$m/tiny.gguf" --prompt hi --kv-cache-dtype int4
 # Speculative decoding (chapter 06): bad settings are refused before anything runs.
 g=("$bin/lio" generate --model "$m/tiny.gguf" --prompt "hello there hello there" --max-tokens 8)
-expect_error spec_bad_method "--spec-method must be" "${g[@]}" --spec-method eagle
+expect_error spec_bad_method "--spec-method must be" "${g[@]}" --spec-method hydra
 expect_error spec_k_zero "--num-speculative-tokens must be in [1, 16]" "${g[@]}" --spec-method ngram --num-speculative-tokens 0
 expect_error spec_k_too_many "--num-speculative-tokens must be in [1, 16]" "${g[@]}" --spec-method ngram --num-speculative-tokens 17
 expect_error spec_draft_layers "--draft-layers must be in [1," "${g[@]}" --spec-method early-exit --draft-layers 0
@@ -159,7 +159,11 @@ expect_error spec_medusa_no_heads "needs --medusa-heads" "${g[@]}" --spec-method
 expect_error spec_medusa_missing "nope.safetensors" "${g[@]}" --spec-method medusa --medusa-heads "$m/nope.safetensors"
 expect_error spec_medusa_not_heads "truncated.gguf" "${g[@]}" --spec-method medusa --medusa-heads "$m/truncated.gguf"
 expect_error spec_medusa_tree_too_big "--num-speculative-tokens must be in [1, 63]" "${g[@]}" --spec-method medusa --medusa-heads "$m/nope.safetensors" --num-speculative-tokens 64
-expect_error spec_batch_bad_method "--spec-method must be" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$m/nope.jsonl" --spec-method eagle
+expect_error spec_eagle_no_drafter "needs --eagle-drafter" "${g[@]}" --spec-method eagle
+expect_error spec_eagle_missing "nope.safetensors" "${g[@]}" --spec-method eagle --eagle-drafter "$m/nope.safetensors"
+expect_error spec_eagle_not_drafter "truncated.gguf" "${g[@]}" --spec-method eagle --eagle-drafter "$m/truncated.gguf"
+expect_error spec_eagle_top_k "--eagle-top-k and --eagle-depth must be >= 1" "${g[@]}" --spec-method eagle --eagle-drafter "$m/nope.safetensors" --eagle-top-k 0
+expect_error spec_batch_bad_method "--spec-method must be" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$m/nope.jsonl" --spec-method hydra
 expect_error spec_server_k "--num-speculative-tokens must be in [1, 16]" "$bin/lio-server" --model "$m/tiny.gguf" --spec-method ngram --num-speculative-tokens 0
 for method in "ngram" "early-exit --draft-layers 1" "draft --draft-model $m/tiny.gguf"; do
   # shellcheck disable=SC2086

@@ -103,10 +103,10 @@ void add_generation_flags(CLI::App& app, CommonOptions& o, float default_tempera
 void add_speculative_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--spec-method", o.spec_method,
                  "speculative decoding: none, draft (--draft-model), ngram (prompt lookup), early-exit (--draft-layers) "
-                 "or medusa (--medusa-heads)")
+                 "medusa (--medusa-heads) or eagle (--eagle-drafter)")
       ->capture_default_str();
   app.add_option("--draft-model", o.draft_model, "draft model (.gguf or HF dir) with the target's tokenizer");
-  app.add_option("--num-speculative-tokens", o.speculative.num_speculative_tokens, "drafts per step, k in [1, 16] (Medusa: tree nodes, [1, 63])")
+  app.add_option("--num-speculative-tokens", o.speculative.num_speculative_tokens, "drafts per step, k in [1, 16] (Medusa, EAGLE: tree nodes, [1, 63])")
       ->capture_default_str();
   app.add_option("--draft-layers", o.speculative.draft_layers, "early exit: the target's first L layers draft")
       ->capture_default_str();
@@ -117,6 +117,14 @@ void add_speculative_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--medusa-top-k", o.speculative.medusa_top_k,
                  "Medusa: candidates each head offers a tree node (1 = a chain); the tree has "
                  "--num-speculative-tokens nodes")
+      ->capture_default_str();
+  app.add_option("--eagle-drafter", o.speculative.eagle_drafter,
+                 "EAGLE: the drafter file (scripts/make_eagle.sh writes models/<model>.eagle.safetensors)");
+  app.add_option("--eagle-top-k", o.speculative.eagle_top_k,
+                 "EAGLE: nodes expanded per tree level and children per node (1 = a chain); the tree keeps the "
+                 "--num-speculative-tokens best nodes")
+      ->capture_default_str();
+  app.add_option("--eagle-depth", o.speculative.eagle_depth, "EAGLE: tree levels at most (top-k > 1)")
       ->capture_default_str();
 }
 

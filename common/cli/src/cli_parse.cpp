@@ -75,7 +75,8 @@ SpecMethod parse_spec_method(const std::string& name) {
   if (name == "ngram") return SpecMethod::Ngram;
   if (name == "early-exit") return SpecMethod::EarlyExit;
   if (name == "medusa") return SpecMethod::Medusa;
-  throw InvalidArgument("--spec-method must be none, draft, ngram, early-exit or medusa, got '" + name + "'");
+  if (name == "eagle") return SpecMethod::Eagle;
+  throw InvalidArgument("--spec-method must be none, draft, ngram, early-exit, medusa or eagle, got '" + name + "'");
 }
 
 }  // namespace lio

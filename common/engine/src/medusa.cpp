@@ -182,7 +182,9 @@ std::vector<std::vector<MedusaCandidates>> MedusaProposer::candidates(std::span<
 }
 
 void MedusaProposer::on_hidden(const Sequence& seq, std::span<const float> hidden) {
-  hidden_[seq.id()].assign(hidden.begin(), hidden.end());
+  const auto d = static_cast<size_t>(heads_.d_model);
+  if (hidden.size() < d) return;
+  hidden_[seq.id()].assign(hidden.end() - static_cast<std::ptrdiff_t>(d), hidden.end());  // the last token's row
 }
 
 std::vector<DraftProposal> MedusaProposer::propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) {

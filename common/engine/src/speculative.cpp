@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lio/error.h"
+#include "lio/eagle.h"
 #include "lio/medusa.h"
 #include "lio/spec_decode.h"
 
@@ -15,6 +16,7 @@ const char* spec_method_name(SpecMethod method) {
     case SpecMethod::Ngram: return "ngram";
     case SpecMethod::EarlyExit: return "early-exit";
     case SpecMethod::Medusa: return "medusa";
+    case SpecMethod::Eagle: return "eagle";
     case SpecMethod::None: break;
   }
   return "none";
@@ -22,7 +24,8 @@ const char* spec_method_name(SpecMethod method) {
 
 void SpeculativeConfig::validate(int64_t target_layers) const {
   if (method == SpecMethod::None) return;
-  const int64_t k_max = method == SpecMethod::Medusa ? 63 : 16;  // a tree: 64 rows with its root
+  const bool tree = method == SpecMethod::Medusa || method == SpecMethod::Eagle;
+  const int64_t k_max = tree ? 63 : 16;  // a tree: 64 rows with its root
   if (num_speculative_tokens < 1 || num_speculative_tokens > k_max) {
     throw InvalidArgument("--num-speculative-tokens must be in [1, " + std::to_string(k_max) + "], got " +
                           std::to_string(num_speculative_tokens));
@@ -32,6 +35,13 @@ void SpeculativeConfig::validate(int64_t target_layers) const {
   }
   if (method == SpecMethod::Medusa && medusa_top_k < 1) {
     throw InvalidArgument("--medusa-top-k must be >= 1, got " + std::to_string(medusa_top_k));
+  }
+  if (method == SpecMethod::Eagle && eagle_drafter.empty()) {
+    throw InvalidArgument("--spec-method eagle needs --eagle-drafter FILE (scripts/make_eagle.sh makes one)");
+  }
+  if (method == SpecMethod::Eagle && (eagle_top_k < 1 || eagle_depth < 1)) {
+    throw InvalidArgument("--eagle-top-k and --eagle-depth must be >= 1, got " + std::to_string(eagle_top_k) + " and " +
+                          std::to_string(eagle_depth));
   }
   if (method == SpecMethod::EarlyExit && (draft_layers < 1 || draft_layers >= target_layers)) {
     throw InvalidArgument("--draft-layers must be in [1, " + std::to_string(target_layers) + ") for a " +
@@ -207,6 +217,11 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, ModelRu
       return std::make_unique<MedusaProposer>(
           MedusaHeads::load(config.medusa_heads, target.config().d_model, target.config().vocab_size),
           config.medusa_top_k);
+    case SpecMethod::Eagle:
+      return std::make_unique<EagleProposer>(
+          EagleDrafter::load(config.eagle_drafter, target.config().d_model, target.config().vocab_size),
+          [&target](std::span<const int32_t> ids, float* out) { target.embed_rows(ids, out); }, config.eagle_top_k,
+          config.eagle_depth);
     case SpecMethod::Draft:
       if (draft == nullptr) throw InvalidArgument("--spec-method draft needs --draft-model PATH");
       if (draft->config().vocab_size != target.config().vocab_size) {

@@ -176,12 +176,12 @@ std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, 
   const int64_t vocab = target_.config().vocab_size;
   const int64_t d = target_.config().d_model;
   std::vector<SpecVerifyResult> results;
-  std::vector<float> row(static_cast<size_t>(vocab));
+  std::vector<float> row(static_cast<size_t>(vocab)), path_hidden;
   int64_t r = 0;
   for (Sequence* seq : step.sampling) {
     const auto n_rows = 1 + static_cast<int64_t>(seq->spec_token_ids.size());
     const std::span<const float> rows = logits.subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(n_rows * vocab));
-    int64_t kept = 0;  // the row whose logits gave the sequence's last new token
+    std::vector<int64_t> kept{0};  // the rows whose logits gave the new tokens, in order
     if (n_rows == 1) {
       std::copy(rows.begin(), rows.end(), row.begin());
       results.push_back({{seq->sampler().sample(row, seq->token_ids(), seq->output_ids())}, 0});
@@ -198,15 +198,22 @@ std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, 
       pass.vocab = vocab;
       EngineSpecRoundSequence view(*seq, groups_, vocab);
       results.push_back(finish_speculative_round(pass, view));
-      kept = results.back().n_accepted;
+      for (int64_t i = 1; i <= results.back().n_accepted; ++i) kept.push_back(i);
     }
-    if (!hidden.empty()) proposer_->on_hidden(*seq, hidden.subspan(static_cast<size_t>((r + kept) * d), static_cast<size_t>(d)));
+    if (!hidden.empty()) {  // the verified path's hidden states, oldest first
+      path_hidden.clear();
+      for (const int64_t i : kept) {
+        const auto row0 = hidden.begin() + static_cast<std::ptrdiff_t>((r + i) * d);
+        path_hidden.insert(path_hidden.end(), row0, row0 + d);
+      }
+      proposer_->on_hidden(*seq, path_hidden);
+    }
     r += n_rows;
   }
   return results;
 }
 
-SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const float> rows, int64_t& kept) {
+SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const float> rows, std::vector<int64_t>& kept) {
   // Task 6b over p_i, the target's sampling distribution at node i given the node's path (its
   // penalties see that path), then the accepted path's K/V moved to its positions' slots.
   const std::vector<int32_t>& parents = seq.spec_tree_parents;
@@ -246,7 +253,8 @@ SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const f
   const int64_t n_valid = base + 1 + static_cast<int64_t>(tv.path.size());
   seq.num_computed_tokens = n_valid;
   groups_.truncate(seq.block_tables, n_valid);
-  kept = tv.path.empty() ? 0 : tv.path.back();
+  kept.assign(1, 0);
+  for (const int32_t node : tv.path) kept.push_back(node);
   return {tv.tokens, static_cast<int64_t>(tv.path.size())};
 }
 

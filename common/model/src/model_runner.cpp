@@ -134,6 +134,34 @@ void ModelRunner::keep_hidden(const ForwardBatch& batch) {
   backend_->to_host(rows, static_cast<int64_t>(hidden_.size()), hidden_.data());
 }
 
+void ModelRunner::embed_rows(std::span<const int32_t> ids, float* out) {
+  if (parallel_ && parallel_->world->size() > 1) {
+    throw UnsupportedError("embed_rows: the token embedding is split over " + std::to_string(parallel_->world->size()) +
+                           " processes (run the EAGLE drafter on one process)");
+  }
+  const ModelConfig& c = config();
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      throw InvalidArgument("embed_rows: token id " + std::to_string(id) + " outside [0, " + std::to_string(c.vocab_size) + ")");
+    }
+  }
+  const auto n = static_cast<int64_t>(ids.size());
+  if (n == 0) return;
+  // The ids must be readable by the backend: a device backend takes them from device memory.
+  float* rows = backend_->scratch(Scratch::X, n * c.d_model);
+  if (backend_->host_memory()) {
+    backend_->embedding(ids.data(), n, rows);
+  } else {
+    static_assert(sizeof(int32_t) == sizeof(float));
+    float* dev_ids = backend_->scratch(Scratch::Rows, n);
+    backend_->from_host(reinterpret_cast<const float*>(ids.data()), n, dev_ids);
+    backend_->embedding(reinterpret_cast<const int32_t*>(dev_ids), n, rows);
+  }
+  backend_->to_host(rows, n * c.d_model, out);
+  if (c.embedding_scale != 1.0f)
+    for (int64_t i = 0; i < n * c.d_model; ++i) out[i] /= c.embedding_scale;
+}
+
 std::span<const float> ModelRunner::forward(const ForwardBatch& batch) {
   check_hidden_request(batch);
   logits_.resize(static_cast<size_t>(batch.n_logits() * config().vocab_size));

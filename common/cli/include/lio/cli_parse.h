@@ -53,9 +53,9 @@ PreemptionMode parse_preemption_mode(const std::string& name);
 /// otherwise ("--prefix-cache must be none, hash or radix, got '<name>'").
 PrefixCacheMode parse_prefix_cache_mode(const std::string& name);
 
-/// Parses "none", "draft", "ngram", "early-exit" or "medusa" (--spec-method, chapter 06). Throws
-/// InvalidArgument otherwise ("--spec-method must be none, draft, ngram, early-exit or medusa, got
-/// '<name>'").
+/// Parses "none", "draft", "ngram", "early-exit", "medusa" or "eagle" (--spec-method, chapter
+/// 06). Throws InvalidArgument otherwise ("--spec-method must be none, draft, ngram, early-exit,
+/// medusa or eagle, got '<name>'").
 SpecMethod parse_spec_method(const std::string& name);
 
 }  // namespace lio

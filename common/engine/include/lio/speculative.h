@@ -29,6 +29,7 @@ enum class SpecMethod {
   Ngram,      ///< prompt lookup: the sequence's own earlier tokens (--ngram-min/--ngram-max)
   EarlyExit,  ///< the target's first L layers + final norm + LM head (--draft-layers)
   Medusa,     ///< Medusa-1 heads on the target's last hidden state, a draft tree (--medusa-heads)
+  Eagle,      ///< an EAGLE drafter: one decoder layer at the feature level, a draft tree (--eagle-drafter)
 };
 /// The method's name, as --spec-method takes it (lio/cli_parse.h parse_spec_method).
 const char* spec_method_name(SpecMethod method);
@@ -48,10 +49,20 @@ struct SpeculativeConfig {
   std::string medusa_heads;
   /// --medusa-top-k: candidates each Medusa head offers a tree node; 1 = a chain of argmaxes.
   int64_t medusa_top_k = 4;
+  /// --eagle-drafter: the EAGLE drafter file (scripts/make_eagle.sh writes
+  /// models/MODEL.eagle.safetensors).
+  std::string eagle_drafter;
+  /// --eagle-top-k: nodes expanded per tree level and children per expanded node (EAGLE-2's
+  /// top-k); 1 = a chain of the drafter's argmaxes, num_speculative_tokens long.
+  int64_t eagle_top_k = 4;
+  /// --eagle-depth: levels of the tree at most (with eagle_top_k > 1; EAGLE-2's depth); one
+  /// drafter pass per level after the first.
+  int64_t eagle_depth = 5;
   /// Throws InvalidArgument naming the flag for k outside [1, 16], L outside [1, n_layers)
   /// with early exit, ngram_min < 1 or ngram_max < ngram_min with n-gram lookup, a Medusa
-  /// method without a heads file or with medusa_top_k < 1. k may be up to 63 with Medusa (a tree's
-  /// nodes; the tree mask holds 64 rows).
+  /// method without a heads file or with medusa_top_k < 1, an EAGLE method without a drafter
+  /// file or with eagle_top_k or eagle_depth < 1. k may be up to 63 with Medusa and EAGLE (a
+  /// tree's nodes; the tree mask holds 64 rows).
   /// `target_layers`: the target's decoder layers.
   void validate(int64_t target_layers) const;
 };
@@ -87,11 +98,15 @@ class Proposer {
   /// `seq` finished, was aborted or preempted: its drafter state (the draft model's KV blocks)
   /// is freed.
   virtual void release(const Sequence& seq) { (void)seq; }
-  /// True when the drafter reads the target's final hidden states (Medusa): every pass then
-  /// returns them (ForwardBatch::return_hidden) and on_hidden gets each sampled sequence's row.
+  /// True when the drafter reads the target's final hidden states (Medusa, EAGLE): every pass
+  /// then returns them (ForwardBatch::return_hidden) and on_hidden gets each sampled sequence's
+  /// rows.
   virtual bool wants_hidden() const { return false; }
-  /// `hidden` (d_model floats): the target's final hidden state (after the output norm) at the
-  /// row whose logits gave `seq`'s last token, after every pass that sampled for it.
+  /// `hidden` ((m, d_model) row-major): the target's final hidden states (after the output norm)
+  /// at the rows whose logits gave `seq`'s m new tokens this pass, oldest first: one row after a
+  /// prefill or a plain decode step, the root and the accepted drafts' rows after a verification
+  /// (so the last row gave the last token, at position n_tokens - 2 once the tokens are
+  /// appended). Called after every pass that sampled for `seq`.
   virtual void on_hidden(const Sequence& seq, std::span<const float> hidden) {
     (void)seq;
     (void)hidden;

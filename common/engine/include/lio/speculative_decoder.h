@@ -96,9 +96,9 @@ class SpeculativeDecoder {
   /// Results from the pass's host logits and (Medusa) hidden rows ((n_logits, d_model) or empty).
   std::vector<SpecVerifyResult> verify(const StepBatch& step, std::span<const float> logits,
                                        std::span<const float> hidden);
-  /// One tree's round over its rows ((n_nodes, vocab)); `kept` is set to the node whose row gave
-  /// the last new token.
-  SpecVerifyResult tree_round(Sequence& seq, std::span<const float> rows, int64_t& kept);
+  /// One tree's round over its rows ((n_nodes, vocab)); `kept` is set to the verified path's
+  /// nodes, the root (0) first: the rows whose logits gave the round's new tokens.
+  SpecVerifyResult tree_round(Sequence& seq, std::span<const float> rows, std::vector<int64_t>& kept);
 
   SpeculativeConfig config_;
   ModelRunner& target_;

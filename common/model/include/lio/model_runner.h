@@ -169,6 +169,13 @@ class ModelRunner {
   /// is not the last stage).
   std::span<const float> hidden_states() const { return hidden_; }
 
+  /// The token embedding rows of `ids` on the host, unscaled (gemma3's sqrt(d_model) factor
+  /// divided out): out (ids.size(), d_model) row-major. What EAGLE's drafter reads beside the
+  /// hidden states (issue 63). Runs between forward passes (it uses the backend's Scratch::X).
+  /// Throws InvalidArgument for an id outside the vocabulary, UnsupportedError on a grid of more
+  /// than one process (the embedding is split over the ranks).
+  void embed_rows(std::span<const int32_t> ids, float* out);
+
  private:
   /// Throws UnsupportedError when `batch` asks for hidden states under pipeline parallelism.
   void check_hidden_request(const ForwardBatch& batch) const;
