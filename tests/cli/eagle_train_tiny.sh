@@ -5,7 +5,8 @@
 # metadata keys (the format of scripts/train_eagle.py / lio/eagle.h), that training lowered the
 # held-out loss, and that probe.out equals an independent float64 numpy reading of the drafter's
 # definition (embedding first in the FC input, NEOX RoPE at absolute positions from probe_start,
-# causal GQA, residual, RMS norm, SwiGLU) applied to probe.tokens / probe.features.
+# causal GQA, residual, RMS norm, SwiGLU) applied to probe.tokens / probe.features, and that the
+# C++ drafter (test_eagle's EagleProbe) computes the same outputs.
 # Skips (77) when PYTHON lacks jax / optax / gguf.
 source "$(dirname "$0")/smoke_setup.sh" "$1" "$2"
 python="$3"
@@ -34,6 +35,15 @@ if ! OMP_NUM_THREADS=1 "$python" "$root/scripts/train_eagle.py" --data "$work/da
   echo "FAIL: train_eagle.py exited non-zero"; cat "$work/train_err"; exit 1
 fi
 tail -n 2 "$work/train_err"
+
+# The C++ drafter (lio/eagle.h, EagleProposer::forward_window) on the probe: the trainer's JAX
+# outputs within 1e-3 (test_eagle's EagleProbe, which skips unless these variables are set).
+if ! LIO_EAGLE_PROBE="$work/eagle.safetensors" LIO_EAGLE_MODEL="$work/models/tiny.gguf" \
+     "$bin/test_eagle" --gtest_filter='EagleProbe.*' >"$work/probe_cpp" 2>&1 ||
+   ! grep -q "PASSED  \] 1 test" "$work/probe_cpp"; then
+  echo "FAIL: the C++ drafter differs from the trainer's probe outputs"; cat "$work/probe_cpp"; exit 1
+fi
+echo "ok: the C++ drafter matches the trainer's probe outputs"
 
 "$python" - "$work" "$root/scripts" <<'PY'
 import json, sys
