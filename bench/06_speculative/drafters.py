@@ -1,24 +1,26 @@
 #!/usr/bin/env python3
-"""Chapter 06, section 7: Medusa heads against plain decoding and n-gram lookup on the default
-Q4_1 file (issue 63), CPU, greedy, `lio batch`.
+"""Chapter 06, section 7: the trained drafters - Medusa heads and the EAGLE drafter - against plain
+decoding and n-gram lookup on the default Q4_1 file (issue 63), CPU, greedy, `lio batch`.
 
-    .venv/bin/python bench/06_speculative/medusa.py [--repeats 5] [--max-tokens 48] [--quick]
+    .venv/bin/python bench/06_speculative/drafters.py [--repeats 5] [--max-tokens 48] [--quick]
 
-Needs the heads scripts/make_medusa.sh trains (models/<model stem>.medusa.safetensors, not
-committed). Two prompt sets of 8 chat prompts each: "free" (the first 8 of
+Needs the heads scripts/make_medusa.sh trains and the drafter scripts/make_eagle.sh trains
+(models/<model stem>.medusa.safetensors and .eagle.safetensors, not committed; a missing EAGLE
+file drops its rows). Two prompt sets of 8 chat prompts each: "free" (the first 8 of
 bench/06_speculative/prompts_eval_free.jsonl, held apart from the heads' training prompts) and
 "grounded" (rewrite a given paragraph with one word changed: the answer copies its prompt). For
 each set, each batch size (1 = --max-num-seqs 1, the 8 prompts one after another; 8 = all at
 once; and the F32 copy at 1, where verification rides on the weight read) and each method
 (plain; n-gram k = 4; Medusa as a chain of each head's argmax, 4 drafts; a Medusa tree of 8
-nodes, top 4 per head), the runs are interleaved and repeated; the table gives the median
+nodes, top 4 per head; EAGLE as a chain of the drafter's argmax, 2 drafts; an EAGLE-2 tree of 3
+nodes, top 2 per level, 2 levels: the best shapes of a one-repeat sweep on the free prompts), the runs are interleaved and repeated; the table gives the median
 output tok/s with its min-max, the speedup over plain (median of the per-repeat ratios, a range
 holding 1 is a tie), tokens per target pass (1 + accepted / rounds) and acceptance per depth
 (the share of rounds whose draft at that depth was accepted), and whether every output equals
 plain greedy decoding's byte for byte. EOS is ignored so every method makes the same tokens.
-Writes bench/results/06_speculative_medusa_cpu.{json,md,png} and the heads file's training record
-(06_speculative_medusa_heads.{json,md}; --heads-only writes just that); the lesson renders its table from
-the JSON. Nothing here is a test.
+Writes bench/results/06_speculative_drafters_cpu.{json,md,png} and the drafter files' training
+records (06_speculative_medusa_heads.{json,md}, 06_speculative_eagle_drafter.{json,md}; --heads-only
+writes just those); the lesson renders its tables from the JSON. Nothing here is a test.
 """
 import argparse
 import json
@@ -63,11 +65,15 @@ def free_prompts(n):
     return [r["messages"][-1]["content"] if "messages" in r else r["prompt"] for r in rows[:n]]
 
 
-def methods(heads):
+def methods(heads, eagle):
     m = [("plain", []), ("ngram k=4", ["--spec-method", "ngram", "--num-speculative-tokens", "4"])]
     medusa = ["--spec-method", "medusa", "--medusa-heads", heads]
     m.append(("medusa chain", medusa + ["--medusa-top-k", "1", "--num-speculative-tokens", "4"]))
     m.append(("medusa tree 8", medusa + ["--medusa-top-k", "4", "--num-speculative-tokens", "8"]))
+    if eagle:
+        e = ["--spec-method", "eagle", "--eagle-drafter", eagle]
+        m.append(("eagle chain 2", e + ["--eagle-top-k", "1", "--num-speculative-tokens", "2"]))
+        m.append(("eagle tree 3", e + ["--eagle-top-k", "2", "--eagle-depth", "2", "--num-speculative-tokens", "3"]))
     return m
 
 
@@ -96,7 +102,7 @@ def verify_costs(model, repeats):
     return json.loads(out)["costs"]["verify"]
 
 
-def measure(args, heads):
+def measure(args, heads, eagle):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for set_name, prompts in (("free", free_prompts(args.n_prompts)), ("grounded", grounded_prompts())):
@@ -104,16 +110,16 @@ def measure(args, heads):
             with open(path, "w") as f:
                 for p in prompts[:args.n_prompts]:
                     f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
-            # The default Q4_1 file at every batch size; its F32 copy (the same heads: they read the
-            # hidden state, which the two files give nearly alike) at one sequence, where
+            # The default Q4_1 file at every batch size; its F32 copy (the same drafters: they read
+            # the hidden state, which the two files give nearly alike) at one sequence, where
             # verification rides on the weight read (section 7).
             for model, n_seqs in [(MODEL, n) for n in args.batch_sizes] + [(F32, 1)] * os.path.exists(F32):
-                ms = methods(heads)
+                ms = methods(heads, eagle)
                 tps = {name: [] for name, _ in ms}
                 summaries, identical = {}, {name: True for name, _ in ms}
                 plain_texts = None
                 for _ in range(args.repeats):
-                    for name, flags in ms:  # interleaved: plain, ngram, medusa ..., plain, ...
+                    for name, flags in ms:  # interleaved: plain, ngram, medusa ..., eagle ..., plain, ...
                         s, texts = run_batch(model, path, n_seqs, args.max_tokens, flags, tmp)
                         tps[name].append(s["output_tok_per_s"])
                         summaries[name] = s
@@ -139,8 +145,8 @@ def measure(args, heads):
 
 
 def heads_metadata(path):
-    """The heads file's own training record: the safetensors header's __metadata__ that
-    scripts/train_medusa.py writes (accuracies per head on held-out positions, data sizes)."""
+    """A drafter file's own training record: the safetensors header's __metadata__ that
+    scripts/train_medusa.py or scripts/train_eagle.py writes (held-out accuracies, data sizes)."""
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
         meta = json.loads(f.read(n)).get("__metadata__", {})
@@ -168,12 +174,25 @@ def heads_markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def eagle_markdown(result):
+    h = result["drafter"]
+    lines = ["# Chapter 06: the EAGLE drafter's training record", ""] + provenance_lines(result["provenance"]) + [""]
+    keys = ["source_model", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn", "draft_vocab_size", "vocab_size",
+            "coverage", "epochs", "loss_initial", "loss_final", "top1", "top1_depth2", "top1_depth3", "train_seconds"]
+    lines += [f"Drafter trained by scripts/make_eagle.sh (scripts/train_eagle.py's metadata). top1: the held-out "
+              f"accuracy of the first draft token with the target's true features; top1_depth2 / 3: the drafter "
+              f"fed its own predicted feature once / twice before.", "", "| field | value |", "|---|---|"]
+    lines += [f"| {k} | {h[k]} |" for k in keys if k in h]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(result):
-    lines = ["# Chapter 06: Medusa heads on the CPU (greedy, default Q4_1 file)", ""]
+    lines = ["# Chapter 06: Medusa heads and the EAGLE drafter on the CPU (greedy, default Q4_1 file)", ""]
     lines += provenance_lines(result["provenance"]) + [""]
     s = result["settings"]
     lines += [f'{s["n_prompts"]} prompts per set, {s["max_tokens"]} tokens each (EOS ignored), '
-              f'{s["repeats"]} interleaved repeats; median (min-max). Heads: {s["heads"]}.', ""]
+              f'{s["repeats"]} interleaved repeats; median (min-max). Heads: {s["heads"]}; EAGLE drafter: '
+              f'{s.get("eagle") or "none"}.', ""]
     costs = result["verify_cost"]
     lines += ["A pass of n rows against one row (ch06_speculative's costs.verify, activations auto):", "",
               "| rows | " + " | ".join(costs) + " |", "|---:|" + "---:|" * len(costs)]
@@ -224,30 +243,39 @@ def main():
     ap.add_argument("--n-prompts", type=int, default=8)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--heads", default=os.path.splitext(MODEL)[0] + ".medusa.safetensors")
+    ap.add_argument("--eagle", default=os.path.splitext(MODEL)[0] + ".eagle.safetensors")
     ap.add_argument("--quick", action="store_true", help="one repeat, 2 prompts, 24 tokens (a smoke run)")
     ap.add_argument("--heads-only", action="store_true",
-                    help="write only the heads' training record (bench/results/06_speculative_medusa_heads)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_medusa_cpu"))
+                    help="write only the drafters' training records (06_speculative_medusa_heads, _eagle_drafter)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_drafters_cpu"))
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.n_prompts, args.max_tokens = 1, 2, 24
     if not os.path.exists(args.heads):
         sys.exit(f"no Medusa heads at {args.heads}: run scripts/make_medusa.sh first")
     meta = heads_metadata(args.heads)
-    card = {"provenance": provenance(command="bench/06_speculative/medusa.py " + " ".join(sys.argv[1:])),
+    card = {"provenance": provenance(command="bench/06_speculative/drafters.py " + " ".join(sys.argv[1:])),
             "heads": meta,
             "per_head": [{"head": k, "predicts": f"t + {k + 2}", "top1": t1, "top5": t5}
                          for k, (t1, t5) in enumerate(zip(meta.get("top1", []), meta.get("top5", [])))]}
+    eagle = args.eagle if os.path.exists(args.eagle) else None
+    if eagle is None:
+        print(f"no EAGLE drafter at {args.eagle} (scripts/make_eagle.sh): its rows are left out", file=sys.stderr)
     if not args.quick:
         write_results(os.path.join(os.path.dirname(args.out), "06_speculative_medusa_heads"), card, heads_markdown)
+        if eagle:
+            ecard = {"provenance": card["provenance"], "drafter": heads_metadata(eagle)}
+            write_results(os.path.join(os.path.dirname(args.out), "06_speculative_eagle_drafter"), ecard,
+                          eagle_markdown)
     if args.heads_only:
         return
-    result = {"provenance": provenance(command="bench/06_speculative/medusa.py " + " ".join(sys.argv[1:])),
+    result = {"provenance": provenance(command="bench/06_speculative/drafters.py " + " ".join(sys.argv[1:])),
               "settings": {"model": os.path.basename(MODEL), "heads": os.path.basename(args.heads),
-                           "repeats": args.repeats, "max_tokens": args.max_tokens, "n_prompts": args.n_prompts,
+                           "eagle": os.path.basename(eagle) if eagle else None, "repeats": args.repeats,
+                           "max_tokens": args.max_tokens, "n_prompts": args.n_prompts,
                            "batch_sizes": args.batch_sizes},
               "verify_cost": {"Q4_1": verify_costs(MODEL, args.repeats)},
-              "rows": measure(args, args.heads)}
+              "rows": measure(args, args.heads, eagle)}
     if os.path.exists(F32):
         result["verify_cost"]["F32"] = verify_costs(F32, args.repeats)
     written = write_results(args.out, result, markdown)
