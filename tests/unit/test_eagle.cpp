@@ -23,6 +23,7 @@
 #include "lio/safetensors.h"
 #include "random_inputs.h"
 #include "tiny_model.h"
+#include "tree_drafter_cases.h"
 
 namespace {
 using lio::testing::TinyModelSpec;
@@ -160,32 +161,7 @@ class EagleTest : public ::testing::Test {
     model_ = std::make_unique<lio::LoadedModel>(lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored));
     write_drafter(dir_ + "/eagle.safetensors", spec_, model_->config.vocab_size);
   }
-  std::unique_ptr<lio::ModelRunner> runner(int64_t n_blocks = 512) const {
-    return std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(model_->config, model_->weights),
-                                              lio::KvPoolConfig{4, n_blocks});
-  }
-  static std::vector<int32_t> prompt(int i) {
-    return lio::testing::random_token_ids(static_cast<size_t>(5 + 3 * i), static_cast<uint32_t>(40 + i));
-  }
-  static lio::SamplingParams params(int64_t max_tokens, float temperature = 0.0f) {
-    lio::SamplingParams p;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    p.sampler.temperature = temperature;
-    if (temperature > 0) {
-      p.sampler.top_k = 20;
-      p.sampler.seed = 99;
-    }
-    return p;
-  }
-  static std::map<int64_t, std::vector<int32_t>> run_all(lio::Engine& engine) {
-    std::map<int64_t, std::vector<int32_t>> out;
-    for (int guard = 0; engine.has_unfinished() && guard < 100000; ++guard)
-      for (const lio::RequestOutput& o : engine.step())
-        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
-    EXPECT_FALSE(engine.has_unfinished());
-    return out;
-  }
+  std::unique_ptr<lio::ModelRunner> runner() const { return lio::testing::tree_runner(*model_); }
   lio::SpeculativeConfig eagle(int64_t nodes, int64_t top_k, int64_t depth = 5) const {
     lio::SpeculativeConfig c;
     c.method = lio::SpecMethod::Eagle;
@@ -287,117 +263,32 @@ TEST(EagleProbe, TrainedFileMatchesTheTrainersOutputs) {
 }
 
 TEST_F(EagleTest, GreedyEagleGivesPlainGreedyTokensAloneAndInABatch) {
-  constexpr int kN = 6;
-  constexpr int64_t kGen = 40;
-  const lio::SamplingParams p = params(kGen);
-  lio::EngineConfig plain_cfg;
-  plain_cfg.scheduler.max_num_batched_tokens = 32;
-  auto r0 = runner();
-  lio::Engine plain(*r0, *model_->tokenizer, plain_cfg);
-  for (int i = 0; i < kN; ++i) plain.add_request(prompt(i), p);
-  const auto want = run_all(plain);
-
-  int64_t accepted = 0, moves = 0;
-  for (const int64_t max_seqs : {1, kN}) {
-    for (const auto& [nodes, top_k] : {std::pair<int64_t, int64_t>{4, 1}, {10, 3}, {24, 6}}) {
-      SCOPED_TRACE("max_num_seqs " + std::to_string(max_seqs) + ", " + std::to_string(nodes) + " nodes, top-k " +
-                   std::to_string(top_k));
-      lio::EngineConfig cfg = plain_cfg;
-      cfg.scheduler.max_num_seqs = max_seqs;
-      cfg.speculative = eagle(nodes, top_k);
-      auto r = runner();
-      lio::Engine e(*r, *model_->tokenizer, cfg);
-      for (int i = 0; i < kN; ++i) e.add_request(prompt(i), p);
-      EXPECT_EQ(run_all(e), want);
-      EXPECT_EQ(e.n_free_blocks(), r->kv_pool().n_blocks());  // every tree's blocks back
-      const lio::SpecDecodeStats& s = e.speculative_decoder()->stats();
-      EXPECT_GT(s.num_drafts, 0);
-      accepted += s.num_accepted_tokens;
-      moves += s.num_kv_slot_moves;
-    }
-  }
+  const auto [accepted, moves] =
+      lio::testing::expect_greedy_trees_equal_plain(*model_, {eagle(4, 1), eagle(10, 3), eagle(24, 6)});
   EXPECT_GT(accepted, 0);
-  EXPECT_GT(moves, 0);
+  EXPECT_GT(moves, 0);  // some accepted drafts off the tree's first chain
 }
 
 TEST_F(EagleTest, TreesSurvivePreemptionPrefixCachingAndTheHybridPool) {
-  TinyModelSpec gemma = spec_;
-  gemma.architecture = "gemma3";
-  gemma.n_layers = 6;
-  gemma.sliding_window = 8;
-  lio::testing::write_tiny_gguf(dir_ + "/g.gguf", gemma);
-  const lio::LoadedModel g = lio::load_model(dir_ + "/g.gguf", lio::WeightMode::AsStored);
-  write_drafter(dir_ + "/g_eagle.safetensors", gemma, g.config.vocab_size);
-  struct Case {
-    const char* name;
-    const lio::LoadedModel* model;
-    std::string drafter;
-    bool hybrid;
-    int64_t n_blocks;
-    lio::PreemptionMode preemption;
-    lio::PrefixCacheMode cache;
-  };
-  const Case cases[] = {
-      {"llama, recompute, hash cache", model_.get(), dir_ + "/eagle.safetensors", false, 36,
-       lio::PreemptionMode::Recompute, lio::PrefixCacheMode::Hash},
-      {"llama, swap, radix cache", model_.get(), dir_ + "/eagle.safetensors", false, 36, lio::PreemptionMode::Swap,
-       lio::PrefixCacheMode::Radix},
-      {"gemma3 hybrid pool, recompute, hash cache", &g, dir_ + "/g_eagle.safetensors", true, 60,
-       lio::PreemptionMode::Recompute, lio::PrefixCacheMode::Hash},
-  };
-  const std::vector<int32_t> shared = lio::testing::random_token_ids(13, 7);
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    auto serve = [&](bool spec, lio::EngineStats& stats, int64_t& held) {
-      auto r = std::make_unique<lio::ModelRunner>(std::make_unique<lio::CpuBackend>(c.model->config, c.model->weights),
-                                                  lio::KvPoolConfig{4, c.n_blocks, lio::KvCacheDType::F32, c.hybrid});
-      lio::EngineConfig cfg;
-      cfg.scheduler.max_num_batched_tokens = 32;
-      cfg.scheduler.preemption = c.preemption;
-      cfg.swap_space_mib = 4;
-      cfg.prefix_cache = c.cache;
-      if (spec) {
-        cfg.speculative = this->eagle(8, 3, 4);
-        cfg.speculative.eagle_drafter = c.drafter;
-      }
-      lio::Engine e(*r, *c.model->tokenizer, cfg);
-      std::map<int64_t, std::vector<int32_t>> out;
-      for (int wave = 0; wave < 3; ++wave) {
-        for (int i = 0; i < 5; ++i) {
-          std::vector<int32_t> p = shared;
-          const std::vector<int32_t> own = prompt(i + wave);
-          p.insert(p.end(), own.begin(), own.end());
-          e.add_request(p, params(36));
-        }
-        auto o = run_all(e);
-        out.insert(o.begin(), o.end());
-      }
-      stats = e.stats();
-      const lio::EngineSnapshot snap = e.snapshot();
-      held = snap.n_used_blocks - snap.n_evictable_blocks;
-      return out;
-    };
-    lio::EngineStats plain_stats, spec_stats;
-    int64_t plain_held = -1, spec_held = -1;
-    const auto want = serve(false, plain_stats, plain_held);
-    EXPECT_EQ(serve(true, spec_stats, spec_held), want);
-    EXPECT_LE(plain_held, c.hybrid ? 1 : 0);
-    EXPECT_EQ(spec_held, plain_held) << "a tree's block leaked";
-    EXPECT_GT(spec_stats.n_preemptions, 0) << "the pool was meant to run out";
-    EXPECT_GT(spec_stats.spec_num_drafts, 50);
-    EXPECT_GT(spec_stats.spec_num_accepted_tokens, 0);
-  }
+  lio::testing::expect_trees_survive_preemption_caches_and_hybrid(
+      spec_, *model_, dir_, [&](const TinyModelSpec& s, const lio::LoadedModel& m, const std::string& tag) {
+        const std::string file = dir_ + "/" + tag + "_eagle.safetensors";
+        write_drafter(file, s, m.config.vocab_size);
+        lio::SpeculativeConfig c = eagle(8, 3, 4);
+        c.eagle_drafter = file;
+        return c;
+      });
 }
 
 TEST_F(EagleTest, SeededSampledEagleReplaysExactly) {
-  const lio::SamplingParams p = params(30, 0.8f);
+  const lio::SamplingParams p = lio::testing::tree_params(30, 0.8f);
   auto run = [&] {
     lio::EngineConfig cfg;
     cfg.speculative = eagle(10, 4);
     auto r = runner();
     lio::Engine e(*r, *model_->tokenizer, cfg);
-    for (int i = 0; i < 3; ++i) e.add_request(prompt(i), p);
-    return run_all(e);
+    for (int i = 0; i < 3; ++i) e.add_request(lio::testing::tree_prompt(i), p);
+    return lio::testing::run_engine(e);
   };
   const auto a = run();
   EXPECT_EQ(a, run());

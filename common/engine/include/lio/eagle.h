@@ -35,13 +35,13 @@ namespace lio {
 /// An EAGLE drafter as scripts/train_eagle.py writes it, f32 on the host. d = d_model, H heads,
 /// Hkv KV heads of head_dim hd, FFN width F, V' draft vocabulary.
 struct EagleDrafter {
-  int64_t d_model = 0;
-  int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t ffn = 0;
+  int64_t d_model = 0;     ///< d, the target's hidden size
+  int64_t n_heads = 0;     ///< H, query heads
+  int64_t n_kv_heads = 0;  ///< Hkv, K/V heads (H a multiple of it: GQA)
+  int64_t head_dim = 0;    ///< hd, even
+  int64_t ffn = 0;         ///< F, the SwiGLU MLP's width
   float rope_theta = 10000.0f;  ///< RoPE base; rotate-half (NeoX) pairs (j, j + hd / 2)
-  float rms_eps = 1e-6f;
+  float rms_eps = 1e-6f;        ///< the MLP's RMS-norm epsilon
   std::vector<int32_t> vocab;   ///< (V') target token ids, distinct
   std::vector<float> lm_head;   ///< (V', d) the target's output rows of `vocab`
   std::vector<float> fc_weight;  ///< (d, 2d) over [embedding; feature]
@@ -64,7 +64,8 @@ struct EagleDrafter {
   /// Reads a drafter file: the tensors `eagle.vocab` (I32), `eagle.lm_head`, `eagle.fc.weight`,
   /// `eagle.fc.bias`, `eagle.attn_{q,k,v,output}.weight`, `eagle.ffn_norm.weight`,
   /// `eagle.ffn_{gate,up,down}.weight` (F32, shapes above) and the metadata n_heads, n_kv_heads,
-  /// head_dim, ffn, rope_theta, rms_eps; the `probe.*` tensors when present. Throws
+  /// head_dim, ffn, rope_theta, rms_eps; the probe tensors (probe.tokens, probe.features,
+  /// probe.out) when present. Throws
   /// InvalidArgument if the file is missing or d differs from `target_d_model` ("trained for
   /// another model"); FormatError naming the tensor or key when one is missing, mistyped or
   /// misshapen, H not a multiple of Hkv, hd odd, or a vocab id outside [0, target_vocab) or
@@ -79,7 +80,8 @@ struct EagleDrafter {
 /// each further depth expands the top_k nodes of the previous depth by path log-probability,
 /// one drafter row each (attending to the sequence's drafter cache and the node's ancestors),
 /// until `depth` levels exist; the ks[i] best nodes of all levels are the draft (a parent
-/// before its children). top_k = 1 is a chain. The drafts are deterministic (q one-hot), exact
+/// before its children). top_k = 1 is a chain, and a chain is proposed without parents (verified
+/// by Task 5's chain round: no tree mask, no K/V moves). The drafts are deterministic (q one-hot), exact
 /// under sampling with Task 6's rule. Rows of every sequence share one batched pass per depth.
 /// Weights run as Q8_0 with int8 activations (the CPU's packed kernels) unless `f32_weights`.
 /// Not thread-safe.
@@ -97,11 +99,12 @@ class EagleProposer final : public Proposer {
   std::vector<DraftProposal> propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) override;
   void release(const Sequence& seq) override;
 
-  /// The drafter's outputs g for one causal window: features (n, d) at positions start ..
-  /// start + n - 1, next_tokens (n) the tokens x_{i+1}; returns (n, d). No state is kept. For
+  /// The drafter's outputs g for one causal window: features (n, d) at positions `start` to
+  /// `start` + n - 1, next_tokens (n) the tokens x_{i+1}; returns (n, d). No state is kept. For
   /// tests against EagleDrafter's probe. Throws InvalidArgument on mismatched sizes.
   std::vector<float> forward_window(std::span<const float> features, std::span<const int32_t> next_tokens,
                                     int64_t start);
+  /// The drafter's weights.
   const EagleDrafter& drafter() const { return w_; }
 
  private:
