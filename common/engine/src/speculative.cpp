@@ -214,10 +214,18 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, ModelRu
     case SpecMethod::Ngram: return std::make_unique<NgramProposer>(config.ngram_min, config.ngram_max);
     case SpecMethod::EarlyExit: return std::make_unique<DraftModelProposer>(target, config.draft_layers);
     case SpecMethod::Medusa:
+      if (target.parallel() != nullptr && target.parallel()->plan.pp_size > 1) {  // before any step: return_hidden
+        throw UnsupportedError("--spec-method medusa reads the last stage's hidden states, which pipeline parallelism "
+                               "keeps off the driver (run it with --pipeline-parallel-size 1)");
+      }
       return std::make_unique<MedusaProposer>(
           MedusaHeads::load(config.medusa_heads, target.config().d_model, target.config().vocab_size),
           config.medusa_top_k);
     case SpecMethod::Eagle:
+      if (target.parallel() != nullptr && target.parallel()->world->size() > 1) {  // before any step: embed_rows
+        throw UnsupportedError("--spec-method eagle runs on one process: the drafter reads the token embedding, which "
+                               "is split over the " + std::to_string(target.parallel()->world->size()) + " ranks");
+      }
       return std::make_unique<EagleProposer>(
           EagleDrafter::load(config.eagle_drafter, target.config().d_model, target.config().vocab_size),
           [&target](std::span<const int32_t> ids, float* out) { target.embed_rows(ids, out); }, config.eagle_top_k,

@@ -172,9 +172,12 @@ class DraftModelProposer final : public Proposer {
 };
 
 /// The drafter `config` asks for: nullptr for SpecMethod::None; an NgramProposer; a
-/// DraftModelProposer over `draft` (SpecMethod::Draft) or over `target` (EarlyExit). Throws
-/// InvalidArgument if `config` is invalid for `target`, or Draft is asked for without a
-/// draft runner, or the draft's vocabulary size differs from the target's.
+/// DraftModelProposer over `draft` (SpecMethod::Draft) or over `target` (EarlyExit); a
+/// MedusaProposer or an EagleProposer over the files `config` names (loaded and checked here).
+/// Throws InvalidArgument if `config` is invalid for `target`, or Draft is asked for without a
+/// draft runner, or the draft's vocabulary size differs from the target's; what the heads' or
+/// drafter's loader throws; UnsupportedError for EAGLE on a grid of more than one process or
+/// Medusa under pipeline parallelism.
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, ModelRunner& target, ModelRunner* draft);
 
 /// Throws InvalidArgument ("the draft model's tokenizer differs from the target's: ...") unless
