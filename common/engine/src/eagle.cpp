@@ -487,11 +487,7 @@ std::vector<DraftProposal> EagleProposer::propose(std::span<Sequence* const> seq
       p.tokens.push_back(nd.token);
       p.parents.push_back(parent);
     }
-    // A chain (top-k 1, or a tree that came out as one) goes as a chain: Task 5's round, no tree
-    // mask, no K/V moves.
-    bool chain = true;
-    for (size_t j = 1; j < p.parents.size(); ++j) chain = chain && p.parents[j] == static_cast<int32_t>(j) - 1;
-    if (chain) p.parents.clear();
+    if (p.tokens.empty()) p.parents.clear();
   }
   return out;
 }

@@ -199,14 +199,7 @@ std::vector<DraftProposal> MedusaProposer::propose(std::span<Sequence* const> se
   }
   if (which.empty()) return out;
   const std::vector<std::vector<MedusaCandidates>> cands = candidates(rows);
-  for (size_t j = 0; j < which.size(); ++j) {
-    DraftProposal& p = out[which[j]] = best_first_tree(cands[j], ks[which[j]]);
-    // A chain (top-k 1, or a tree that came out as one) goes as a chain: Task 5's round, no tree
-    // mask, no K/V moves.
-    bool chain = true;
-    for (size_t i = 1; i < p.parents.size(); ++i) chain = chain && p.parents[i] == static_cast<int32_t>(i) - 1;
-    if (chain) p.parents.clear();
-  }
+  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = best_first_tree(cands[j], ks[which[j]]);
   return out;
 }
 

@@ -9,6 +9,14 @@
 namespace lio {
 namespace {
 
+/// A draft tree whose every node follows the one before it is a chain: its parents are dropped,
+/// so the round verifies it as one (Task 5: no tree mask, no K/V moves).
+void drop_chain_parents(std::vector<int32_t>& parents) {
+  for (size_t j = 1; j < parents.size(); ++j)
+    if (parents[j] != static_cast<int32_t>(j) - 1) return;
+  parents.clear();
+}
+
 /// Chapter 06, Task 5's view of one speculating sequence (lio/spec_round.h): its tokens, its
 /// own sampler, and its block tables in this engine's pool.
 class EngineSpecRoundSequence final : public SpecRoundSequence {
@@ -79,6 +87,7 @@ void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->spec_token_ids = std::move(props[i].tokens);
     seqs[i]->spec_tree_parents = std::move(props[i].parents);
+    drop_chain_parents(seqs[i]->spec_tree_parents);
     seqs[i]->num_lookahead_slots = static_cast<int64_t>(seqs[i]->spec_token_ids.size());
   }
 }
@@ -100,6 +109,7 @@ void SpeculativeDecoder::draft(SchedulerOutput& sched, const std::map<int64_t, s
       // The budget may have cut some; a tree's first nodes are a tree (parents come first).
       seq.spec_token_ids.resize(static_cast<size_t>(extra));
       if (!seq.spec_tree_parents.empty()) seq.spec_tree_parents.resize(static_cast<size_t>(extra + 1));
+      drop_chain_parents(seq.spec_tree_parents);
       continue;
     }
     seqs.push_back(&seq);

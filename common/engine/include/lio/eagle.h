@@ -80,8 +80,7 @@ struct EagleDrafter {
 /// each further depth expands the top_k nodes of the previous depth by path log-probability,
 /// one drafter row each (attending to the sequence's drafter cache and the node's ancestors),
 /// until `depth` levels exist; the ks[i] best nodes of all levels are the draft (a parent
-/// before its children). top_k = 1 is a chain, and a chain is proposed without parents (verified
-/// by Task 5's chain round: no tree mask, no K/V moves). The drafts are deterministic (q one-hot), exact
+/// before its children). top_k = 1 is a chain. The drafts are deterministic (q one-hot), exact
 /// under sampling with Task 6's rule. Rows of every sequence share one batched pass per depth.
 /// Weights run as Q8_0 with int8 activations (the CPU's packed kernels) unless `f32_weights`.
 /// Not thread-safe.

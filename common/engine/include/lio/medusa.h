@@ -64,9 +64,8 @@ class MedusaProposer final : public Proposer {
   /// Up to ks[i] nodes after each seqs[i]'s last token, as a tree (DraftProposal::parents): the
   /// ks[i] best nodes of the tree whose depth-d nodes are head d - 1's top_k tokens, a node's
   /// score the sum of its path's log-probabilities (best-first, so a parent precedes its
-  /// children; a tree that is a chain comes back without parents, verified as a chain). No
-  /// drafts for a sequence without a hidden state yet (its first step after a prefill, a swap-in,
-  /// or a preemption).
+  /// children). No drafts for a sequence without a hidden state yet (its first step after a
+  /// prefill, a swap-in, or a preemption).
   std::vector<DraftProposal> propose(std::span<Sequence* const> seqs, std::span<const int64_t> ks) override;
   void release(const Sequence& seq) override;
 

@@ -76,7 +76,8 @@ struct DraftProposal {
   /// A draft tree (Medusa): (k' + 1) parent indices, parents[0] = -1 for the root (the
   /// sequence's last token), parents[i + 1] in [0, i + 1) the node tokens[i] follows (a parent
   /// before its children). Empty: a chain, tokens[i] follows tokens[i - 1]. A tree's drafts are
-  /// deterministic (probs empty) and verified with Task 6's rule.
+  /// deterministic (probs empty) and verified with Task 6's rule; a tree that is a chain
+  /// (parents[i] = i - 1 throughout) is verified as a chain (Task 5's round).
   std::vector<int32_t> parents;
 };
 
