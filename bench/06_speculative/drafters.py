@@ -80,7 +80,9 @@ def methods(heads, eagle):
 def run_batch(model, prompts_path, n_seqs, max_tokens, flags, tmp):
     out, summary = os.path.join(tmp, "out.jsonl"), os.path.join(tmp, "s.json")
     cmd = [LIO, "batch", "--model", model, "--prompts", prompts_path, "--out", out, "--summary", summary,
-           "--max-tokens", str(max_tokens), "--ignore-eos", "--temperature", "0", "--max-num-seqs", str(n_seqs)]
+           "--max-tokens", str(max_tokens), "--ignore-eos", "--max-num-seqs", str(n_seqs)]
+    if "--temperature" not in flags:  # greedy unless the caller samples (typical.py)
+        cmd += ["--temperature", "0"]
     print("+ lio batch " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[2:]),
           file=sys.stderr)
     subprocess.run(cmd + flags, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -186,6 +188,13 @@ def eagle_markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def speed_cells(r):
+    """A row's "output tok/s (min-max) | speedup (min-max)" Markdown cells (drafters_peer.py and
+    typical.py print theirs the same way)."""
+    return (f'{r["output_tok_per_s"]:.1f} ({r["tok_per_s_min"]:.1f}-{r["tok_per_s_max"]:.1f}) | {r["speedup"]:.2f}x '
+            f'({r["speedup_min"]:.2f}-{r["speedup_max"]:.2f})')
+
+
 def markdown(result):
     lines = ["# Chapter 06: Medusa heads and the EAGLE drafter on the CPU (greedy, default Q4_1 file)", ""]
     lines += provenance_lines(result["provenance"]) + [""]
@@ -203,9 +212,8 @@ def markdown(result):
               "acceptance by depth | = plain |", "|---|---|---:|---|---:|---:|---:|---|---|"]
     for r in result["rows"]:
         depth = " ".join(f"{a:.2f}" for a in r["acceptance_per_depth"][:6])
-        lines.append(f'| {r["prompts"]} | {r["model"]} | {r["max_num_seqs"]} | {r["method"]} | {r["output_tok_per_s"]:.1f} '
-                     f'({r["tok_per_s_min"]:.1f}-{r["tok_per_s_max"]:.1f}) | {r["speedup"]:.2f}x '
-                     f'({r["speedup_min"]:.2f}-{r["speedup_max"]:.2f}) | {r["tokens_per_pass"]:.2f} | {depth} | '
+        lines.append(f'| {r["prompts"]} | {r["model"]} | {r["max_num_seqs"]} | {r["method"]} | {speed_cells(r)} | '
+                     f'{r["tokens_per_pass"]:.2f} | {depth} | '
                      f'{"yes" if r["identical_to_plain"] else "NO"} |')
     return "\n".join(lines) + "\n"
 

@@ -8,7 +8,7 @@
 #   --server      also build llama-server (slower; not needed by bench/batched/run.py)
 #   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
 #   --quantize    also build llama-quantize (chapter 03's K-quant files: Q4_K_M made by llama.cpp)
-#   --speculative also build llama-speculative, llama-lookup and llama-bench (chapter 06's peers)
+#   --speculative also build llama-speculative, llama-lookup, llama-lookahead and llama-bench (chapter 06's peers)
 #   --cuda        the CUDA build (issue 32's GPU peer: llama-bench and llama-batched-bench, with
 #                 --server llama-server too, -DGGML_CUDA=ON, CMAKE_CUDA_ARCHITECTURES for the card that
 #                 nvidia-smi reports, into build-llama-cuda/); needs nvcc and a GPU; run it on the
@@ -56,7 +56,7 @@ for arg in "$@"; do
     --server) targets+=(llama-server) ;;
     --perplexity) targets+=(llama-perplexity) ;;
     --quantize) targets+=(llama-quantize) ;;
-    --speculative) targets+=(llama-speculative llama-lookup llama-bench) ;;
+    --speculative) targets+=(llama-speculative llama-lookup llama-lookahead llama-bench) ;;
     *) echo "build_llama_tools: unknown option '$arg' (want --server, --perplexity, --quantize, --speculative, --cuda)" >&2; exit 2 ;;
   esac
 done

@@ -171,9 +171,12 @@ int main(int argc, char** argv) {
     const std::string graphs = lio::describe_graph_capture(engine.graph_capture(), o);
     if (!graphs.empty()) std::fprintf(stderr, "graphs  %s\n", graphs.c_str());
     if (ec.speculative.method != lio::SpecMethod::None) {
-      std::fprintf(stderr, "spec    %s, %lld speculative tokens per step%s\n", o.spec_method.c_str(),
+      std::fprintf(stderr, "spec    %s, %lld speculative tokens per step%s%s\n", o.spec_method.c_str(),
                    (long long)ec.speculative.num_speculative_tokens,
-                   o.draft_model.empty() ? "" : (", draft " + o.draft_model).c_str());
+                   o.draft_model.empty() ? "" : (", draft " + o.draft_model).c_str(),
+                   ec.speculative.acceptance == lio::SpecAcceptance::Typical
+                       ? ", typical acceptance (LOSSY when sampling: not the model's distribution)"
+                       : "");
     }
     std::fprintf(stderr, "lio-server: listening on http://%s:%d%s\n", sc.host.c_str(),
                  server.port(), sc.api_key.empty() ? "" : " (API key required)");

@@ -416,6 +416,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   if (engine_config.speculative.method != SpecMethod::None) {
     s["spec_method"] = o.spec_method;
     s["num_speculative_tokens"] = engine_config.speculative.num_speculative_tokens;
+    s["spec_acceptance"] = o.spec_acceptance;  // "typical" is lossy when sampling
     s.update(spec_decode_json(st.spec_num_drafts, st.spec_num_draft_tokens, st.spec_num_accepted_tokens));
     s["spec_accepted_per_position"] = st.spec_accepted_per_position;  // rounds accepting depth i + 1
   }

@@ -232,6 +232,9 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos, int64_t warmup_ru
     j["warmup_runs"] = warmup_runs;
     j["warmup_ms"] = warmup_ms;
     j["prefix_cache_hits"] = r.prefix_cache_hits;
+    // Typical acceptance is lossy when sampling: the summary says which rule accepted the drafts.
+    if (spec.method != lio::SpecMethod::None)
+      j["spec_acceptance"] = spec.acceptance == lio::SpecAcceptance::Typical ? "typical" : "rejection";
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("\n");

@@ -163,8 +163,18 @@ expect_error spec_eagle_no_drafter "needs --eagle-drafter" "${g[@]}" --spec-meth
 expect_error spec_eagle_missing "nope.safetensors" "${g[@]}" --spec-method eagle --eagle-drafter "$m/nope.safetensors"
 expect_error spec_eagle_not_drafter "truncated.gguf" "${g[@]}" --spec-method eagle --eagle-drafter "$m/truncated.gguf"
 expect_error spec_eagle_top_k "--eagle-top-k and --eagle-depth must be >= 1" "${g[@]}" --spec-method eagle --eagle-drafter "$m/nope.safetensors" --eagle-top-k 0
+expect_error spec_bad_acceptance "--spec-acceptance must be rejection or typical" "${g[@]}" --spec-method ngram --spec-acceptance lossy
+expect_error spec_typical_no_method "--spec-acceptance typical needs a --spec-method" "${g[@]}" --spec-acceptance typical
+expect_error spec_typical_threshold "--typical-posterior-threshold must be in (0, 1]" "${g[@]}" --spec-method ngram --spec-acceptance typical --typical-posterior-threshold 0
+expect_error spec_typical_alpha "--typical-posterior-alpha finite and >= 0" "${g[@]}" --spec-method ngram --spec-acceptance typical --typical-posterior-alpha -1
 expect_error spec_batch_bad_method "--spec-method must be" "$bin/lio" batch --model "$m/tiny.gguf" --prompts "$m/nope.jsonl" --spec-method hydra
 expect_error spec_server_k "--num-speculative-tokens must be in [1, 16]" "$bin/lio-server" --model "$m/tiny.gguf" --spec-method ngram --num-speculative-tokens 0
+if "${g[@]}" --spec-method ngram --spec-acceptance typical --temperature 0.8 --seed 3 --json >"$work/out" 2>"$work/err" &&
+   grep -q '"spec_acceptance": "typical"' "$work/out"; then
+  echo "ok   spec_typical_generates"; ((pass++))  # the summary labels the lossy rule
+else
+  echo "FAIL spec_typical_generates"; cat "$work/err" "$work/out"; ((fail++))
+fi
 for method in "ngram" "early-exit --draft-layers 1" "draft --draft-model $m/tiny.gguf"; do
   # shellcheck disable=SC2086
   if "${g[@]}" --spec-method $method --json >"$work/out" 2>"$work/err" && grep -q '"acceptance_rate"' "$work/out"; then

@@ -420,4 +420,75 @@ TEST_F(SpeculativeTest, BadSettingsAreRefusedBeforeAnythingRuns) {
   EXPECT_EQ(lio::parse_spec_method("medusa"), lio::SpecMethod::Medusa);
 }
 
+TEST_F(SpeculativeTest, TypicalAcceptanceKeepsGreedyOutputAndReplaysSeededSampling) {
+  // Medusa's typical acceptance (lio/typical_acceptance.h) on chains: greedy output is plain
+  // greedy's for a draft model and for n-gram lookup; sampled output replays under the same
+  // seeds and keeps more of the drafts than the exact rule on the same requests (it accepts
+  // every draft the target gives p > min(0.09, 0.3 exp(-H)), where the exact rule tests p / q).
+  constexpr int kN = 6;
+  constexpr int64_t kGen = 16;
+  auto serve = [&](lio::SpecMethod method, lio::SpecAcceptance acceptance, float temperature) {
+    auto r = runner(*target_, 4, 512);
+    auto dr = method == lio::SpecMethod::Draft ? runner(*near_, 4, 512) : nullptr;
+    lio::EngineConfig cfg;
+    cfg.scheduler.max_num_batched_tokens = 24;
+    if (method != lio::SpecMethod::None) {
+      cfg.speculative = config(method, 3);
+      cfg.speculative.ngram_min = 1;  // with the whole vocabulary before it, lookup always drafts
+      cfg.speculative.acceptance = acceptance;
+    }
+    lio::Engine e(*r, *target_->tokenizer, cfg, dr.get());
+    for (int i = 0; i < kN; ++i) {
+      lio::SamplingParams p = greedy(kGen);
+      p.sampler.temperature = temperature;
+      p.sampler.seed = 11 + static_cast<uint64_t>(i);
+      e.add_request(method == lio::SpecMethod::Ngram ? after_whole_vocab(prompt(i)) : prompt(i), p);
+    }
+    auto out = run_all(e);
+    EXPECT_EQ(e.n_free_blocks(), 512) << "every block is free again";
+    return std::make_pair(out, e.stats());
+  };
+  const auto plain_short = serve(lio::SpecMethod::None, lio::SpecAcceptance::Rejection, 0.0f).first;
+  const auto plain_long = [&] {
+    auto r = runner(*target_, 4, 512);
+    lio::EngineConfig cfg;
+    cfg.scheduler.max_num_batched_tokens = 24;
+    lio::Engine e(*r, *target_->tokenizer, cfg);
+    for (int i = 0; i < kN; ++i) e.add_request(after_whole_vocab(prompt(i)), greedy(kGen));
+    return run_all(e);
+  }();
+  for (const lio::SpecMethod m : {lio::SpecMethod::Draft, lio::SpecMethod::Ngram}) {
+    SCOPED_TRACE(lio::spec_method_name(m));
+    const auto [got, st] = serve(m, lio::SpecAcceptance::Typical, 0.0f);
+    EXPECT_EQ(got, m == lio::SpecMethod::Ngram ? plain_long : plain_short);
+    EXPECT_GT(st.spec_num_accepted_tokens, 0);
+  }
+  const auto [typical, typical_st] = serve(lio::SpecMethod::Draft, lio::SpecAcceptance::Typical, 1.0f);
+  EXPECT_EQ(serve(lio::SpecMethod::Draft, lio::SpecAcceptance::Typical, 1.0f).first, typical);
+  for (const auto& [id, ids] : typical) EXPECT_EQ(static_cast<int64_t>(ids.size()), kGen) << "request " << id;
+  const auto [exact, exact_st] = serve(lio::SpecMethod::Draft, lio::SpecAcceptance::Rejection, 1.0f);
+  const auto rate = [](const lio::EngineStats& s) {
+    return static_cast<double>(s.spec_num_accepted_tokens) / static_cast<double>(s.spec_num_draft_tokens);
+  };
+  EXPECT_GT(rate(typical_st), rate(exact_st)) << "typical " << typical_st.spec_num_accepted_tokens << " of "
+                                              << typical_st.spec_num_draft_tokens << ", exact "
+                                              << exact_st.spec_num_accepted_tokens << " of "
+                                              << exact_st.spec_num_draft_tokens;
+
+  // Its settings are checked with the rest.
+  lio::SpeculativeConfig c = config(lio::SpecMethod::Ngram, 4);
+  c.acceptance = lio::SpecAcceptance::Typical;
+  EXPECT_NO_THROW(c.validate(4));
+  for (const double eps : {0.0, -0.1, 1.5}) {
+    c.typical_posterior_threshold = eps;
+    EXPECT_THROW(c.validate(4), lio::InvalidArgument) << "epsilon " << eps;
+  }
+  c.typical_posterior_threshold = 0.09;
+  c.typical_posterior_alpha = -1.0;
+  EXPECT_THROW(c.validate(4), lio::InvalidArgument);
+  EXPECT_EQ(lio::parse_spec_acceptance("typical"), lio::SpecAcceptance::Typical);
+  EXPECT_EQ(lio::parse_spec_acceptance("rejection"), lio::SpecAcceptance::Rejection);
+  EXPECT_THROW(lio::parse_spec_acceptance("lossy"), lio::InvalidArgument);
+}
+
 }  // namespace

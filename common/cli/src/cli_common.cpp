@@ -126,11 +126,25 @@ void add_speculative_flags(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--eagle-depth", o.speculative.eagle_depth, "EAGLE: tree levels at most (top-k > 1)")
       ->capture_default_str();
+  app.add_option("--spec-acceptance", o.spec_acceptance,
+                 "how drafts are accepted: rejection (exact: the target's own distribution) or typical (Medusa's "
+                 "typical acceptance, LOSSY when sampling; greedy output unchanged)")
+      ->capture_default_str();
+  app.add_option("--typical-posterior-threshold", o.speculative.typical_posterior_threshold,
+                 "typical acceptance: epsilon in (0, 1]; a draft passes when p > min(epsilon, alpha * exp(-entropy))")
+      ->capture_default_str();
+  app.add_option("--typical-posterior-alpha", o.speculative.typical_posterior_alpha,
+                 "typical acceptance: alpha (delta) >= 0")
+      ->capture_default_str();
 }
 
 SpeculativeConfig speculative_from_options(const LoadedModel& m, const CommonOptions& o) {
   SpeculativeConfig c = o.speculative;
   c.method = parse_spec_method(o.spec_method);
+  c.acceptance = parse_spec_acceptance(o.spec_acceptance);
+  if (c.acceptance == SpecAcceptance::Typical && c.method == SpecMethod::None) {
+    throw InvalidArgument("--spec-acceptance typical needs a --spec-method to accept drafts from");
+  }
   if (c.method == SpecMethod::Draft && o.draft_model.empty()) {
     throw InvalidArgument("--spec-method draft needs --draft-model PATH");
   }

@@ -79,4 +79,10 @@ SpecMethod parse_spec_method(const std::string& name) {
   throw InvalidArgument("--spec-method must be none, draft, ngram, early-exit, medusa or eagle, got '" + name + "'");
 }
 
+SpecAcceptance parse_spec_acceptance(const std::string& name) {
+  if (name == "rejection") return SpecAcceptance::Rejection;
+  if (name == "typical") return SpecAcceptance::Typical;
+  throw InvalidArgument("--spec-acceptance must be rejection or typical, got '" + name + "'");
+}
+
 }  // namespace lio

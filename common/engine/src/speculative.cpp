@@ -1,6 +1,7 @@
 #include "lio/speculative.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "lio/error.h"
@@ -42,6 +43,13 @@ void SpeculativeConfig::validate(int64_t target_layers) const {
   if (method == SpecMethod::Eagle && (eagle_top_k < 1 || eagle_depth < 1)) {
     throw InvalidArgument("--eagle-top-k and --eagle-depth must be >= 1, got " + std::to_string(eagle_top_k) + " and " +
                           std::to_string(eagle_depth));
+  }
+  if (acceptance == SpecAcceptance::Typical &&
+      (!(typical_posterior_threshold > 0.0 && typical_posterior_threshold <= 1.0) ||
+       !(typical_posterior_alpha >= 0.0 && std::isfinite(typical_posterior_alpha)))) {
+    throw InvalidArgument("--typical-posterior-threshold must be in (0, 1] and --typical-posterior-alpha finite and "
+                          ">= 0, got " + std::to_string(typical_posterior_threshold) + " and " +
+                          std::to_string(typical_posterior_alpha));
   }
   if (method == SpecMethod::EarlyExit && (draft_layers < 1 || draft_layers >= target_layers)) {
     throw InvalidArgument("--draft-layers must be in [1, " + std::to_string(target_layers) + ") for a " +

@@ -5,6 +5,7 @@
 
 #include "lio/error.h"
 #include "lio/spec_round.h"
+#include "lio/typical_acceptance.h"
 
 namespace lio {
 namespace {
@@ -195,7 +196,9 @@ std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, 
     if (n_rows == 1) {
       std::copy(rows.begin(), rows.end(), row.begin());
       results.push_back({{seq->sampler().sample(row, seq->token_ids(), seq->output_ids())}, 0});
-    } else if (!seq->spec_tree_parents.empty()) {
+    } else if (!seq->spec_tree_parents.empty() || config_.acceptance == SpecAcceptance::Typical) {
+      // A tree; or typical acceptance, whose rule is the tree's for a chain too (the chain ran
+      // with the causal mask, which is its tree mask, and its accepted path needs no K/V move).
       results.push_back(tree_round(*seq, rows, kept));
     } else {
       // Chapter 06, Task 5: p_0 .. p_k from the pass's rows, Task 4's acceptance, and the
@@ -226,7 +229,12 @@ std::vector<SpecVerifyResult> SpeculativeDecoder::verify(const StepBatch& step, 
 SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const float> rows, std::vector<int64_t>& kept) {
   // Task 6b over p_i, the target's sampling distribution at node i given the node's path (its
   // penalties see that path), then the accepted path's K/V moved to its positions' slots.
-  const std::vector<int32_t>& parents = seq.spec_tree_parents;
+  std::vector<int32_t> chain;  // a chain's parents, when it is verified by the tree rules
+  if (seq.spec_tree_parents.empty()) {
+    chain.resize(seq.spec_token_ids.size() + 1);
+    for (size_t j = 0; j < chain.size(); ++j) chain[j] = static_cast<int32_t>(j) - 1;
+  }
+  const std::vector<int32_t>& parents = chain.empty() ? seq.spec_tree_parents : chain;
   const auto n = static_cast<int64_t>(parents.size());
   const int64_t vocab = target_.config().vocab_size;
   std::vector<int32_t> tokens{seq.token_ids().back()};
@@ -242,7 +250,11 @@ SpecVerifyResult SpeculativeDecoder::tree_round(Sequence& seq, std::span<const f
     view.target_probs(rows.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)), history,
                       std::span<float>(probs).subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)));
   }
-  const TreeVerifyResult tv = verify_tree(probs, parents, tokens, vocab, [&] { return view.uniform(); });
+  const TreeVerifyResult tv =
+      config_.acceptance == SpecAcceptance::Typical
+          ? verify_tree_typical(probs, parents, tokens, vocab, config_.typical_posterior_threshold,
+                                config_.typical_posterior_alpha, [&] { return view.uniform(); })
+          : verify_tree(probs, parents, tokens, vocab, [&] { return view.uniform(); });
   // Node path[d - 1] wrote its K/V at the tree's linear slot base + path[d - 1]; its position is
   // base + d. Ascending d never overwrites a slot a later copy reads (path[d - 1] >= d grows).
   const int64_t base = seq.num_computed_tokens;  // the root's position

@@ -43,6 +43,7 @@ struct CommonOptions {
   bool fused_kernels = false;   ///< --fused-kernels: issue 45's fused decode kernels (CUDA; Backend::set_fused_kernels)
   bool enforce_eager = true;    ///< --enforce-eager (default) / --cuda-graphs (engine commands; EngineConfig)
   std::string spec_method = "none";  ///< --spec-method none|draft|ngram|early-exit (chapter 06)
+  std::string spec_acceptance = "rejection";  ///< --spec-acceptance rejection|typical (chapter 06)
   std::string draft_model;      ///< --draft-model: the draft's .gguf file or HF directory
   SpeculativeConfig speculative;  ///< --num-speculative-tokens --draft-layers --ngram-min/max
 };

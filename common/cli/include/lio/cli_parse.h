@@ -58,4 +58,8 @@ PrefixCacheMode parse_prefix_cache_mode(const std::string& name);
 /// medusa or eagle, got '<name>'").
 SpecMethod parse_spec_method(const std::string& name);
 
+/// Parses "rejection" or "typical" (--spec-acceptance, chapter 06 section 7). Throws
+/// InvalidArgument otherwise ("--spec-acceptance must be rejection or typical, got '<name>'").
+SpecAcceptance parse_spec_acceptance(const std::string& name);
+
 }  // namespace lio

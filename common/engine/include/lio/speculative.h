@@ -34,6 +34,17 @@ enum class SpecMethod {
 /// The method's name, as --spec-method takes it (lio/cli_parse.h parse_spec_method).
 const char* spec_method_name(SpecMethod method);
 
+/// How drafts are accepted (`--spec-acceptance`).
+enum class SpecAcceptance {
+  /// Exact: chapter 06's rules (Task 4 for a chain, Task 6b's SpecInfer rule for a tree); the
+  /// output is distributed as the target's own sampling (vLLM's rejection_sampler).
+  Rejection,
+  /// LOSSY: Medusa's typical acceptance (lio/typical_acceptance.h; vLLM v0's
+  /// typical_acceptance_sampler). Greedy output is unchanged; sampled output is not the target's
+  /// distribution.
+  Typical,
+};
+
 /// Speculation settings (vLLM's `--speculative-config` fields, spelled as flags).
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::None;  ///< --spec-method
@@ -58,10 +69,19 @@ struct SpeculativeConfig {
   /// --eagle-depth: levels of the tree at most (with eagle_top_k > 1; EAGLE-2's depth); one
   /// drafter pass per level after the first.
   int64_t eagle_depth = 5;
+  /// --spec-acceptance: rejection (exact, the default) or typical (Medusa's, lossy).
+  SpecAcceptance acceptance = SpecAcceptance::Rejection;
+  /// --typical-posterior-threshold: typical acceptance's epsilon, in (0, 1] (Medusa's and vLLM's
+  /// default 0.09): the most a draft's target probability must exceed.
+  double typical_posterior_threshold = 0.09;
+  /// --typical-posterior-alpha: typical acceptance's delta, >= 0 (default 0.3): the threshold is
+  /// min(epsilon, delta * exp(-entropy)), lower where the target's row is flat.
+  double typical_posterior_alpha = 0.3;
   /// Throws InvalidArgument naming the flag for k outside [1, 16], L outside [1, n_layers)
   /// with early exit, ngram_min < 1 or ngram_max < ngram_min with n-gram lookup, a Medusa
   /// method without a heads file or with medusa_top_k < 1, an EAGLE method without a drafter
-  /// file or with eagle_top_k or eagle_depth < 1. k may be up to 63 with Medusa and EAGLE (a
+  /// file or with eagle_top_k or eagle_depth < 1, typical acceptance with its threshold outside
+  /// (0, 1] or its alpha negative. k may be up to 63 with Medusa and EAGLE (a
   /// tree's nodes; the tree mask holds 64 rows).
   /// `target_layers`: the target's decoder layers.
   void validate(int64_t target_layers) const;

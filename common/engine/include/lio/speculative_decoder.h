@@ -76,7 +76,8 @@ class SpeculativeDecoder {
   void release(const Sequence& seq);
 
   /// The forward pass of `step` (a step with logits rows) and one result per step.sampling
-  /// entry, in order. A sequence with drafts finishes its round over its 1 + k rows: a chain with
+  /// entry, in order. A sequence with drafts finishes its round over its 1 + k rows (with
+  /// typical acceptance, config.acceptance, every round takes the tree's path and its rule): a chain with
   /// Task 5 (verification, then its KV cache rolled back to what stays valid), a tree with Task
   /// 6 (the batch's copy gets the tree's mask and positions, Task 6a; Task 6b verifies; the
   /// accepted nodes' K/V move to their positions' slots, ModelRunner::copy_slots, and the rest
@@ -96,8 +97,10 @@ class SpeculativeDecoder {
   /// Results from the pass's host logits and (Medusa) hidden rows ((n_logits, d_model) or empty).
   std::vector<SpecVerifyResult> verify(const StepBatch& step, std::span<const float> logits,
                                        std::span<const float> hidden);
-  /// One tree's round over its rows ((n_nodes, vocab)); `kept` is set to the verified path's
-  /// nodes, the root (0) first: the rows whose logits gave the round's new tokens.
+  /// One tree's round over its rows ((n_nodes, vocab)): Task 6b, or typical acceptance when the
+  /// config asks for it (which verifies a chain this way too, as a tree of one branch); `kept`
+  /// is set to the verified path's nodes, the root (0) first: the rows whose logits gave the
+  /// round's new tokens.
   SpecVerifyResult tree_round(Sequence& seq, std::span<const float> rows, std::vector<int64_t>& kept);
 
   SpeculativeConfig config_;
