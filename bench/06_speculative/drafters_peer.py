@@ -3,17 +3,19 @@
 speculative setting on the same machine, file and chat prompts - the default Q4_1 file, one
 sequence, greedy, EOS ignored.
 
-    .venv/bin/python bench/06_speculative/drafters_peer.py [--repeats 5] [--sweep]
+    .venv/bin/python bench/06_speculative/drafters_peer.py [--repeats 5]
 
 llama.cpp serves no trained drafter (no Medusa or EAGLE in the pinned llama-cpp-python's
 llama.cpp), and SmolLM2-135M is the smallest model of its vocabulary, so no draft model exists for
 it: its speculative tools for this file are `llama-lookup` (n-gram lookup over the context,
 --draft-max k) and `llama-lookahead` (lookahead decoding, Fu et al. 2024; W = 15, N = 5, G = 15
-fixed in its source). --sweep runs each once at k = 2, 4, 8 (lookup) and once lookahead, on both
-prompt sets, and prints the best; the default run measures the best of that sweep (lookup k = 4
-unless --llama-k says otherwise) and lookahead. llama.cpp's own plain decoding is the same
-`llama-lookup` with --draft-max 0 (one token per pass, timed the same way), so both engines'
-speedups are over their own plain decoding measured the same way.
+fixed in its source, so it runs 31 sequences in one KV cache: -np 31 -kvu). First a sweep runs
+each setting once per prompt set (plain, lookup at k = 2, 4, 8, lookahead; recorded as
+llama_sweep); the repeats then run llama.cpp's plain decoding and the lookup k that made the most
+tok/s in the sweep (lookahead, a hundred-odd rows a step, is far slower than plain on 2 cores and
+runs in the sweep only). llama.cpp's own plain decoding is `llama-lookup --draft-max 0` (one token
+per pass, timed the same way), so both engines' speedups are over their own plain decoding
+measured the same way.
 
 Prompts: drafters.py's two sets of 8 chat prompts ("free": held-out chat questions; "grounded":
 rewrite or copy a given paragraph), rendered by the GGUF file's own chat template with Jinja2
@@ -24,7 +26,8 @@ shapes); llama.cpp's rows are one process per prompt, its tok/s the generated to
 summed prompt and decode times it reports (lio batch's wall time holds its prefills too). All
 runs of a repeat are interleaved; 5 repeats; median (min-max) of tok/s and of the per-repeat
 ratio to the engine's own plain run; a ratio whose range holds 1 is a tie. "= own plain": every
-output equals that engine's plain greedy text. Writes
+output equals that engine's plain greedy text (llama.cpp's tools may run a round past -n: the
+shorter text must begin the longer). Writes
 bench/results/06_speculative_drafters_peer_cpu.{json,md}. Needs the peers built by
 bench/batched/build_llama_tools.sh --speculative and the drafter files (scripts/make_medusa.sh,
 scripts/make_eagle.sh). Nothing here is a test.
@@ -74,7 +77,8 @@ def llama_run(tool, text, max_tokens, extra):
     return {"n_prompt": int(enc.group(1)), "n_tokens": int(dec.group(1)),
             "seconds": float(enc.group(2)) + float(dec.group(2)),
             "drafted": int(drafted.group(1)) if drafted else 0, "accepted": int(accepted.group(1)) if accepted else 0,
-            "text": r.stdout}
+            # llama-lookup prints each draft's candidates among the text it generates
+            "text": re.sub(r" - draft candidate: token=\d+\n", "", r.stdout).rstrip("\n")}
 
 
 def llama_set(tool, texts, max_tokens, extra):
@@ -85,12 +89,12 @@ def llama_set(tool, texts, max_tokens, extra):
             "texts": [r["text"] for r in runs], "n_prompt": [r["n_prompt"] for r in runs]}
 
 
-def llama_methods(k, lookahead=True):
-    m = [("plain", "llama-lookup", ["--draft-max", "0", "--draft-min", "0"]),
-         (f"lookup k={k}", "llama-lookup", ["--draft-max", str(k), "--draft-min", "0"])]
-    if lookahead:
-        m.append(("lookahead", "llama-lookahead", []))
-    return m
+LOOKAHEAD = ("lookahead", "llama-lookahead", ["-np", "31", "-kvu"])  # W + G + 1 = 31 sequences in one KV cache
+
+
+def llama_methods(k):
+    return [("plain", "llama-lookup", ["--draft-max", "0", "--draft-min", "0"]),
+            (f"lookup k={k}", "llama-lookup", ["--draft-max", str(k), "--draft-min", "0"])]
 
 
 def lio_methods(heads, eagle):
@@ -99,18 +103,25 @@ def lio_methods(heads, eagle):
 
 
 def sweep(args, sets):
+    """One run of each llama.cpp setting per prompt set: plain, lookup at k = 2, 4, 8, lookahead.
+    Returns the rows and, per set, the lookup k with the most tok/s (the one the repeats run)."""
+    rows, best_k = [], {}
     for set_name, prompts in sets:
         texts = chat_texts(prompts)
-        for k in (2, 4, 8):
-            r = llama_set("llama-lookup", texts, args.max_tokens, ["--draft-max", str(k), "--draft-min", "0"])
-            print(f"{set_name}: llama-lookup k={k}: {r['tok_per_s']:.1f} tok/s, acceptance {r['acceptance']}")
-        for name, tool, extra in [("plain", "llama-lookup", ["--draft-max", "0", "--draft-min", "0"]),
-                                  ("lookahead", "llama-lookahead", [])]:
+        settings = [("plain", "llama-lookup", ["--draft-max", "0", "--draft-min", "0"])]
+        settings += [(f"lookup k={k}", "llama-lookup", ["--draft-max", str(k), "--draft-min", "0"]) for k in (2, 4, 8)]
+        settings.append(LOOKAHEAD)
+        for name, tool, extra in settings:
             r = llama_set(tool, texts, args.max_tokens, extra)
-            print(f"{set_name}: {name}: {r['tok_per_s']:.1f} tok/s")
+            rows.append({"prompts": set_name, "method": name, "output_tok_per_s": r["tok_per_s"],
+                         "acceptance_rate": r["acceptance"]})
+            print(f"  sweep {set_name}: llama.cpp {name} {r['tok_per_s']:.1f} tok/s", file=sys.stderr)
+        lookups = [r for r in rows if r["prompts"] == set_name and r["method"].startswith("lookup")]
+        best_k[set_name] = int(max(lookups, key=lambda r: r["output_tok_per_s"])["method"].split("=")[1])
+    return rows, best_k
 
 
-def measure(args, sets, heads, eagle):
+def measure(args, sets, heads, eagle, best_k):
     rows, checks = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for set_name, prompts in sets:
@@ -120,7 +131,7 @@ def measure(args, sets, heads, eagle):
                     f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
             texts = chat_texts(prompts)
             configs = [("lio", n, f) for n, f in lio_methods(heads, eagle)]
-            configs += [("llama.cpp", n, (tool, extra)) for n, tool, extra in llama_methods(args.llama_k)]
+            configs += [("llama.cpp", n, (tool, extra)) for n, tool, extra in llama_methods(best_k[set_name])]
             tps = {(e, n): [] for e, n, _ in configs}
             acc, same = {}, {(e, n): True for e, n, _ in configs}
             plain_out = {}
@@ -189,6 +200,11 @@ def markdown(result):
         a = "" if r["acceptance_rate"] is None else f'{r["acceptance_rate"]:.3f}'
         lines.append(f'| {r["prompts"]} | {r["engine"]} | {r["method"]} | {drafters.speed_cells(r)} | {a} | '
                      f'{"yes" if r["identical_to_own_plain"] else "NO"} |')
+    lines += ["", "llama.cpp's settings, one run each (the repeats run plain and the lookup k with the most tok/s):", "",
+              "| prompts | method | output tok/s | acceptance |", "|---|---|---:|---:|"]
+    for r in result["llama_sweep"]:
+        a = "" if r["acceptance_rate"] is None else f'{r["acceptance_rate"]:.3f}'
+        lines.append(f'| {r["prompts"]} | {r["method"]} | {r["output_tok_per_s"]:.1f} | {a} |')
     lines += ["", "Each engine at its best (by median tok/s), repeat by repeat:", "",
               "| prompts | LIO's best | llama.cpp's best | LIO / llama.cpp | min-max | tie |", "|---|---|---|---:|---:|---|"]
     for r in result["best"]:
@@ -202,8 +218,6 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--n-prompts", type=int, default=8)
-    ap.add_argument("--llama-k", type=int, default=4, help="llama-lookup's --draft-max (the sweep's best)")
-    ap.add_argument("--sweep", action="store_true", help="one run of each llama.cpp setting; prints, writes nothing")
     ap.add_argument("--heads", default=os.path.splitext(drafters.MODEL)[0] + ".medusa.safetensors")
     ap.add_argument("--eagle", default=os.path.splitext(drafters.MODEL)[0] + ".eagle.safetensors")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_drafters_peer_cpu"))
@@ -213,14 +227,12 @@ def main():
         if not os.path.exists(f):
             sys.exit(f"drafters_peer.py: no {f}: run {what} first")
     sets = [("free", drafters.free_prompts(args.n_prompts)), ("grounded", drafters.grounded_prompts()[:args.n_prompts])]
-    if args.sweep:
-        sweep(args, sets)
-        return
-    rows, checks = measure(args, sets, args.heads, args.eagle)
+    sweep_rows, best_k = sweep(args, sets)
+    rows, checks = measure(args, sets, args.heads, args.eagle, best_k)
     result = {"provenance": provenance(command="bench/06_speculative/drafters_peer.py " + " ".join(sys.argv[1:])),
               "settings": {"model": os.path.basename(drafters.MODEL), "repeats": args.repeats,
-                           "max_tokens": args.max_tokens, "n_prompts": args.n_prompts, "llama_k": args.llama_k},
-              "prompt_checks": checks, "rows": rows, "best": best_ratios(rows)}
+                           "max_tokens": args.max_tokens, "n_prompts": args.n_prompts, "llama_lookup_k": best_k},
+              "llama_sweep": sweep_rows, "prompt_checks": checks, "rows": rows, "best": best_ratios(rows)}
     write_results(args.out, result, markdown)
     print(markdown(result))
 
