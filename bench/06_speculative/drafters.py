@@ -77,6 +77,31 @@ def methods(heads, eagle):
     return m
 
 
+def add_run_args(ap, out_name):
+    """The flags drafters.py, drafters_peer.py and typical.py share: repeats, tokens, prompts per
+    set, the drafter files (default: beside the model) and the results prefix."""
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--n-prompts", type=int, default=8)
+    ap.add_argument("--heads", default=os.path.splitext(MODEL)[0] + ".medusa.safetensors")
+    ap.add_argument("--eagle", default=os.path.splitext(MODEL)[0] + ".eagle.safetensors")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", out_name))
+
+
+def require_drafters(args, prog):
+    """Exits naming the script that makes a missing drafter file."""
+    for f, what in ((args.heads, "scripts/make_medusa.sh"), (args.eagle, "scripts/make_eagle.sh")):
+        if not os.path.exists(f):
+            sys.exit(f"{prog}: no {f}: run {what} first")
+
+
+def write_chat_prompts(path, prompts):
+    """One user turn per JSONL line, as `lio batch --prompts` reads them."""
+    with open(path, "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
+
+
 def run_batch(model, prompts_path, n_seqs, max_tokens, flags, tmp):
     out, summary = os.path.join(tmp, "out.jsonl"), os.path.join(tmp, "s.json")
     cmd = [LIO, "batch", "--model", model, "--prompts", prompts_path, "--out", out, "--summary", summary,
@@ -109,9 +134,7 @@ def measure(args, heads, eagle):
     with tempfile.TemporaryDirectory() as tmp:
         for set_name, prompts in (("free", free_prompts(args.n_prompts)), ("grounded", grounded_prompts())):
             path = os.path.join(tmp, f"{set_name}.jsonl")
-            with open(path, "w") as f:
-                for p in prompts[:args.n_prompts]:
-                    f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
+            write_chat_prompts(path, prompts[:args.n_prompts])
             # The default Q4_1 file at every batch size; its F32 copy (the same drafters: they read
             # the hidden state, which the two files give nearly alike) at one sequence, where
             # verification rides on the weight read (section 7).
@@ -246,16 +269,11 @@ def plot(result, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--n-prompts", type=int, default=8)
+    add_run_args(ap, "06_speculative_drafters_cpu")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--heads", default=os.path.splitext(MODEL)[0] + ".medusa.safetensors")
-    ap.add_argument("--eagle", default=os.path.splitext(MODEL)[0] + ".eagle.safetensors")
     ap.add_argument("--quick", action="store_true", help="one repeat, 2 prompts, 24 tokens (a smoke run)")
     ap.add_argument("--heads-only", action="store_true",
                     help="write only the drafters' training records (06_speculative_medusa_heads, _eagle_drafter)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_drafters_cpu"))
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.n_prompts, args.max_tokens = 1, 2, 24

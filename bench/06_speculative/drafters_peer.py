@@ -33,7 +33,6 @@ bench/batched/build_llama_tools.sh --speculative and the drafter files (scripts/
 scripts/make_eagle.sh). Nothing here is a test.
 """
 import argparse
-import json
 import os
 import re
 import statistics
@@ -126,9 +125,7 @@ def measure(args, sets, heads, eagle, best_k):
     with tempfile.TemporaryDirectory() as tmp:
         for set_name, prompts in sets:
             path = os.path.join(tmp, f"{set_name}.jsonl")
-            with open(path, "w") as f:
-                for p in prompts:
-                    f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
+            drafters.write_chat_prompts(path, prompts)
             texts = chat_texts(prompts)
             configs = [("lio", n, f) for n, f in lio_methods(heads, eagle)]
             configs += [("llama.cpp", n, (tool, extra)) for n, tool, extra in llama_methods(best_k[set_name])]
@@ -215,17 +212,10 @@ def markdown(result):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--n-prompts", type=int, default=8)
-    ap.add_argument("--heads", default=os.path.splitext(drafters.MODEL)[0] + ".medusa.safetensors")
-    ap.add_argument("--eagle", default=os.path.splitext(drafters.MODEL)[0] + ".eagle.safetensors")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_drafters_peer_cpu"))
+    drafters.add_run_args(ap, "06_speculative_drafters_peer_cpu")
     args = ap.parse_args()
     subprocess.run(["bash", os.path.join(ROOT, "bench", "batched", "build_llama_tools.sh"), "--speculative"], check=True)
-    for f, what in ((args.heads, "scripts/make_medusa.sh"), (args.eagle, "scripts/make_eagle.sh")):
-        if not os.path.exists(f):
-            sys.exit(f"drafters_peer.py: no {f}: run {what} first")
+    drafters.require_drafters(args, "drafters_peer.py")
     sets = [("free", drafters.free_prompts(args.n_prompts)), ("grounded", drafters.grounded_prompts()[:args.n_prompts])]
     sweep_rows, best_k = sweep(args, sets)
     rows, checks = measure(args, sets, args.heads, args.eagle, best_k)

@@ -16,7 +16,6 @@ probability, so the output leans towards the drafter's choices). Writes
 bench/results/06_speculative_typical_cpu.{json,md}. Nothing here is a test.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -43,9 +42,7 @@ def measure(args):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "free.jsonl")
-        with open(path, "w") as f:
-            for p in prompts:
-                f.write(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n")
+        drafters.write_chat_prompts(path, prompts)
         ms = methods(args.heads, args.eagle, args.temperature, args.seed)
         tps = {n: [] for n, _ in ms}
         last = {}
@@ -87,18 +84,11 @@ def markdown(result):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--n-prompts", type=int, default=8)
+    drafters.add_run_args(ap, "06_speculative_typical_cpu")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--heads", default=os.path.splitext(drafters.MODEL)[0] + ".medusa.safetensors")
-    ap.add_argument("--eagle", default=os.path.splitext(drafters.MODEL)[0] + ".eagle.safetensors")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "06_speculative_typical_cpu"))
     args = ap.parse_args()
-    for f, what in ((args.heads, "scripts/make_medusa.sh"), (args.eagle, "scripts/make_eagle.sh")):
-        if not os.path.exists(f):
-            sys.exit(f"typical.py: no {f}: run {what} first")
+    drafters.require_drafters(args, "typical.py")
     result = {"provenance": provenance(command="bench/06_speculative/typical.py " + " ".join(sys.argv[1:])),
               "settings": {"model": os.path.basename(drafters.MODEL), "repeats": args.repeats,
                            "max_tokens": args.max_tokens, "n_prompts": args.n_prompts,
