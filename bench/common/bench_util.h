@@ -172,4 +172,22 @@ inline std::vector<int32_t> repeat_to_length(const std::vector<int32_t>& base, i
 /// if streams is outside [1, 16].
 double measure_read_bandwidth(int64_t buffer_bytes, int repeats, int streams = 4);
 
+/// The compute twin of measure_read_bandwidth: what the cores multiply per second when nothing
+/// waits on memory, with the instructions LIO's CPU kernels use (kernels/cpu/
+/// packed_kernels_simd.h), all OpenMP threads, median of `repeats` passes of ~20 ms. Each
+/// thread runs 10 independent accumulator chains (enough to hide each instruction's latency)
+/// on register operands:
+///   f32_gflops: FMA on 8 (AVX2) or 16 (AVX-512) f32 lanes, 2 flops per lane (GFLOP/s);
+///   int8_gops: the int8 dot product, 2 ops per u8 x s8 multiply-add (GOP/s): AVX-512 VNNI
+///     vpdpbusd (64 per instruction), AVX2 vpmaddubsw + vpmaddwd + vpaddd (32 per three).
+/// This is the ceiling batched decode and prefill can reach (Williams, Waterman, Patterson
+/// 2009, "Roofline"). `isa` names the instruction set measured, the one the packed kernels run
+/// (cpu::default_cpu_isa: "avx512", "avx2", or "scalar": then both are 0, not measured).
+struct ComputePeak {
+  std::string isa;
+  double f32_gflops = 0;
+  double int8_gops = 0;
+};
+ComputePeak measure_compute_peak(int repeats = 5);
+
 }  // namespace lio::bench

@@ -3,6 +3,7 @@
 #include "lio/omp_compat.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -32,6 +33,69 @@ int64_t packed_slot(WeightRef w, int64_t n_layers) {
 }
 
 }  // namespace
+
+// ---- profiling (set_profiling) ---------------------------------------------------------------
+
+class CpuBackend::OpScope {
+ public:
+  OpScope(CpuBackend& b, const char* op, double weight_bytes = 0)
+      : b_(b), op_(op), bytes_(weight_bytes), t0_(b.begin_op()) {}
+  ~OpScope() {
+    if (t0_ >= 0) b_.end_op(op_, t0_, bytes_);
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  CpuBackend& b_;
+  const char* op_;
+  double bytes_;
+  int64_t t0_;
+};
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+int64_t CpuBackend::begin_op() {
+  if (!profiling_ || op_open_) return -1;
+  op_open_ = true;
+  return steady_ns();
+}
+
+void CpuBackend::end_op(const char* op, int64_t t0, double weight_bytes) {
+  const int64_t t1 = steady_ns();
+  op_open_ = false;
+  auto it = std::find_if(op_times_.begin(), op_times_.end(), [&](const CpuOpTime& t) { return t.op == op; });
+  if (it == op_times_.end()) it = op_times_.insert(op_times_.end(), CpuOpTime{op});
+  it->total_ms += static_cast<double>(t1 - t0) * 1e-6;
+  it->calls += 1;
+  it->weight_bytes += weight_bytes;
+}
+
+std::vector<CpuOpTime> CpuBackend::op_times() const {
+  std::vector<CpuOpTime> out = op_times_;
+  std::sort(out.begin(), out.end(), [](const CpuOpTime& a, const CpuOpTime& b) { return a.total_ms > b.total_ms; });
+  return out;
+}
+
+const char* CpuBackend::matmul_op_name(WeightKind w) {
+  switch (w) {
+    case WeightKind::Wq:
+    case WeightKind::Wk:
+    case WeightKind::Wv: return "matmul q/k/v";
+    case WeightKind::Wo: return "matmul o";
+    case WeightKind::Gate:
+    case WeightKind::Up: return "matmul gate/up";
+    case WeightKind::Down: return "matmul down";
+    case WeightKind::Output: return "matmul lm_head";
+    default: break;
+  }
+  return "matmul (mla)";
+}
 
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, cpu::MatmulActivations activations,
                        AttentionBackend attention, cpu::CpuIsa isa)
@@ -101,6 +165,7 @@ const WeightMatrix& CpuBackend::matrix(WeightRef w) const { return weights_.matr
 const std::vector<float>& CpuBackend::vector(WeightRef w) const { return weights_.vector(w); }
 
 void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
+  const OpScope scope(*this, "embedding");
   const int64_t d = config_.d_model;
   for (int64_t i = 0; i < n; ++i) cpu::embedding_row(weights_.token_embd, token_ids[i], out + i * d);
   if (config_.embedding_scale != 1.0f)  // gemma3: rows times sqrt(d_model)
@@ -108,6 +173,7 @@ void CpuBackend::embedding(const int32_t* token_ids, int64_t n, float* out) {
 }
 
 void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows) {
+  const OpScope scope(*this, "rmsnorm");
   const std::vector<float>& weight = vector(w);
   const int64_t width = norm_width(w.kind, config_);
   LIO_CHECK(static_cast<int64_t>(weight.size()) == width, "norm weight of the wrong length");
@@ -115,6 +181,7 @@ void CpuBackend::rmsnorm(const float* x, WeightRef w, float* out, int64_t n_rows
 }
 
 void CpuBackend::add_bias(float* y, WeightRef w, int64_t n_rows) {
+  const OpScope scope(*this, "add_bias");
   const std::vector<float>& bias = vector(w);
   cpu::add_bias(y, bias.data(), n_rows, static_cast<int64_t>(bias.size()));
 }
@@ -172,6 +239,7 @@ cpu::MatmulActivations CpuBackend::block_activations() const {
 
 void CpuBackend::matmul(WeightRef w, const float* x, float* y, int64_t n_rows, bool accumulate) {
   const cpu::PackedMatrix& m = packed(w);
+  const OpScope scope(*this, matmul_op_name(w.kind), static_cast<double>(m.size_bytes()));
   const cpu::PackedTarget t{&m, y, accumulate};
   if (per_token_int8(w, m.has_int8_kernel())) {
     round_tokens(x, n_rows, m.cols(), w.kind == WeightKind::Wo || w.kind == WeightKind::Down);
@@ -185,12 +253,15 @@ void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, in
   // activations; else one matmul each.
   std::vector<cpu::PackedTarget> targets;
   size_t n_per_token = 0;
+  double bytes = 0;
   for (const MatmulOut& o : outs) {
     const cpu::PackedMatrix& m = packed(o.w);
     n_per_token += per_token_int8(o.w, m.has_int8_kernel()) ? 1 : 0;
     targets.push_back({&m, o.y, false});
+    bytes += static_cast<double>(m.size_bytes());
   }
   if (targets.empty()) return;
+  const OpScope scope(*this, matmul_op_name(outs[0].w.kind), bytes);
   if (n_per_token == targets.size()) {
     round_tokens(x, n_rows, targets[0].w->cols(), /*row_parallel=*/false);  // Q/K/V, gate/up: whole rows
     return cpu::packed_matmul_int8(targets, token_codes_.data(), token_scales_.data(), n_rows, isa_, packed_scratch_);
@@ -200,10 +271,12 @@ void CpuBackend::matmul_many(std::span<const MatmulOut> outs, const float* x, in
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_heads, float theta) {
+  const OpScope scope(*this, "rope");
   cpu::rope(x, positions, n_tokens, n_heads, config_.head_dim, theta, config_.rope_style);
 }
 
 void CpuBackend::kv_append(KvPool& pool, int64_t layer, const float* k, const float* v, const BatchView& batch) {
+  const OpScope scope(*this, "kv_append");
   auto* host = dynamic_cast<HostKvPool*>(&pool);
   LIO_CHECK(host != nullptr, "CpuBackend needs a HostKvPool");
   const int64_t kvd = config_.kv_dim(), hd = config_.head_dim;
@@ -258,6 +331,7 @@ int64_t CpuBackend::row_context(const ForwardBatch& b, int64_t i) const {
 }
 
 void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* out, const BatchView& batch) {
+  const OpScope scope(*this, "attention");
   // Chapter 07: every row, prefill and decode alike, through the tiled kernel (the default) or
   // its naive twin, reading K/V through each sequence's block table (f32, or f16 / int8 pools
   // dequantized as tiles are gathered, chapter 03). A row's result depends only on its own
@@ -339,6 +413,7 @@ void CpuBackend::attention(KvPool& pool, int64_t layer, const float* q, float* o
 }
 
 void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int64_t n_tokens) {
+  const OpScope scope(*this, "rope");
   const ModelConfig& c = config_;
   const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, row = c.kv_lora_rank + dr;
   if (dr == 0) return;
@@ -352,6 +427,7 @@ void CpuBackend::mla_rope(float* q, float* latent, const int32_t* positions, int
 
 void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, const float* latent, float* out,
                                const BatchView& batch) {
+  const OpScope scope(*this, "attention (mla)");
   if (batch.tree_lens != nullptr) {
     throw UnsupportedError("CpuBackend: MLA attention has no tree mask; verify a draft tree on a model without MLA");
   }
@@ -429,27 +505,40 @@ void CpuBackend::mla_attention(KvPool& pool, int64_t layer, const float* q, cons
   }
 }
 
-void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) { cpu::swiglu(gate, up, out, n); }
+void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  const OpScope scope(*this, "swiglu");
+  cpu::swiglu(gate, up, out, n);
+}
 
-void CpuBackend::geglu(const float* gate, const float* up, float* out, int64_t n) { cpu::geglu(gate, up, out, n); }
+void CpuBackend::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  const OpScope scope(*this, "geglu");
+  cpu::geglu(gate, up, out, n);
+}
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {
+  const OpScope scope(*this, "add");
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 void CpuBackend::scale(float* x, float factor, int64_t n) {
+  const OpScope scope(*this, "scale");
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-void CpuBackend::softcap(float* x, float cap, int64_t n) { cpu::softcap_scores(x, n, cap); }
+void CpuBackend::softcap(float* x, float cap, int64_t n) {
+  const OpScope scope(*this, "softcap");
+  cpu::softcap_scores(x, n, cap);
+}
 
 void CpuBackend::gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t dim, float* out) {
+  const OpScope scope(*this, "gather_rows");
   for (int64_t i = 0; i < n_rows; ++i) std::copy_n(x + rows[i] * dim, dim, out + i * dim);
 }
 
 void CpuBackend::to_host(const float* src, int64_t n_floats, float* host) {
+  const OpScope scope(*this, "to_host");
   if (src != host) std::copy_n(src, n_floats, host);
 }
 

@@ -33,6 +33,17 @@
 
 namespace lio {
 
+/// Wall time the calling thread spent in one kind of CpuBackend operation over the profiled
+/// forward passes (CpuBackend::set_profiling). An op's time includes its OpenMP fork and join
+/// and the wait for the slowest thread, so "matmul" time is what the step pays for the matrix,
+/// not one core's kernel time.
+struct CpuOpTime {
+  std::string op;            ///< "matmul q/k/v", "matmul gate/up", "attention", "rmsnorm", ...
+  double total_ms = 0;       ///< summed wall time, milliseconds (std::chrono::steady_clock)
+  int64_t calls = 0;         ///< number of ops timed
+  double weight_bytes = 0;   ///< matmuls: packed weight bytes read over those calls, else 0
+};
+
 /// Backend on the host CPU (Eigen-free hand kernels + OpenMP). Keeps references to `config`
 /// and `weights`, which must outlive it.
 ///
@@ -88,7 +99,24 @@ class CpuBackend final : public Backend {
     row_parallel_max_ = std::move(row_max);
   }
 
+  /// When on, every op is timed on the calling thread (steady_clock before and after; an op
+  /// another op calls counts in the outer one only) and added to op_times(). Costs two clock
+  /// reads an op (~50 ns): leave off when timing tok/s.
+  void set_profiling(bool on) { profiling_ = on; }
+  /// Accumulated per-op times since the last clear_op_times(), largest first.
+  std::vector<CpuOpTime> op_times() const;
+  /// Zeroes the accumulated op times.
+  void clear_op_times() { op_times_.clear(); }
+
  private:
+  /// Starts timing `op` (profiling on and no op already being timed): returns the start time in
+  /// steady_clock nanoseconds, else -1. end_op adds the time since then to op_times_[op].
+  int64_t begin_op();
+  void end_op(const char* op, int64_t t0, double weight_bytes = 0);
+  /// The op name a matmul reading `w` first is filed under ("matmul q/k/v", "matmul o", ...).
+  static const char* matmul_op_name(WeightKind w);
+  /// RAII: begin_op at construction, end_op at destruction (every return path of an op).
+  class OpScope;
   /// The matrix `w` names (Weights::matrix; empty where the layer has none).
   const WeightMatrix& matrix(WeightRef w) const;
   /// The packed copy of w. Throws InternalError for a matrix the model does not have.
@@ -133,6 +161,9 @@ class CpuBackend final : public Backend {
   std::vector<float> mla_latents_;   ///< MLA: each sequence's cached latent rows, gathered
   std::vector<float> mla_c_;         ///< MLA naive path: the latents' c_kv parts, contiguous
   std::vector<float> mla_k_, mla_v_; ///< MLA naive path: up-projected keys and values
+  bool profiling_ = false;
+  bool op_open_ = false;  ///< an op is being timed (nested ops are not)
+  std::vector<CpuOpTime> op_times_;
 };
 
 }  // namespace lio
