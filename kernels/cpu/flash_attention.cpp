@@ -161,6 +161,22 @@ inline int64_t slot_of(const AttentionBatch& b, int64_t s, int64_t j) {
          j % b.block_size;
 }
 
+/// Asks for key/value `slot`'s row of KV head g (head_dim elements of the pool's type) to be
+/// brought into the caches ahead of its read. A decode row's gather is bound by memory latency,
+/// not bandwidth: each key is a few cache lines of one head, 16 keys a block, the blocks where
+/// the block table says, so the hardware prefetchers see no stream to follow.
+inline void prefetch_row(const KvReader& reader, int64_t slot, int64_t g) {
+#ifdef LIO_FLASH_AVX2
+  const int64_t elem = reader.kv.element == KvElement::F32 ? 4 : reader.kv.element == KvElement::F16 ? 2 : 1;
+  const int64_t at = (slot * reader.kv_dim + g * reader.head_dim) * elem, bytes = reader.head_dim * elem;
+  for (const void* base : {reader.kv.k, reader.kv.v})
+    for (int64_t o = 0; o < bytes; o += 64)
+      _mm_prefetch(static_cast<const char*>(base) + at + o, _MM_HINT_T0);
+#else
+  (void)reader, (void)slot, (void)g;
+#endif
+}
+
 // ---- the tiled kernel ------------------------------------------------------------------------
 /// One work item: a tile of query rows of one sequence and one KV head.
 struct WorkItem {
@@ -266,6 +282,9 @@ void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem
   if (d % 8 == 0) {
     for (; j + 8 <= nk; j += 8) {
       const float* rows[8];
+      // The same 8 keys of the next tile are asked for now, a tile's compute ahead of their use.
+      for (int64_t r = j + kFlashKeyTile; r < j + kFlashKeyTile + 8 && k0 + r < item.n_keys; ++r)
+        prefetch_row(reader, slot_of(b, item.seq, item.linear_key(k0 + r)), g);
       for (int64_t r = 0; r < 8; ++r) {
         const int64_t slot = slot_of(b, item.seq, item.linear_key(k0 + j + r));
         if (f32) {
@@ -274,7 +293,13 @@ void gather_tile(const KvReader& reader, const AttentionBatch& b, const WorkItem
           reader.read(true, slot, g, ts.s + r * d);  // the scores buffer is free while gathering
           rows[r] = ts.s + r * d;
         }
-        reader.read(false, slot, g, ts.v + (j + r) * d);
+        if (f32) {  // inline 32-byte copies: a libc memcpy call per 256-byte row cost more than the copy
+          const float* src = static_cast<const float*>(reader.kv.v) + slot * reader.kv_dim + g * d;
+          float* dst = ts.v + (j + r) * d;
+          for (int64_t e = 0; e < d; e += 8) _mm256_storeu_ps(dst + e, _mm256_loadu_ps(src + e));
+        } else {
+          reader.read(false, slot, g, ts.v + (j + r) * d);
+        }
       }
       for (int64_t e = 0; e < d; e += 8) {
         __m256 r0 = _mm256_loadu_ps(rows[0] + e), r1 = _mm256_loadu_ps(rows[1] + e), r2 = _mm256_loadu_ps(rows[2] + e),
@@ -353,6 +378,7 @@ class ItemTiles final : public FlashTileSource {
   void window_skipped() override { ++counts_.window_skipped; }
 
  private:
+
   const float* const* qv_;
   const KvReader& reader_;
   const AttentionBatch& b_;

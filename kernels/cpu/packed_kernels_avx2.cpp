@@ -69,6 +69,25 @@ struct Avx2 {
     return _mm256_add_epi32(isum,
                             _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
   }
+  /// Small codes: several pmaddubsw results are summed as int16 and widened once, as long as
+  /// no lane can pass 32,767 (then nothing saturates and the int32 sum is the same): a 4-bit
+  /// block's 8 (8 x 2 x 15 x 127 = 30,480), 4 of Q5's 5-bit codes (4 x 2 x 31 x 127 = 31,496)
+  /// or of Q6_K's codes q - 32 in [-32, 31] (4 x 2 x 32 x 127 = 32,512). Each saves a pmaddwd
+  /// and turns an int32 add into an int16 one. Not Q8_0's bytes: one pair reaches 32,512.
+  static constexpr bool kInt16Dots = true;
+  /// Each int16 pair sum of u8 w times s8 x (kSigned: w's sign moved onto x first, as dot4).
+  template <bool kSigned = false>
+  static I dot_i16(I w, I x) {
+    if constexpr (kSigned) {
+      x = _mm256_sign_epi8(x, w);
+      w = _mm256_sign_epi8(w, w);
+    }
+    return _mm256_maddubs_epi16(w, x);
+  }
+  static I add_i16(I a, I b) { return _mm256_add_epi16(a, b); }
+  static I widen_add(I isum, I s16) {
+    return _mm256_add_epi32(isum, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+  }
   template <bool kSigned>
   static F lane_byte(I v, int t) {
     if constexpr (kSigned)

@@ -20,6 +20,7 @@ struct Avx512 {
   static constexpr int kLanes = 16;
   static constexpr int kMaxRowsInt8 = 8;  // 8 float + 8 int accumulators + 2 weight registers
   static constexpr bool kBiasSignedCodes = true;  // vpdpbusd's first operand is unsigned
+  static constexpr bool kInt16Dots = false;  // vpdpbusd sums 4 products into int32 in one instruction
 
   /// x rows per pass for G panels: the accumulators (and, for codes, each panel's scales and
   /// decoded weights) within the 32 registers.

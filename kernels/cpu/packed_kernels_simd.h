@@ -15,7 +15,9 @@
 // gets exactly its scalar twin's operations (packed_matmul.cpp), in the same order.
 //
 // What an Isa provides (all static; F holds kLanes f32, I holds kLanes int32 = 4 bytes each):
-//   kLanes, kMaxRowsInt8 (x rows a pass of the int8 kernel), kBiasSignedCodes (S8 codes
+//   kLanes, kMaxRowsInt8 (x rows a pass of the int8 kernel), kInt16Dots (4-bit, 5-bit and
+//   Q6_K codes: a block's or half block's products summed as int16 by dot_i16<kSigned> /
+//   add_i16, then widen_add into the int32 sums; else dot4 per 4 bytes), kBiasSignedCodes (S8 codes
 //   are read as u + 128, vpdpbusd's unsigned operand, and the bias removed afterwards; else
 //   the sign moves onto x), rows_for(float_kind, G) (x rows a pass of the f32 kernel over G
 //   panels), group_for(float_kind, n) (panels walked together for n x rows);
@@ -210,7 +212,19 @@ inline void block_dots(const std::byte* blk, int h, const int8_t* const* q, type
                        typename Isa::I* isum_hi) {
   using I = typename Isa::I;
   constexpr bool kSigned = CK == Kind::S8;
-  if constexpr (CK == Kind::U4) {
+  if constexpr (CK == Kind::U4 && Isa::kInt16Dots) {  // the block's products summed in int16 first
+    I s16[R];
+    for (int c = 0; c < 4; ++c) {
+      const I v = load_chunk<Isa>(blk, c, h);
+      const I lo = Isa::low_nibbles(v), hi = Isa::high_nibbles(v);
+      for (int r = 0; r < R; ++r) {
+        const I p = Isa::add_i16(Isa::dot_i16(lo, Isa::set1_i32(load_i32<Isa>(q[r] + 4 * c))),
+                                 Isa::dot_i16(hi, Isa::set1_i32(load_i32<Isa>(q[r] + 16 + 4 * c))));
+        s16[r] = c == 0 ? p : Isa::add_i16(s16[r], p);
+      }
+    }
+    for (int r = 0; r < R; ++r) isum[r] = Isa::widen_add(isum[r], s16[r]);
+  } else if constexpr (CK == Kind::U4) {
     for (int c = 0; c < 4; ++c) {
       const I v = load_chunk<Isa>(blk, c, h);
       const I lo = Isa::low_nibbles(v), hi = Isa::high_nibbles(v);
@@ -220,6 +234,20 @@ inline void block_dots(const std::byte* blk, int h, const int8_t* const* q, type
         isum[r] =
             Isa::template dot4<false>(isum[r], hi, Isa::set1_i32(load_i32<Isa>(q[r] + 16 + 4 * c)));
       }
+    }
+  } else if constexpr (Isa::kInt16Dots && (CK == Kind::U8 || kSplit)) {
+    // 5-bit codes (Q5_0 / Q5_1) and Q6_K's: each half block's 4 chunks summed in int16 first.
+    for (int half = 0; half < 2; ++half) {
+      I s16[R];
+      for (int g = 4 * half; g < 4 * half + 4; ++g) {
+        const I v = load_chunk<Isa>(blk, g, h);
+        for (int r = 0; r < R; ++r) {
+          const I p = Isa::template dot_i16<kSigned>(v, Isa::set1_i32(load_i32<Isa>(q[r] + 4 * g)));
+          s16[r] = g == 4 * half ? p : Isa::add_i16(s16[r], p);
+        }
+      }
+      I* into = kSplit && half == 1 ? isum_hi : isum;  // split: elements 16..31 apart
+      for (int r = 0; r < R; ++r) into[r] = Isa::widen_add(into[r], s16[r]);
     }
   } else {
     for (int g = 0; g < 8; ++g) {

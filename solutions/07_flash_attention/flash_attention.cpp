@@ -56,9 +56,11 @@ void online_softmax_update(AttentionPartial& row, std::span<float> scores, const
   float tile_sum = 0.0f;
   for (const float p : scores) tile_sum += p;
   row.l = row.l * alpha + tile_sum;
-  // acc = alpha acc + sum_j p_j v_j, 32 columns at a time so those 32 accumulators stay in
-  // registers across the tile's keys (each column still sums its terms in key order).
-  constexpr int64_t kCols = 32;
+  // acc = alpha acc + sum_j p_j v_j, 64 columns at a time so those 64 accumulators stay in
+  // registers across the tile's keys (each column still sums its terms in key order): 8
+  // independent AVX2 FMA chains, enough to hide the FMA's latency (32 columns gave 4, and the
+  // loop waited on them: chapter 07's decode profile).
+  constexpr int64_t kCols = 64;
   float* acc = row.acc.data();
   for (int64_t c0 = 0; c0 < d; c0 += kCols) {
     const int64_t nc = std::min(kCols, d - c0);

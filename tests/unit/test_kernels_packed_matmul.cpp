@@ -5,6 +5,7 @@
 #include "lio/omp_compat.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -156,6 +157,53 @@ TEST(PackedMatmul, EveryIsaGivesTheScalarTwinsBits) {
           ASSERT_EQ(y[i], ref[i]) << label(dtype, act, isa) << " at " << i;
       }
     }
+}
+
+// The AVX2 int8 kernel sums several pmaddubsw results as int16 before widening them (4-bit,
+// 5-bit and Q6_K codes), which is exact only while no int16 lane can pass 32,767. The largest
+// codes times x at +-127 everywhere (every product the same sign) are that bound's worst case:
+// every ISA must still give the scalar twin's bits.
+TEST(PackedMatmul, ExtremeCodesDoNotSaturateTheInt16Sums) {
+  for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q6_K}) {
+    const int64_t rows = 16, cols = cols_for(dtype);
+    Weight q = make_weight(dtype, rows, cols, 91);  // random scales, codes overwritten below
+    const int64_t rb = lio::dtype_row_bytes(dtype, cols), blocks = cols / lio::dtype_info(dtype).block_elems;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::byte* at = q.bytes.data() + r * rb;
+        const auto fill = [](auto& array, uint8_t v) { std::memset(array, v, sizeof array); };
+        switch (dtype) {
+          case DType::Q4_0: fill(reinterpret_cast<lio::BlockQ4_0*>(at)[b].qs, 0xFF); break;  // code 15
+          case DType::Q4_1: fill(reinterpret_cast<lio::BlockQ4_1*>(at)[b].qs, 0xFF); break;
+          case DType::Q5_0: {  // code 31
+            auto& blk = reinterpret_cast<lio::BlockQ5_0*>(at)[b];
+            fill(blk.qs, 0xFF), fill(blk.qh, 0xFF);
+            break;
+          }
+          case DType::Q5_1: {
+            auto& blk = reinterpret_cast<lio::BlockQ5_1*>(at)[b];
+            fill(blk.qs, 0xFF), fill(blk.qh, 0xFF);
+            break;
+          }
+          case DType::Q4_K: fill(reinterpret_cast<lio::BlockQ4_K*>(at)[b].qs, 0xFF); break;
+          default: {  // Q6_K: q = 0, the code q - 32 = -32 of largest magnitude
+            auto& blk = reinterpret_cast<lio::BlockQ6_K*>(at)[b];
+            fill(blk.ql, 0x00), fill(blk.qh, 0x00);
+            break;
+          }
+        }
+      }
+    const PackedMatrix pm(q.w);
+    for (const float sign : {1.0f, -1.0f}) {
+      const std::vector<float> x(static_cast<size_t>(2 * cols), 3.0f * sign);  // every code 127 * sign
+      const std::vector<float> ref = run(pm, x, 2, MatmulActivations::Int8, CpuIsa::Scalar);
+      for (CpuIsa isa : isas()) {
+        const std::vector<float> y = run(pm, x, 2, MatmulActivations::Int8, isa);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], ref[i]) << label(dtype, MatmulActivations::Int8, isa) << " x sign " << sign << " at " << i;
+      }
+    }
+  }
 }
 
 // A row alone, or in a batch of 70 (R-groups of 8 / 6 / 4 with remainders, two row chunks of
