@@ -260,6 +260,17 @@ inline void block_dots(const std::byte* blk, int h, const int8_t* const* q, type
   }
 }
 
+/// How far ahead of its reads a kernel asks for weight bytes (kPrefetchAhead bytes, a few 4 KiB
+/// pages): the hardware prefetchers stop at every page boundary and a small matrix is read
+/// cold from DRAM in a decode step, so each block's record asks for the record that far on
+/// (past the thread's panels at their end: a prefetch never faults).
+inline constexpr int64_t kPrefetchAhead = 4096;
+template <class = void>
+inline void prefetch_ahead(const std::byte* blk, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchAhead + o, 0, 3);
+}
+
 /// Half h of code panel p times R int8 x rows from r0 (packed_kernels.h, int8_panels).
 template <class Isa, Kind CK, bool kF16, Second kSecond, int R>
 void int8_rows(const View& w, int64_t p, int h, const Int8Rows& x, int64_t r0, const Out& out) {
@@ -273,6 +284,7 @@ void int8_rows(const View& w, int64_t p, int h, const Int8Rows& x, int64_t r0, c
   for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = panel + b * w.block_bytes;
+    if (h == 0) prefetch_ahead(blk, w.block_bytes);
     const int8_t* q[R];
     I isum[R], isum_hi[kSplit ? R : 1];
     for (int r = 0; r < R; ++r) {
