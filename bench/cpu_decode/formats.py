@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Batch-1 decode against the machine's limit, one row per weight format the course ships
-(issue 44, item 5): F32, Q8_0, Q4_1, Q4_K_M and Gemma 3 270M's own Q4_K_M file.
+(issue 44, item 5; issue 64 adds Q4_0, Q6_K, Gemma 3's F32 copy, ik_llama.cpp and the compute probe):
+SmolLM2's F32, Q8_0, Q4_0, Q4_1, Q4_K_M and Q6_K, Gemma 3 270M's own Q4_K_M file and its F32 copy.
 
 A batch-1 decode step reads every weight matrix once, so its ceiling is the memory's read
 bandwidth: achieved GB/s = the bytes one step reads (the matrices, not the embedding table) x
@@ -14,7 +15,7 @@ tok/s. For each file, in interleaved rounds (COURSE.md, "Performance method"):
 Decode is tg64 at depth 128 (llama-bench's `-p 0 -n 64 -d 128`), as bench/cpu_decode/run.py.
 Where LIO is below 85% of the probe, the report says what bounds it.
 
-Files: models/SmolLM2-135M-Instruct.{F32,Q4_1}.gguf (scripts/setup.sh), .Q8_0 and .Q4_K_M (made
+Files: models/SmolLM2-135M-Instruct.{F32,Q4_1}.gguf (scripts/setup.sh), .Q8_0, .Q4_0, .Q4_K_M and .Q6_K (made
 here by llama.cpp's llama-quantize from the F32 copy when missing: bench/03_quantization/
 make_kquant.sh), models/gemma-3-270m-q4_k_m.gguf (scripts/fetch_model.sh gemma3; its row is left
 out, and the report says so, when the file is absent).
@@ -37,8 +38,13 @@ from run import (DECODE_TOKENS, DEPTH, IK_REPACK, MIN_REPEATS, add_ik_args, best
 FORMATS = (  # label, file, how it was made, the make_kquant.sh type that makes it (or None)
     ("F32", "models/SmolLM2-135M-Instruct.F32.gguf", "SmolLM2's Q4_1 weights dequantized (scripts/setup.sh)", None),
     ("Q8_0", "models/SmolLM2-135M-Instruct.Q8_0.gguf", "llama-quantize from the F32 copy", "Q8_0"),
+    ("Q4_0", "models/SmolLM2-135M-Instruct.Q4_0.gguf", "llama-quantize from the F32 copy", "Q4_0"),
     ("Q4_1", "models/SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2 as shipped (token_embd Q8_0)", None),
     ("Q4_K_M", "models/SmolLM2-135M-Instruct.Q4_K_M.gguf", "llama-quantize from the F32 copy", "Q4_K_M"),
+    ("Q6_K", "models/SmolLM2-135M-Instruct.Q6_K.gguf", "llama-quantize from the F32 copy (576-wide rows fall "
+     "back to Q8_0)", "Q6_K"),
+    ("Gemma 3 F32", "models/gemma-3-270m.F32.gguf", "Gemma 3 270M's Q4_K_M weights dequantized (scripts/setup.sh)",
+     None),
     ("Gemma 3 Q4_K_M", "models/gemma-3-270m-q4_k_m.gguf", "Gemma 3 270M as shipped (Q5_0 / Q8_0 / Q4_K / Q6_K)",
      None),
 )
@@ -83,7 +89,7 @@ def main():
         if not os.path.exists(path):
             absent.append(f"{label} ({path} absent)")
             continue
-        act = "f32" if label == "F32" else "int8"
+        act = "f32" if label.endswith("F32") else "int8"
         one = argparse.Namespace(bin=a.bin, threads=1)
         runs = []
         for rep in range(a.repeats):
@@ -125,6 +131,14 @@ def main():
     below = a.repeats < MIN_REPEATS
     lines = ["# Batch-1 decode against the machine's read bandwidth, by weight format", ""]
     lines += provenance_lines(prov)
+    peaks = [r["runs"][0].get("compute_peak") or {} for r in rows]
+    if peaks and peaks[0].get("compute_peak_isa"):
+        f32s = [r["compute_peak"]["compute_peak_f32_gflops"] for row in rows for r in row["runs"]]
+        i8s = [r["compute_peak"]["compute_peak_int8_gops"] for row in rows for r in row["runs"]]
+        lines += [f"- Compute peak (bench_decode's probe, every LIO run, {a.threads} threads, "
+                  f"{peaks[0]['compute_peak_isa']}): f32 {statistics.median(f32s):.0f} GFLOP/s, int8 "
+                  f"{statistics.median(i8s):.0f} GOP/s (medians); a batch-1 decode step does 2 ops per weight, so "
+                  "at these rates its matrices would take a small fraction of the time the bytes take"]
     lines += [f"- Decode: tg{DECODE_TOKENS} at depth {DEPTH}, {a.threads} threads both engines; LIO with `lio generate`'s "
               "default activations (int8 on quantized weights, f32 on F32), also on 1 thread; llama.cpp: llama-bench "
               f"`-p 0 -n {DECODE_TOKENS} -d {DEPTH} -r 1`",
