@@ -6,7 +6,7 @@
 
 It checks that the code is committed (the results name one clean commit: LIO_COMMIT is set once
 for every producer), builds LIO (`cmake --build build`) and llama.cpp's peer tools once
-(bench/batched/build_llama_tools.sh), runs each chapter's benchmarks and their llama.cpp
+(bench/batched/build_llama_tools.sh, and --ik for ik_llama.cpp), runs each chapter's benchmarks and their llama.cpp
 comparisons in order with a progress line (elapsed time, and an estimate of what is left from
 the last recorded run on this machine, else from built-in estimates), writes bench/results/, then
 re-renders the lessons and the README (scripts/render_docs.py). A run of every chapter writes its
@@ -271,7 +271,10 @@ def steps():
     s.append(Step("engine", "batch-1 decode against the read bandwidth, by weight format (cpu_decode/formats.py)",
                   [f"{PY} bench/cpu_decode/formats.py --repeats 5 --threads 2"],
                   [f"{PY} bench/cpu_decode/formats.py --repeats 1 --threads 2 --formats F32,Q4_1"],
-                  ("cpu_decode_formats.json", "cpu_decode_formats.md"), llama=True, est_full=300, est_quick=30))
+                  ("cpu_decode_formats.json", "cpu_decode_formats.md"), llama=True, est_full=2400, est_quick=60))
+    s.append(Step("engine", "the CPU roofline from the formats run (cpu_decode/roofline.py)",
+                  [f"{PY} bench/cpu_decode/roofline.py"], [f"{PY} bench/cpu_decode/roofline.py"],
+                  ("cpu_roofline.json", "cpu_roofline.png"), est_full=5, est_quick=5))
     s.append(Step("engine", "int8 vs f32 activations: KL from the F32 model vs llama.cpp's (activations_kl.py)",
                   [f"{PY} bench/cpu_decode/activations_kl.py"], [f"{PY} bench/cpu_decode/activations_kl.py --windows 2"],
                   ("cpu_activations_kl.json", "cpu_activations_kl.md"), est_full=60, est_quick=35))
@@ -756,7 +759,9 @@ def main():
     if not a.no_build:
         for cmd in (["cmake", "--build", "build"],
                     ["bash", "bench/batched/build_llama_tools.sh", "--speculative", "--perplexity", "--quantize",
-                     "--server"] if any(s.llama for s in plan) else None):
+                     "--server"] if any(s.llama for s in plan) else None,
+                    # ik_llama.cpp, the second CPU peer of cpu_decode/run.py and formats.py (issue 64)
+                    ["bash", "bench/batched/build_llama_tools.sh", "--ik"] if any(s.llama for s in plan) else None):
             if cmd is None:
                 continue
             print(f"reproduce: {' '.join(cmd)}", flush=True)
