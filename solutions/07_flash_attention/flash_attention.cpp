@@ -59,7 +59,7 @@ void online_softmax_update(AttentionPartial& row, std::span<float> scores, const
   // acc = alpha acc + sum_j p_j v_j, 64 columns at a time so those 64 accumulators stay in
   // registers across the tile's keys (each column still sums its terms in key order): 8
   // independent AVX2 FMA chains, enough to hide the FMA's latency (32 columns gave 4, and the
-  // loop waited on them: chapter 07's decode profile).
+  // loop waited on them in bench_attention's decode rows).
   constexpr int64_t kCols = 64;
   float* acc = row.acc.data();
   for (int64_t c0 = 0; c0 < d; c0 += kCols) {
