@@ -157,10 +157,13 @@ int main(int argc, char** argv) {
         std::printf("%-18s %8s %10s %7s %9s %7s\n", "op", "calls/tok", "ms/tok", "share", "GB/s", "probe");
         for (const auto& r : prof) {
           const double ms = r["ms_per_token"].get<double>();
-          std::printf("%-18s %8s %10.3f %6.1f%%", r["op"].get<std::string>().c_str(),
-                      r.contains("calls_per_token") ? std::to_string(r["calls_per_token"].get<double>()).substr(0, 6).c_str()
-                                                    : "",
-                      ms, 100.0 * ms / prof_step_ms);
+          std::printf("%-18s ", r["op"].get<std::string>().c_str());
+          if (r.contains("calls_per_token")) {
+            std::printf("%9.2f", r["calls_per_token"].get<double>());
+          } else {
+            std::printf("%9s", "");
+          }
+          std::printf(" %10.3f %6.1f%%", ms, 100.0 * ms / prof_step_ms);
           if (r.contains("gbs") && r["gbs"].get<double>() > 0)
             std::printf(" %9.2f %6.0f%%", r["gbs"].get<double>(), 100.0 * r["fraction_of_probe"].get<double>());
           std::printf("\n");
