@@ -100,6 +100,21 @@ def best_ik(runs, key):
     return best, [r["ik"][str(best)][key] for r in runs]
 
 
+PEAK_KEYS = ("compute_peak_isa", "compute_peak_f32_gflops", "compute_peak_int8_gops")  # bench_decode's JSON
+
+
+def compute_peak(results):
+    """Medians of bench_decode's compute probe over every LIO run in `results` (run.py's per-file
+    rounds): {"isa", "f32_gflops" (GFLOP/s), "int8_gops" (GOP/s)}, or None when the binary predates it."""
+    peaks = [v["compute_peak"] for res in results for r in res["runs"] for v in r["lio"].values()
+             if (v.get("compute_peak") or {}).get("compute_peak_isa")]
+    if not peaks:
+        return None
+    return {"isa": peaks[0]["compute_peak_isa"],
+            "f32_gflops": statistics.median(p["compute_peak_f32_gflops"] for p in peaks),
+            "int8_gops": statistics.median(p["compute_peak_int8_gops"] for p in peaks)}
+
+
 spread = median_min_max  # (median, min, max) of the samples; formats.py imports it from here
 
 
@@ -188,7 +203,8 @@ def main():
                 dec = run_lio(a, path, act, DEPTH, DECODE_TOKENS)
                 run["lio"][act] = {"pp": pre["prefill_tokens_per_s"], "tg": dec["decode_tokens_per_s"],
                                    "read_bw_gbs": dec["read_bandwidth_gbs"], "decode_bytes": dec["weight_bytes"],
-                                   "isa": dec.get("isa")}
+                                   "isa": dec.get("isa"),
+                                   "compute_peak": {k: dec.get(k) for k in PEAK_KEYS}}
             run["llama"] = {"pp": run_llama(a, path, PREFILL_TOKENS, 0, 0),
                             "tg": run_llama(a, path, 0, DECODE_TOKENS, DEPTH)}
             if ik:
@@ -205,6 +221,11 @@ def main():
     lines = ["# CPU batch-1 prefill and decode: LIO vs llama.cpp" + (" and ik_llama.cpp" if ik else "") + " (llama-bench)",
              ""]
     lines += provenance_lines(prov)
+    peak = compute_peak(results)
+    if peak:
+        lines += [f"- Compute peak (bench_decode's probe, every LIO run, {a.threads} threads, {peak['isa']}): f32 "
+                  f"{peak['f32_gflops']:.0f} GFLOP/s, int8 {peak['int8_gops']:.0f} GOP/s (medians); prefill does 2 "
+                  "ops per weight per token, so pp tok/s x 2 x weights against these is its fraction of the peak"]
     lines += [f"- Threads: {a.threads} for both engines; LIO's matmul kernels: "
               f"{results[0]['runs'][0]['lio']['f32']['isa']} (chosen at run time)",
               *([f"- ik_llama.cpp (`bench/batched/build_llama_tools.sh --ik`: ik-llama-cpp-python's vendored sources, "
@@ -265,7 +286,7 @@ def main():
     with open(a.out + ".json", "w") as f:
         json.dump({"provenance": prov, "threads": a.threads, "prefill_tokens": PREFILL_TOKENS, "depth": DEPTH,
                    "decode_tokens": DECODE_TOKENS, "repeats": a.repeats, "min_repeats_rule": MIN_REPEATS,
-                   "rows": summary, "files": results}, f, indent=2)
+                   "compute_peak": peak, "rows": summary, "files": results}, f, indent=2)
         f.write("\n")
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines))
