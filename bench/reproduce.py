@@ -287,12 +287,10 @@ def steps():
     s.append(Step("engine", "Gemma 3's hybrid KV cache (families/hybrid_kv.py)",
                   [f"{PY} bench/families/hybrid_kv.py --repeats 5 --threads 2"], None, ("hybrid_kv_cpu.json",),
                   est_full=240))
-    s.append(Step("engine", "lio batch vs llama-batched-bench, f32 and int8 activations (batched/run.py)",
-                  [f"{PY} bench/batched/run.py --concurrency 1,32 --repeats 5 --threads 2 --lio-args '--activations f32'",
-                   f"{PY} bench/batched/run.py --concurrency 1,32 --repeats 5 --threads 2 --weights Q4_1 "
-                   f"--lio-args '--activations int8' --out {R}/batched_int8"],
+    s.append(Step("engine", "lio batch (defaults) vs llama-batched-bench and ik_llama.cpp's (batched/run.py)",
+                  [f"{PY} bench/batched/run.py --concurrency 1,32 --repeats 5 --threads 2"],
                   [f"{PY} bench/batched/run.py --concurrency 1,32 --repeats 2 --threads 2 --requests 32 --waves 1 "
-                   "--gen-tokens 16 --lio-args '--activations f32'"],
+                   "--gen-tokens 16 --ik-bench none"],
                   ("batched.json", "batched.md", "batched.csv"), llama=True, est_full=450, est_quick=80))
     # ---- 09 capstone
     s.append(Step("09", "lio-server vs llama-server (bench_serve.sh)",

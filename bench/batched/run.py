@@ -47,13 +47,19 @@ import tempfile
 import time
 
 from liobench import ROOT, flags, repo_module
-from liobench.results_meta import local_path_free, provenance, provenance_lines, read_bandwidth_gbs
+from liobench.results_meta import local_path_free, provenance, provenance_lines
 from liobench.stats import is_tie, median_min_max
 
 
 TARGET_C = 32            # the concurrency the targets are stated at
 TARGET_VS_C1 = 3.0       # LIO decode throughput at TARGET_C >= this x its C=1
-TARGET_VS_LLAMA = 1.5    # ... and >= this x llama.cpp's at TARGET_C
+TARGET_VS_LLAMA = 2.5    # ... and >= this x llama-batched-bench's S_TG at TARGET_C (issue 64)
+TARGET_VS_IK = 1.2       # ... and >= this x ik_llama.cpp's best -rtr (issue 64)
+IK_BENCH = os.path.join(ROOT, "build-ik/bin/llama-batched-bench")
+IK_REPACK = (0, 1)       # ik_llama.cpp's run-time repacking off / on (--run-time-repack); a point keeps its best
+# ik_llama.cpp's flash attention (on by default) stops at GGML_ASSERT(S > 0) (iqk_fa_templates.h:1157)
+# with more than one sequence in ik-llama-cpp-python 0.1.5's sources, so its runs turn it off.
+IK_ARGS = ("-fa", "0")
 MIN_REPEATS = 5          # COURSE.md: peer comparisons repeat at least this many times
 SPREAD_KEYS = ("output_tok_s", "decode_tok_s", "median_tpot_ms")  # per-engine metrics with min-max
 
@@ -91,6 +97,36 @@ def gpu_info():
         name, driver = [f.strip() for f in out.splitlines()[0].split(",")[:2]]
         return {"gpu": name, "driver": driver}
     except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        return None
+
+
+PROBE_KEYS = ("read_bandwidth_gbs", "compute_peak_f32_gflops", "compute_peak_int8_gops")
+
+
+def machine_probes(bin_dir, model, threads):
+    """bench_decode's read-bandwidth (GB/s) and compute-peak (GFLOP/s f32, GOP/s int8) probes
+    from one short run: {PROBE_KEYS..., "compute_peak_isa"}, each None when bench_decode is
+    missing or fails (a GPU image may lack it)."""
+    exe = os.path.join(bin_dir, "bench_decode")
+    keys = PROBE_KEYS + ("compute_peak_isa",)
+    if not os.path.exists(exe):
+        return dict.fromkeys(keys)
+    try:
+        out = subprocess.run([exe, "--model", model, "--json", "--prompt-tokens", "8", "--decode-tokens", "4",
+                              "--repeats", "1", "--threads", str(threads)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, check=True, timeout=300).stdout
+        got = json.loads(out)
+    except (subprocess.SubprocessError, ValueError):
+        return dict.fromkeys(keys)
+    return {k: got.get(k) for k in keys}
+
+
+def matrix_weights(model):
+    """Matrix weights one decode token multiplies (bench/cpu_decode/roofline.py's count from the
+    GGUF tensor table), or None without the Python gguf package (a GPU image)."""
+    try:
+        return repo_module("bench/cpu_decode/roofline.py").matrix_weights(model)
+    except ImportError:
         return None
 
 
@@ -147,18 +183,20 @@ def run_lio(a, model, prompts, concurrency, n_requests):
 TABLE_ROW = re.compile(r"^\|\s*\d")
 
 
-def run_llama(a, model, npl):
-    """One llama-batched-bench run over every concurrency in `npl`; returns {C: row} with the
-    table's columns (PP, TG, B, N_KV, T_PP s, S_PP t/s, T_TG s, S_TG t/s, T s, S t/s)."""
+def run_llama(a, model, npl, bench=None, extra=()):
+    """One llama-batched-bench run over every concurrency in `npl` (`bench`: that program, default
+    --llama-bench; ik_llama.cpp's takes the same flags; `extra`: more of them); returns ({C: row}
+    with the table's columns (PP, TG, B, N_KV, T_PP s, S_PP t/s, T_TG s, S_TG t/s, T s, S t/s), the
+    command line with the model as MODEL). Exits on a failed run or an unparsable table."""
     ctx = max(npl) * (a.prompt_tokens + a.gen_tokens) + 64
-    cmd = [a.llama_bench, "-m", model, "-c", str(ctx), "-b", "2048", "-ub", "512",
+    cmd = [bench or a.llama_bench, "-m", model, "-c", str(ctx), "-b", "2048", "-ub", "512",
            "-npp", str(a.prompt_tokens), "-ntg", str(a.gen_tokens), "-npl", ",".join(map(str, npl)),
-           "-t", str(a.threads), "-tb", str(a.threads)] + a.llama_args.split()
+           "-t", str(a.threads), "-tb", str(a.threads)] + a.llama_args.split() + list(extra)
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        sys.exit(f"llama-batched-bench failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
+        sys.exit(f"{os.path.basename(cmd[0])} failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
     header, rows = None, {}
-    for line in r.stdout.splitlines():
+    for line in (r.stdout + "\n" + r.stderr).splitlines():  # ik_llama.cpp's prints its table to stderr
         if line.startswith("|") and "S_TG" in line:
             header = [c.strip() for c in line.strip().strip("|").split("|")]
         elif header and TABLE_ROW.match(line):
@@ -224,7 +262,8 @@ def write_plot(path, rows, concurrency, prompt_tokens, gen_tokens):
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {("lio", "Q4_1"): ("C0", "-", "o"), ("lio", "F32"): ("C0", "--", "s"),
-              ("llama.cpp", "Q4_1"): ("C1", "-", "o"), ("llama.cpp", "F32"): ("C1", "--", "s")}
+              ("llama.cpp", "Q4_1"): ("C1", "-", "o"), ("llama.cpp", "F32"): ("C1", "--", "s"),
+              ("ik_llama.cpp", "Q4_1"): ("C2", "-", "o"), ("ik_llama.cpp", "F32"): ("C2", "--", "s")}
     for ax, key, title in ((axes[0], "output_tok_s", "output tok/s, end to end"),
                            (axes[1], "decode_tok_s", "decode tok/s (decode-only steps)")):
         for (engine, dtype), (color, ls, marker) in styles.items():
@@ -279,6 +318,9 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: both engines on the GPU (LIO --device cuda, llama.cpp -ngl 99), Q4_1 only")
     ap.add_argument("--llama-args", default="", help="extra arguments for llama-batched-bench")
+    ap.add_argument("--ik-bench", default=IK_BENCH,
+                    help="ik_llama.cpp's llama-batched-bench (bench/batched/build_llama_tools.sh --ik), run with "
+                         "--run-time-repack off and on at every point; 'none' leaves it out (CPU only)")
     ap.add_argument("--check-args", action="store_true",
                     help="parse the command line, print what it resolves to and exit 0, touching no file "
                          "(scripts/gpu_check.sh --dry-run checks its peer command lines so)")
@@ -287,6 +329,8 @@ def main():
         a.lio_args = ("--device cuda " + a.lio_args).strip()
         a.llama_args = ("-ngl 99 " + a.llama_args).strip()
         a.weights = "Q4_1"  # the F32 copy is made by the Python gguf tools, which a GPU image lacks
+        a.ik_bench = "none"  # the ik_llama.cpp peer is built for the CPU only
+    ik = a.ik_bench != "none" and not a.skip_llama
     if a.quick:
         a.concurrency, a.requests, a.waves, a.repeats = "1,4,16", 16, 4, 2
     below_rule = a.repeats < MIN_REPEATS and not a.skip_llama
@@ -307,6 +351,8 @@ def main():
         sys.exit(f"{a.lio} not found: build LIO first (cmake --preset release && cmake --build build)")
     if not a.skip_llama and not os.path.exists(a.llama_bench):
         sys.exit(f"{a.llama_bench} not found: run bench/batched/build_llama_tools.sh")
+    if ik and not os.path.exists(a.ik_bench):
+        sys.exit(f"{a.ik_bench} not found: run bench/batched/build_llama_tools.sh --ik (or pass --ik-bench none)")
 
     files = {"Q4_1": a.model, "F32": os.path.join(os.path.dirname(a.model), "SmolLM2-135M-Instruct.F32.gguf")}
     if "F32" in weights:
@@ -331,14 +377,16 @@ def main():
     n_max = max(n_requests(c) for c in concurrency)
     make_prompts(a.lio, files["Q4_1"], n_max, a.prompt_tokens, prompts)
 
-    rows, pairs_out, llama_cmd, lio_cmds = [], [], None, []
-    lio_runs_all, llama_runs_all = {}, {}
-    bandwidth = read_bandwidth_gbs(os.path.dirname(a.lio), files["Q4_1"], a.threads)
+    rows, pairs_out, llama_cmd, ik_cmd, lio_cmds = [], [], None, None, []
+    lio_runs_all, llama_runs_all, ik_runs_all, ik_best = {}, {}, {}, {}
+    probes = [machine_probes(os.path.dirname(a.lio), files["Q4_1"], a.threads)]
     for dtype in weights:
         model = files[dtype]
         weight_bytes = lio_json(a.lio, "info", "--model", model, "--json")["weight_bytes"]
+        n_weights = matrix_weights(model)
         lio_runs = lio_runs_all[dtype] = {c: [] for c in concurrency}
         llama_runs = llama_runs_all[dtype] = {c: [] for c in concurrency}
+        ik_runs = ik_runs_all[dtype] = {c: {rtr: [] for rtr in IK_REPACK} for c in concurrency}
         for rep in range(a.repeats):
             # The engines alternate at every point (LIO, then llama.cpp at the same C: A B A B), so
             # that drift (thermal, neighbours) hits both and each repeat gives one adjacent pair.
@@ -357,6 +405,14 @@ def main():
                     line += (f"; llama.cpp {c * a.gen_tokens / res[c]['T s']:.1f} out tok/s, "
                              f"{res[c]['S_TG t/s']:.1f} decode tok/s")
                     pair["llama.cpp"] = res[c]
+                if ik:
+                    pair["ik_llama.cpp"] = {}
+                    for rtr in IK_REPACK:
+                        res, ik_cmd = run_llama(a, model, [c], a.ik_bench,
+                                                 list(IK_ARGS) + (["--run-time-repack"] if rtr else []))
+                        ik_runs[c][rtr].append(res[c])
+                        pair["ik_llama.cpp"][str(rtr)] = res[c]
+                        line += f"; ik -rtr {rtr} {res[c]['S_TG t/s']:.1f} decode tok/s"
                 pairs_out.append(pair)
                 print(line, flush=True)
         for c in concurrency:
@@ -371,23 +427,39 @@ def main():
             row.update(total_tok_s=med([s["total_tok_per_s"] for s in runs]),
                        median_ttft_ms=med([s["median_ttft_ms"] for s in runs]),
                        weight_gbs=weight_bytes * steps_per_s / 1e9,
-                       n_preemptions=max(s["n_preemptions"] for s in runs))
+                       n_preemptions=max(s["n_preemptions"] for s in runs), rtr=None)
             rows.append(row)
+            peers = []
             if not a.skip_llama:
-                lr = llama_runs[c]
+                peers.append(("llama.cpp", llama_runs[c], None))
+            if ik:  # ik_llama.cpp's better --run-time-repack setting at this point, by median S_TG
+                best = ik_best[dtype, c] = max(IK_REPACK, key=lambda rtr: med([r["S_TG t/s"] for r in ik_runs[c][rtr]]))
+                peers.append(("ik_llama.cpp", ik_runs[c][best], best))
+            for engine, lr, rtr in peers:
                 ll = {"output_tok_s": [c * a.gen_tokens / r["T s"] for r in lr],
                       "decode_tok_s": [r["S_TG t/s"] for r in lr],
                       "median_tpot_ms": [1000 * r["T_TG s"] / a.gen_tokens for r in lr]}
-                row = dict(engine="llama.cpp", weights=dtype, concurrency=c, n_requests=c, repeats=len(lr))
+                row = dict(engine=engine, weights=dtype, concurrency=c, n_requests=c, repeats=len(lr))
                 for k in SPREAD_KEYS:
                     row[k], row[k + "_min"], row[k + "_max"] = spread(ll[k])
                 row.update(total_tok_s=med([r["S t/s"] for r in lr]), median_ttft_ms=float("nan"),
                            weight_gbs=weight_bytes * med([a.gen_tokens / r["T_TG s"] for r in lr]) / 1e9,
-                           n_preemptions=0)
+                           n_preemptions=0, rtr=rtr)
                 rows.append(row)
-    if llama_cmd:  # one run per point: the command with C for its -npl and its -c
+        for row in rows:  # achieved decode ops: 2 per matrix weight per generated token
+            if row["weights"] == dtype:
+                row["decode_gops"] = 2 * n_weights * row["decode_tok_s"] / 1e9 if n_weights else float("nan")
+    probes.append(machine_probes(os.path.dirname(a.lio), files["Q4_1"], a.threads))
+    probe = {k: med([p[k] for p in probes if p.get(k) is not None]) for k in PROBE_KEYS}
+    probe["compute_peak_isa"] = next((p["compute_peak_isa"] for p in probes if p.get("compute_peak_isa")), None)
+    bandwidth = probe["read_bandwidth_gbs"] if probe["read_bandwidth_gbs"] == probe["read_bandwidth_gbs"] else None
+    # one run per point: the command with C for its -npl and its -c (ik's: with --run-time-repack as [..])
+    if llama_cmd:
         llama_cmd = re.sub(r" -c \d+ ", f" -c C*({a.prompt_tokens}+{a.gen_tokens})+64 ", llama_cmd)
         llama_cmd = re.sub(r" -npl \d+ ", " -npl C ", llama_cmd)
+    if ik_cmd:
+        ik_cmd = re.sub(r" -c \d+ ", f" -c C*({a.prompt_tokens}+{a.gen_tokens})+64 ", ik_cmd)
+        ik_cmd = re.sub(r" -npl \d+ ", " -npl C ", ik_cmd).replace(" --run-time-repack", "") + " [--run-time-repack]"
     elapsed_min = (time.time() - t_start) / 60
     load_end = os.getloadavg()[0]
     lio_cmds.append(f"{os.path.relpath(a.lio, ROOT)} batch --model MODEL --prompts PROMPTS.jsonl --max-tokens {a.gen_tokens} "
@@ -398,6 +470,22 @@ def main():
     def paired(dtype, c, lio_key, llama_fn):
         """[(lio, llama)] per repeat at one point: the adjacent runs of each repeat."""
         return [(s[lio_key], llama_fn(c, r)) for s, r in zip(lio_runs_all[dtype][c], llama_runs_all[dtype][c])]
+
+    def paired_ik(dtype, c, lio_key, ik_fn):
+        """The same against ik_llama.cpp's better -rtr at the point (its run in the same repeat)."""
+        theirs = ik_runs_all[dtype][c][ik_best[dtype, c]]
+        return [(s[lio_key], ik_fn(c, r)) for s, r in zip(lio_runs_all[dtype][c], theirs)]
+
+    def lio_activations(dtype):
+        """The activations LIO's matmuls ran with: --lio-args' --activations, else lio's default
+        (int8 on quantized weights, f32 on F32)."""
+        m = re.search(r"--activations[ =](\w+)", a.lio_args)
+        return "f32" if dtype == "F32" else (m.group(1) if m else "int8")
+
+    def peak_of(dtype):
+        """The compute probe's peak for LIO's arithmetic on `dtype` (GOP/s), NaN when not probed."""
+        key = "compute_peak_int8_gops" if lio_activations(dtype) == "int8" else "compute_peak_f32_gflops"
+        return probe.get(key, float("nan"))
 
     def get(engine, dtype, c, key):
         for r in rows:
@@ -427,7 +515,22 @@ def main():
                               lio_tpot=get("lio", dtype, c, "median_tpot_ms"),
                               llama_tpot=get("llama.cpp", dtype, c, "median_tpot_ms"),
                               lio_gbs=get("lio", dtype, c, "weight_gbs"), llama_gbs=get("llama.cpp", dtype, c, "weight_gbs"),
-                              preempt=get("lio", dtype, c, "n_preemptions")))
+                              preempt=get("lio", dtype, c, "n_preemptions"),
+                              activations=lio_activations(dtype), lio_gops=get("lio", dtype, c, "decode_gops"),
+                              llama_gops=get("llama.cpp", dtype, c, "decode_gops"),
+                              peak_gops=peak_of(dtype)))
+            if ik:
+                io = ratio_spread(paired_ik(dtype, c, "output_tok_per_s", lambda c, r: c * a.gen_tokens / r["T s"]))
+                idr = ratio_spread(paired_ik(dtype, c, "decode_tok_per_s", lambda c, r: r["S_TG t/s"]))
+                table[-1].update(ik_rtr=ik_best[dtype, c], ik_out=get("ik_llama.cpp", dtype, c, "output_tok_s"),
+                                 ik_out_min=get("ik_llama.cpp", dtype, c, "output_tok_s_min"),
+                                 ik_out_max=get("ik_llama.cpp", dtype, c, "output_tok_s_max"),
+                                 ik_dec=get("ik_llama.cpp", dtype, c, "decode_tok_s"),
+                                 ik_dec_min=get("ik_llama.cpp", dtype, c, "decode_tok_s_min"),
+                                 ik_dec_max=get("ik_llama.cpp", dtype, c, "decode_tok_s_max"),
+                                 out_ratio_ik=io[0], out_ratio_ik_min=io[1], out_ratio_ik_max=io[2], out_tie_ik=io[3],
+                                 dec_ratio_ik=idr[0], dec_ratio_ik_min=idr[1], dec_ratio_ik_max=idr[2],
+                                 dec_tie_ik=idr[3], ik_gops=get("ik_llama.cpp", dtype, c, "decode_gops"))
     header = ("| weights | C | out tok/s LIO | llama.cpp | LIO/llama | decode tok/s LIO | llama.cpp | LIO/llama "
               "| LIO C/C=1 | llama C/C=1 | TPOT ms LIO | llama.cpp | weight GB/s LIO | llama.cpp | preempt |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -440,7 +543,22 @@ def main():
                      f"{fmt_ratio(t['dec_ratio'], t['dec_ratio_min'], t['dec_ratio_max'], t['dec_tie'])} | "
                      f"{t['lio_vs_c1']:.2f} | {t['llama_vs_c1']:.2f} | {t['lio_tpot']:.1f} | {t['llama_tpot']:.1f} | "
                      f"{t['lio_gbs']:.1f} | {t['llama_gbs']:.1f} | {t['preempt']} |")
-    print("\n".join(lines))
+    # ---- the second table: ik_llama.cpp, and the decode ops each engine achieved against the peak ----
+    header2 = ("| weights | C | " + ("out tok/s ik_llama.cpp | LIO/ik | decode tok/s ik_llama.cpp | LIO/ik | " if ik else "")
+               + "LIO activations | decode GOP/s LIO | % of the peak | llama.cpp GOP/s |" + (" ik GOP/s |" if ik else ""))
+    lines2 = [header2, "|" + "---|" * (header2.count("|") - 1)]
+    for t in table:
+        ik_cells = ""
+        if ik:
+            ik_cells = (f"{fmt_cell(t['ik_out'], t['ik_out_min'], t['ik_out_max'])} (rtr {t['ik_rtr']}) | "
+                        f"{fmt_ratio(t['out_ratio_ik'], t['out_ratio_ik_min'], t['out_ratio_ik_max'], t['out_tie_ik'])} | "
+                        f"{fmt_cell(t['ik_dec'], t['ik_dec_min'], t['ik_dec_max'])} (rtr {t['ik_rtr']}) | "
+                        f"{fmt_ratio(t['dec_ratio_ik'], t['dec_ratio_ik_min'], t['dec_ratio_ik_max'], t['dec_tie_ik'])} | ")
+        lines2.append(f"| {t['weights']} | {t['c']} | {ik_cells}{t['activations']} | {t['lio_gops']:.1f} | "
+                      f"{100 * t['lio_gops'] / t['peak_gops']:.0f}% | "
+                      f"{t['llama_gops']:.1f} |"
+                      + (f" {t['ik_gops']:.1f} |" if ik else ""))
+    print("\n".join(lines + [""] + lines2))
 
     targets = []
     if a.device == "cuda":
@@ -465,7 +583,12 @@ def main():
                            f"{vs}x llama.cpp's, median [min–max] of the per-repeat ratios (target >= "
                            f"{TARGET_VS_LLAMA}x): **{'met' if ok2 else 'missed'}**"
                            + (" (the median; the range does not clear it)" if ok2 and t["dec_ratio_min"] < TARGET_VS_LLAMA
-                              else ""))
+                              else "")
+                           + (f"; {fmt_ratio(t['dec_ratio_ik'], t['dec_ratio_ik_min'], t['dec_ratio_ik_max'], t['dec_tie_ik'])}x "
+                              f"ik_llama.cpp's (target >= {TARGET_VS_IK}x): "
+                              f"**{'met' if t['dec_ratio_ik'] >= TARGET_VS_IK else 'missed'}**" if ik else "")
+                           + f"; {t['lio_gops']:.0f} GOP/s, {100 * t['lio_gops'] / t['peak_gops']:.0f}% of the "
+                             f"{t['activations']} compute probe's {t['peak_gops']:.0f}")
     else:
         targets.append(f"- not evaluated (needs C=1 and C={TARGET_C} in the run)")
     print("\n".join(targets))
@@ -474,10 +597,12 @@ def main():
     write_csv(a.out + ".csv", rows)
     with open(a.out + ".json", "w") as f:
         json.dump({"provenance": prov, "threads": a.threads, "repeats": a.repeats, "min_repeats_rule": MIN_REPEATS,
-                   "interleaving": "per point: LIO then llama.cpp at the same C, every repeat (A B A B)",
+                   "interleaving": "per point: LIO then llama.cpp" + (" then ik_llama.cpp -rtr 0 and 1" if ik else "")
+                                   + " at the same C, every repeat (A B A B)",
                    "prompt_tokens": a.prompt_tokens,
                    "gen_tokens": a.gen_tokens, "lio_cmd": local_path_free(lio_cmds[0]),
-                   "llama_cmd": local_path_free(llama_cmd or ""), "read_bandwidth_gbs": bandwidth,
+                   "llama_cmd": local_path_free(llama_cmd or ""), "ik_cmd": local_path_free(ik_cmd or ""),
+                   "read_bandwidth_gbs": bandwidth, "probes": probe,
                    "rows": [no_nan(r) for r in rows], "table": [no_nan(t) for t in table],
                    "repeat_pairs": pairs_out}, f, indent=2)
         f.write("\n")
@@ -490,12 +615,28 @@ def main():
            f"{machine.get('mem_gib', '?')} GiB, {machine['arch']}")
     bw = f"{bandwidth:.1f} GB/s (bench_decode's probe, same run)" if bandwidth else "not measured (no bench_decode)"
     with open(a.out + ".md", "w") as f:
-        f.write("# Offline batched throughput: LIO vs llama.cpp" + (f" on {gpu['gpu']}" if gpu else "") + "\n\n")
+        f.write("# Offline batched throughput: LIO vs llama.cpp" + (" and ik_llama.cpp" if ik else "")
+                + (f" on {gpu['gpu']}" if gpu else "") + "\n\n")
         f.write("\n".join(provenance_lines(prov)) + "\n")
         if gpu:
             f.write(f"- GPU: {gpu['gpu']}, driver {gpu['driver']}; both engines run every layer on it "
                     f"(LIO `{a.lio_args}`, llama.cpp `{a.llama_args}`)\n")
-        f.write(f"- CPUs (lscpu): {cpu}; {a.threads} threads for both engines; read bandwidth {bw}\n")
+        f.write(f"- CPUs (lscpu): {cpu}; {a.threads} threads for every engine; read bandwidth {bw}\n")
+        if probe.get("compute_peak_isa"):
+            f.write(f"- Compute peak (bench_decode's probe at the run's start and end, {a.threads} threads, "
+                    f"{probe['compute_peak_isa']}): f32 {probe['compute_peak_f32_gflops']:.0f} GFLOP/s, int8 "
+                    f"{probe['compute_peak_int8_gops']:.0f} GOP/s (medians). Decode GOP/s = 2 x the matrix weights "
+                    "(every 2-D tensor a step multiplies, counted from the GGUF file) x decode tok/s, against the "
+                    "peak of the arithmetic LIO ran (its activations column)\n")
+        f.write(f"- LIO's matmul activations: `{a.lio_args or 'lio batch defaults'}` -> "
+                + ", ".join(f"{d}: {lio_activations(d)}" for d in weights) + "\n")
+        if ik:
+            f.write("- ik_llama.cpp (`bench/batched/build_llama_tools.sh --ik`: ik-llama-cpp-python's vendored "
+                    "sources, the fork built for CPU speed): its `llama-batched-bench` with the same flags, run with "
+                    "`--run-time-repack` off and on at every point of every repeat; a cell is its better setting at "
+                    "that point by median S_TG (named rtr 0 / 1); `-fa 0`, because its flash attention stops at "
+                    "`GGML_ASSERT(S > 0)` (iqk_fa_templates.h:1157) with more than one sequence in these sources; "
+                    "f16 KV, its default\n")
         f.write("- Model: SmolLM2-135M-Instruct, as shipped (Q4_1, token_embd Q8_0) and an F32 copy made with "
                 "llama.cpp's quantize API\n")
         f.write(f"- Workload: prompts of exactly {a.prompt_tokens} tokens (distinct windows of the repo's docs), "
@@ -524,7 +665,9 @@ def main():
         f.write(f"- The command above runs, at each point C\n  - `{local_path_free(lio_cmds[0])}`\n")
         if llama_cmd:
             f.write(f"  - `{llama_cmd}`\n")
-        f.write("\n" + "\n".join(lines) + "\n\n")
+        if ik_cmd:
+            f.write(f"  - `{local_path_free(ik_cmd)}`\n")
+        f.write("\n" + "\n".join(lines) + "\n\n" + "\n".join(lines2) + "\n\n")
         f.write(f"Targets (at C={64 if gpu else TARGET_C}):\n" + "\n".join(targets) + "\n")
         if plotted:
             f.write(f"\n![throughput]({os.path.basename(a.out)}.png)\n")
