@@ -17,6 +17,7 @@
 #include "batch_requests.h"
 #include "lio/atomic_file.h"
 #include "lio/cli_parse.h"
+#include "lio/cpu_backend.h"
 #include "lio/engine.h"
 #include "lio/error.h"
 #include "lio/model_runner.h"
@@ -88,6 +89,10 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
       ->capture_default_str();
   app->add_flag("--no-chunked-prefill", b.no_chunked_prefill,
                 "Run each prompt whole in one step (or wait) instead of splitting it over steps");
+  app->add_flag("--profile", b.profile,
+                "Time every CPU op (each matmul by weight, attention, norms, ...) apart for the decode-only "
+                "steps and the steps that ran prompt rows: a table on stderr and \"profile\" in the summary "
+                "(CPU only; two clock reads an op)");
   // --json is one of the shared flags; the result lines are JSON anyway, so here it makes
   // stderr's final summary line JSON (the --summary object) instead of a sentence.
   app->get_option("--json")->description(
@@ -181,6 +186,62 @@ double quantile(std::vector<double> v, double q) {
 /// Wall seconds from `t0` to now.
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// --profile's summary: for the decode-only steps and for the others, the steps' count and mean
+/// wall ms, and each op (largest first) with its calls and ms per step, its share of the step,
+/// and for a matmul the GB/s its packed weights were read at. `ops[k]`: op -> summed times over
+/// `steps[k]` steps of `seconds[k]` wall seconds.
+json profile_json(const std::map<std::string, CpuOpTime>& decode_ops, double decode_s, int64_t decode_steps,
+                  const std::map<std::string, CpuOpTime>& other_ops, double other_s, int64_t other_steps) {
+  json out = json::object();
+  auto part = [](const std::map<std::string, CpuOpTime>& ops, double seconds, int64_t steps) {
+    std::vector<CpuOpTime> sorted;
+    for (const auto& [name, t] : ops) sorted.push_back(t);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const CpuOpTime& a, const CpuOpTime& b) { return a.total_ms > b.total_ms; });
+    const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+    const double step_ms = seconds * 1e3 / n;
+    double ops_ms = 0;
+    json rows = json::array();
+    for (const CpuOpTime& t : sorted) {
+      const double ms = t.total_ms / n;
+      ops_ms += ms;
+      json r = {{"op", t.op}, {"calls_per_step", static_cast<double>(t.calls) / n}, {"ms_per_step", ms},
+                {"share", step_ms > 0 ? ms / step_ms : 0.0}};
+      if (t.weight_bytes > 0) r["weight_gbs"] = t.weight_bytes / (t.total_ms * 1e-3) / 1e9;
+      rows.push_back(r);
+    }
+    rows.push_back({{"op", "outside every op"},
+                    {"ms_per_step", step_ms - ops_ms},
+                    {"share", step_ms > 0 ? (step_ms - ops_ms) / step_ms : 0.0}});
+    return json{{"steps", steps}, {"step_ms", step_ms}, {"ops", rows}};
+  };
+  out["decode_steps"] = part(decode_ops, decode_s, decode_steps);
+  out["other_steps"] = part(other_ops, other_s, other_steps);
+  return out;
+}
+
+/// Prints profile_json's tables on stderr.
+void print_profile(const json& profile) {
+  for (const char* key : {"decode_steps", "other_steps"}) {
+    const json& p = profile[key];
+    std::fprintf(stderr, "\nprofile, %s (%lld steps, %.3f ms each; each op timed on the calling thread, "
+                 "fork/join and waits included)\n%-18s %9s %10s %7s %9s\n",
+                 std::string(key) == "decode_steps" ? "decode-only steps" : "steps with prompt rows",
+                 (long long)p["steps"].get<int64_t>(), p["step_ms"].get<double>(), "op", "calls/step", "ms/step",
+                 "share", "GB/s");
+    for (const json& r : p["ops"]) {
+      std::fprintf(stderr, "%-18s ", r["op"].get<std::string>().c_str());
+      if (r.contains("calls_per_step"))
+        std::fprintf(stderr, "%9.2f", r["calls_per_step"].get<double>());
+      else
+        std::fprintf(stderr, "%9s", "");
+      std::fprintf(stderr, " %10.3f %6.1f%%", r["ms_per_step"].get<double>(), 100.0 * r["share"].get<double>());
+      if (r.contains("weight_gbs")) std::fprintf(stderr, " %9.2f", r["weight_gbs"].get<double>());
+      std::fprintf(stderr, "\n");
+    }
+  }
 }
 
 /// One-line progress bar on stderr, redrawn at most every 100 ms; silent unless stderr is a
@@ -323,8 +384,18 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   };
   for (const BatchResult& r : results) n_done += r.done();
   write_ready();
+  // --profile: each step's op times (CpuBackend::set_profiling) summed into the decode-only
+  // steps' table or the other steps' (index 0 / 1), with those steps' wall time.
+  CpuBackend* profiled = b.profile ? dynamic_cast<CpuBackend*>(&runner->backend()) : nullptr;
+  if (b.profile && !profiled)
+    throw InvalidArgument("--profile times the CPU backend's ops: run it with --device cpu and one rank");
+  std::map<std::string, CpuOpTime> op_sums[2];
+  double profiled_s[2] = {0, 0};
+  int64_t profiled_steps[2] = {0, 0};
+  if (profiled) profiled->set_profiling(true);
   while (engine.has_unfinished()) {
     const int64_t prompt_rows_before = engine.stats().n_prompt_tokens_computed;
+    if (profiled) profiled->clear_op_times();
     const Clock::time_point ts = Clock::now();
     std::vector<RequestOutput> outputs = engine.step();
     const double step_s = seconds_since(ts);
@@ -344,15 +415,29 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     }
     n_output_tokens += step_tokens;
     // A step that ran no prompt row is pure decode: llama-batched-bench's "TG" phase.
-    if (engine.stats().n_prompt_tokens_computed == prompt_rows_before && step_tokens > 0) {
+    const bool decode_only = engine.stats().n_prompt_tokens_computed == prompt_rows_before && step_tokens > 0;
+    if (decode_only) {
       ++n_decode_steps;
       n_decode_step_tokens += step_tokens;
       decode_step_s += step_s;
+    }
+    if (profiled) {
+      const int k = decode_only ? 0 : 1;
+      profiled_s[k] += step_s;
+      ++profiled_steps[k];
+      for (const CpuOpTime& t : profiled->op_times()) {
+        CpuOpTime& sum = op_sums[k][t.op];
+        sum.op = t.op;
+        sum.total_ms += t.total_ms;
+        sum.calls += t.calls;
+        sum.weight_bytes += t.weight_bytes;
+      }
     }
     write_ready();
     bar.update(n_done, n_output_tokens, seconds_since(t0));
   }
   const double total_s = seconds_since(t0);
+  if (profiled) profiled->set_profiling(false);
   bar.update(n_done, n_output_tokens, total_s, /*force=*/true);
   bar.clear();
   write_ready();
@@ -449,6 +534,11 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
                    {"temperature", defaults.sampler.temperature},
                    {"ignore_eos", defaults.ignore_eos},
                    {"enforce_eager", o.enforce_eager}};
+  if (profiled) {
+    s["profile"] = profile_json(op_sums[0], profiled_s[0], profiled_steps[0], op_sums[1], profiled_s[1],
+                                profiled_steps[1]);
+    print_profile(s["profile"]);
+  }
   if (summary_file) {
     summary_file->stream() << s.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     summary_file->commit();

@@ -26,6 +26,7 @@ struct BatchOptions {
   std::string scheduling = "continuous"; ///< --scheduling: continuous | static (chapter 05)
   std::string preemption = "recompute";  ///< --preemption: recompute | swap (chapter 05)
   int64_t swap_space_mib = 1024;         ///< --swap-space-mib: host swap space for --preemption swap
+  bool profile = false;                  ///< --profile: time every CPU op (CpuBackend::set_profiling)
 };
 
 /// Registers the `batch` subcommand on `parent`, binding its flags to `common` and `batch`

@@ -92,3 +92,46 @@ for f in fails:
 print("ok   batch_smoke (n, prefix cache)" if not fails else f"{len(fails)} checks failed")
 sys.exit(1 if fails else 0)
 PY
+rc=$?
+((rc == 0)) || exit $rc
+
+# --profile (issue 64): the same first run with every CPU op timed. Greedy output unchanged; the
+# decode-only and other steps are counted as the summary counts them; each decode-only step runs
+# one LM head matmul and one attention per layer; every step's ops and the rest add up to it.
+if ! "$bin/lio" batch --model "$work/models/tiny.gguf" --prompts "$work/prompts.jsonl" \
+    --out "$work/prof_out.jsonl" --summary "$work/prof_summary.json" --max-tokens 8 --ignore-eos \
+    --max-num-seqs 2 --max-num-batched-tokens 16 --kv-cache-mib 1 --threads 1 --profile 2>"$work/err3"; then
+  echo "FAIL: lio batch --profile exited non-zero"; cat "$work/err3"; exit 1
+fi
+python3 - "$work/out.jsonl" "$work/prof_out.jsonl" "$work/prof_summary.json" "$work/err3" <<'PY'
+import json, sys
+plain = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+prof = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+s = json.load(open(sys.argv[3]))
+err = open(sys.argv[4]).read()
+fails = []
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+greedy = [0, 1, 3]  # request 4 samples at temperature 0.8 (seeded, but not the point here)
+check([prof[i].get("token_ids") for i in greedy] == [plain[i].get("token_ids") for i in greedy],
+      "--profile changed the greedy tokens")
+p = s.get("profile", {})
+dec, other = p.get("decode_steps", {}), p.get("other_steps", {})
+check(dec.get("steps") == s.get("n_decode_steps") and dec.get("steps", 0) > 0,
+      f"decode steps {dec.get('steps')} != n_decode_steps {s.get('n_decode_steps')}")
+check(dec.get("steps", 0) + other.get("steps", 0) == s.get("n_steps"),
+      f"profiled steps {dec.get('steps')} + {other.get('steps')} != n_steps {s.get('n_steps')}")
+ops = {r["op"]: r for r in dec.get("ops", [])}
+check(ops.get("matmul lm_head", {}).get("calls_per_step") == 1, f"LM head calls per decode step: {ops.get('matmul lm_head')}")
+check(ops.get("attention", {}).get("calls_per_step", 0) >= 1, f"no attention in the decode steps: {list(ops)}")
+check(all(r.get("weight_gbs", 1) > 0 for r in ops.values()), "a matmul with no GB/s")
+for part in (dec, other):
+    total = sum(r["ms_per_step"] for r in part.get("ops", []))
+    check(abs(total - part.get("step_ms", -1)) < 1e-6 * max(1.0, total), f"ops do not add up to the step: {part}")
+check("profile, decode-only steps" in err and "matmul lm_head" in err, "no profile table on stderr")
+for f in fails:
+    print("FAIL", f)
+print("ok   batch_smoke (--profile)" if not fails else f"{len(fails)} checks failed")
+sys.exit(1 if fails else 0)
+PY
