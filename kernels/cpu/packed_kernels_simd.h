@@ -37,6 +37,12 @@
 
 #include "packed_kernels.h"
 
+// Every loop over accumulators (panels g, halves h, x rows r: compile-time counts) is unrolled
+// outright so the accumulator arrays become registers. Without it GCC 12 kept f32_rows' 12
+// accumulators in a stack array, storing (and reloading) each one every k: the AVX2 f32
+// kernel ran at ~30% of the FMA peak (perf annotate of bench_matmul, issue 64).
+#define LIO_UNROLL _Pragma("GCC unroll 64")
+
 namespace lio::cpu::packed::simd {
 
 /// True for the float kinds (values stored as F32 / F16 / BF16), false for code kinds.
@@ -78,27 +84,27 @@ void f32_rows(const View& w, int64_t p0, const float* x, int64_t r0, const Out& 
   using F = typename Isa::F;
   constexpr int H = kHalves<Isa>;
   F acc[G][H][R];
-  for (int g = 0; g < G; ++g)
-    for (int h = 0; h < H; ++h)
-      for (int r = 0; r < R; ++r) acc[g][h][r] = Isa::zero();
+  LIO_UNROLL for (int g = 0; g < G; ++g)
+    LIO_UNROLL for (int h = 0; h < H; ++h)
+      LIO_UNROLL for (int r = 0; r < R; ++r) acc[g][h][r] = Isa::zero();
   const int64_t cols = w.cols;
   const float* xr = x + r0 * cols;
   for (int64_t k = 0; k < cols; ++k) {
-    for (int g = 0; g < G; ++g) {
+    LIO_UNROLL for (int g = 0; g < G; ++g) {
       const std::byte* values = w.panel(p0 + g);
       F wk[H];
-      for (int h = 0; h < H; ++h)
+      LIO_UNROLL for (int h = 0; h < H; ++h)
         wk[h] = Isa::template load_values<VK>(values, k * kPanelRows + Isa::kLanes * h);
-      for (int r = 0; r < R; ++r) {
+      LIO_UNROLL for (int r = 0; r < R; ++r) {
         const F xv = Isa::broadcast(xr + r * cols + k);
-        for (int h = 0; h < H; ++h) acc[g][h][r] = Isa::fma(wk[h], xv, acc[g][h][r]);
+        LIO_UNROLL for (int h = 0; h < H; ++h) acc[g][h][r] = Isa::fma(wk[h], xv, acc[g][h][r]);
       }
     }
   }
-  for (int g = 0; g < G; ++g)
-    for (int h = 0; h < H; ++h) {
-      if (h > 0 && w.rows - (p0 + g) * kPanelRows <= Isa::kLanes * h) break;  // padding only
-      for (int r = 0; r < R; ++r) Isa::store(w, out, r0 + r, p0 + g, h, acc[g][h][r]);
+  LIO_UNROLL for (int g = 0; g < G; ++g)
+    LIO_UNROLL for (int h = 0; h < H; ++h) {
+      if (h > 0 && w.rows - (p0 + g) * kPanelRows <= Isa::kLanes * h) continue;  // padding only
+      LIO_UNROLL for (int r = 0; r < R; ++r) Isa::store(w, out, r0 + r, p0 + g, h, acc[g][h][r]);
     }
 }
 
@@ -111,15 +117,15 @@ void code_f32_rows(const View& w, int64_t p0, int h, const float* x, int64_t r0,
   using I = typename Isa::I;
   constexpr int64_t kCodeBytes = CK == Kind::U4 ? 256 : 512;
   F acc[G][R];
-  for (int g = 0; g < G; ++g)
-    for (int r = 0; r < R; ++r) acc[g][r] = Isa::zero();
+  LIO_UNROLL for (int g = 0; g < G; ++g)
+    LIO_UNROLL for (int r = 0; r < R; ++r) acc[g][r] = Isa::zero();
   const int64_t cols = w.cols;
   const float* xr = x + r0 * cols;
   const F zf = Isa::set1(static_cast<float>(w.zero));
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     const std::byte* blk[G];
     F d[G], m[G];
-    for (int g = 0; g < G; ++g) {
+    LIO_UNROLL for (int g = 0; g < G; ++g) {
       blk[g] = w.panel(p0 + g) + b * w.block_bytes;
       d[g] = load_scales<Isa, kF16>(blk[g] + kCodeBytes, 0, h);
       m[g] =
@@ -131,7 +137,7 @@ void code_f32_rows(const View& w, int64_t p0, int h, const float* x, int64_t r0,
     const auto step = [&](int64_t k, const I(&v)[G], int t) {
       const bool second = kSecond == Second::Split && k % kBlock >= 16;
       F wk[G];
-      for (int g = 0; g < G; ++g) {
+      LIO_UNROLL for (int g = 0; g < G; ++g) {
         const F u = Isa::sub(Isa::template lane_byte<CK == Kind::S8>(v[g], t), zf);
         if constexpr (kSecond == Second::Split) {
           wk[g] = Isa::fma(second ? m[g] : d[g], u, Isa::zero());
@@ -139,16 +145,16 @@ void code_f32_rows(const View& w, int64_t p0, int h, const float* x, int64_t r0,
           wk[g] = Isa::fma(d[g], u, m[g]);
         }
       }
-      for (int r = 0; r < R; ++r) {
+      LIO_UNROLL for (int r = 0; r < R; ++r) {
         const F xv = Isa::broadcast(xr + r * cols + k);
-        for (int g = 0; g < G; ++g) acc[g][r] = Isa::fma(wk[g], xv, acc[g][r]);
+        LIO_UNROLL for (int g = 0; g < G; ++g) acc[g][r] = Isa::fma(wk[g], xv, acc[g][r]);
       }
     };
     if constexpr (CK == Kind::U4) {
       for (int half = 0; half < 2; ++half)
         for (int c = 0; c < 4; ++c) {
           I v[G];
-          for (int g = 0; g < G; ++g) {
+          LIO_UNROLL for (int g = 0; g < G; ++g) {
             const I raw = load_chunk<Isa>(blk[g], c, h);
             v[g] = half == 0 ? Isa::low_nibbles(raw) : Isa::high_nibbles(raw);
           }
@@ -157,13 +163,13 @@ void code_f32_rows(const View& w, int64_t p0, int h, const float* x, int64_t r0,
     } else {
       for (int c = 0; c < 8; ++c) {
         I v[G];
-        for (int g = 0; g < G; ++g) v[g] = load_chunk<Isa>(blk[g], c, h);
+        LIO_UNROLL for (int g = 0; g < G; ++g) v[g] = load_chunk<Isa>(blk[g], c, h);
         for (int t = 0; t < 4; ++t) step(b * kBlock + 4 * c + t, v, t);
       }
     }
   }
-  for (int g = 0; g < G; ++g)
-    for (int r = 0; r < R; ++r) Isa::store(w, out, r0 + r, p0 + g, h, acc[g][r]);
+  LIO_UNROLL for (int g = 0; g < G; ++g)
+    LIO_UNROLL for (int r = 0; r < R; ++r) Isa::store(w, out, r0 + r, p0 + g, h, acc[g][r]);
 }
 
 /// The f32 kernel for G panels of kind K: a float kind's values as stored, a code kind decoded
@@ -173,7 +179,7 @@ void any_f32_rows(const View& w, int64_t p0, const float* x, int64_t r0, const O
   if constexpr (kFloatKind<K>) {
     f32_rows<Isa, K, G, R>(w, p0, x, r0, out);
   } else {
-    for (int h = 0; h < kHalves<Isa>; ++h)
+    LIO_UNROLL for (int h = 0; h < kHalves<Isa>; ++h)
       code_f32_rows<Isa, K, kF16, kSecond, G, R>(w, p0, h, x, r0, out);
   }
 }
@@ -217,18 +223,18 @@ inline void block_dots(const std::byte* blk, int h, const int8_t* const* q, type
     for (int c = 0; c < 4; ++c) {
       const I v = load_chunk<Isa>(blk, c, h);
       const I lo = Isa::low_nibbles(v), hi = Isa::high_nibbles(v);
-      for (int r = 0; r < R; ++r) {
+      LIO_UNROLL for (int r = 0; r < R; ++r) {
         const I p = Isa::add_i16(Isa::dot_i16(lo, Isa::set1_i32(load_i32<Isa>(q[r] + 4 * c))),
                                  Isa::dot_i16(hi, Isa::set1_i32(load_i32<Isa>(q[r] + 16 + 4 * c))));
         s16[r] = c == 0 ? p : Isa::add_i16(s16[r], p);
       }
     }
-    for (int r = 0; r < R; ++r) isum[r] = Isa::widen_add(isum[r], s16[r]);
+    LIO_UNROLL for (int r = 0; r < R; ++r) isum[r] = Isa::widen_add(isum[r], s16[r]);
   } else if constexpr (CK == Kind::U4) {
     for (int c = 0; c < 4; ++c) {
       const I v = load_chunk<Isa>(blk, c, h);
       const I lo = Isa::low_nibbles(v), hi = Isa::high_nibbles(v);
-      for (int r = 0; r < R; ++r) {
+      LIO_UNROLL for (int r = 0; r < R; ++r) {
         isum[r] =
             Isa::template dot4<false>(isum[r], lo, Isa::set1_i32(load_i32<Isa>(q[r] + 4 * c)));
         isum[r] =
@@ -241,19 +247,19 @@ inline void block_dots(const std::byte* blk, int h, const int8_t* const* q, type
       I s16[R];
       for (int g = 4 * half; g < 4 * half + 4; ++g) {
         const I v = load_chunk<Isa>(blk, g, h);
-        for (int r = 0; r < R; ++r) {
+        LIO_UNROLL for (int r = 0; r < R; ++r) {
           const I p = Isa::template dot_i16<kSigned>(v, Isa::set1_i32(load_i32<Isa>(q[r] + 4 * g)));
           s16[r] = g == 4 * half ? p : Isa::add_i16(s16[r], p);
         }
       }
       I* into = kSplit && half == 1 ? isum_hi : isum;  // split: elements 16..31 apart
-      for (int r = 0; r < R; ++r) into[r] = Isa::widen_add(into[r], s16[r]);
+      LIO_UNROLL for (int r = 0; r < R; ++r) into[r] = Isa::widen_add(into[r], s16[r]);
     }
   } else {
     for (int g = 0; g < 8; ++g) {
       const I v = Isa::template prepare_codes<kSigned>(load_chunk<Isa>(blk, g, h));
       I* into = kSplit && g >= 4 ? isum_hi : isum;  // split: elements 16..31 apart
-      for (int r = 0; r < R; ++r)
+      LIO_UNROLL for (int r = 0; r < R; ++r)
         into[r] =
             Isa::template dot4<kSigned>(into[r], v, Isa::set1_i32(load_i32<Isa>(q[r] + 4 * g)));
     }
@@ -281,13 +287,13 @@ void int8_rows(const View& w, int64_t p, int h, const Int8Rows& x, int64_t r0, c
   const int32_t zero = CK == Kind::S8 && Isa::kBiasSignedCodes ? 128 : w.zero;
   const std::byte* panel = w.panel(p);
   F acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
+  LIO_UNROLL for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = panel + b * w.block_bytes;
     if (h == 0) prefetch_ahead(blk, w.block_bytes);
     const int8_t* q[R];
     I isum[R], isum_hi[kSplit ? R : 1];
-    for (int r = 0; r < R; ++r) {
+    LIO_UNROLL for (int r = 0; r < R; ++r) {
       q[r] = x.qx + (r0 + r) * x.cols + b * kBlock;
       isum[r] = Isa::zero_i();
       if constexpr (kSplit) isum_hi[r] = Isa::zero_i();
@@ -296,7 +302,7 @@ void int8_rows(const View& w, int64_t p, int h, const Int8Rows& x, int64_t r0, c
     const F d = load_scales<Isa, kF16>(blk + code_bytes, 0, h);
     const F m =
         kSecond != Second::None ? load_scales<Isa, kF16>(blk + code_bytes, 1, h) : Isa::zero();
-    for (int r = 0; r < R; ++r) {
+    LIO_UNROLL for (int r = 0; r < R; ++r) {
       const int64_t at = (r0 + r) * nb + b;
       const F dx = Isa::set1(x.dx[at]);
       if constexpr (kSplit) {  // Q6_K (z = 0): each half at its own scale, any bias removed
@@ -314,7 +320,7 @@ void int8_rows(const View& w, int64_t p, int h, const Int8Rows& x, int64_t r0, c
       }
     }
   }
-  for (int r = 0; r < R; ++r) Isa::store(w, out, r0 + r, p, h, acc[r]);
+  LIO_UNROLL for (int r = 0; r < R; ++r) Isa::store(w, out, r0 + r, p, h, acc[r]);
 }
 
 /// Entry point: int8 x rows [r0, r1) times code panels [p0, p1) (packed_kernels.h,
@@ -325,7 +331,7 @@ void int8_panels(const View& w, int64_t p0, int64_t p1, const Int8Rows& x, int64
                  const Out& out) {
   with_code_layout(w, [&]<Kind CK, bool kF16, Second kSecond>() {
     for (int64_t p = p0; p < p1; ++p)
-      for (int h = 0; h < kHalves<Isa>; ++h) {
+      LIO_UNROLL for (int h = 0; h < kHalves<Isa>; ++h) {
         if (h > 0 && w.rows - p * kPanelRows <= Isa::kLanes * h) break;  // padding only
         for_row_passes<Isa::kMaxRowsInt8>(r0, r1, [&]<int R>(int64_t r) {
           int8_rows<Isa, CK, kF16, kSecond, R>(w, p, h, x, r, out);
