@@ -267,7 +267,7 @@ def steps():
                   [f"{PY} bench/cpu_decode/run.py --repeats 5 --threads 2 --model models/gemma-3-270m-q4_k_m.gguf "
                    "--f32-model models/gemma-3-270m.F32.gguf --label Q4_K_M --description 'Gemma 3 270M as shipped "
                    "(Q4_K_M: Q5_0 / Q8_0 / Q4_K / Q6_K matrices, token_embd Q8_0)' --out bench/results/cpu_decode_gemma3"],
-                  None, ("cpu_decode_gemma3.json",), llama=True, est_full=240))
+                  None, ("cpu_decode_gemma3.json",), llama=True, est_full=600))
     s.append(Step("engine", "batch-1 decode against the read bandwidth, by weight format (cpu_decode/formats.py)",
                   [f"{PY} bench/cpu_decode/formats.py --repeats 5 --threads 2"],
                   [f"{PY} bench/cpu_decode/formats.py --repeats 1 --threads 2 --formats F32,Q4_1"],
@@ -291,7 +291,7 @@ def steps():
                   [f"{PY} bench/batched/run.py --concurrency 1,32 --repeats 5 --threads 2"],
                   [f"{PY} bench/batched/run.py --concurrency 1,32 --repeats 2 --threads 2 --requests 32 --waves 1 "
                    "--gen-tokens 16 --ik-bench none"],
-                  ("batched.json", "batched.md", "batched.csv"), llama=True, est_full=450, est_quick=80))
+                  ("batched.json", "batched.md", "batched.csv"), llama=True, est_full=1800, est_quick=80))
     # ---- 09 capstone
     s.append(Step("09", "lio-server vs llama-server (bench_serve.sh)",
                   ['LIO_ARGS="--activations int8 --kv-cache-dtype f16" RATES=2,inf bash scripts/bench_serve.sh '
