@@ -187,19 +187,30 @@ def without_local_paths(value):
     return local_path_free(value) if isinstance(value, str) else value
 
 
-def read_bandwidth_gbs(bin_dir, model, threads):
-    """Read bandwidth (GB/s) from bench_decode's probe (a short run), or None if unavailable."""
+PROBE_KEYS = ("read_bandwidth_gbs", "compute_peak_f32_gflops", "compute_peak_int8_gops", "compute_peak_isa")
+
+
+def machine_probes(bin_dir, model, threads):
+    """bench_decode's read-bandwidth (GB/s) and compute-peak (GFLOP/s f32, GOP/s int8, and the
+    ISA) probes from one short run: {key: value for PROBE_KEYS}, each None when bench_decode is
+    missing or fails (a GPU image may lack it)."""
     exe = os.path.join(bin_dir, "bench_decode")
     if not os.path.exists(exe):
-        return None
+        return dict.fromkeys(PROBE_KEYS)
     try:
         out = subprocess.run([exe, "--model", model, "--json", "--prompt-tokens", "8", "--decode-tokens", "4",
                               "--repeats", "1", "--threads", str(threads)],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True,
                              timeout=300).stdout
-        return json.loads(out)["read_bandwidth_gbs"]
-    except (subprocess.SubprocessError, ValueError, KeyError):
-        return None
+        got = json.loads(out)
+    except (subprocess.SubprocessError, ValueError):
+        return dict.fromkeys(PROBE_KEYS)
+    return {k: got.get(k) for k in PROBE_KEYS}
+
+
+def read_bandwidth_gbs(bin_dir, model, threads):
+    """Read bandwidth (GB/s) from bench_decode's probe (a short run), or None if unavailable."""
+    return machine_probes(bin_dir, model, threads)["read_bandwidth_gbs"]
 
 
 def write_text(path, text):
