@@ -14,7 +14,8 @@
 //     activations, AVX-512 and AVX2 (warm), as before issue 64.
 // Counters: weight_GB/s (packed bytes per call x calls/s: against bench_decode's read-bandwidth
 // probe), GOP/s (2 x rows x out x in per call: against its compute probe).
-// Weights are quantized from N(0, 1) values (not zeros: see STYLE.md).
+// Weights are quantized from N(0, 1) values (not zeros: see STYLE.md); the K-quants, which LIO
+// reads but does not write, are random blocks (tests/support/random_inputs.h).
 //   build/bin/bench_matmul --benchmark_filter=BM_Shape --benchmark_repetitions=5 \
 //       --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -27,6 +28,7 @@
 
 #include "lio/dtype.h"
 #include "packed_matmul.h"
+#include "random_inputs.h"
 
 namespace {
 
@@ -34,8 +36,11 @@ using lio::DType;
 using lio::cpu::CpuIsa;
 using lio::cpu::MatmulActivations;
 
-/// Source bytes of a (rows, cols) `dtype` matrix from N(0, 1) values (seeded by `seed`).
+/// Source bytes of a (rows, cols) `dtype` matrix from N(0, 1) values (seeded by `seed`); Q4_K
+/// and Q6_K: random blocks under small f16 scales (random_read_only_blocks).
 std::vector<std::byte> quantized(DType dtype, int64_t rows, int64_t cols, unsigned seed) {
+  // The K-quants have no encoder in LIO (it reads them only): random blocks under small scales.
+  if (dtype == DType::Q4_K || dtype == DType::Q6_K) return lio::testing::random_read_only_blocks(dtype, rows, cols, seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> row(static_cast<size_t>(cols));
