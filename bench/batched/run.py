@@ -47,7 +47,7 @@ import tempfile
 import time
 
 from liobench import ROOT, flags, repo_module
-from liobench.results_meta import machine_probes, local_path_free, provenance, provenance_lines
+from liobench.results_meta import NUMERIC_PROBE_KEYS, local_path_free, machine_probes, provenance, provenance_lines
 from liobench.stats import is_tie, median_min_max
 
 
@@ -56,7 +56,6 @@ TARGET_VS_C1 = 3.0       # LIO decode throughput at TARGET_C >= this x its C=1
 TARGET_VS_LLAMA = 2.5    # ... and >= this x llama-batched-bench's S_TG at TARGET_C (issue 64)
 TARGET_VS_IK = 1.2       # ... and >= this x ik_llama.cpp's best -rtr (issue 64)
 IK_BENCH = os.path.join(ROOT, "build-ik/bin/llama-batched-bench")
-NUMERIC_PROBES = ("read_bandwidth_gbs", "compute_peak_f32_gflops", "compute_peak_int8_gops")  # machine_probes'
 IK_REPACK = (0, 1)       # ik_llama.cpp's run-time repacking off / on (--run-time-repack); a point keeps its best
 # ik_llama.cpp's flash attention (on by default) stops at GGML_ASSERT(S > 0) (iqk_fa_templates.h:1157)
 # with more than one sequence in ik-llama-cpp-python 0.1.5's sources, so its runs turn it off.
@@ -430,7 +429,7 @@ def main():
             if row["weights"] == dtype:
                 row["decode_gops"] = 2 * n_weights * row["decode_tok_s"] / 1e9 if n_weights else float("nan")
     probes.append(machine_probes(os.path.dirname(a.lio), files["Q4_1"], a.threads))
-    probe = {k: med([p[k] for p in probes if p.get(k) is not None]) for k in NUMERIC_PROBES}
+    probe = {k: med([p[k] for p in probes if p.get(k) is not None]) for k in NUMERIC_PROBE_KEYS}
     probe["compute_peak_isa"] = next((p["compute_peak_isa"] for p in probes if p.get("compute_peak_isa")), None)
     bandwidth = probe["read_bandwidth_gbs"] if probe["read_bandwidth_gbs"] == probe["read_bandwidth_gbs"] else None
     # one run per point: the command with C for its -npl and its -c (ik's: with --run-time-repack as [..])

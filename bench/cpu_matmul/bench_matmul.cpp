@@ -39,8 +39,9 @@ using lio::cpu::MatmulActivations;
 /// Source bytes of a (rows, cols) `dtype` matrix from N(0, 1) values (seeded by `seed`); Q4_K
 /// and Q6_K: random blocks under small f16 scales (random_read_only_blocks).
 std::vector<std::byte> quantized(DType dtype, int64_t rows, int64_t cols, unsigned seed) {
-  // The K-quants have no encoder in LIO (it reads them only): random blocks under small scales.
-  if (dtype == DType::Q4_K || dtype == DType::Q6_K) return lio::testing::random_read_only_blocks(dtype, rows, cols, seed);
+  if (dtype == DType::Q4_K || dtype == DType::Q6_K) {  // LIO reads the K-quants, has no encoder
+    return lio::testing::random_read_only_blocks(dtype, rows, cols, seed);
+  }
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> row(static_cast<size_t>(cols));

@@ -187,7 +187,8 @@ def without_local_paths(value):
     return local_path_free(value) if isinstance(value, str) else value
 
 
-PROBE_KEYS = ("read_bandwidth_gbs", "compute_peak_f32_gflops", "compute_peak_int8_gops", "compute_peak_isa")
+NUMERIC_PROBE_KEYS = ("read_bandwidth_gbs", "compute_peak_f32_gflops", "compute_peak_int8_gops")  # GB/s, GFLOP/s, GOP/s
+PROBE_KEYS = NUMERIC_PROBE_KEYS + ("compute_peak_isa",)
 
 
 def machine_probes(bin_dir, model, threads):
