@@ -189,6 +189,51 @@ int cmd_tokenize(const lio::CommonOptions& o, bool no_special) {
   return 0;
 }
 
+/// `lio chat-template`: renders `messages_json` (a JSON array of {"role", "content"} strings)
+/// with a Jinja chat template: the file `template_path` if given, else the model's own
+/// (tokenizer.chat_template); bos_token / eos_token are the model's BOS / EOS texts, or
+/// `bos` / `eos` without a model. Prints the rendered text exactly (with --json:
+/// {"text": ...}). Throws InvalidArgument for messages that are not such an array, an
+/// unreadable template file, a template that fails to parse or raises; UnsupportedError
+/// when the model has no template and none is given.
+int cmd_chat_template(const std::string& model, const std::string& template_path, const std::string& messages_json,
+                      bool generation_prompt, std::string bos, std::string eos, bool as_json) {
+  std::vector<lio::ChatMessage> messages;
+  try {
+    const json list = json::parse(messages_json);
+    if (!list.is_array()) throw lio::InvalidArgument("--messages must be a JSON array");
+    for (const json& m : list) {
+      if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+          !m["content"].is_string()) {
+        throw lio::InvalidArgument("--messages: each message must be {\"role\": string, \"content\": string}");
+      }
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+  } catch (const json::exception& e) {
+    throw lio::InvalidArgument(std::string("--messages is not JSON: ") + e.what());
+  }
+  std::string tmpl;
+  std::unique_ptr<lio::Tokenizer> tok;
+  if (!model.empty()) {
+    tok = lio::load_tokenizer(model);
+    tmpl = tok->chat_template();
+    if (tok->bos_id() >= 0) bos = tok->token_text(tok->bos_id());
+    if (tok->eos_id() >= 0) eos = tok->token_text(tok->eos_id());
+  }
+  if (!template_path.empty()) {
+    std::ifstream in(template_path, std::ios::binary);
+    if (!in) throw lio::InvalidArgument("cannot open --template " + template_path);
+    tmpl.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string text = lio::render_chat_template(tmpl, messages, generation_prompt, {bos, eos});
+  if (as_json) {
+    std::cout << json{{"text", text}}.dump() << "\n";
+  } else {
+    std::cout << text;
+  }
+  return 0;
+}
+
 /// `lio generate`: the prompt through generate() on the runner the flags choose, streamed (or one
 /// JSON summary with --json). With warmup_runs > 0, first runs generate() that many times, untimed
 /// and unprinted, on lio::warmup_prompt (same length, no shared prefix) with the same options, so
@@ -420,6 +465,20 @@ int main(int argc, char** argv) {
   tokenize->add_flag("--no-special", no_special, "Treat special-token text as plain text");
   tokenize->add_flag("--json", tok_o.json, "Print {\"ids\": [...]}");
 
+  CLI::App* chat_tmpl = app.add_subcommand(
+      "chat-template", "Render a conversation with a Jinja chat template (the model's own, or --template)");
+  std::string ct_model, ct_template, ct_messages, ct_bos, ct_eos;
+  bool ct_no_generation_prompt = false, ct_json = false;
+  chat_tmpl->add_option("--model", ct_model, "A .gguf file, HF directory or tokenizer.json: its template, BOS and EOS");
+  chat_tmpl->add_option("--template", ct_template, "A Jinja template file, used instead of the model's");
+  chat_tmpl->add_option("--messages", ct_messages, "The conversation: a JSON array of {\"role\", \"content\"}")
+      ->required();
+  chat_tmpl->add_flag("--no-generation-prompt", ct_no_generation_prompt,
+                      "Render add_generation_prompt = false (no assistant header at the end)");
+  chat_tmpl->add_option("--bos-token", ct_bos, "bos_token's text without --model");
+  chat_tmpl->add_option("--eos-token", ct_eos, "eos_token's text without --model");
+  chat_tmpl->add_flag("--json", ct_json, "Print {\"text\": ...}");
+
   CLI::App* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
   lio::add_model_flags(*gen, gen_o);
   gen_o.activations = "auto";  // issue 44: the serving commands' default, chosen by measurement
@@ -503,6 +562,8 @@ int main(int argc, char** argv) {
   return lio::run_main(app, argc, argv, [&]() -> int {
     if (info->parsed()) return info_families ? cmd_families(info_o.json) : cmd_info(info_o);
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
+    if (chat_tmpl->parsed())
+      return cmd_chat_template(ct_model, ct_template, ct_messages, !ct_no_generation_prompt, ct_bos, ct_eos, ct_json);
     if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos, gen_warmup);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
     if (batch->parsed()) return lio::run_batch(batch_o, batch_b);

@@ -1,9 +1,11 @@
-// fuzz_chat_template.cpp — libFuzzer target: render_chat_template on an arbitrary template (a
-// model file's tokenizer.chat_template) and arbitrary messages. Input: the template, a 0x00
-// byte, then messages as role 0x01 content 0x02 ..., the last byte's low bit choosing
-// add_generation_prompt. Accepted templates (ChatML, with or without a default system turn)
-// must render every message's content.
-// Seeds: corpus/chat_template (SmolLM2's and Qwen2.5's templates, Gemma's, broken ones).
+// fuzz_chat_template.cpp — libFuzzer target: render_chat_template (minja, with LIO's render
+// bounds) on an arbitrary template (a model file's tokenizer.chat_template) and arbitrary
+// messages. Input: the template, a 0x00 byte, then messages as role 0x01 content 0x02 ..., the
+// last byte's low bit choosing add_generation_prompt. Every template either renders or throws
+// one of LIO's typed errors: a crash, a sanitizer report, a hang past the run's -timeout or any
+// other exception is a finding (fuzz_support.h).
+// Seeds: corpus/chat_template (SmolLM2's, Qwen2.5's, Qwen3's, Llama 3.2's and Gemma 3's
+// templates, a self-recursive macro, broken ones); dictionary: dict/jinja.dict.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -31,10 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   try {
-    const std::string out = lio::render_chat_template(tmpl, messages, gen);
-    for (const lio::ChatMessage& m : messages) {
-      if (out.find(m.content) == std::string::npos) lio::fuzz::fail("a message's content is missing from the render");
-    }
+    (void)lio::render_chat_template(tmpl, messages, gen, {"<s>", "</s>"});
   } catch (const lio::Error&) {
   }
   return 0;

@@ -384,12 +384,6 @@ TEST(Tokenizer, test_tokenizer_chatml_with_default_system_prompt) {
   EXPECT_EQ(render_chat_template(kSmolTemplate, with_system, false),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
             "<|im_start|>assistant\nHello.<|im_end|>\n");
-  // The same template as tokenizer_config.json may spell it: escaped newlines.
-  const std::string escaped =
-      "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nDefault \\'x\\'"
-      "<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n'}}";
-  EXPECT_EQ(render_chat_template(escaped, user_only, false),
-            "<|im_start|>system\nDefault 'x'<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n");
   EXPECT_EQ(render_chat_template(kSmolTemplate, {}, true), "<|im_start|>assistant\n");
 }
 
@@ -412,12 +406,60 @@ TEST(Tokenizer, test_tokenizer_chatml_without_system_prompt) {
   }
 }
 
-TEST(Tokenizer, test_tokenizer_rejects_non_chatml_template) {
+// Any family's template renders (Jinja through minja): Llama 3's header tokens, bos_token and
+// eos_token from the caller, trim_blocks / lstrip_blocks as Hugging Face sets them.
+TEST(Tokenizer, test_tokenizer_renders_other_template_families) {
   const std::string llama3 =
-      "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
-      "'<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}{% endfor %}";
-  const std::vector<ChatMessage> msgs = {{"user", "hi"}};
-  EXPECT_THROW(render_chat_template(llama3, msgs, true), UnsupportedError);
+      "{{ bos_token }}{% for message in messages %}\n"
+      "  {{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+      "'<|eot_id|>' }}\n"
+      "{% endfor %}\n"
+      "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief. "}, {"user", "hi"}};
+  EXPECT_EQ(render_chat_template(llama3, msgs, true, {"<|begin_of_text|>", "<|eot_id|>"}),
+            "<|begin_of_text|>  <|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\n"
+            "  <|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>\n"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");  // jinja2 3.1's rendering
+}
+
+// The template's own errors and LIO's bounds on a render are InvalidArgument (a 400 in
+// lio-server), naming the template's message; never a crash or a hang.
+TEST(Tokenizer, test_tokenizer_template_errors_are_invalid_argument) {
+  const std::vector<ChatMessage> msgs = {{"user", "a"}, {"user", "b"}};
+  auto error_of = [&](const std::string& tmpl) -> std::string {
+    try {
+      render_chat_template(tmpl, msgs, true);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "(rendered)";
+  };
+  const std::string alternate =
+      "{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}{% endfor %}";
+  EXPECT_NE(error_of(alternate).find("Conversation roles must alternate"), std::string::npos) << error_of(alternate);
+  EXPECT_NE(error_of("{% for m in messages %}{{ m['role'] }").find("chat template:"), std::string::npos);  // unclosed
+  EXPECT_NE(error_of("{% if x %}").find("chat template:"), std::string::npos);                              // no endif
+  // A macro that calls itself without end, a range that never ends, a string past memory.
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nested deeper"), std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(5, 0, 0) %}x{% endfor %}").find("step must not be zero"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab' * 4000000000 }}").find("string repetition"), std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(100000000000) %}{% endfor %}").find("range()"), std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(60000) %}{% for j in range(60000) %}{% endfor %}{% endfor %}").find("steps"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
+                .find("longer than"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ ('x' * 4000000).replace('x', 'yy') }}").find("longer than"), std::string::npos);
+  // Nesting past 64 levels is refused before parsing (minja's parser is quadratic in it).
+  EXPECT_NE(error_of("{{ " + std::string(65, '(') + "1" + std::string(65, ')') + " }}").find("brackets nest"),
+            std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 65; ++i) ifs += "{% if true %}";
+  for (int i = 0; i < 65; ++i) ifs += "{% endif %}";
+  EXPECT_NE(error_of(ifs).find("blocks nest"), std::string::npos);
+  EXPECT_EQ(render_chat_template("{{ " + std::string(60, '(') + "1" + std::string(60, ')') + " }}", msgs, true), "1");
+  EXPECT_THROW(render_chat_template(std::string(300 << 10, 'x'), msgs, true), InvalidArgument);  // > 256 KiB
 }
 
 // ---- tokenizer.json -----------------------------------------------------------------------

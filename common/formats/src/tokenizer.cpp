@@ -294,7 +294,14 @@ const std::string& Tokenizer::chat_template() const { return impl_->chat_templat
 
 std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages,
                                            bool add_generation_prompt) const {
-  return render_chat_template(impl_->chat_template, messages, add_generation_prompt);
+  ChatTemplateTokens tokens;
+  if (bos_id() >= 0) tokens.bos = token_text(bos_id());
+  if (eos_id() >= 0) tokens.eos = token_text(eos_id());
+  std::string text = render_chat_template(impl_->chat_template, messages, add_generation_prompt, tokens);
+  // encode() adds BOS itself where the model wants one: a template that prints bos_token first
+  // (Gemma, Llama 3) would otherwise give two (llama.cpp: common_chat_templates_apply).
+  if (add_bos_default() && !tokens.bos.empty() && text.starts_with(tokens.bos)) text.erase(0, tokens.bos.size());
+  return text;
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -20,8 +20,15 @@ class GgufFile;
 
 /// One chat turn for apply_chat_template.
 struct ChatMessage {
-  std::string role;     ///< "system" | "user" | "assistant"
+  std::string role;     ///< "system" | "user" | "assistant" (or any role the template accepts)
   std::string content;  ///< message text
+};
+
+/// The special-token texts a chat template may print: its Jinja variables `bos_token` and
+/// `eos_token` (Hugging Face transformers and llama.cpp pass the vocabulary's BOS / EOS text).
+struct ChatTemplateTokens {
+  std::string bos;  ///< e.g. "<bos>" (Gemma), "<|begin_of_text|>" (Llama 3); "" if none
+  std::string eos;  ///< e.g. "<eos>", "<|im_end|>"; "" if none
 };
 
 /// Byte-level BPE or SentencePiece tokenizer. Immutable after construction; thread-safe to use.
@@ -88,10 +95,13 @@ class Tokenizer {
   /// True for control tokens (token_type 3 in GGUF, "special": true in tokenizer.json).
   bool is_control(int32_t id) const;
 
-  /// Renders a conversation with the model's chat template. Supports ChatML
-  /// (`<|im_start|>role\ncontent<|im_end|>\n`), including a default system prompt when the
-  /// template carries one (SmolLM2's does). Throws UnsupportedError for other templates, and for
-  /// none (a base model such as Gemma 3 270M: never ChatML guessed).
+  /// Renders a conversation with the model's own Jinja chat template (render_chat_template),
+  /// bos_token and eos_token being this vocabulary's BOS and EOS texts. When the model adds BOS
+  /// on encode (add_bos_default()) and the rendered text starts with the BOS text, that BOS is
+  /// cut, so encode(text, true, add_bos_default()) holds one BOS, not two (llama.cpp's
+  /// common_chat_templates_apply does the same). Throws as render_chat_template does:
+  /// UnsupportedError when the model has no template (a base model such as Gemma 3 270M: no
+  /// format is guessed), InvalidArgument when the template fails to parse or raises.
   std::string apply_chat_template(std::span<const ChatMessage> messages,
                                   bool add_generation_prompt) const;
   /// The model's chat template text (Jinja source) as read from the file; "" if none.
@@ -106,17 +116,21 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Renders `messages` with the Jinja chat template text `chat_template` (what
-/// Tokenizer::apply_chat_template does with the model's template). Only ChatML is
-/// understood: a template containing "<|im_start|>" renders each message as
-/// `"<|im_start|>{role}\n{content}<|im_end|>\n"`, and `"<|im_start|>assistant\n"` follows when
-/// `add_generation_prompt`. When the template carries a default system prompt as a string
-/// literal `'<|im_start|>system\n...<|im_end|>\n'` (SmolLM2, Qwen2.5), that turn is prepended
-/// if messages is non-empty and messages[0].role != "system".
+/// Renders `messages` with the Jinja chat template source `chat_template`, as Hugging Face
+/// transformers' apply_chat_template and llama-cpp-python's Jinja2ChatFormatter render it with
+/// jinja2 (trim_blocks and lstrip_blocks on, the final newline dropped): the template sees
+/// `messages` (a list of {"role", "content"}), `add_generation_prompt`, `bos_token`,
+/// `eos_token` (from `tokens`), `raise_exception(msg)` and `strftime_now(format)` (local time).
+/// The engine is minja (google/minja, vendored in common/formats/third_party/minja), with LIO's
+/// bounds on a render (nesting depth 200, 2,000,000 steps, 16 MiB per repeated string, 2^20
+/// range items) so that no template, however written, crashes or hangs the process.
+/// Source: Hugging Face chat templating docs ("Templates for chat models"); jinja2 semantics.
 /// Throws UnsupportedError for an empty template (a base model: "no chat template ... without
-/// --chat"), and (quoting the template's start) for any other template family.
+/// --chat"); InvalidArgument for a template over 256 KiB, one that fails to parse, one that
+/// calls raise_exception (e.g. Gemma 3's on roles out of order) or passes a bound, each message
+/// naming the template's own error and where it is.
 std::string render_chat_template(std::string_view chat_template,
                                  std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt);
+                                 bool add_generation_prompt, const ChatTemplateTokens& tokens = {});
 
 }  // namespace lio
