@@ -342,7 +342,8 @@ void write_tiny_gguf(const std::string& path, const TinyModelSpec& spec) {
   w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(kBosId));
   w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(kEosId));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
-  w.set("tokenizer.chat_template", GgufValue::str(kChatMlTemplate));
+  w.set("tokenizer.chat_template",
+        GgufValue::str(spec.chat_template.empty() ? kChatMlTemplate : spec.chat_template));
 
   for (const TensorSpec& t : tensor_specs(spec)) {
     const std::vector<float>& values = tensors.get(t.hf_name);
@@ -478,7 +479,8 @@ void write_tiny_hf_dir(const std::string& dir, const TinyModelSpec& spec, int n_
   // ---- tokenizer_config.json ----
   ordered_json tokenizer_config = {
       {"bos_token", kControlTokens[kBosId]},     {"eos_token", kControlTokens[kEosId]},
-      {"chat_template", kChatMlTemplate},        {"add_bos_token", false},
+      {"chat_template", spec.chat_template.empty() ? std::string(kChatMlTemplate) : spec.chat_template},
+      {"add_bos_token", false},
       {"model_max_length", spec.context_length}, {"tokenizer_class", "GPT2Tokenizer"},
   };
   write_json((fs::path(dir) / "tokenizer_config.json").string(), tokenizer_config);

@@ -47,12 +47,15 @@ struct TinyModelSpec {
   uint64_t seed = 1;
   /// Merges as "left right" in vocabulary-string form (e.g. "Ġ t"), rank = position.
   std::vector<std::string> merges = {"Ġ t", "h e", "Ġt he", "i n", "Ġ a"};
+  /// tokenizer.chat_template (GGUF) / chat_template (tokenizer_config.json); empty means
+  /// ChatML (SmolLM2's template).
+  std::string chat_template;
 
   int64_t vocab_size() const { return 3 + 256 + static_cast<int64_t>(merges.size()); }
 };
 
 /// Writes `path` as a GGUF v3 model of spec.architecture: <arch>.* keys, tokenizer.ggml.* keys
-/// (model "gpt2", pre "smollm", ChatML chat template), tensors named as llama.cpp does
+/// (model "gpt2", pre "smollm", spec.chat_template or ChatML), tensors named as llama.cpp does
 /// (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight [, output.weight];
 /// qwen2: blk.N.attn_{q,k,v}.bias; qwen3: blk.N.attn_{q,k}_norm.weight).
 /// For llama, Q and K weights are stored permuted for RopeStyle::Normal exactly as llama.cpp's

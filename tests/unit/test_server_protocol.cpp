@@ -294,12 +294,14 @@ class ServerWithTinyModel : public ::testing::Test {
   void SetUp() override {
     lio::testing::TinyModelSpec spec;
     spec.context_length = context_length_;
+    spec.chat_template = chat_template_;
     lio::testing::write_tiny_gguf(dir_ + "/m.gguf", spec);
     model_ = std::make_unique<lio::LoadedModel>(
         lio::load_model(dir_ + "/m.gguf", lio::WeightMode::AsStored));
   }
   const lio::Tokenizer& tok() const { return *model_->tokenizer; }
   int64_t context_length_ = 128;
+  std::string chat_template_;  // empty: ChatML
   std::string dir_ = lio::testing::make_temp_dir("lio_test_server");
   std::unique_ptr<lio::LoadedModel> model_;
 };
@@ -324,6 +326,58 @@ TEST_F(ServerWithTinyModel, ChatPromptGoesThroughTheTemplate) {
   EXPECT_NE(text.find("<|im_start|>user\nthe<|im_end|>"), std::string::npos) << text;
   EXPECT_EQ(text.substr(text.size() - std::string("<|im_start|>assistant\n").size()),
             "<|im_start|>assistant\n");
+}
+
+/// A model with a Gemma-style template (no system role; it raises on one, as Gemma's and
+/// Mistral's templates do) and one whose template does not parse.
+class ServerWithGemmaStyleTemplate : public ServerWithTinyModel {
+ protected:
+  ServerWithGemmaStyleTemplate() {
+    chat_template_ =
+        "{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}"
+        "{{ raise_exception('Conversation roles must be user or assistant') }}{% endif %}"
+        "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+        "{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+  }
+};
+
+TEST_F(ServerWithGemmaStyleTemplate, ChatRendersTheModelsOwnTemplate) {
+  const GenerationRequest r = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": " the "}, {"role": "assistant", "content": "a"},
+                       {"role": "user", "content": "in"}]})");
+  const auto ids = lio::server::prompt_token_ids(r, tok());
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(tok().decode(ids[0], /*render_special=*/true),
+            "<start_of_turn>user\nthe<end_of_turn>\n<start_of_turn>model\na<end_of_turn>\n"
+            "<start_of_turn>user\nin<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST_F(ServerWithGemmaStyleTemplate, TheTemplatesOwnErrorIs400) {
+  const GenerationRequest r = parse_chat_request(
+      R"({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})");
+  const ApiError e = error_of([&] { lio::server::prompt_token_ids(r, tok()); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(std::string(e.what()).find("Conversation roles must be user or assistant"), std::string::npos)
+      << e.what();
+}
+
+class ServerWithBrokenTemplate : public ServerWithTinyModel {
+ protected:
+  ServerWithBrokenTemplate() { chat_template_ = "{% for m in messages %}{{ m['content'] }}"; }
+};
+
+TEST_F(ServerWithBrokenTemplate, ATemplateThatDoesNotParseIs400) {
+  const GenerationRequest r =
+      parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  const ApiError e = error_of([&] { lio::server::prompt_token_ids(r, tok()); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(std::string(e.what()).find("chat template"), std::string::npos) << e.what();
+  // The completions endpoint does not use the template: the model still serves raw prompts.
+  const GenerationRequest plain = parse_completion_request(R"({"prompt": "the"})");
+  EXPECT_FALSE(lio::server::prompt_token_ids(plain, tok()).front().empty());
 }
 
 TEST_F(ServerWithTinyModel, EmptyTextPromptIs400) {
