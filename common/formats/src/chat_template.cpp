@@ -22,6 +22,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -39,7 +40,7 @@ constexpr size_t kRenderStackBytes = size_t{512} << 20;  // reserved, touched on
 template <class F>
 void run_on_large_stack(size_t stack_bytes, F&& fn) {
   struct Job {
-    F* fn;
+    std::remove_reference_t<F>* fn;
     std::exception_ptr error;
   } job{&fn, nullptr};
   pthread_attr_t attr;
