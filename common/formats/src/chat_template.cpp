@@ -28,7 +28,7 @@
 
 #include "lio/error.h"
 #include "lio/tokenizer.h"
-#include "minja/minja.hpp"
+#include <minja/minja.hpp>  // third_party: a system include
 
 namespace lio {
 namespace {
