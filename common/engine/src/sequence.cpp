@@ -20,6 +20,10 @@ void SamplingParams::validate() const {
   if (max_tokens < 1) throw InvalidArgument("--max-tokens must be >= 1, got " + std::to_string(max_tokens));
   if (n < 1 || n > 1024) throw InvalidArgument("n (samples per prompt) must be in [1, 1024], got " + std::to_string(n));
   sampler.validate();
+  if (grammar && ignore_eos) {
+    throw InvalidArgument("ignore_eos cannot be combined with a response_format or grammar: a completed grammar "
+                          "allows only a stop token");
+  }
 }
 
 size_t find_stop(std::string_view text, std::span<const std::string> stops, size_t* holdback) {
@@ -51,6 +55,7 @@ Sequence::Sequence(int64_t id, std::vector<int32_t> prompt, const SamplingParams
       detok_(tokenizer),
       tokenizer_(&tokenizer) {
   if (token_ids_.empty()) throw InvalidArgument("the prompt is empty (0 tokens)");
+  if (params_.grammar) grammar_ = std::make_unique<GrammarMatcher>(params_.grammar);
   request_id = id;
 }
 
@@ -75,6 +80,10 @@ std::string Sequence::append_token(int32_t token, int64_t context_length) {
   if (!first_token_time) first_token_time = now;
   last_token_time = now;
   token_times.push_back(now);
+  if (grammar_ && !grammar_->accept_token(token)) {
+    throw InternalError("sequence " + std::to_string(id_) + ": token " + std::to_string(token) +
+                        " was sampled where its grammar does not allow it");
+  }
   if (!params_.ignore_eos && tokenizer_->is_eog(token)) return finish(FinishReason::Stop);
   token_ids_.push_back(token);
   pending_ += detok_.push(token);
@@ -97,7 +106,10 @@ void Sequence::truncate(int64_t n) {
     throw InvalidArgument("truncate: " + std::to_string(n) + " tokens would cut into the prompt of " +
                           std::to_string(n_prompt_));
   }
-  if (n < n_tokens()) token_ids_.resize(static_cast<size_t>(n));
+  if (n < n_tokens()) {
+    if (grammar_) grammar_->rollback(n_tokens() - n);
+    token_ids_.resize(static_cast<size_t>(n));
+  }
   num_computed_tokens = std::min(num_computed_tokens, n);
 }
 

@@ -72,7 +72,9 @@ void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<
     seq->spec_token_ids.clear();
     seq->spec_tree_parents.clear();
     if (seq->status != SequenceStatus::Running || seq->n_tokens() - seq->num_computed_tokens != 1) continue;
-    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0) continue;
+    // No drafts for a structured output yet: its drafts would have to be checked against the
+    // grammar, and each verified row masked by the matcher advanced through the drafts before it.
+    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0 || seq->grammar()) continue;
     const int64_t k = std::min({k_max, seq->params().max_tokens - seq->n_generated() - 1,
                                 context_length - seq->n_tokens()});
     if (k < 1) continue;

@@ -197,7 +197,9 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
     for (int64_t i = 0; i < n_out; ++i) {
       const SamplerConfig& sc = rows[static_cast<size_t>(i)].sampler->config();
       // The device path knows the repetition penalty only, and returns no logits row.
-      if (sc.temperature != 0.0f || sc.presence_penalty != 0.0f || sc.frequency_penalty != 0.0f || sc.logprobs >= 0)
+      // Nor a structured output's token mask (lio/grammar.h): those rows sample on the host.
+      if (sc.temperature != 0.0f || sc.presence_penalty != 0.0f || sc.frequency_penalty != 0.0f || sc.logprobs >= 0 ||
+          rows[static_cast<size_t>(i)].sampler->has_token_mask())
         continue;
       // Checked on the host before anything runs: an id outside the vocabulary would index
       // past the logits on the device.

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -158,6 +159,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
                         std::span<const int32_t> output) {
   if (logits.empty()) throw InvalidArgument("sampler: empty logits row (vocab size 0)");
   if (config_.logprobs >= 0) raw_.assign(logits.begin(), logits.end());
+  apply_token_mask(logits);  // structured outputs: what the grammar cannot continue with
   // (1) penalties, in place; then the row is checked. Checking after the penalties also
   // catches a finite logit they overflowed (|l| near FLT_MAX), which would otherwise give
   // exp(inf - inf) = NaN below; NaN and +-inf pass through them as they are. The CUDA greedy
@@ -220,6 +222,7 @@ void Sampler::probabilities(std::span<float> logits, std::span<const int32_t> hi
     throw InvalidArgument("sampler: probabilities row holds " + std::to_string(probs.size()) + " floats, vocab is " +
                           std::to_string(logits.size()));
   }
+  apply_token_mask(logits);
   apply_repeat_penalty(logits, history, config_.repeat_last_n, config_.repeat_penalty);
   apply_presence_frequency(logits, output, config_.presence_penalty, config_.frequency_penalty);
   check_logits(logits);
@@ -236,6 +239,28 @@ void Sampler::probabilities(std::span<float> logits, std::span<const int32_t> hi
 }
 
 double Sampler::uniform() { return uniform_01(rng_); }
+
+std::span<uint32_t> Sampler::token_mask(int64_t vocab_size) {
+  if (vocab_size < 1) throw InvalidArgument("sampler: token mask over " + std::to_string(vocab_size) + " tokens");
+  mask_.assign(static_cast<size_t>((vocab_size + 31) / 32), 0u);
+  return mask_;
+}
+
+void Sampler::apply_token_mask(std::span<float> logits) const {
+  if (mask_.empty()) return;
+  if (mask_.size() != (logits.size() + 31) / 32) {
+    throw InvalidArgument("sampler: the token mask covers " + std::to_string(mask_.size()) + " words, the row " +
+                          std::to_string(logits.size()) + " tokens");
+  }
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w < mask_.size(); ++w) {
+    const uint32_t word = mask_[w];
+    if (word == 0xffffffffu) continue;
+    const size_t end = std::min(logits.size(), (w + 1) * 32);
+    for (size_t t = w * 32; t < end; ++t)
+      if (((word >> (t % 32)) & 1u) == 0) logits[t] = kMasked;
+  }
+}
 
 double Sampler::filter(std::span<const float> logits) {
   // Candidates: every token with a finite logit; -inf ones have probability 0.

@@ -74,6 +74,10 @@ struct EngineStats {
   /// Rounds whose draft at depth i + 1 was accepted (vLLM's num_accepted_tokens_per_pos;
   /// SpecDecodeStats::accepted_per_position): the acceptance of Medusa head i, of draft i.
   std::vector<int64_t> spec_accepted_per_position;
+  /// Structured outputs (lio/grammar.h): token masks computed (one per constrained sequence
+  /// per step) and the wall time they took, seconds (the engine thread, before the pass).
+  int64_t n_grammar_masks = 0;
+  double grammar_mask_seconds = 0;
 };
 
 /// One request the engine holds, as EngineSnapshot lists it.
@@ -170,6 +174,9 @@ class Engine : private EngineStepPhases {
   void draft(SchedulerOutput& sched) override;
   void copy_blocks(const SchedulerOutput& sched) override;
   std::vector<SpecVerifyResult> run(const StepBatch& step) override;
+  /// Structured outputs: each constrained sampling sequence's token mask for this step, into
+  /// its sampler (Sampler::token_mask).
+  void fill_token_masks(const StepBatch& step);
   void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
                    std::vector<RequestOutput>& out) override;
   void record_schedule(const SchedulerOutput& sched) override;

@@ -7,12 +7,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "lio/detokenizer.h"
+#include "lio/grammar.h"
 #include "lio/sampler.h"
 #include "lio/tokenizer.h"
 
@@ -37,8 +39,13 @@ struct SamplingParams {
   /// its blocks are shared by the n sequences (BlockManager::fork); sample i draws with seed
   /// sampler.seed + i.
   int64_t n = 1;
+  /// Structured outputs (lio/grammar.h): the output must follow this compiled JSON schema or
+  /// grammar (GrammarCompiler::compile); each sample runs its own GrammarMatcher over it, and
+  /// the engine masks its logits every step. Null: unconstrained.
+  std::shared_ptr<const CompiledGrammar> grammar;
 
-  /// Throws InvalidArgument for max_tokens < 1, n < 1 or bad sampler settings.
+  /// Throws InvalidArgument for max_tokens < 1, n < 1, bad sampler settings, or a grammar with
+  /// ignore_eos (a completed grammar allows only a stop token).
   void validate() const;
 };
 
@@ -112,16 +119,22 @@ class Sequence {
   const SamplingParams& params() const { return params_; }
   /// The sequence's own seeded sampler.
   Sampler& sampler() { return sampler_; }
+  /// Structured outputs: where the output stands in params().grammar, advanced by
+  /// append_token; null when unconstrained.
+  GrammarMatcher* grammar() { return grammar_.get(); }
 
   /// Appends a sampled token: updates the text (stop strings held back until they can no
   /// longer match), checks EOS / stop strings / max_tokens / `context_length`, and returns the
   /// text that became final (UTF-8 complete, stop string excluded). Sets finish_reason when the
-  /// sequence is done; an EOS token is not appended to the output.
+  /// sequence is done; an EOS token is not appended to the output. With a grammar the token
+  /// also advances grammar(); throws InternalError if the grammar does not allow it (the mask
+  /// should have made that impossible).
   std::string append_token(int32_t token, int64_t context_length);
   /// Ends the sequence now with `reason`; returns text still held back (flushed).
   std::string finish(FinishReason reason);
   /// Drops tokens past the first `n` (speculative rollback, chapter 06): token_ids and
-  /// num_computed_tokens shrink to at most n. Throws InvalidArgument if n < n_prompt_tokens.
+  /// num_computed_tokens shrink to at most n, and grammar() rolls back as many tokens. Throws
+  /// InvalidArgument if n < n_prompt_tokens.
   void truncate(int64_t n);
 
   /// Generated ids (EOS excluded).
@@ -144,6 +157,7 @@ class Sequence {
   int64_t n_prompt_;
   SamplingParams params_;
   Sampler sampler_;
+  std::unique_ptr<GrammarMatcher> grammar_;  ///< see grammar()
   StreamingDetokenizer detok_;
   const Tokenizer* tokenizer_;
   std::string pending_;  ///< decoded, not yet emitted (may hold a stop-string prefix)

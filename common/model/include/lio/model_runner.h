@@ -153,7 +153,7 @@ class ModelRunner {
 
   /// Runs `batch` and samples one token per logits row: out[i] =
   /// rows[i].sampler->sample(logits row i, rows[i].history, rows[i].output) — always that
-  /// answer. Greedy rows without presence / frequency penalties or logprobs run the
+  /// answer. Greedy rows without presence / frequency penalties, logprobs or a token mask run the
   /// repetition penalty + argmax on the device when the backend can (a GPU copies back 12 bytes per
   /// row instead of vocab_size floats); a row the sampler would reject is then copied back and
   /// handed to it, so the error is the CPU path's. Throws InvalidArgument if rows.size() !=

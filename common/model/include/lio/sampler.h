@@ -86,6 +86,17 @@ class Sampler {
   double uniform();
   /// The validated settings.
   const SamplerConfig& config() const { return config_; }
+
+  /// Structured outputs (lio/grammar.h): the mask the next sample() / probabilities() calls
+  /// obey, to be filled by the caller: bitmask_words(vocab_size) = ceil(vocab_size / 32) words,
+  /// bit t % 32 of word t / 32 set when token t is allowed. Every other token's logit becomes
+  /// -inf before the penalties; logprobs stay those of the unmasked row (vLLM's default). The
+  /// mask stays in force until clear_token_mask(). Returns the words (zeroed).
+  std::span<uint32_t> token_mask(int64_t vocab_size);
+  /// Lifts the mask: every token may be drawn again.
+  void clear_token_mask() { mask_.clear(); }
+  /// True while a mask is in force (the GPU's greedy path, which knows no mask, skips the row).
+  bool has_token_mask() const { return !mask_.empty(); }
   /// What the last sample() call recorded when config().logprobs >= 0 (empty `top` and token 0
   /// before the first call or when off).
   const SampleLogprobs& last_logprobs() const { return last_logprobs_; }
@@ -102,6 +113,10 @@ class Sampler {
   std::vector<float> probs_;         ///< scratch: (vocab) exp((l - l_max) / T), by token id
   std::vector<float> raw_;           ///< scratch: (vocab) the row before penalties (logprobs on)
   SampleLogprobs last_logprobs_;     ///< see last_logprobs()
+  std::vector<uint32_t> mask_;       ///< see token_mask(); empty = no mask
+  /// Sets the logits of tokens mask_ does not allow to -inf. Throws InvalidArgument if mask_
+  /// covers another vocabulary size.
+  void apply_token_mask(std::span<float> logits) const;
 };
 
 /// Index of the largest value (first one on ties; NaN is never chosen over a number).
