@@ -142,6 +142,7 @@ GenerationRequest parse_completion_request(std::string_view body, const RequestL
   if (const json* v = optional_field(j, "suffix")) {
     if (!string_field(*v, "suffix").empty()) bad_field("suffix", "'suffix' is not supported");
   }
+  parse_structured_output(j, r);
   return r;
 }
 
@@ -170,16 +171,50 @@ GenerationRequest parse_chat_request(std::string_view body, const RequestLimits&
         bad_field(name, std::string("'") + name + "' (tool calling) is not supported");
     }
   }
+  parse_structured_output(j, r);
+  return r;
+}
+
+void parse_structured_output(const json& j, GenerationRequest& r) {
   if (const json* v = optional_field(j, "response_format")) {
     if (!v->is_object())
       bad_field("response_format",
                 std::string("'response_format' must be an object, got ") + json_type_name(*v));
     const json* type = optional_field(*v, "type");
-    if (!type || string_field(*type, "response_format.type") != "text") {
-      bad_field("response_format", "only 'response_format' {\"type\": \"text\"} is supported");
+    if (!type) bad_field("response_format.type", "'response_format' needs a 'type'");
+    const std::string t = string_field(*type, "response_format.type");
+    if (t == "json_object") {
+      r.grammar = {GrammarSpec::Kind::JsonObject, ""};
+    } else if (t == "json_schema") {
+      const json* js = optional_field(*v, "json_schema");
+      if (!js || !js->is_object()) {
+        bad_field("response_format.json_schema",
+                  "'response_format' of type 'json_schema' needs a 'json_schema' object");
+      }
+      if (const json* name = optional_field(*js, "name")) string_field(*name, "response_format.json_schema.name");
+      if (const json* strict = optional_field(*js, "strict"))
+        boolean_field(*strict, "response_format.json_schema.strict");
+      const json* schema = optional_field(*js, "schema");
+      if (!schema || !(schema->is_object() || schema->is_boolean())) {
+        bad_field("response_format.json_schema.schema",
+                  "'response_format.json_schema.schema' must be a JSON schema (an object)");
+      }
+      r.grammar = {GrammarSpec::Kind::JsonSchema, schema->dump()};
+    } else if (t != "text") {
+      bad_field("response_format.type",
+                "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '" + t + "'");
     }
+    if (r.grammar.kind != GrammarSpec::Kind::None) r.grammar_field = "response_format";
   }
-  return r;
+  if (const json* v = optional_field(j, "grammar")) {
+    const std::string g = string_field(*v, "grammar");
+    if (g.empty()) bad_field("grammar", "'grammar' is empty");
+    if (r.grammar.kind != GrammarSpec::Kind::None) {
+      bad_field("grammar", "give either 'response_format' (json_object / json_schema) or 'grammar', not both");
+    }
+    r.grammar = {GrammarSpec::Kind::Ebnf, g};
+    r.grammar_field = "grammar";
+  }
 }
 
 std::vector<std::vector<int32_t>> prompt_token_ids(const GenerationRequest& request,

@@ -50,7 +50,22 @@ struct GenerationRequest {
   bool stream = false;                          ///< answer as server-sent events
   bool include_usage = false;  ///< stream_options.include_usage: a final usage chunk
   bool echo = false;           ///< completions: the prompt text precedes each choice's text
+  /// Structured outputs (lio/grammar.h): what `response_format` ({"type": "json_object"} or
+  /// {"type": "json_schema", "json_schema": {"schema": ...}}) or the extra field `grammar`
+  /// (an EBNF string, xgrammar's dialect of GBNF, as llama-server's `grammar` field) asked
+  /// for; kind None when neither. The server compiles it (GrammarCompiler) into params.grammar.
+  GrammarSpec grammar;
+  std::string grammar_field;  ///< "response_format" or "grammar": the field errors name
 };
+
+/// Reads `response_format` and `grammar` (both endpoints, as vLLM takes them) into
+/// request.grammar. response_format: an object whose type is "text" (no constraint),
+/// "json_object" or "json_schema" (then "json_schema" must be an object whose "schema" is an
+/// object or a boolean; "name" a string and "strict" a boolean when given). grammar: a
+/// non-empty string. Throws ApiError 400 naming the field for any other shape, or for both
+/// fields at once. Source: OpenAI API reference, Chat Completions, `response_format`
+/// (Structured Outputs); llama.cpp tools/server/README.md, `grammar`.
+void parse_structured_output(const nlohmann::json& body, GenerationRequest& request);
 
 // ---- Chapter 09, Task 3 (solutions/09_server/request_validation.cpp) --------------------------
 // Both parsers below call these two; each throws ApiError 400 whose `param` names the first

@@ -91,6 +91,7 @@ struct OpenAiServer::Impl {
         config(config),
         metrics(config.slo),
         loop(engine, metrics, config.max_queue),
+        grammars(tokenizer, model.vocab_size),
         rng(std::random_device{}()),
         created(static_cast<int64_t>(std::time(nullptr))) {}
 
@@ -103,6 +104,8 @@ struct OpenAiServer::Impl {
   int listen_fd = -1;  ///< the listening socket (a POSIX fd), once bound
 
   EngineLoop loop;
+  /// Structured outputs: response_format / grammar compiled against the vocabulary (cached).
+  GrammarCompiler grammars;
 
   // ---- graceful shutdown (OpenAiServer::shutdown) ----
   std::atomic<bool> draining{false};  ///< shutdown() began: no new request is taken
@@ -151,6 +154,17 @@ struct OpenAiServer::Impl {
                      where);
     }
     r.params.max_tokens = resolve_max_tokens(r, longest, max_model_len());
+    if (r.grammar.kind != GrammarSpec::Kind::None) {
+      if (r.params.ignore_eos) {
+        throw ApiError(400, "'ignore_eos' cannot be combined with '" + r.grammar_field +
+                                "': a completed grammar allows only a stop token", "ignore_eos");
+      }
+      try {
+        r.params.grammar = grammars.compile(r.grammar);
+      } catch (const InvalidArgument& e) {
+        throw ApiError(400, e.what(), r.grammar_field);
+      }
+    }
     if (!r.seed_given) {
       std::lock_guard lock(rng_mutex);
       r.params.sampler.seed = rng();

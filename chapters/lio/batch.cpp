@@ -40,7 +40,8 @@ CLI::App* add_batch_subcommand(CLI::App& parent, CommonOptions& o, BatchOptions&
                   "JSONL input, one request a line: {\"prompt\": ...} | {\"messages\": [...]} | "
                   "{\"prompt_token_ids\": [...]}, optionally with max_tokens, temperature, top_k, "
                   "top_p, min_p, repeat_penalty, seed, stop, ignore_eos, n (samples sharing the prompt's "
-                  "KV blocks)")
+                  "KV blocks), response_format (json_object, json_schema) or grammar (EBNF): "
+                  "structured outputs")
       ->required();
   app->add_option("--out", b.out_path, "Write the result lines here (default: stdout)");
   app->add_option("--summary", b.summary_path,
@@ -305,7 +306,7 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
     throw InvalidArgument("--prompts " + single_quoted(b.prompts_path) + " does not exist");
   std::ifstream in(b.prompts_path);
   if (!in) throw InvalidArgument("cannot read --prompts " + single_quoted(b.prompts_path));
-  const std::vector<BatchRequest> requests = parse_batch_requests(in, b.prompts_path, defaults);
+  std::vector<BatchRequest> requests = parse_batch_requests(in, b.prompts_path, defaults);
 
   // Both files are written atomically: the lines go to a temporary beside --out and the file
   // appears whole when the batch ends; a killed batch leaves no half file (stdout streams).
@@ -355,10 +356,27 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   std::map<int64_t, int64_t> index_of;  // engine request id -> input index
   std::vector<std::vector<int32_t>> prompts(requests.size());
   for (int64_t i = 0; i < n; ++i) prompts[i] = batch_prompt_ids(requests[i], *m.tokenizer);
+  // Structured outputs: each line's schema or grammar compiled once (a repeated one is cached);
+  // one that does not compile is that request's error, as an engine refusal is.
+  std::unique_ptr<lio::GrammarCompiler> grammars;
+  std::vector<std::string> grammar_errors(requests.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (requests[i].grammar.kind == lio::GrammarSpec::Kind::None) continue;
+    if (!grammars) grammars = std::make_unique<lio::GrammarCompiler>(*m.tokenizer, m.config.vocab_size);
+    try {
+      requests[i].params.grammar = grammars->compile(requests[i].grammar);
+    } catch (const InvalidArgument& e) {
+      grammar_errors[i] = "line " + std::to_string(requests[i].line) + ": " + e.what();
+    }
+  }
   const Clock::time_point t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
     results[i].n_prompt_tokens = static_cast<int64_t>(prompts[i].size());
     results[i].samples.resize(static_cast<size_t>(requests[i].params.n));
+    if (!grammar_errors[i].empty()) {
+      results[i].error = grammar_errors[i];
+      continue;
+    }
     try {
       index_of[engine.add_request(std::move(prompts[i]), requests[i].params)] = i;
     } catch (const InvalidArgument& e) {

@@ -23,6 +23,7 @@ const std::set<std::string> kSamplingFields = {"max_tokens", "temperature", "top
                                                "seed",       "stop",        "ignore_eos",
                                                "n"};
 const std::set<std::string> kPromptFields = {"prompt", "messages", "prompt_token_ids"};
+const std::set<std::string> kStructuredFields = {"response_format", "grammar"};
 
 /// "NAME:LINE: what".
 [[noreturn]] void line_error(const std::string& name, int64_t line, const std::string& what) {
@@ -159,6 +160,38 @@ std::vector<int32_t> token_ids_field(const json& v, const std::string& name, int
   return ids;
 }
 
+/// "response_format" (OpenAI's shapes: type text, json_object, or json_schema with a
+/// json_schema.schema object) or "grammar" (a non-empty EBNF string); not both.
+GrammarSpec structured_output_field(const json& j, const std::string& name, int64_t line) {
+  GrammarSpec g;
+  if (j.contains("response_format")) {
+    const json& v = j["response_format"];
+    const json* type = v.is_object() && v.contains("type") ? &v["type"] : nullptr;
+    if (!type || !type->is_string())
+      line_error(name, line, "\"response_format\" must be an object with a string \"type\", got " + short_dump(v));
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      g = {GrammarSpec::Kind::JsonObject, ""};
+    } else if (t == "json_schema") {
+      const json* schema = v.contains("json_schema") && v["json_schema"].is_object() && v["json_schema"].contains("schema")
+                               ? &v["json_schema"]["schema"]
+                               : nullptr;
+      if (!schema || !(schema->is_object() || schema->is_boolean()))
+        line_error(name, line, "\"response_format\" of type json_schema needs \"json_schema\": {\"schema\": {...}}");
+      g = {GrammarSpec::Kind::JsonSchema, schema->dump()};
+    } else if (t != "text") {
+      line_error(name, line, "\"response_format.type\" must be text, json_object or json_schema, got " + short_dump(*type));
+    }
+  }
+  if (j.contains("grammar")) {
+    if (g.kind != GrammarSpec::Kind::None) line_error(name, line, "give \"response_format\" or \"grammar\", not both");
+    const std::string text = string_field(j["grammar"], "grammar", name, line);
+    if (text.empty()) line_error(name, line, "\"grammar\" is empty");
+    g = {GrammarSpec::Kind::Ebnf, text};
+  }
+  return g;
+}
+
 /// One non-blank line -> a request.
 BatchRequest parse_line(const std::string& text, const std::string& name, int64_t line,
                         const SamplingParams& defaults) {
@@ -185,12 +218,12 @@ BatchRequest parse_line(const std::string& text, const std::string& name, int64_
   for (const auto& [key, v] : j.items()) {
     if (kPromptFields.count(key)) {
       ++n_prompt_forms;
-    } else if (!kSamplingFields.count(key)) {
+    } else if (!kSamplingFields.count(key) && !kStructuredFields.count(key)) {
       line_error(name, line,
                  "unknown field \"" + key +
                      "\" (expected one of prompt, messages, prompt_token_ids, and optionally "
                      "max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, "
-                     "stop, ignore_eos, n)");
+                     "stop, ignore_eos, n, response_format, grammar)");
     }
   }
   if (n_prompt_forms != 1)
@@ -203,6 +236,9 @@ BatchRequest parse_line(const std::string& text, const std::string& name, int64_
     r.token_ids = token_ids_field(j["prompt_token_ids"], name, line);
   for (const auto& [key, v] : j.items())
     if (kSamplingFields.count(key)) apply_sampling_field(key, v, r.params, name, line);
+  r.grammar = structured_output_field(j, name, line);
+  if (r.grammar.kind != GrammarSpec::Kind::None && r.params.ignore_eos)
+    line_error(name, line, "\"ignore_eos\" cannot be combined with \"response_format\" or \"grammar\"");
   try {
     r.params.validate();
   } catch (const InvalidArgument& e) {

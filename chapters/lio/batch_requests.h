@@ -27,6 +27,10 @@ struct BatchRequest {
   std::optional<std::vector<ChatMessage>> messages;  ///< "messages"
   std::optional<std::vector<int32_t>> token_ids;     ///< "prompt_token_ids"
   SamplingParams params;                             ///< defaults with the line's overrides
+  /// Structured outputs: the line's "response_format" ({"type": "json_object"} or
+  /// {"type": "json_schema", "json_schema": {"schema": ...}}, OpenAI's shapes) or "grammar"
+  /// (EBNF); kind None when neither. lio batch compiles it into params.grammar.
+  GrammarSpec grammar;
 };
 
 /// Parses JSONL requests from `in`; `name` is the file name used in error messages.
@@ -35,7 +39,8 @@ struct BatchRequest {
 /// as vLLM's unseeded requests do — and a rerun gives the same outputs.
 /// Throws InvalidArgument "NAME:LINE: what is wrong" for a line that is not JSON, not an object,
 /// has none or several of prompt / messages / prompt_token_ids, a field of the wrong type or
-/// range, an unknown field, or sampling values SamplingParams::validate rejects; and
+/// range, an unknown field, a malformed response_format or grammar (or both), or sampling
+/// values SamplingParams::validate rejects; and
 /// "NAME: no requests" when no non-blank line is left.
 std::vector<BatchRequest> parse_batch_requests(std::istream& in, const std::string& name,
                                                const SamplingParams& defaults);

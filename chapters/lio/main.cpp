@@ -240,7 +240,42 @@ int cmd_chat_template(const std::string& model, const std::string& template_path
 /// the timed run finds the kernels loaded, the allocations made and the caches warm, as
 /// llama-bench's warm-up run does; each generate() builds its own Engine and runs no prefix cache,
 /// so nothing of the warm-up's prompt can serve the timed one (--json reports prefix_cache_hits).
-int cmd_generate(const lio::CommonOptions& o, bool ignore_eos, int64_t warmup_runs) {
+/// `lio generate`'s structured-output flags (lio/grammar.h): at most one of them.
+struct StructuredOutputFlags {
+  std::string json_schema_file;  ///< --json-schema FILE: a JSON schema
+  bool json_object = false;      ///< --json-object: any JSON object
+  std::string grammar_file;      ///< --grammar FILE: an EBNF grammar (xgrammar's GBNF dialect)
+};
+
+void add_structured_output_flags(CLI::App& app, StructuredOutputFlags& f) {
+  auto* schema = app.add_option("--json-schema", f.json_schema_file,
+                                "Constrain the output to this JSON schema (a file; OpenAI's response_format json_schema)");
+  auto* object = app.add_flag("--json-object", f.json_object,
+                              "Constrain the output to a JSON object (OpenAI's response_format json_object)");
+  auto* grammar = app.add_option("--grammar", f.grammar_file,
+                                 "Constrain the output to this EBNF grammar (a file; root rule 'root', GBNF-like)");
+  schema->excludes(object)->excludes(grammar);
+  object->excludes(grammar);
+}
+
+/// The GrammarSpec the flags ask for (kind None when none). Throws InvalidArgument when a
+/// file cannot be read.
+lio::GrammarSpec structured_output_spec(const StructuredOutputFlags& f) {
+  const auto read = [](const std::string& path, const char* flag) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw lio::InvalidArgument(std::string(flag) + ": cannot open " + path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  if (!f.json_schema_file.empty()) return {lio::GrammarSpec::Kind::JsonSchema, read(f.json_schema_file, "--json-schema")};
+  if (!f.grammar_file.empty()) return {lio::GrammarSpec::Kind::Ebnf, read(f.grammar_file, "--grammar")};
+  if (f.json_object) return {lio::GrammarSpec::Kind::JsonObject, ""};
+  return {};
+}
+
+int cmd_generate(const lio::CommonOptions& o, bool ignore_eos, int64_t warmup_runs,
+                 const StructuredOutputFlags& structured) {
   if (warmup_runs < 0) throw lio::InvalidArgument("--warmup must be >= 0, got " + std::to_string(warmup_runs));
   lio::apply_threads(o.threads);
   lio::parse_spec_method(o.spec_method);  // a bad flag fails before the model loads
@@ -258,6 +293,9 @@ int cmd_generate(const lio::CommonOptions& o, bool ignore_eos, int64_t warmup_ru
   g.draft = draft.runner.get();
   g.ignore_eos = ignore_eos;
   g.enforce_eager = o.enforce_eager;
+  if (const lio::GrammarSpec spec_g = structured_output_spec(structured); spec_g.kind != lio::GrammarSpec::Kind::None) {
+    g.grammar = lio::GrammarCompiler(*m.tokenizer, m.config.vocab_size).compile(spec_g);
+  }
   std::vector<double> warmup_ms;
   if (warmup_runs > 0) {
     const std::vector<int32_t> warmup = lio::warmup_prompt(prompt, m.config.vocab_size);
@@ -489,6 +527,8 @@ int main(int argc, char** argv) {
   lio::add_speculative_flags(*gen, gen_o);
   bool gen_ignore_eos = false;
   gen->add_flag("--ignore-eos", gen_ignore_eos, "Keep generating past EOS (fixed lengths for benchmarks)");
+  StructuredOutputFlags gen_structured;
+  add_structured_output_flags(*gen, gen_structured);
   int64_t gen_warmup = 0;
   gen->add_option("--warmup", gen_warmup,
                   "Untimed runs before the timed one, with the same flags on another prompt of the same length "
@@ -564,7 +604,7 @@ int main(int argc, char** argv) {
     if (tokenize->parsed()) return cmd_tokenize(tok_o, no_special);
     if (chat_tmpl->parsed())
       return cmd_chat_template(ct_model, ct_template, ct_messages, !ct_no_generation_prompt, ct_bos, ct_eos, ct_json);
-    if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos, gen_warmup);
+    if (gen->parsed()) return cmd_generate(gen_o, gen_ignore_eos, gen_warmup, gen_structured);
     if (logits->parsed()) return cmd_logits(log_o, ids_text, out_path);
     if (batch->parsed()) return lio::run_batch(batch_o, batch_b);
     if (spec_data->parsed()) return lio::run_spec_data(spec_o, spec_s);

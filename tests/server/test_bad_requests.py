@@ -56,6 +56,9 @@ def cases(key):
     deep = "[" * 100000 + "]" * 100000
     overlong = FILLER * 700  # ~9800 tokens: past the 8192-token context
     long_fits = FILLER * 550  # ~7700 tokens: fits, but not with 1000 more
+    deep_schema = {"type": "string"}
+    for _ in range(40):  # past the 32 levels LIO compiles
+        deep_schema = {"type": "array", "items": deep_schema}
     auth_bad = {"Authorization": "Bearer sk-wrong"}
     return [
         # -- not JSON, or not a JSON object
@@ -134,6 +137,21 @@ def cases(key):
         Case("bad content part type", chat(messages=[{"role": "user", "content": [{"type": "image_url",
                                                                                     "image_url": {"url": "x"}}]}]),
              CHAT, param="messages*"),
+        # -- structured outputs: schemas and grammars that do not compile
+        Case("json_schema of an unknown type", chat(response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "no-such-type"}}}), CHAT, param="response_format"),
+        Case("json_schema too deep", chat(response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": deep_schema}}), CHAT, param="response_format"),
+        Case("json_schema too large", chat(response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "object", "description": "x" * 70000}}}), CHAT,
+             param="response_format"),
+        Case("grammar that does not parse", comp(grammar="root ::= ("), param="grammar"),
+        Case("grammar without root", comp(grammar='start ::= "a"'), param="grammar"),
+        Case("grammar with ignore_eos", comp(grammar='root ::= "a"', ignore_eos=True), param="ignore_eos"),
+        Case("json_object with ignore_eos", chat(response_format={"type": "json_object"}, ignore_eos=True),
+             CHAT, param="ignore_eos"),
+        Case("response_format of type xml", chat(response_format={"type": "xml"}), CHAT,
+             param="response_format.type"),
         # -- the model and the context
         Case("unknown model", comp(model="gpt-17"), status=404, param=(None, "model")),
         Case("unknown model chat", chat(model="gpt-17"), CHAT, status=404, param=(None, "model")),

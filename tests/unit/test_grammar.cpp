@@ -138,6 +138,11 @@ TEST_F(GrammarTest, BadSpecsAreInvalidArgumentNamingTheProblem) {
   EXPECT_NE(message(Kind::Ebnf, "root ::= (").find("grammar"), std::string::npos);
   EXPECT_NE(message(Kind::Ebnf, "start ::= \"a\"").find("grammar"), std::string::npos);  // no root rule
   EXPECT_NE(message(Kind::Regex, "(unclosed").find("regex"), std::string::npos);
+  const std::string deep_ebnf = "root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')');
+  EXPECT_NE(message(Kind::Ebnf, deep_ebnf).find("nest"), std::string::npos);
+  EXPECT_NE(message(Kind::Regex, std::string(100, '(') + "a" + std::string(100, ')')).find("nest"), std::string::npos);
+  // Brackets inside quotes and classes do not count.
+  EXPECT_EQ(message(Kind::Ebnf, "root ::= \"" + std::string(100, '(') + "\""), "(compiled)");
   EXPECT_EQ(message(Kind::JsonObject, ""), "(compiled)");
   EXPECT_EQ(message(Kind::Regex, "[0-9]{3}"), "(compiled)");
 }

@@ -219,8 +219,27 @@ TEST(ServerProtocol, EveryMalformedRequestIs400NamingTheField) {
       {Endpoint::ChatCompletions, "{" + msg + R"(, "max_completion_tokens": 0})",
        "max_completion_tokens"},
       {Endpoint::ChatCompletions, "{" + msg + R"(, "tools": [{"type": "function"}]})", "tools"},
-      {Endpoint::ChatCompletions, "{" + msg + R"(, "response_format": {"type": "json_object"}})",
-       "response_format"},
+      {Endpoint::ChatCompletions, "{" + msg + R"(, "response_format": "json"})", "response_format"},
+      {Endpoint::ChatCompletions, "{" + msg + R"(, "response_format": {}})", "response_format.type"},
+      {Endpoint::ChatCompletions, "{" + msg + R"(, "response_format": {"type": "xml"}})",
+       "response_format.type"},
+      {Endpoint::ChatCompletions, "{" + msg + R"(, "response_format": {"type": "json_schema"}})",
+       "response_format.json_schema"},
+      {Endpoint::ChatCompletions,
+       "{" + msg + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
+       "response_format.json_schema.schema"},
+      {Endpoint::ChatCompletions,
+       "{" + msg + R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}})",
+       "response_format.json_schema.schema"},
+      {Endpoint::ChatCompletions,
+       "{" + msg +
+           R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": 1}}})",
+       "response_format.json_schema.strict"},
+      {Endpoint::ChatCompletions, "{" + msg + R"(, "grammar": ""})", "grammar"},
+      {Endpoint::ChatCompletions, "{" + msg + R"(, "grammar": 5})", "grammar"},
+      {Endpoint::Completions,
+       R"({"prompt": "x", "response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""})",
+       "grammar"},
       {Endpoint::ChatCompletions, "{" + msg + R"(, "temperature": 1e400})",
        ""},  // overflows: a JSON error
   };
@@ -238,6 +257,26 @@ TEST(ServerProtocol, EveryMalformedRequestIs400NamingTheField) {
     EXPECT_EQ(e.type, "invalid_request_error");
     EXPECT_FALSE(std::string(e.what()).empty());
   }
+}
+
+TEST(ServerProtocol, StructuredOutputFieldsBecomeAGrammarSpec) {
+  const std::string msg = R"("messages": [{"role": "user", "content": "Hi"}])";
+  const GenerationRequest none = parse_chat_request("{" + msg + R"(, "response_format": {"type": "text"}})");
+  EXPECT_EQ(none.grammar.kind, lio::GrammarSpec::Kind::None);
+  const GenerationRequest obj = parse_chat_request("{" + msg + R"(, "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(obj.grammar.kind, lio::GrammarSpec::Kind::JsonObject);
+  EXPECT_EQ(obj.grammar_field, "response_format");
+  const GenerationRequest schema = parse_chat_request(
+      "{" + msg +
+      R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": true,
+          "schema": {"type": "object", "properties": {"x": {"type": "integer"}}}}}})");
+  EXPECT_EQ(schema.grammar.kind, lio::GrammarSpec::Kind::JsonSchema);
+  EXPECT_EQ(nlohmann::json::parse(schema.grammar.source),
+            nlohmann::json::parse(R"({"type": "object", "properties": {"x": {"type": "integer"}}})"));
+  const GenerationRequest ebnf = parse_completion_request(R"({"prompt": "x", "grammar": "root ::= \"a\""})");
+  EXPECT_EQ(ebnf.grammar.kind, lio::GrammarSpec::Kind::Ebnf);
+  EXPECT_EQ(ebnf.grammar.source, "root ::= \"a\"");
+  EXPECT_EQ(ebnf.grammar_field, "grammar");
 }
 
 TEST(ServerProtocol, ErrorBodyHasOpenAIShape) {

@@ -238,6 +238,10 @@ nlohmann::ordered_json generate_result_json(const GenerateResult& r) {
                                 {"kv_bytes", r.kv_bytes},
                                 {"kv_tokens", r.kv_tokens},
                                 {"kv_bytes_allocated", r.kv_bytes_allocated}};
+  if (r.n_grammar_masks > 0) {
+    j["n_grammar_masks"] = r.n_grammar_masks;
+    j["grammar_mask_ms"] = r.grammar_mask_ms;
+  }
   if (r.spec_method != "none") {
     j["spec_method"] = r.spec_method;
     j.update(spec_decode_json(r.spec_num_drafts, r.spec_num_draft_tokens, r.spec_num_accepted_tokens));

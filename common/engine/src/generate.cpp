@@ -24,6 +24,7 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   params.stop = options.stop;
   params.ignore_eos = options.ignore_eos;
   params.sampler = options.sampler;
+  params.grammar = options.grammar;
   const auto t0 = std::chrono::steady_clock::now();
   engine.add_request(std::vector<int32_t>(prompt_ids.begin(), prompt_ids.end()), params);  // validates
 
@@ -49,6 +50,8 @@ GenerateResult generate(ModelRunner& runner, const Tokenizer& tokenizer, std::sp
   result.spec_num_rejections = last.n_spec_rejections;
   result.n_steps = engine.stats().n_steps;
   result.prefix_cache_hits = engine.snapshot().prefix_cache_hits;
+  result.n_grammar_masks = engine.stats().n_grammar_masks;
+  result.grammar_mask_ms = 1000.0 * engine.stats().grammar_mask_seconds;
   result.ttft_ms = last.ttft_ms;
   const int64_t n_gen = static_cast<int64_t>(result.token_ids.size());
   const double decode_ms = result.total_ms - result.ttft_ms;

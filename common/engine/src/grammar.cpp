@@ -10,6 +10,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,38 @@ int json_depth(const nlohmann::json& j) {
   return 0;
 }
 
+/// Throws InvalidArgument when the brackets of an EBNF grammar or a regex nest deeper than
+/// kMaxGrammarNesting (outside quoted strings and character classes, and not escaped): xgrammar's
+/// parsers recurse per level, and a request must not be able to overflow the stack.
+void check_grammar_nesting(std::string_view src, const std::string& what) {
+  int depth = 0;
+  char quote = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const char c = src[i];
+    if (c == '\\') {
+      ++i;  // an escaped character is never a bracket
+      continue;
+    }
+    if (quote) {
+      if (c == quote) quote = 0;
+    } else if (in_class) {
+      if (c == ']') in_class = false;
+    } else if (c == '[') {
+      in_class = true;
+    } else if ((c == '"' || c == '\'') && what == "grammar") {
+      quote = c;
+    } else if (c == '(' || c == '{') {
+      if (++depth > kMaxGrammarNesting) {
+        throw InvalidArgument(what + ": brackets nest more than " + std::to_string(kMaxGrammarNesting) +
+                              " deep, more than LIO compiles");
+      }
+    } else if (c == ')' || c == '}') {
+      depth = depth > 0 ? depth - 1 : 0;
+    }
+  }
+}
+
 /// A 1-D int32 DLTensor over `mask` (xgrammar's bitmask layout).
 DLTensor bitmask_tensor(std::span<uint32_t> mask, int64_t& shape) {
   shape = static_cast<int64_t>(mask.size());
@@ -115,13 +148,18 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
                             std::to_string(kMaxSchemaDepth) + " LIO compiles");
     }
   }
+  if (spec.kind == GrammarSpec::Kind::Ebnf || spec.kind == GrammarSpec::Kind::Regex) check_grammar_nesting(spec.source, what);
   std::lock_guard lock(mutex_);
   try {
     std::optional<xgrammar::CompiledGrammar> g;
     switch (spec.kind) {
-      case GrammarSpec::Kind::JsonObject: g = impl_->compiler.CompileBuiltinJSONGrammar(); break;
-      // any_whitespace = false: the compact JSON a model writes fastest (no runs of spaces the
-      // grammar would otherwise allow between tokens), as vLLM's xgrammar backend defaults to.
+      // any_whitespace = false: compact JSON (one space after ':' and ','), so a small model
+      // cannot wander into runs of whitespace the grammar would otherwise allow between tokens.
+      // json_object is OpenAI's "any JSON object": the schema {"type": "object"} (xgrammar's
+      // builtin JSON grammar would also take an array).
+      case GrammarSpec::Kind::JsonObject:
+        g = impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false);
+        break;
       case GrammarSpec::Kind::JsonSchema:
         g = impl_->compiler.CompileJSONSchema(spec.source, /*any_whitespace=*/false);
         break;

@@ -33,6 +33,9 @@ struct GenerateOptions {
   SpeculativeConfig speculative;  ///< chapter 06: who drafts (method None: plain decoding)
   ModelRunner* draft = nullptr;   ///< the draft model's runner for SpecMethod::Draft (not owned)
   bool enforce_eager = true;      ///< no CUDA graphs (EngineConfig::enforce_eager, and its default)
+  /// Structured outputs: the compiled JSON schema or grammar the output must follow
+  /// (SamplingParams::grammar; lio/grammar.h); null = unconstrained.
+  std::shared_ptr<const CompiledGrammar> grammar;
 };
 
 /// Output text, token ids and timings of one generate() call.
@@ -57,6 +60,9 @@ struct GenerateResult {
   /// Prompt tokens found in the engine's prefix cache: 0, since generate() runs its one-request
   /// Engine without one (reported so a warm-up can show it left the timed prompt cold).
   int64_t prefix_cache_hits = 0;
+  /// Structured outputs: the token masks computed (one per step) and their wall time, ms.
+  int64_t n_grammar_masks = 0;
+  double grammar_mask_ms = 0;
 };
 
 /// Callback receiving each newly completed piece of text (UTF-8 complete).

@@ -38,6 +38,7 @@ const char* grammar_kind_name(GrammarSpec::Kind kind);
 /// what keeps one request from making the server compile for minutes or exhaust its memory.
 inline constexpr size_t kMaxGrammarSourceBytes = size_t{64} << 10;  ///< schema / EBNF / regex text
 inline constexpr int kMaxSchemaDepth = 32;  ///< nesting of JSON objects and arrays in a schema
+inline constexpr int kMaxGrammarNesting = 64;  ///< nesting of ( ) and { } in a grammar or regex
 
 /// A schema or grammar compiled against one vocabulary (xgrammar::CompiledGrammar). Immutable,
 /// shared by every sequence (and every sample of a request) that uses it.
@@ -59,8 +60,8 @@ class GrammarCompiler {
 
   /// Compiles `spec`. Throws InvalidArgument (naming what is wrong) for kind None, a source
   /// over kMaxGrammarSourceBytes, a schema that is not JSON, nests deeper than kMaxSchemaDepth
-  /// or that xgrammar cannot convert, a grammar or regex that does not parse, and a grammar
-  /// that allows no first token at all.
+  /// or that xgrammar cannot convert, a grammar or regex that nests deeper than
+  /// kMaxGrammarNesting or does not parse, and a grammar that allows no first token at all.
   std::shared_ptr<const CompiledGrammar> compile(const GrammarSpec& spec) const;
 
   /// The logits' width the masks cover.
