@@ -77,7 +77,7 @@ struct EngineStats {
   /// Structured outputs (lio/grammar.h): token masks computed (one per constrained sequence
   /// per step) and the wall time they took, seconds (the engine thread, before the pass).
   int64_t n_grammar_masks = 0;
-  double grammar_mask_seconds = 0;
+  double grammar_mask_seconds = 0;  ///< see n_grammar_masks
 };
 
 /// One request the engine holds, as EngineSnapshot lists it.

@@ -62,7 +62,7 @@ struct GenerateResult {
   int64_t prefix_cache_hits = 0;
   /// Structured outputs: the token masks computed (one per step) and their wall time, ms.
   int64_t n_grammar_masks = 0;
-  double grammar_mask_ms = 0;
+  double grammar_mask_ms = 0;  ///< see n_grammar_masks
 };
 
 /// Callback receiving each newly completed piece of text (UTF-8 complete).

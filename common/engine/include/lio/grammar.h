@@ -26,8 +26,15 @@ namespace lio {
 /// JsonSchema with `source` = S serialized; Ebnf is a grammar in xgrammar's EBNF (GBNF-like:
 /// `root ::= "yes" | "no"`), Regex a regular expression over the output text.
 struct GrammarSpec {
-  enum class Kind { None, JsonObject, JsonSchema, Ebnf, Regex };
-  Kind kind = Kind::None;
+  /// What `source` holds.
+  enum class Kind {
+    None,        ///< no constraint
+    JsonObject,  ///< any JSON object (source unused)
+    JsonSchema,  ///< a JSON schema
+    Ebnf,        ///< an EBNF grammar, root rule `root`
+    Regex,       ///< a regular expression
+  };
+  Kind kind = Kind::None;  ///< what the output must follow
   std::string source;  ///< the schema (JSON text), the EBNF or the regex; empty for JsonObject
 };
 
@@ -81,7 +88,9 @@ class GrammarMatcher {
   /// Starts at the grammar's beginning. Throws InvalidArgument if `grammar` is null.
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
   ~GrammarMatcher();
+  /// Moves the matcher's state; the moved-from matcher may only be destroyed or assigned to.
   GrammarMatcher(GrammarMatcher&&) noexcept;
+  /// See the move constructor.
   GrammarMatcher& operator=(GrammarMatcher&&) noexcept;
 
   /// Writes the tokens allowed next into `mask`: bitmask_words(vocab_size) words, bit t % 32
