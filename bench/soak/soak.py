@@ -9,7 +9,8 @@ the scheduler preempts. Each client thread picks, request after request:
 
     completion_stream  streaming /v1/completions: a shared prefix, greedy or sampled with a seed,
                        stop strings, logprobs, penalties, ignore_eos
-    chat_stream        streaming /v1/chat/completions under one long shared system prompt, n 1-2
+    chat_stream        streaming /v1/chat/completions under one long shared system prompt, n 1-2;
+                       a quarter of them constrained by a JSON schema (response_format)
     completion_n       non-streaming /v1/completions with n 2-3 and logprobs (parallel sampling)
     cancel             a stream dropped by the client after its first tokens (abort mid-stream)
     malformed          one of a dozen bad requests: must be a 4xx with an OpenAI error body
@@ -21,7 +22,8 @@ and the counters. Pass (each one printed, and the run exits 1 if any fails):
 
   - no 5xx, and every valid request complete: [DONE] last, a finish reason per choice, usage;
     with logprobs, as many tokens as usage.completion_tokens; with ignore_eos and no stop,
-    exactly max_tokens per choice (no token lost or duplicated)
+    exactly max_tokens per choice (no token lost or duplicated); with a JSON schema, a choice
+    that stopped on its own parses and follows it
   - every malformed request a 4xx
   - each pinned request's text equals its solo run (seeded greedy and seeded sampled)
   - /metrics: finished sequences (stop + length + abort) moved by exactly the sequences sent;
@@ -103,7 +105,25 @@ MALFORMED = [
     ("/v1/chat/completions", b'{"model": "lio-test", "messages": []}', "no messages"),
     ("/v1/chat/completions", b'{"model": "lio-test", "messages": [{"role": "robot", "content": "x"}]}', "bad role"),
     ("/v1/chat/completions", b'[1, 2, 3]', "body not an object"),
+    ("/v1/chat/completions", b'{"model": "lio-test", "messages": [{"role": "user", "content": "x"}], '
+     b'"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}}',
+     "a schema that does not compile"),
+    ("/v1/completions", b'{"model": "lio-test", "prompt": "hi", "grammar": "root ::= ("}', "a grammar that does not parse"),
 ]
+
+# chat_stream's structured outputs: a small schema a constrained answer must follow.
+TOPIC_SCHEMA = {"type": "object", "properties": {"topic": {"type": "string", "maxLength": 16},
+                                                  "score": {"type": "integer", "minimum": 0, "maximum": 10}},
+                "required": ["topic", "score"], "additionalProperties": False}
+
+
+def follows_topic_schema(text):
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(v, dict) and set(v) == {"topic", "score"} and isinstance(v["topic"], str)
+            and len(v["topic"]) <= 16 and isinstance(v["score"], int) and 0 <= v["score"] <= 10)
 
 
 def completion_stream(rng):
@@ -130,7 +150,10 @@ def chat_stream(rng):
                          {"role": "user", "content": f"What should I know about {rng.choice(SUBJECTS)}?"}]}
     if rng.random() < 0.5:
         body["repetition_penalty"] = 1.2
-    if rng.random() < 0.5:
+    if rng.random() < 0.25:  # structured outputs: room for the whole object, and no ignore_eos
+        body.update(max_tokens=48, response_format={"type": "json_schema", "json_schema": {
+            "name": "topic", "schema": TOPIC_SCHEMA}})
+    elif rng.random() < 0.5:
         body["ignore_eos"] = True
     return "/v1/chat/completions", body, True
 
@@ -160,6 +183,10 @@ def check_stream(r, path, body):
     if body.get("ignore_eos") and "stop" not in body:
         if usage["completion_tokens"] != body["max_tokens"] * n or set(reasons.values()) != {"length"}:
             problems.append(f"ignore_eos: usage {usage}, reasons {reasons} for {n} x {body['max_tokens']}")
+    if "response_format" in body:  # an answer that ended on its own follows the schema
+        for i, reason in reasons.items():
+            if reason == "stop" and not follows_topic_schema(r.text(i, chat=chat)):
+                problems.append(f"choice {i} stopped but does not follow the schema: {r.text(i, chat=chat)!r}")
     if body.get("logprobs") is not None and not chat:  # one logprob entry per token, none lost or repeated
         n_tok = sum(len((ch.get("logprobs") or {}).get("tokens") or []) for c in r.chunks for ch in c.get("choices", []))
         if n_tok != usage["completion_tokens"]:

@@ -135,3 +135,51 @@ for f in fails:
 print("ok   batch_smoke (--profile)" if not fails else f"{len(fails)} checks failed")
 sys.exit(1 if fails else 0)
 PY
+rc=$?
+((rc == 0)) || exit $rc
+
+# Structured outputs: a JSON schema, a JSON object (n = 2, sampled) and a grammar per line, and a
+# schema that does not compile (that line's error only). A constrained answer that stopped on
+# its own parses and follows its constraint; one cut at max_tokens is at least a prefix of it.
+cat >"$work/structured.jsonl" <<'EOF3'
+{"prompt": "the cat", "max_tokens": 40, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 22, 333]}}, "required": ["ok", "n"], "additionalProperties": false}}}}
+{"prompt": "the dog", "max_tokens": 60, "n": 2, "temperature": 1.0, "seed": 3, "response_format": {"type": "json_object"}}
+{"messages": [{"role": "user", "content": "yes or no?"}], "max_tokens": 8, "grammar": "root ::= (\"yes\" | \"no\") \".\""}
+{"prompt": "the end", "response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "nope"}}}}
+EOF3
+if ! "$bin/lio" batch --model "$work/models/tiny.gguf" --prompts "$work/structured.jsonl" --out "$work/structured_out.jsonl" \
+    --max-num-seqs 4 --kv-cache-mib 1 --threads 1 2>"$work/err3"; then
+  echo "FAIL: lio batch with structured outputs exited non-zero"; cat "$work/err3"; exit 1
+fi
+python3 - "$work/structured_out.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+fails = []
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+def outputs(l):
+    return [(s.get("text"), s.get("finish_reason")) for s in l.get("samples", [])] or [(l.get("text"), l.get("finish_reason"))]
+check(len(lines) == 4, f"expected 4 result lines, got {len(lines)}")
+if len(lines) == 4:
+    for text, reason in outputs(lines[0]):
+        check(reason == "stop", f"schema line: finish_reason {reason}: {text!r}")
+        try:
+            v = json.loads(text)
+            check(set(v) == {"ok", "n"} and isinstance(v["ok"], bool) and v["n"] in (1, 22, 333), f"schema line: {text!r}")
+        except ValueError:
+            fails.append(f"schema line does not parse: {text!r}")
+    outs = outputs(lines[1])
+    check(len(outs) == 2, f"json_object line: {len(outs)} samples")
+    for text, reason in outs:
+        check(text.startswith("{"), f"json_object sample does not start an object: {text!r}")
+        if reason == "stop":
+            check(isinstance(json.loads(text), dict), f"json_object sample: {text!r}")
+    text, reason = outputs(lines[2])[0]
+    check(text in ("yes.", "no.") and reason == "stop", f"grammar line: {text!r} ({reason})")
+    check("json_schema" in lines[3].get("error", ""), f"bad schema line lacks its error: {lines[3]}")
+for f in fails:
+    print("FAIL", f)
+print("ok   batch_smoke structured outputs" if not fails else f"{len(fails)} checks failed")
+sys.exit(1 if fails else 0)
+PY
