@@ -25,8 +25,16 @@ mkdir -p "$work"
 tarball="$work/xgrammar-$XGRAMMAR_PIN.tar.gz"
 if [[ ! -f "$tarball" ]] || [[ "$(sha256sum "$tarball" | cut -d' ' -f1)" != "$XGRAMMAR_SHA256" ]]; then
   echo "build_xgrammar: downloading the xgrammar $XGRAMMAR_PIN sdist" >&2
-  curl -fsSL --retry 3 -o "$tarball.part" "$XGRAMMAR_URL"
-  mv "$tarball.part" "$tarball"
+  rm -f "$tarball"
+  # pip, through whatever index it is configured for (only xgrammar as source: its build
+  # dependencies come as wheels, for the metadata step); PyPI's file host directly if that fails.
+  py="$root/.venv/bin/python"
+  [[ -x "$py" ]] || py="$(command -v python3)"
+  if ! "$py" -m pip download --quiet --no-deps --no-binary xgrammar "xgrammar==$XGRAMMAR_PIN" -d "$work" >&2; then
+    echo "build_xgrammar: pip download failed; fetching $XGRAMMAR_URL" >&2
+    curl -fsSL --retry 3 -o "$tarball.part" "$XGRAMMAR_URL"
+    mv "$tarball.part" "$tarball"
+  fi
 fi
 got="$(sha256sum "$tarball" | cut -d' ' -f1)"
 if [[ "$got" != "$XGRAMMAR_SHA256" ]]; then
