@@ -15,6 +15,7 @@ the other tests do for a missing venv or model. scripts/test.sh (and so CI) runs
 first, which installs both, and sets LIO_REQUIRE_BROWSER=1: there a missing browser is a FAIL.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -175,6 +176,29 @@ class ChatPage(h.ServerTestCase):
         self.assertGreater(self.shown_number("tok-s"), 0)
         self.assertEqual(self.last_answer().get_by_test_id("finish-reason").text_content(),
                          first["choices"][0]["finish_reason"])
+
+    def test_json_schema_mode_answers_in_the_schema(self):
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                   "country": {"type": "string", "maxLength": 20}},
+                  "required": ["city", "country"], "additionalProperties": False}
+        self.set_fields(temperature=0, max_tokens=60)
+        self.page.get_by_test_id("response-format").select_option("json_schema")
+        self.page.get_by_test_id("json-schema").fill(json.dumps(schema))
+        body = self.send("Name a city and its country.")
+        self.assertEqual(body["response_format"], {"type": "json_schema", "json_schema": {"name": "schema",
+                                                                                         "schema": schema}})
+        state = self.wait_answer_over()
+        self.assertEqual(state, "done", self.page.get_by_test_id("error").text_content())
+        answer = json.loads(self.last_answer().get_by_test_id("answer-text").text_content())
+        self.assertEqual(set(answer), {"city", "country"})
+        self.assertEqual(self.last_answer().get_by_test_id("finish-reason").text_content(), "stop")
+        # A schema box that does not hold JSON is refused on the page, before anything is sent.
+        self.page.get_by_test_id("json-schema").fill("{not json")
+        self.page.get_by_test_id("message-input").fill("again")
+        self.page.get_by_test_id("send").click()
+        self.assertIn("not valid JSON", self.page.get_by_test_id("error").text_content())
+        self.assertEqual(self.page.get_by_test_id("message-input").input_value(), "again")
+        self.page.get_by_test_id("response-format").select_option("text")
 
     def test_refused_setting_shows_server_error(self):
         self.set_fields(max_tokens=0)
