@@ -516,6 +516,10 @@ int run_batch(const CommonOptions& o, const BatchOptions& b) {
   s["peak_kv_tokens_held"] = st.peak_tokens_held;
   s["kv_block_copies"] = st.n_block_copies;
   s["forked_samples"] = st.n_forks;
+  if (st.n_grammar_masks > 0) {  // structured outputs: masks computed, and their engine-thread time
+    s["grammar_masks"] = st.n_grammar_masks;
+    s["grammar_mask_s"] = st.grammar_mask_seconds;
+  }
   if (engine_config.speculative.method != SpecMethod::None) {
     s["spec_method"] = o.spec_method;
     s["num_speculative_tokens"] = engine_config.speculative.num_speculative_tokens;

@@ -148,12 +148,13 @@ cat >"$work/structured.jsonl" <<'EOF3'
 {"prompt": "the end", "response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "nope"}}}}
 EOF3
 if ! "$bin/lio" batch --model "$work/models/tiny.gguf" --prompts "$work/structured.jsonl" --out "$work/structured_out.jsonl" \
-    --max-num-seqs 4 --kv-cache-mib 1 --threads 1 2>"$work/err3"; then
+    --summary "$work/structured_summary.json" --max-num-seqs 4 --kv-cache-mib 1 --threads 1 2>"$work/err3"; then
   echo "FAIL: lio batch with structured outputs exited non-zero"; cat "$work/err3"; exit 1
 fi
-python3 - "$work/structured_out.jsonl" <<'PY'
+python3 - "$work/structured_out.jsonl" "$work/structured_summary.json" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+summary = json.load(open(sys.argv[2]))
 fails = []
 def check(cond, what):
     if not cond:
@@ -178,6 +179,13 @@ if len(lines) == 4:
     text, reason = outputs(lines[2])[0]
     check(text in ("yes.", "no.") and reason == "stop", f"grammar line: {text!r} ({reason})")
     check("json_schema" in lines[3].get("error", ""), f"bad schema line lacks its error: {lines[3]}")
+    # One mask per constrained sample per decode step: at least one per generated token.
+    constrained_tokens = sum(len(s.get("token_ids", [])) for l in lines[:3]
+                             for s in (l.get("samples") or [l]))
+    check(constrained_tokens > 0, "no constrained tokens in the output lines")
+    check(summary.get("grammar_masks", 0) >= constrained_tokens,
+          f"summary grammar_masks {summary.get('grammar_masks')} < {constrained_tokens} constrained tokens")
+    check(summary.get("grammar_mask_s", -1) >= 0, f"summary grammar_mask_s {summary.get('grammar_mask_s')}")
 for f in fails:
     print("FAIL", f)
 print("ok   batch_smoke structured outputs" if not fails else f"{len(fails)} checks failed")
