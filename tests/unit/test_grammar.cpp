@@ -132,6 +132,13 @@ TEST_F(GrammarTest, BadSpecsAreInvalidArgumentNamingTheProblem) {
   std::string deep = R"({"type": "string"})";
   for (int i = 0; i < lio::kMaxSchemaDepth; ++i) deep = R"({"type": "array", "items": )" + deep + "}";
   EXPECT_NE(message(Kind::JsonSchema, deep).find("levels deep"), std::string::npos);
+  // The most a 64 KiB source can nest: refused by the depth bound, not by a stack overflow.
+  const size_t half = lio::kMaxGrammarSourceBytes / 2;
+  EXPECT_NE(message(Kind::JsonSchema, std::string(half, '[') + std::string(half, ']')).find("JSON object"),
+            std::string::npos);
+  EXPECT_NE(message(Kind::JsonSchema, "{\"a\": " + std::string(half - 8, '[') + std::string(half - 8, ']') + "}")
+                .find("levels deep"),
+            std::string::npos);
   EXPECT_NE(message(Kind::JsonSchema, std::string(lio::kMaxGrammarSourceBytes + 1, ' ')).find("bytes"),
             std::string::npos);
   EXPECT_NE(message(Kind::JsonSchema, R"({"type": "no-such-type"})").find("json_schema"), std::string::npos);

@@ -57,14 +57,19 @@ xgrammar::TokenizerInfo tokenizer_info(const Tokenizer& tok, int64_t vocab_size)
   return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, static_cast<int>(vocab_size), stop);
 }
 
-/// Depth of JSON nesting (objects and arrays) in `j`.
+/// Depth of JSON nesting (objects and arrays) in `j`. Iterative: a 64 KiB schema of nested
+/// brackets is 32,768 levels, too deep to recurse on an HTTP thread's stack.
 int json_depth(const nlohmann::json& j) {
   int deepest = 0;
-  if (j.is_object() || j.is_array()) {
-    for (const auto& v : j) deepest = std::max(deepest, json_depth(v));
-    return deepest + 1;
+  std::vector<std::pair<const nlohmann::json*, int>> todo{{&j, 0}};
+  while (!todo.empty()) {
+    const auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (!v->is_object() && !v->is_array()) continue;
+    deepest = std::max(deepest, depth + 1);
+    for (const auto& child : *v) todo.emplace_back(&child, depth + 1);
   }
-  return 0;
+  return deepest;
 }
 
 /// Throws InvalidArgument when the brackets of an EBNF grammar or a regex nest deeper than
