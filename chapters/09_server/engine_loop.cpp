@@ -82,6 +82,8 @@ void EngineLoop::publish(const std::vector<RequestOutput>& outputs) {
   g.spec_num_draft_tokens = snap.stats.spec_num_draft_tokens;
   g.spec_num_accepted_tokens = snap.stats.spec_num_accepted_tokens;
   g.spec_accepted_per_position = snap.stats.spec_accepted_per_position;
+  g.structured_output_masks = snap.stats.n_grammar_masks;
+  g.structured_output_mask_seconds = snap.stats.grammar_mask_seconds;
 
   std::lock_guard lock(state_.mutex);
   // A request leaves the queue when first scheduled; until the engine drains its inbox it is

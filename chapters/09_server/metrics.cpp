@@ -180,6 +180,12 @@ std::string ServerMetrics::render() const {
     out += "lio:spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(i) + "\"} " +
            std::to_string(gauges_.spec_accepted_per_position[i]) + "\n";
   }
+  // Structured outputs: the grammar's token masks, filled on the engine thread before each pass.
+  scalar(out, "lio:structured_output_masks_total",
+         "Token masks filled for constrained sequences (one per sampled row, drafts' rows included).", "counter",
+         static_cast<double>(gauges_.structured_output_masks));
+  scalar(out, "lio:structured_output_mask_seconds_total", "Time spent filling those masks, seconds.", "counter",
+         gauges_.structured_output_mask_seconds);
   scalar(out, "lio:prompt_tokens_total", "Prompt tokens of requests that produced a first token.",
          "counter", static_cast<double>(prompt_tokens_));
   scalar(out, "lio:generation_tokens_total", "Tokens generated.", "counter",

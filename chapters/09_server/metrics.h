@@ -68,6 +68,9 @@ struct EngineGauges {
   int64_t spec_num_accepted_tokens = 0;   ///< chapter 06: drafts accepted
   /// Chapter 06: rounds that accepted a draft at each depth (EngineStats::spec_accepted_per_position).
   std::vector<int64_t> spec_accepted_per_position;
+  /// Structured outputs: token masks filled (EngineStats::n_grammar_masks) and their time, s.
+  int64_t structured_output_masks = 0;
+  double structured_output_mask_seconds = 0;  ///< see structured_output_masks
 };
 
 /// The server's metrics. Thread-safe: the engine thread records, HTTP threads render.

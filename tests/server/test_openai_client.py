@@ -439,11 +439,31 @@ class StructuredOutputs(h.ServerTestCase):
         self.assertIn(r.choices[0].text, (" yes.", " no."))
         self.assertEqual(r.choices[0].finish_reason, "stop")
 
-    def test_constrained_beside_speculation(self):
+    def test_constrained_speculation_checks_drafts_and_keeps_greedy_text(self):
+        # The speculating server drafts for the constrained request too (drafts cut to what the
+        # schema allows, each verified row masked): its greedy text equals the plain server's,
+        # drafts were verified, and there was a mask per sampled round plus one per draft.
+        messages = [{"role": "user", "content": PERSON_PROMPTS[2]}]
+        plain = client(self.server).chat.completions.create(
+            model=h.SERVED_MODEL, messages=messages, max_tokens=80, temperature=0, response_format=self.schema_format())
+        before = h.metrics(self.spec)
         r = client(self.spec).chat.completions.create(
-            model=h.SERVED_MODEL, messages=[{"role": "user", "content": PERSON_PROMPTS[2]}], max_tokens=80,
-            temperature=0, response_format=self.schema_format())
-        self.assertTrue(follows_person_schema(r.choices[0].message.content), r.choices[0].message.content)
+            model=h.SERVED_MODEL, messages=messages, max_tokens=80, temperature=0, response_format=self.schema_format())
+        after = h.metrics(self.spec)
+
+        def delta(name):
+            return h.metric_sum(after, name) - h.metric_sum(before, name)
+        text = r.choices[0].message.content
+        self.assertTrue(follows_person_schema(text), text)
+        self.assertEqual(text, plain.choices[0].message.content)
+        drafted = delta("lio:spec_decode_num_draft_tokens_total")
+        accepted = delta("lio:spec_decode_num_accepted_tokens_total")
+        self.assertGreater(drafted, 0, "a JSON object repeats '\", \"': prompt lookup should draft it")
+        masks = delta("lio:structured_output_masks_total")
+        # rounds = masks - drafted; each round gives 1 + its accepted tokens, the last one's stop token uncounted
+        self.assertGreaterEqual(masks - drafted, r.usage.completion_tokens - accepted)
+        self.assertLessEqual(masks - drafted, r.usage.completion_tokens + 2 - accepted)
+        self.assertGreater(delta("lio:structured_output_mask_seconds_total"), 0)
 
 
 class Speculative(h.ServerTestCase):

@@ -1,7 +1,7 @@
 // Structured outputs (lio/grammar.h): compiling schemas and grammars against a tiny model's
 // byte-level vocabulary, the matcher's masks, the sampler obeying a mask, and the engine's
-// constrained sequences (batched, sampled, forked, beside speculation) whose every output
-// follows its grammar. Bad specs are InvalidArgument.
+// constrained sequences (batched, sampled, forked, speculating: drafts checked against the
+// grammar, one mask per verified row) whose every output follows its grammar. Bad specs are InvalidArgument.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -220,6 +220,63 @@ TEST_F(GrammarTest, EngineOutputsFollowTheirSchemaBatchedSampledAndForked) {
     }
     EXPECT_EQ(checked, 4);  // a, and b's three samples
     EXPECT_GT(e.stats().n_grammar_masks, 0);
+  }
+}
+
+TEST_F(GrammarTest, SpeculationChecksDraftsAgainstTheGrammar) {
+  // A repetitive schema (eight equal array items) gives prompt lookup drafts to verify, some
+  // of which the grammar refuses (a ninth item where it wants "]"); early exit drafts from the
+  // model itself, sampled drafts with their probabilities. Greedy output equals the greedy
+  // output without speculation token for token, every output follows its schema, drafts were
+  // verified, and each verified row had its own mask.
+  const std::string schema =
+      R"({"type": "array", "items": {"enum": ["ab", "cd"]}, "minItems": 8, "maxItems": 8})";
+  const auto grammar = compile(Kind::JsonSchema, schema);
+  const std::vector<int32_t> prompt{3, 4, 5, 6, 3, 4, 5, 6};
+  lio::SamplingParams greedy;
+  greedy.max_tokens = 80;
+  greedy.grammar = grammar;
+  lio::SamplingParams sampled = greedy;
+  sampled.sampler.temperature = 0.8f;
+  sampled.sampler.seed = 11;
+  std::vector<int32_t> plain;
+  {
+    auto r = runner();
+    lio::Engine e(*r, tok());
+    const int64_t id = e.add_request(prompt, greedy);
+    plain = run_all(e).at({id, 0}).new_token_ids;
+  }
+  ASSERT_FALSE(plain.empty());
+  for (const lio::SpecMethod method : {lio::SpecMethod::Ngram, lio::SpecMethod::EarlyExit}) {
+    auto r = runner();
+    lio::EngineConfig cfg;
+    cfg.speculative.method = method;
+    cfg.speculative.num_speculative_tokens = 4;
+    if (method == lio::SpecMethod::EarlyExit) cfg.speculative.draft_layers = 1;
+    lio::Engine e(*r, tok(), cfg);
+    const int64_t g = e.add_request(prompt, greedy);
+    const int64_t s = e.add_request(prompt, sampled);
+    const auto out = run_all(e);
+    const std::string name = method == lio::SpecMethod::Ngram ? "ngram" : "early exit";
+    EXPECT_EQ(out.at({g, 0}).new_token_ids, plain) << name << ": " << out.at({g, 0}).new_text;
+    int64_t n_out = 0;
+    for (const int64_t id : {g, s}) {
+      const lio::RequestOutput& o = out.at({id, 0});
+      EXPECT_EQ(o.finish_reason, lio::FinishReason::Stop) << name << ": " << o.new_text;
+      const nlohmann::json j = nlohmann::json::parse(o.new_text, nullptr, false);
+      ASSERT_TRUE(j.is_array()) << name << ": " << o.new_text;
+      EXPECT_EQ(j.size(), 8u) << name << ": " << o.new_text;
+      for (const nlohmann::json& item : j) EXPECT_TRUE(item == "ab" || item == "cd") << o.new_text;
+      n_out += static_cast<int64_t>(o.new_token_ids.size());
+    }
+    EXPECT_GT(e.stats().spec_num_draft_tokens, 0) << name;
+    EXPECT_GT(e.stats().spec_num_accepted_tokens, 0) << name;
+    // One mask per sampling round of a sequence plus one per draft it verified; a round gives
+    // its 1 + accepted tokens, less at the end (per sequence the stop token is not output, and
+    // a stop accepted as a draft drops the token after it).
+    const int64_t rounds = e.stats().n_grammar_masks - e.stats().spec_num_draft_tokens;
+    EXPECT_GE(rounds, n_out - e.stats().spec_num_accepted_tokens) << name;
+    EXPECT_LE(rounds, n_out + 4 - e.stats().spec_num_accepted_tokens) << name;
   }
 }
 

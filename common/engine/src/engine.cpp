@@ -250,14 +250,31 @@ void Engine::fill_token_masks(const StepBatch& step) {
   for (Sequence* seq : step.sampling) {
     GrammarMatcher* g = seq->grammar();
     if (!g) continue;
+    const auto fill = [&](std::span<uint32_t> mask) {
+      if (g->fill_next_token_mask(mask) == 0 && tokenizer_.eos_id() >= 0) {
+        // A terminated grammar allows nothing; the sequence ends at the EOS it already took, so
+        // this is only reachable past a bug: end it at EOS rather than fail the whole step.
+        const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());
+        mask[eos / 32] |= uint32_t{1} << (eos % 32);
+      }
+      ++n;
+    };
     const std::span<uint32_t> mask = seq->sampler().token_mask(vocab);
-    if (g->fill_next_token_mask(mask) == 0 && tokenizer_.eos_id() >= 0) {
-      // A terminated grammar allows nothing; the sequence ends at the EOS it already took, so
-      // this is only reachable past a bug: end it at EOS rather than fail the whole step.
-      const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());
-      mask[eos / 32] |= uint32_t{1} << (eos % 32);
+    fill(mask);
+    const std::vector<int32_t>& drafts = seq->spec_token_ids;
+    seq->spec_token_masks.clear();
+    if (drafts.empty()) continue;
+    // Speculation: verified row i obeys the matcher advanced through drafts 0 .. i - 1 (which
+    // the decoder cut to what the grammar allows), then the matcher goes back where it was.
+    const size_t words = mask.size();
+    seq->spec_token_masks.resize((drafts.size() + 1) * words);
+    std::copy(mask.begin(), mask.end(), seq->spec_token_masks.begin());
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      const bool allowed = g->accept_token(drafts[i]);
+      LIO_CHECK(allowed, "fill_token_masks: a draft the grammar refuses reached verification");
+      fill(std::span<uint32_t>(seq->spec_token_masks).subspan((i + 1) * words, words));
     }
-    ++n;
+    g->rollback(static_cast<int64_t>(drafts.size()));
   }
   if (n == 0) return;
   stats_.n_grammar_masks += n;

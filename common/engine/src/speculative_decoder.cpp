@@ -18,6 +18,29 @@ void drop_chain_parents(std::vector<int32_t>& parents) {
   parents.clear();
 }
 
+/// Structured outputs: a constrained sequence's drafts cut to what its grammar allows, before
+/// verification (as vLLM's structured-output manager validates a request's draft tokens). A tree
+/// keeps its first chain (node j whose parent is j - 1, from the root on; every row of a tree
+/// would need the matcher at its own path), then the chain stops before the first token the
+/// grammar refuses, so each verified row has one grammar state to mask it. The matcher ends where
+/// it began. probs, when given: (k, vocab) draft distributions, cut with the drafts.
+void constrain_drafts(Sequence& seq, std::vector<int32_t>& tokens, std::vector<int32_t>& parents,
+                      std::vector<float>* probs, int64_t vocab) {
+  GrammarMatcher* g = seq.grammar();
+  if (g == nullptr || tokens.empty()) return;
+  size_t chain = tokens.size();
+  if (!parents.empty()) {
+    chain = 0;
+    while (chain < tokens.size() && parents[chain + 1] == static_cast<int32_t>(chain)) ++chain;
+    parents.clear();
+  }
+  size_t n = 0;
+  while (n < chain && g->accept_token(tokens[n])) ++n;
+  g->rollback(static_cast<int64_t>(n));
+  tokens.resize(n);
+  if (probs != nullptr && !probs->empty()) probs->resize(n * static_cast<size_t>(vocab));
+}
+
 /// Chapter 06, Task 5's view of one speculating sequence (lio/spec_round.h): its tokens, its
 /// own sampler, and its block tables in this engine's pool.
 class EngineSpecRoundSequence final : public SpecRoundSequence {
@@ -39,6 +62,15 @@ class EngineSpecRoundSequence final : public SpecRoundSequence {
     // The sampler's penalties change the row in place: a copy, so the pass's logits stay as
     // they came. Its output history is what follows the prompt.
     std::copy(logits.begin(), logits.end(), row_.begin());
+    if (!seq_.spec_token_masks.empty()) {
+      // A constrained sequence's row after d drafts obeys the grammar's mask after them.
+      const std::span<uint32_t> mask = seq_.sampler().token_mask(static_cast<int64_t>(row_.size()));
+      const size_t d = history.size() - own.size();
+      LIO_CHECK((d + 1) * mask.size() <= seq_.spec_token_masks.size(),
+                "target_probs: a row past the sequence's drafts has no grammar mask");
+      std::copy_n(seq_.spec_token_masks.begin() + static_cast<std::ptrdiff_t>(d * mask.size()), mask.size(),
+                  mask.begin());
+    }
     seq_.sampler().probabilities(row_, history, history.subspan(static_cast<size_t>(seq_.n_prompt_tokens())), probs);
   }
   double uniform() override { return seq_.sampler().uniform(); }
@@ -72,9 +104,7 @@ void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<
     seq->spec_token_ids.clear();
     seq->spec_tree_parents.clear();
     if (seq->status != SequenceStatus::Running || seq->n_tokens() - seq->num_computed_tokens != 1) continue;
-    // No drafts for a structured output yet: its drafts would have to be checked against the
-    // grammar, and each verified row masked by the matcher advanced through the drafts before it.
-    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0 || seq->grammar()) continue;
+    if (seq->forks_pending > 0 || seq->params().sampler.logprobs >= 0) continue;
     const int64_t k = std::min({k_max, seq->params().max_tokens - seq->n_generated() - 1,
                                 context_length - seq->n_tokens()});
     if (k < 1) continue;
@@ -88,6 +118,7 @@ void SpeculativeDecoder::plan_lookahead(const std::map<int64_t, std::unique_ptr<
   // n-gram lookup needs no forward pass: draft now, reserve exactly what was drafted.
   std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
   for (size_t i = 0; i < seqs.size(); ++i) {
+    constrain_drafts(*seqs[i], props[i].tokens, props[i].parents, nullptr, target_.config().vocab_size);
     seqs[i]->spec_token_ids = std::move(props[i].tokens);
     seqs[i]->spec_tree_parents = std::move(props[i].parents);
     drop_chain_parents(seqs[i]->spec_tree_parents);
@@ -123,6 +154,7 @@ void SpeculativeDecoder::draft(SchedulerOutput& sched, const std::map<int64_t, s
     std::vector<DraftProposal> props = proposer_->propose(seqs, ks);
     for (size_t i = 0; i < seqs.size(); ++i) {
       Sequence& seq = *seqs[i];
+      constrain_drafts(seq, props[i].tokens, props[i].parents, &props[i].probs, target_.config().vocab_size);
       seq.spec_token_ids = std::move(props[i].tokens);
       if (!props[i].probs.empty()) draft_probs_[seq.id()] = std::move(props[i].probs);
       // A drafter may return fewer than asked (its pool full): the row count follows. The
@@ -140,6 +172,7 @@ void SpeculativeDecoder::on_preempted(Sequence& seq) {
   proposer_->release(seq);  // its drafts are void; the draft's K/V go too
   seq.spec_token_ids.clear();
   seq.spec_tree_parents.clear();
+  seq.spec_token_masks.clear();
 }
 
 void SpeculativeDecoder::release(const Sequence& seq) {
@@ -309,6 +342,7 @@ void SpeculativeDecoder::finish_round(Sequence& seq, const SpecVerifyResult& res
   proposer_->on_verified(seq);
   seq.spec_token_ids.clear();
   seq.spec_tree_parents.clear();
+  seq.spec_token_masks.clear();
 }
 
 }  // namespace lio

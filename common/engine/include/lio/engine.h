@@ -75,7 +75,8 @@ struct EngineStats {
   /// SpecDecodeStats::accepted_per_position): the acceptance of Medusa head i, of draft i.
   std::vector<int64_t> spec_accepted_per_position;
   /// Structured outputs (lio/grammar.h): token masks computed (one per constrained sequence
-  /// per step) and the wall time they took, seconds (the engine thread, before the pass).
+  /// per step, plus one per draft it verifies) and the wall time they took, seconds (the
+  /// engine thread, before the pass).
   int64_t n_grammar_masks = 0;
   double grammar_mask_seconds = 0;  ///< see n_grammar_masks
 };
@@ -175,7 +176,9 @@ class Engine : private EngineStepPhases {
   void copy_blocks(const SchedulerOutput& sched) override;
   std::vector<SpecVerifyResult> run(const StepBatch& step) override;
   /// Structured outputs: each constrained sampling sequence's token mask for this step, into
-  /// its sampler (Sampler::token_mask).
+  /// its sampler (Sampler::token_mask); with drafts, one mask per verified row as well
+  /// (Sequence::spec_token_masks), the matcher advanced through the drafts and rolled back.
+  /// EngineStats::n_grammar_masks counts every mask filled.
   void fill_token_masks(const StepBatch& step);
   void postprocess(const SchedulerOutput& sched, const StepBatch& step, std::span<const SpecVerifyResult> next,
                    std::vector<RequestOutput>& out) override;

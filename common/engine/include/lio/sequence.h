@@ -108,6 +108,11 @@ class Sequence {
   /// Chapter 06: the drafts' tree (DraftProposal::parents: spec_token_ids.size() + 1 parent
   /// indices, node 0 the sequence's last token), or empty when the drafts are a chain.
   std::vector<int32_t> spec_tree_parents;
+  /// Structured outputs with drafts: (spec_token_ids.size() + 1, bitmask_words(vocab)) token
+  /// masks, row i the tokens grammar() allows after the sequence's tokens and drafts 0 .. i - 1
+  /// (the mask of verified row i); filled by the engine beside the step's pass, empty when the
+  /// sequence is unconstrained or has no drafts this step (its one mask is in sampler()).
+  std::vector<uint32_t> spec_token_masks;
   int64_t n_spec_drafts = 0;           ///< verification rounds with at least one draft
   int64_t n_spec_draft_tokens = 0;     ///< drafts verified, all rounds
   int64_t n_spec_accepted_tokens = 0;  ///< of those, accepted
