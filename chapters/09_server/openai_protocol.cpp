@@ -142,7 +142,7 @@ GenerationRequest parse_completion_request(std::string_view body, const RequestL
   if (const json* v = optional_field(j, "suffix")) {
     if (!string_field(*v, "suffix").empty()) bad_field("suffix", "'suffix' is not supported");
   }
-  parse_structured_output(j, r);
+  parse_structured_output(j, body, r);
   return r;
 }
 
@@ -171,11 +171,11 @@ GenerationRequest parse_chat_request(std::string_view body, const RequestLimits&
         bad_field(name, std::string("'") + name + "' (tool calling) is not supported");
     }
   }
-  parse_structured_output(j, r);
+  parse_structured_output(j, body, r);
   return r;
 }
 
-void parse_structured_output(const json& j, GenerationRequest& r) {
+void parse_structured_output(const json& j, std::string_view body, GenerationRequest& r) {
   if (const json* v = optional_field(j, "response_format")) {
     if (!v->is_object())
       bad_field("response_format",
@@ -199,7 +199,11 @@ void parse_structured_output(const json& j, GenerationRequest& r) {
         bad_field("response_format.json_schema.schema",
                   "'response_format.json_schema.schema' must be a JSON schema (an object)");
       }
-      r.grammar = {GrammarSpec::Kind::JsonSchema, schema->dump()};
+      // nlohmann::json keeps an object's keys sorted, but a schema's property order is the order
+      // the answer's fields come in (OpenAI's Structured Outputs; vLLM and llama-server keep it):
+      // the schema compiled is read from the body again with its keys in their written order.
+      const nlohmann::ordered_json in_order = nlohmann::ordered_json::parse(body);
+      r.grammar = {GrammarSpec::Kind::JsonSchema, in_order.at("response_format").at("json_schema").at("schema").dump()};
     } else if (t != "text") {
       bad_field("response_format.type",
                 "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '" + t + "'");

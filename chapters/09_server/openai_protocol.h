@@ -63,9 +63,11 @@ struct GenerationRequest {
 /// "json_object" or "json_schema" (then "json_schema" must be an object whose "schema" is an
 /// object or a boolean; "name" a string and "strict" a boolean when given). grammar: a
 /// non-empty string. Throws ApiError 400 naming the field for any other shape, or for both
-/// fields at once. Source: OpenAI API reference, Chat Completions, `response_format`
-/// (Structured Outputs); llama.cpp tools/server/README.md, `grammar`.
-void parse_structured_output(const nlohmann::json& body, GenerationRequest& request);
+/// fields at once. `body` is the request's text, `j` its parse (parse_json_body): the schema is
+/// taken from the text with its keys in their written order, the order the answer's fields
+/// must follow. Source: OpenAI API reference, Chat Completions, `response_format` (Structured
+/// Outputs); llama.cpp tools/server/README.md, `grammar`.
+void parse_structured_output(const nlohmann::json& j, std::string_view body, GenerationRequest& request);
 
 // ---- Chapter 09, Task 3 (solutions/09_server/request_validation.cpp) --------------------------
 // Both parsers below call these two; each throws ApiError 400 whose `param` names the first

@@ -417,6 +417,7 @@ class StructuredOutputs(h.ServerTestCase):
                 text = r.choices[0].message.content
                 self.assertEqual(r.choices[0].finish_reason, "stop", text)
                 self.assertTrue(follows_person_schema(text), text)
+                self.assertEqual(list(json.loads(text)), list(PERSON_SCHEMA["properties"]), "the schema's field order")
 
     def test_json_object_n3_and_streamed(self):
         c = client(self.server)

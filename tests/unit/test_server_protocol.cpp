@@ -273,6 +273,13 @@ TEST(ServerProtocol, StructuredOutputFieldsBecomeAGrammarSpec) {
   EXPECT_EQ(schema.grammar.kind, lio::GrammarSpec::Kind::JsonSchema);
   EXPECT_EQ(nlohmann::json::parse(schema.grammar.source),
             nlohmann::json::parse(R"({"type": "object", "properties": {"x": {"type": "integer"}}})"));
+  // The properties keep their written order (the answer's field order), not a sorted one.
+  const GenerationRequest ordered = parse_chat_request(
+      "{" + msg +
+      R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object",
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}}}}}})");
+  EXPECT_EQ(ordered.grammar.source,
+            R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"city":{"type":"string"}}})");
   const GenerationRequest ebnf = parse_completion_request(R"({"prompt": "x", "grammar": "root ::= \"a\""})");
   EXPECT_EQ(ebnf.grammar.kind, lio::GrammarSpec::Kind::Ebnf);
   EXPECT_EQ(ebnf.grammar.source, "root ::= \"a\"");
