@@ -297,6 +297,9 @@ def steps():
                   ['LIO_ARGS="--activations int8 --kv-cache-dtype f16" RATES=2,inf bash scripts/bench_serve.sh '
                    "--repeats 5 --device cpu"],
                   None, ("09_serve_cpu.json",), llama=True, est_full=1300))
+    s.append(Step("09", "structured outputs: a JSON schema's cost, lio-server vs llama-server (structured/run.py)",
+                  [f"{PY} bench/structured/run.py"], None, ("09_structured_cpu.json", "09_structured_cpu.md"),
+                  llama=True, est_full=540))
     s.append(Step("09", "the closing table: each chapter's switch in one engine (capstone/run.py)",
                   [f"{PY} bench/capstone/run.py"], [f"{PY} bench/capstone/run.py --quick"],
                   ("09_closing_cpu.json", "09_closing_cpu.md"), est_full=400, est_quick=120))

@@ -1352,7 +1352,8 @@ def results_CMD(p):
 
 
 def results_SOURCES(
-    cdj, fam, bt, g, ml, q, allv, m, i8, kq, mem, ec, eh, ac, ah, tc, th, gpu, s, dc, sp, ss, k7, p7, h2, k8, p8, sv, cl
+    cdj, fam, bt, g, ml, q, allv, m, i8, kq, mem, ec, eh, ac, ah, tc, th, gpu, s, dc, sp, ss, k7, p7, h2, k8, p8, sv, cl,
+    st
 ):
     """bench/results/README.md, `let SOURCES`."""
     return [
@@ -1385,4 +1386,5 @@ def results_SOURCES(
         ("08_tensor_parallel_projection.json", p8),
         ("09_serve_cpu.json", sv),
         ("09_closing_cpu.json", cl),
+        ("09_structured_cpu.json", st),
     ]
