@@ -266,7 +266,7 @@ def llama_cpp_python_pin():
 
 def measure(a, servers):
     engines = list(servers)
-    cells = [(c, n) for c, n in ((1, a.batch1_requests), (a.slots, a.slots))]
+    cells = [(1, a.batch1_requests), (a.slots, a.slots)]  # (concurrency, requests per run)
     tps = {(e, c, m): [] for e in engines for c, _ in cells for m in ("free", "schema")}
     cut = {(e, c, m): [] for e in engines for c, _ in cells for m in ("free", "schema")}
     masks = {c: {"masks": 0.0, "seconds": 0.0, "wall_s": 0.0} for c, _ in cells}
